@@ -1,0 +1,61 @@
+"""Kafka's size-prefixed framing, sans-I/O: bytes in, whole frames out.
+
+Every Kafka request and response is an int32 size followed by that many bytes. The size is
+checked against the configured limit before any buffer for the frame is grown, so a hostile
+peer claiming 2 GiB costs nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from protocol.errors import CodecError
+
+_SIZE = struct.Struct(">i")
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class FrameTooLarge(CodecError):
+    """A peer announced a frame above the limit."""
+
+
+class FrameDecoder:
+    """Accumulates received bytes and hands out complete frames (without the size prefix)."""
+
+    __slots__ = ("_buf", "_max")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+
+    def feed(self, data: bytes) -> None:
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def frames(self) -> list[bytes]:
+        """Every complete frame buffered so far, in order; partial data stays buffered."""
+        buf = self._buf
+        out: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0:
+                raise CodecError(f"negative frame size {size}")
+            if size > self._max:
+                raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self._max}")
+            if end - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix `payload` with its int32 size."""
+    return _SIZE.pack(len(payload)) + payload

@@ -1,0 +1,51 @@
+"""ApiVersions negotiation, as an ordinary filter-chain member.
+
+Clients pick the highest version both sides support. For every API Herald has a codec for,
+the broker's range is narrowed to what Herald can parse; advertising a version Herald cannot
+decode would break the client the first time that API needs decoding. APIs Herald has no codec
+for pass through exactly as the broker advertises them: their frames are never decoded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.api_keys import ApiKey
+from protocol.messages import REQUESTS
+from proxy.filters import Filter, SessionContext
+
+
+def codec_range(api_key: int) -> tuple[int, int] | None:
+    cls = REQUESTS.get(api_key)
+    if cls is None:
+        return None
+    return cls.MIN_VERSION, cls.MAX_VERSION
+
+
+class ApiVersionsNegotiator(Filter):
+    name = "api_versions"
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.API_VERSIONS
+
+    async def on_response(
+        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+    ) -> bool:
+        kept = []
+        changed = False
+        for entry in msg.api_keys:
+            limits = codec_range(entry.api_key)
+            if limits is None:
+                kept.append(entry)
+                continue
+            low = max(entry.min_version, limits[0])
+            high = min(entry.max_version, limits[1])
+            if low > high:
+                changed = True
+                continue
+            if (low, high) != (entry.min_version, entry.max_version):
+                entry.min_version, entry.max_version = low, high
+                changed = True
+            kept.append(entry)
+        msg.api_keys = kept
+        return changed

@@ -1,0 +1,106 @@
+"""The `herald` command.
+
+`herald run --config FILE` is the production mode: the proxy alone, in front of the cluster the
+file names. `herald dev` is the try-it-now mode: it starts a local single-node Apache Kafka
+broker (KRaft; jars fetched once with Maven and cached) and the proxy in front of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
+from proxy import logs
+from proxy.config import ConfigError, HostPort, ProxyConfig, load_config
+
+DESCRIPTION = """Herald: a header-aware Kafka proxy.
+
+Point any Kafka client at Herald's bootstrap address instead of the brokers. Herald forwards
+every request, rewrites broker addresses to its own (broker N is reached at
+listen.broker_port_base + N) and runs the interceptor chains of the config file.
+
+When clients can connect, Herald prints one line:
+  herald ready: bootstrap=HOST:PORT upstream=HOST:PORT
+SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish within shutdown.grace_s, and
+exits.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="herald", description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run", help="run the proxy in front of the cluster named in the config",
+        description="Run the proxy in front of upstream.bootstrap of the config file.",
+    )
+    run.add_argument("--config", "-c", required=True, type=Path, help="the YAML config file")
+
+    dev = sub.add_parser(
+        "dev", help="start a local Kafka broker and the proxy in front of it",
+        description=(
+            "Start a local single-node KRaft Apache Kafka broker (jars from Maven Central, "
+            "cached in .cache/) on a free loopback port, and Herald in front of it, configured "
+            "by the config file; its upstream.bootstrap is replaced by the local broker."
+        ),
+    )
+    dev.add_argument("--config", "-c", type=Path, default=Path("proxy.yaml"),
+                     help="the YAML config file (default: proxy.yaml)")
+    dev.add_argument("--kafka-version", default=KAFKA_VERSION,
+                     help=f"Kafka release to run (default {KAFKA_VERSION}; "
+                          f"{KAFKA_LEGACY_VERSION} is also tested)")
+    return parser
+
+
+def _ready_line(config: ProxyConfig) -> str:
+    upstream = ",".join(str(a) for a in config.upstream.bootstrap)
+    return f"herald ready: bootstrap={config.advertised_bootstrap} upstream={upstream}"
+
+
+def _serve(config: ProxyConfig) -> None:
+    from proxy.server import run
+
+    logs.configure(config.logging.level, config.logging.format)
+    run(config, on_ready=lambda _proxy: print(_ready_line(config), flush=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"herald: invalid config: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "run":
+        _serve(config)
+        return 0
+
+    from proxy.embedded_kafka import KafkaCluster, KafkaStartError
+    from proxy.kafka_dist import KafkaDistError
+
+    print(f"herald dev: starting Apache Kafka {args.kafka_version} ...", file=sys.stderr)
+    cluster = KafkaCluster(size=1, version=args.kafka_version)
+    try:
+        cluster.start()
+    except (KafkaStartError, KafkaDistError) as exc:
+        print(f"herald dev: could not start Kafka: {exc}", file=sys.stderr)
+        return 1
+    try:
+        node = cluster.nodes[0]
+        upstream = dataclasses.replace(
+            config.upstream, bootstrap=[HostPort("127.0.0.1", node.port)]
+        )
+        _serve(dataclasses.replace(config, upstream=upstream))
+    finally:
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

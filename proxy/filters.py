@@ -1,0 +1,72 @@
+"""The filter chain: proxy features and interceptors as ordinary members with one interface.
+
+A member says which (API key, version) pairs it wants to see decoded; everything nobody asked
+for is forwarded as the bytes that arrived. The chain caches the answer per pair, so the hot
+path does one dict lookup per frame to learn that a frame is opaque.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SessionContext:
+    """What a filter may know about the client connection a message belongs to."""
+
+    client_address: str
+    listener: str  # "bootstrap" or "broker-N"
+    upstream_address: str
+    client_id: str | None = None
+    principal: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+class Filter:
+    """Base class: override `wants_*` and the matching `on_*` coroutine.
+
+    `on_request` / `on_response` get the decoded message and return True when they changed it,
+    so the frame is re-encoded only when some member actually modified something.
+    """
+
+    name = "filter"
+
+    def wants_request(self, api_key: int, version: int) -> bool:
+        return False
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        return False
+
+    async def on_request(self, ctx: SessionContext, api_key: int, version: int, msg: Any) -> bool:
+        return False
+
+    async def on_response(
+        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+    ) -> bool:
+        return False
+
+
+class FilterChain:
+    """An ordered list of filters with per-(API, version) member lookup cached."""
+
+    def __init__(self, filters: list[Filter]) -> None:
+        self.filters = list(filters)
+        self._req: dict[tuple[int, int], tuple[Filter, ...]] = {}
+        self._resp: dict[tuple[int, int], tuple[Filter, ...]] = {}
+
+    def for_request(self, api_key: int, version: int) -> tuple[Filter, ...]:
+        key = (api_key, version)
+        found = self._req.get(key)
+        if found is None:
+            found = tuple(f for f in self.filters if f.wants_request(api_key, version))
+            self._req[key] = found
+        return found
+
+    def for_response(self, api_key: int, version: int) -> tuple[Filter, ...]:
+        key = (api_key, version)
+        found = self._resp.get(key)
+        if found is None:
+            found = tuple(f for f in self.filters if f.wants_response(api_key, version))
+            self._resp[key] = found
+        return found

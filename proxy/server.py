@@ -1,0 +1,196 @@
+"""The proxy process: listeners, the filter chain, sessions, and graceful shutdown.
+
+One listener stands for the bootstrap servers; one more per broker (at
+`broker_port_base + node id`) is opened as soon as a broker is learned. Every accepted
+connection runs as its own `Session` in its own task: whatever goes wrong in one is logged and
+closes only that one.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections.abc import Callable
+
+import trio
+
+from proxy import wire
+from proxy.address_rewrite import AddressRewriter
+from proxy.api_versions import ApiVersionsNegotiator
+from proxy.brokers import BrokerDirectory
+from proxy.config import HostPort, ProxyConfig
+from proxy.filters import Filter, FilterChain, SessionContext
+from proxy.logs import get_logger
+from proxy.session import Session
+from proxy.topic_ids import TopicIdLearner, TopicIds
+
+log = get_logger("server")
+
+BOOTSTRAP = "bootstrap"
+
+
+class Proxy:
+    def __init__(self, config: ProxyConfig, extra_filters: list[Filter] | None = None) -> None:
+        self.config = config
+        self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
+        self.topic_ids = TopicIds()
+        self.chain = FilterChain([
+            ApiVersionsNegotiator(),
+            AddressRewriter(self.directory),
+            TopicIdLearner(self.topic_ids, wire.ZERO_UUID),
+            *(extra_filters or []),
+        ])
+        self.sessions: set[Session] = set()
+        self._listener_scopes: list[trio.CancelScope] = []
+        self._broker_ports: set[int] = set()
+        self._nursery: trio.Nursery | None = None
+        self._sessions_nursery: trio.Nursery | None = None
+        self._stopping = False
+        self.ready = trio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def serve(self, on_ready: Callable[[Proxy], None] | None = None) -> None:
+        """Run until `stop()` (or SIGTERM/SIGINT when `handle_signals` runs beside it)."""
+        async with trio.open_nursery() as sessions:
+            self._sessions_nursery = sessions
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._listen(BOOTSTRAP, self.config.listen.bootstrap.port)
+                await self.refresh_brokers()
+                self.ready.set()
+                if on_ready is not None:
+                    on_ready(self)
+                await trio.sleep_forever()
+            # Listeners are closed; the sessions drain within the grace period.
+            with trio.move_on_after(self.config.shutdown_grace_s):
+                for s in list(self.sessions):
+                    await s.drain()
+                while self.sessions:
+                    await trio.sleep(0.05)
+            if self.sessions:
+                log.warning("shutdown_grace_expired", open_sessions=len(self.sessions))
+            sessions.cancel_scope.cancel()
+
+    def stop(self) -> None:
+        """Stop accepting connections and begin draining (idempotent)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("shutdown_started", grace_s=self.config.shutdown_grace_s)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    async def handle_signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                self.stop()
+                return
+
+    # ---- listeners ---------------------------------------------------------------------------
+
+    async def _listen(self, target: str, port: int) -> None:
+        host = self.config.listen.bootstrap.host
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._accept_loop, listeners, target)
+        log.info("listening", target=target, address=f"{host}:{port}")
+
+    async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
+        assert self._sessions_nursery is not None
+        await trio.serve_listeners(
+            lambda stream: self._handle(stream, target),
+            listeners,
+            handler_nursery=self._sessions_nursery,
+        )
+
+    async def _open_broker_listener(self, node_id: int) -> None:
+        port = self.directory.advertised_port(node_id)
+        if port in self._broker_ports or self._nursery is None or self._stopping:
+            return
+        self._broker_ports.add(port)
+        try:
+            await self._listen(f"broker-{node_id}", port)
+        except OSError as exc:
+            self._broker_ports.discard(port)
+            log.error("listen_failed", node_id=node_id, port=port, error=str(exc))
+
+    # ---- connections ------------------------------------------------------------------------
+
+    async def _handle(self, client: trio.SocketStream, target: str) -> None:
+        peer = _peer(client)
+        upstream_addrs = await self._upstream_for(target)
+        upstream = await self._connect(upstream_addrs)
+        if upstream is None:
+            log.warning("connection_closed", reason="upstream unreachable", client=peer,
+                        target=target, upstream=",".join(map(str, upstream_addrs)))
+            await client.aclose()
+            return
+        stream, address = upstream
+        ctx = SessionContext(client_address=peer, listener=target, upstream_address=address)
+        session = Session(
+            client, stream, ctx, self.chain,
+            self.config.limits.max_frame_bytes, self.config.limits.max_in_flight,
+        )
+        self.sessions.add(session)
+        log.debug("connection_opened", client=peer, target=target, upstream=address)
+        try:
+            await session.run()
+        finally:
+            self.sessions.discard(session)
+
+    async def _upstream_for(self, target: str) -> list[HostPort]:
+        if target == BOOTSTRAP:
+            addrs = list(self.config.upstream.bootstrap)
+            random.shuffle(addrs)
+            return addrs
+        node_id = int(target.split("-", 1)[1])
+        if node_id not in self.directory.upstream:
+            await self.refresh_brokers()
+        known = self.directory.upstream.get(node_id)
+        return [known] if known is not None else []
+
+    async def _connect(self, addrs: list[HostPort]) -> tuple[trio.SocketStream, str] | None:
+        for addr in addrs:
+            with trio.move_on_after(self.config.upstream.connect_timeout_s):
+                try:
+                    return await trio.open_tcp_stream(addr.host, addr.port), str(addr)
+                except OSError as exc:
+                    log.info("upstream_connect_failed", upstream=str(addr), error=str(exc))
+        return None
+
+    async def refresh_brokers(self) -> bool:
+        """Ask the upstream cluster for its brokers (Metadata with no topics)."""
+        for addr in self.config.upstream.bootstrap:
+            try:
+                with trio.fail_after(self.config.upstream.connect_timeout_s):
+                    brokers = await wire.fetch_brokers(addr.host, addr.port)
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
+                log.info("metadata_refresh_failed", upstream=str(addr), error=repr(exc))
+                continue
+            for node_id, host, port in brokers:
+                await self.directory.learn(node_id, host, port)
+            return True
+        return False
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "unknown"
+
+
+def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) -> None:
+    """Run the proxy in the foreground until SIGTERM/SIGINT, then drain and return."""
+
+    async def main() -> None:
+        proxy = Proxy(config)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(proxy.handle_signals)
+            await proxy.serve(on_ready)
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+

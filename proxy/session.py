@@ -1,0 +1,218 @@
+"""One client connection and its upstream connection: two pumps and a correlation table.
+
+Each client connection gets its own upstream connection to the broker its listener stands for,
+so correlation ids pass through unchanged (they are unique only per connection, and so they
+stay). The table remembers, per correlation id, which API and version a response will answer,
+because a Kafka response does not say; acks=0 Produce requests get no entry, as they get no
+response. Kafka answers in order on a connection, so a response whose correlation id is not
+the oldest outstanding one means the upstream is broken.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import trio
+
+from protocol.errors import CodecError
+from protocol.framing import FrameDecoder, FrameTooLarge
+from proxy import wire
+from proxy.filters import FilterChain, SessionContext
+from proxy.logs import get_logger
+
+log = get_logger("session")
+
+_RECV = 256 * 1024
+
+
+class SessionClosed(Exception):
+    """Ends a session; `reason` is what gets logged, once."""
+
+    def __init__(self, reason: str, level: str = "info") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.level = level
+
+
+@dataclass(slots=True)
+class InFlight:
+    api_key: int
+    api_version: int
+    started: float
+
+
+class Session:
+    """Runs until either side closes, a frame is bad, or the proxy drains."""
+
+    def __init__(
+        self,
+        client: trio.SocketStream,
+        upstream: trio.SocketStream,
+        ctx: SessionContext,
+        chain: FilterChain,
+        max_frame_bytes: int,
+        max_in_flight: int,
+    ) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.ctx = ctx
+        self.chain = chain
+        self.max_frame_bytes = max_frame_bytes
+        self.in_flight: OrderedDict[int, InFlight] = OrderedDict()
+        self._slots = trio.Semaphore(max_in_flight)
+        self._idle = trio.Event()
+        self._idle.set()
+        self._recv_scope = trio.CancelScope()
+        self._draining = False
+        self._reason: SessionClosed | None = None
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.in_flight)
+
+    async def run(self) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, self._pump_requests, nursery)
+                nursery.start_soon(self._guard, self._pump_responses, nursery)
+        finally:
+            with trio.CancelScope(shield=True):
+                await _close(self.client)
+                await _close(self.upstream)
+        reason = self._reason
+        if reason is not None:
+            fields = {
+                "reason": reason.reason,
+                "client": self.ctx.client_address,
+                "client_id": self.ctx.client_id,
+                "upstream": self.ctx.upstream_address,
+            }
+            if reason.level == "warning":
+                log.warning("connection_closed", **fields)
+            else:
+                log.info("connection_closed", **fields)
+
+    async def drain(self) -> None:
+        """Stop reading new requests; the session ends once every outstanding one is answered."""
+        self._draining = True
+        self._recv_scope.cancel()
+
+    async def _guard(self, pump, nursery: trio.Nursery) -> None:  # noqa: ANN001
+        """Turn any end of a pump into the end of the session, with one reason to log."""
+        try:
+            await pump()
+        except SessionClosed as exc:
+            self._close_reason(exc)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._close_reason(SessionClosed(f"socket error: {exc.__class__.__name__}: {exc}"))
+        except CodecError as exc:
+            self._close_reason(SessionClosed(f"malformed frame: {exc}", "warning"))
+        except Exception as exc:  # a bug in a filter must not reach the listener
+            log.error("session_error", client=self.ctx.client_address, error=repr(exc))
+            self._close_reason(SessionClosed(f"internal error: {exc!r}", "warning"))
+        nursery.cancel_scope.cancel()
+
+    def _close_reason(self, reason: SessionClosed) -> None:
+        if self._reason is None:
+            self._reason = reason
+
+    async def _pump_requests(self) -> None:
+        decoder = FrameDecoder(self.max_frame_bytes)
+        while True:
+            data = None
+            if not self._draining:
+                self._recv_scope = trio.CancelScope()
+                with self._recv_scope:
+                    data = await self.client.receive_some(_RECV)
+            if self._draining:
+                await self._idle.wait()
+                raise SessionClosed("proxy shutting down")
+            if not data:
+                if self.in_flight:
+                    # The client half-closed; let outstanding responses reach it.
+                    await self._idle.wait()
+                raise SessionClosed("client closed the connection")
+            decoder.feed(data)
+            try:
+                frames = decoder.frames()
+            except FrameTooLarge as exc:
+                raise SessionClosed(f"frame too large: {exc}", "warning") from None
+            out: list[bytes] = []
+            for payload in frames:
+                if out and self._slots.value == 0:
+                    # About to wait for a free slot: what is queued must go out first, or
+                    # the responses that would free a slot are never asked for.
+                    await self.upstream.send_all(b"".join(out))
+                    out.clear()
+                out.append(await self._request(payload))
+            if out:
+                await self.upstream.send_all(b"".join(out) if len(out) > 1 else out[0])
+
+    async def _request(self, payload: bytes) -> bytes:
+        head = wire.parse_request_header(payload)
+        if head.client_id is not None:
+            self.ctx.client_id = head.client_id
+        filters = self.chain.for_request(head.api_key, head.api_version)
+        if filters:
+            msg = wire.decode_request(head, payload)
+            changed = False
+            for f in filters:
+                changed |= await f.on_request(self.ctx, head.api_key, head.api_version, msg)
+            if changed:
+                payload = wire.encode_request(head, payload, msg)
+        if wire.expects_response(head, payload):
+            corr = head.correlation_id
+            if corr in self.in_flight:
+                raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
+            await self._slots.acquire()
+            self.in_flight[corr] = InFlight(head.api_key, head.api_version, time.monotonic())
+            self._idle = trio.Event() if self._idle.is_set() else self._idle
+        return wire.frame(payload)
+
+    async def _pump_responses(self) -> None:
+        decoder = FrameDecoder(self.max_frame_bytes)
+        while True:
+            data = await self.upstream.receive_some(_RECV)
+            if not data:
+                raise SessionClosed("upstream closed the connection", "warning")
+            decoder.feed(data)
+            try:
+                frames = decoder.frames()
+            except CodecError as exc:
+                raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
+            out: list[bytes] = []
+            for payload in frames:
+                out.append(await self._response(payload))
+            if out:
+                await self.client.send_all(b"".join(out) if len(out) > 1 else out[0])
+            if not self.in_flight:
+                self._idle.set()
+
+    async def _response(self, payload: bytes) -> bytes:
+        corr = wire.response_correlation_id(payload)
+        entry = self.in_flight.pop(corr, None)
+        if entry is None:
+            raise SessionClosed(
+                f"upstream answered unknown correlation id {corr}", "warning"
+            )
+        self._slots.release()
+        filters = self.chain.for_response(entry.api_key, entry.api_version)
+        if filters:
+            offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
+            changed = False
+            for f in filters:
+                changed |= await f.on_response(self.ctx, entry.api_key, entry.api_version, msg)
+            if changed:
+                payload = wire.encode_response(
+                    entry.api_key, entry.api_version, payload, offset, msg
+                )
+        return wire.frame(payload)
+
+
+async def _close(stream: trio.SocketStream) -> None:
+    try:
+        await stream.aclose()
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        pass

@@ -1,0 +1,46 @@
+"""The topic id <-> name map, learned from Metadata responses.
+
+Produce v13 and Fetch v13+ name topics only by id (a UUID); interceptors are configured by
+topic name. Clients always ask Metadata (through Herald) before producing or fetching, so the
+map is filled before it is needed. One map serves all connections of the process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.api_keys import ApiKey
+from proxy.filters import Filter, SessionContext
+
+
+class TopicIds:
+    def __init__(self) -> None:
+        self.names: dict[Any, str] = {}
+        self.ids: dict[str, Any] = {}
+
+    def learn(self, topic_id: Any, name: str) -> None:
+        if self.names.get(topic_id) != name:
+            self.names[topic_id] = name
+            self.ids[name] = topic_id
+
+    def name(self, topic_id: Any) -> str | None:
+        return self.names.get(topic_id)
+
+
+class TopicIdLearner(Filter):
+    name = "topic_ids"
+
+    def __init__(self, topics: TopicIds, zero_id: Any) -> None:
+        self.topics = topics
+        self.zero_id = zero_id
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.METADATA and version >= 10
+
+    async def on_response(
+        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+    ) -> bool:
+        for t in msg.topics:
+            if t.name is not None and t.topic_id != self.zero_id:
+                self.topics.learn(t.topic_id, t.name)
+        return False

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Idempotent setup: a virtualenv in .venv/ with Herald and its test tools from PyPI, and the
+# Apache Kafka jars from Maven Central in .cache/. Fast when nothing changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for tool in java mvn; do
+  command -v "$tool" >/dev/null || { echo "setup: '$tool' is required (Java 17 and Maven)" >&2; exit 1; }
+done
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.herald-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$want" > "$stamp"
+fi
+.venv/bin/python - <<'PY'
+from protocol.kafka_versions import KAFKA_VERSION
+from proxy.kafka_dist import kafka_libs
+print(f"setup: Kafka {KAFKA_VERSION} jars in {kafka_libs(KAFKA_VERSION)}")
+PY

@@ -1,0 +1,70 @@
+"""Shared fixtures: real Apache Kafka brokers (KRaft) and Herald in front of them.
+
+Brokers start once per test session. `HERALD_TEST_KAFKA_VERSION` picks the Kafka release
+(default: the pinned 4.x); `HERALD_TEST_KAFKA=3.9` is a shorthand for the pinned latest 3.9.x.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
+from proxy.embedded_kafka import KafkaCluster
+from tests.support.herald_process import HeraldProcess, herald_config
+
+
+def kafka_version() -> str:
+    explicit = os.environ.get("HERALD_TEST_KAFKA_VERSION")
+    if explicit:
+        return explicit
+    if os.environ.get("HERALD_TEST_KAFKA", "").startswith("3.9"):
+        return KAFKA_LEGACY_VERSION
+    return KAFKA_VERSION
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaCluster]:
+    """One real broker for the whole session."""
+    cluster = KafkaCluster(size=1, version=kafka_version())
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> Iterator[KafkaCluster]:
+    """Three real brokers (node ids 1..3), for tests that need several leaders."""
+    cluster = KafkaCluster(size=3, version=kafka_version(), heap="512m")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def herald(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    """Herald with the default (empty) chains in front of the session broker."""
+    with HeraldProcess(herald_config(kafka.bootstrap)) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def herald_cluster(kafka_cluster: KafkaCluster) -> Iterator[HeraldProcess]:
+    """Herald in front of the 3-broker cluster."""
+    with HeraldProcess(herald_config(kafka_cluster.nodes[0].address)) as proc:
+        yield proc
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name per test (auto-created or created by the test)."""
+    base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:40]
+    return f"t-{base}-{uuid.uuid4().hex[:8]}"

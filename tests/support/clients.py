@@ -1,0 +1,52 @@
+"""Small conveniences over confluent-kafka used by many integration tests."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    futures[name].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        md = admin.list_topics(name, timeout=10).topics.get(name)
+        if md is not None and md.error is None and len(md.partitions) == partitions and all(
+            p.leader >= 0 for p in md.partitions.values()
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"topic {name} has no leaders")
+
+
+def consume_all(
+    bootstrap: str, topic: str, expected: int, timeout: float = 60.0, **conf: object
+) -> list[Message]:
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"g-{uuid.uuid4().hex[:8]}",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        **conf,
+    })
+    consumer.subscribe([topic])
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise AssertionError(f"consume error: {msg.error()}")
+            out.append(msg)
+    finally:
+        consumer.close()
+    return out

@@ -1,0 +1,144 @@
+"""Herald as a separate process, exactly as users run it (`python -m proxy run --config F`).
+
+Tests drive it with real, blocking Kafka clients; running the proxy in its own process keeps
+those clients from stalling its event loop and exercises the real CLI, config file and signals.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port_block(count: int = 16) -> int:
+    """A base port such that base .. base+count-1 are all bindable on loopback right now."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65000:
+            continue
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free block of ports")
+
+
+def herald_config(upstream: str, **overrides: Any) -> dict[str, Any]:
+    """A config dict for a Herald on free loopback ports in front of `upstream`."""
+    base = free_port_block()
+    config: dict[str, Any] = {
+        "upstream": {"bootstrap": upstream},
+        "listen": {
+            "bootstrap": f"127.0.0.1:{base}",
+            "advertised_host": "127.0.0.1",
+            "broker_port_base": base,
+        },
+        "logging": {"level": "info"},
+        "shutdown": {"grace_s": 5},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    return config
+
+
+class HeraldProcess:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.folder = Path(tempfile.mkdtemp(prefix="herald-test-"))
+        self.config_path = self.folder / "proxy.yaml"
+        self.log_path = self.folder / "herald.log"
+        self.process: subprocess.Popen | None = None
+        self.ready_line: str | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.config["listen"]["bootstrap"]
+
+    @property
+    def port_base(self) -> int:
+        return self.config["listen"]["broker_port_base"]
+
+    def start(self, timeout: float = 60.0) -> HeraldProcess:
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "run", "--config", str(self.config_path)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+        )
+        log.close()
+        lines: list[str] = []
+        reader = threading.Thread(target=self._read_stdout, args=(lines,), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(line.startswith("herald ready:") for line in lines):
+                self.ready_line = next(x for x in lines if x.startswith("herald ready:"))
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"herald did not become ready:\n{self.logs()}")
+
+    def _read_stdout(self, lines: list[str]) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for raw in self.process.stdout:
+            lines.append(raw.decode(errors="replace").rstrip("\n"))
+        self.stdout_lines = lines
+
+    def logs(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def __enter__(self) -> HeraldProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,36 @@
+"""Run Kafka's own Java tools (console clients, topic command, perf tools) from the cached jars."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from proxy.embedded_kafka import write_log_config
+from proxy.kafka_dist import cache_root, classpath
+
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
+PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+
+
+def run_tool(
+    main_class: str,
+    *args: str,
+    version: str | None = None,
+    input: str | None = None,
+    timeout: float = 120.0,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run one Kafka tool in a fresh JVM; logging at WARN so stdout is the tool's output."""
+    cp = classpath(version) if version else classpath()
+    flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
+    cmd = ["java", "-Xmx512m", *flags, "-cp", cp, main_class, *args]
+    result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"{main_class} exited {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
+            f"stderr:\n{result.stderr[-3000:]}"
+        )
+    return result
