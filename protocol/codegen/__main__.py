@@ -1,0 +1,37 @@
+"""``python -m protocol.codegen [--out DIR] [--check]``: (re)write the generated files."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+from protocol.codegen.generate import render_all
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m protocol.codegen", description=__doc__)
+    parser.add_argument("--out", type=pathlib.Path, default=REPO_ROOT, help="repository root")
+    parser.add_argument(
+        "--check", action="store_true", help="only report files that differ; exit 1 if any"
+    )
+    args = parser.parse_args(argv)
+    stale = []
+    for rel, text in render_all().items():
+        path = args.out / rel
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        stale.append(rel)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    for rel in stale:
+        print(("differs: " if args.check else "wrote: ") + rel)
+    return 1 if (args.check and stale) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Reading single fields of a request body without decoding all of it.
+
+The proxy must know, before forwarding a Produce request, whether the client expects a response
+(acks=0 gets none). Decoding the whole request would materialise every partition's records, so
+this reads just the two leading fields.
+"""
+
+from __future__ import annotations
+
+from struct import Struct
+from struct import error as StructError
+
+from protocol.errors import CodecError
+from protocol.primitives import Buffer, read_unsigned_varint
+
+_INT16 = Struct(">h")
+_PRODUCE_FLEXIBLE_MIN = 9
+_PRODUCE_TRANSACTIONAL_MIN = 3
+
+
+def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
+    """The ``acks`` of a Produce request body (0, 1 or -1), skipping TransactionalId.
+
+    ``body`` starts right after the request header (or pass the whole frame and the body
+    offset). Raises CodecError if the body is too short.
+    """
+    pos = offset
+    try:
+        if version >= _PRODUCE_TRANSACTIONAL_MIN:
+            if version >= _PRODUCE_FLEXIBLE_MIN:
+                n, pos = read_unsigned_varint(body, pos)
+                pos += max(n - 1, 0)
+            else:
+                n = _INT16.unpack_from(body, pos)[0]
+                pos += 2 + max(n, 0)
+        return _INT16.unpack_from(body, pos)[0]
+    except StructError:
+        raise CodecError(f"Produce v{version} body too short to hold acks") from None

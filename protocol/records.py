@@ -1,0 +1,919 @@
+"""Kafka record batches (magic 2) with KIP-82 headers: split, read, edit, re-encode.
+
+Built for a proxy's hot path:
+
+* `split_batches` only reads the 61-byte batch headers and copies nothing: batches are views
+  into the records field. Nothing inside a batch is decoded until someone asks:
+  `RecordBatch.iter_headers()` (read-only scan, no objects) or `RecordBatch.records`.
+* A batch nobody changed goes out as its original bytes (`to_bytes` returns `raw`).
+* When only headers of a record changed, the record is re-encoded by splicing: the original
+  bytes from its attributes through its value are reused as one slice, followed by the new
+  headers, behind a fresh length varint. When headers were only appended, the original header
+  bytes are reused as well. Runs of unchanged records are copied as one slice.
+* Header work never touches record count, offset deltas, producer id/epoch, base sequence or
+  flags, so idempotent and transactional producers keep working.
+
+Decoders are safe on hostile input: any malformed, truncated or oversized data raises
+`CodecError`, loops are bounded by the input length, and nothing allocates in proportion to a
+length field before checking that field against the bytes actually present. Decompression is
+capped by `max_decompressed` (see `protocol.compression`).
+
+Varints are decoded inline (one- and two-byte forms) rather than through shared helpers: a
+function call per field would dominate the cost of scanning a record in Python.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from crc32c import crc32c
+
+from protocol.compression import DEFAULT_MAX_DECOMPRESSED, NONE, compress, decompress
+from protocol.errors import CodecError
+
+__all__ = [
+    "HEADER_SIZE",
+    "Header",
+    "ReadOnlyRecordError",
+    "Record",
+    "RecordBatch",
+    "build_batch",
+    "join_batches",
+    "split_batches",
+]
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+# The part covered by the CRC: attributes .. recordCount.
+_CRC_PART = struct.Struct(">hiqqqhii")
+_PREFIX = struct.Struct(">qiibI")
+HEADER_SIZE = _HEADER.size  # 61
+_CRC_START = 21  # offset of attributes
+_LENGTH_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
+_MIN_BATCH_LENGTH = HEADER_SIZE - _LENGTH_OVERHEAD  # 49
+_LEGACY_MIN_LENGTH = 14  # smallest magic 0 message after the offset and size fields
+
+_CODEC_MASK = 0x07
+_TIMESTAMP_TYPE = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_DELETE_HORIZON = 0x40
+
+
+class ReadOnlyRecordError(TypeError):
+    """Raised when a caller tries to change the records of a control batch.
+
+    Control records (transaction markers, leader-change records) are the broker's own
+    bookkeeping; a client that saw an edited one would misread transaction state.
+    """
+
+
+# --- varints --------------------------------------------------------------------------------------
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """General unsigned varint decode; the callers inline the one-byte case."""
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise CodecError("varint longer than 10 bytes")
+
+
+def _skip_varint(buf: bytes, pos: int) -> int:
+    """Position after the varint at `pos`, rejecting overlong ones like Java does."""
+    stop = pos + 10
+    while buf[pos] & 0x80:
+        pos += 1
+        if pos >= stop:
+            raise CodecError("varint longer than 10 bytes")
+    return pos + 1
+
+
+def _zigzag_varint(n: int) -> bytes:
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+# Zigzag varints of 0 .. 8191 (every one- and two-byte encoding of a non-negative length).
+_VARINT_TABLE = 8192
+_VARINTS = [_zigzag_varint(n) for n in range(_VARINT_TABLE)]
+_MINUS_ONE = b"\x01"
+
+
+def _varint(n: int) -> bytes:
+    if 0 <= n < _VARINT_TABLE:
+        return _VARINTS[n]
+    return _zigzag_varint(n)
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    n, pos = _read_uvarint(buf, pos)
+    return (n >> 1) ^ -(n & 1), pos
+
+
+# --- records --------------------------------------------------------------------------------------
+
+Header = tuple[str, bytes | None]
+
+
+class Record:
+    """One record of a batch.
+
+    A parsed record keeps only its position in the batch payload and its headers; key, value
+    and the deltas are decoded on first access. `attributes`, `timestamp_delta` and
+    `offset_delta` are read-only: a proxy must not renumber records. Assigning `key`, `value`
+    or `headers` (or editing the `headers` list in place) makes the record, and its batch,
+    modified when the content differs from the original.
+    """
+
+    __slots__ = ("_src", "_start", "_hpos", "_end", "_hdr0", "_headers", "_fields", "_dirty")
+
+    def __init__(
+        self,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: Iterable[Header] | None = None,
+        *,
+        timestamp_delta: int = 0,
+        offset_delta: int = 0,
+        attributes: int = 0,
+    ) -> None:
+        self._src = None
+        self._start = self._hpos = self._end = 0
+        self._hdr0 = ()
+        self._headers = list(headers) if headers is not None else []
+        self._fields = [
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            _opt_bytes(key),
+            _opt_bytes(value),
+        ]
+        self._dirty = True
+
+    # Fields other than headers are decoded lazily: most interceptors only look at headers.
+    def _load_fields(self) -> list:
+        buf = self._src
+        pos = _skip_varint(buf, self._start)  # record length
+        attributes = buf[pos]
+        if attributes > 127:
+            attributes -= 256
+        timestamp_delta, pos = _read_varint(buf, pos + 1)
+        offset_delta, pos = _read_varint(buf, pos)
+        klen, pos = _read_varint(buf, pos)
+        key = None if klen < 0 else buf[pos : pos + klen]
+        pos += max(klen, 0)
+        vlen, pos = _read_varint(buf, pos)
+        value = None if vlen < 0 else buf[pos : pos + vlen]
+        self._fields = fields = [attributes, timestamp_delta, offset_delta, key, value]
+        return fields
+
+    @property
+    def attributes(self) -> int:
+        return (self._fields or self._load_fields())[0]
+
+    @property
+    def timestamp_delta(self) -> int:
+        return (self._fields or self._load_fields())[1]
+
+    @property
+    def offset_delta(self) -> int:
+        return (self._fields or self._load_fields())[2]
+
+    @property
+    def key(self) -> bytes | None:
+        return (self._fields or self._load_fields())[3]
+
+    @key.setter
+    def key(self, key: bytes | None) -> None:
+        key = _opt_bytes(key)
+        fields = self._fields or self._load_fields()
+        if key != fields[3]:
+            fields[3] = key
+            self._dirty = True
+
+    @property
+    def value(self) -> bytes | None:
+        return (self._fields or self._load_fields())[4]
+
+    @value.setter
+    def value(self, value: bytes | None) -> None:
+        value = _opt_bytes(value)
+        fields = self._fields or self._load_fields()
+        if value != fields[4]:
+            fields[4] = value
+            self._dirty = True
+
+    @property
+    def headers(self) -> list[Header]:
+        """The headers in wire order; keys may repeat. Editing the list in place is allowed."""
+        headers = self._headers
+        if headers is None:
+            self._headers = headers = list(self._hdr0)
+        return headers
+
+    @headers.setter
+    def headers(self, headers: Iterable[Header]) -> None:
+        self._headers = list(headers)
+
+    @property
+    def modified(self) -> bool:
+        if self._dirty:
+            return True
+        headers = self._headers
+        return headers is not None and headers != self._hdr0
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return (self._fields or self._load_fields()) == (
+            other._fields or other._load_fields()
+        ) and self.headers == other.headers
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        a, ts, off, key, value = self._fields or self._load_fields()
+        return (
+            f"Record(offset_delta={off}, timestamp_delta={ts}, key={key!r}, value={value!r}, "
+            f"headers={self.headers!r})"
+        )
+
+    def _encode(self) -> bytes:
+        """The complete record (length varint included) from its fields."""
+        attributes, ts, off, key, value = self._fields or self._load_fields()
+        parts = [bytes((attributes & 0xFF,)), _zigzag_varint(ts), _zigzag_varint(off)]
+        for data in (key, value):
+            if data is None:
+                parts.append(_MINUS_ONE)
+            else:
+                parts.append(_varint(len(data)))
+                parts.append(data)
+        _encode_headers(self.headers, parts)
+        body = b"".join(parts)
+        return _varint(len(body)) + body
+
+
+class _ControlRecord(Record):
+    """A record of a control batch: readable like any record, never writable."""
+
+    __slots__ = ()
+
+    def _refuse(self, _value: object) -> None:
+        raise ReadOnlyRecordError("records of a control batch cannot be changed")
+
+    key = property(Record.key.fget, _refuse)
+    value = property(Record.value.fget, _refuse)
+    headers = property(Record.headers.fget, _refuse)
+
+
+def _opt_bytes(data: object) -> bytes | None:
+    if data is None or type(data) is bytes:
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"expected bytes or None, not {type(data).__name__}")
+
+
+def _encode_headers(headers: list[Header], parts: list) -> None:
+    """Append the header count and headers to `parts`."""
+    append = parts.append
+    append(_varint(len(headers)))
+    for key, value in headers:
+        if type(key) is not str:
+            raise TypeError(f"header key must be str, not {type(key).__name__}")
+        # surrogateescape mirrors the decoder, so keys that were not valid UTF-8 round-trip.
+        kb = key.encode("utf-8", "surrogateescape")
+        n = len(kb)
+        append(_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n))
+        append(kb)
+        if value is None:
+            append(_MINUS_ONE)
+        else:
+            if type(value) is not bytes:
+                value = _opt_bytes(value)
+            n = len(value)
+            append(_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n))
+            append(value)
+
+
+def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: bool) -> list:
+    """Walk the records in buf[pos:end].
+
+    Returns Record objects when `objects`, else just each record's header list (the read-only
+    scan). Every length is checked against the record's own bounds, so a record can never
+    read into its neighbour and a forged length cannot make us slice beyond the input.
+    """
+    out: list = []
+    append = out.append
+    cls = _ControlRecord if control else Record
+    new = object.__new__
+    try:
+        while pos < end:
+            rstart = pos
+            # Varints below: one- and two-byte forms inline, longer ones via _read_uvarint.
+            # Lengths are zigzag: even b is b >> 1, b == 1 is -1 (null), other odd b invalid.
+            # record length
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | buf[pos + 1] << 7
+                pos += 2
+            else:
+                b, pos = _read_uvarint(buf, pos)
+            rend = pos + (b >> 1)
+            if b & 1 or b == 0 or rend > end:
+                raise CodecError("record length out of range")
+            # attributes, then timestampDelta and offsetDelta (skipped: decoded lazily)
+            pos += 1
+            if buf[pos] < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                pos += 2
+            else:
+                pos = _skip_varint(buf, pos)
+            if buf[pos] < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                pos += 2
+            else:
+                pos = _skip_varint(buf, pos)
+            # key
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | buf[pos + 1] << 7
+                pos += 2
+            else:
+                b, pos = _read_uvarint(buf, pos)
+            if b & 1:
+                if b != 1:
+                    raise CodecError("negative key length")
+            else:
+                pos += b >> 1
+            # value
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1
+            elif buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | buf[pos + 1] << 7
+                pos += 2
+            else:
+                b, pos = _read_uvarint(buf, pos)
+            if b & 1:
+                if b != 1:
+                    raise CodecError("negative value length")
+            else:
+                pos += b >> 1
+            hpos = pos
+            # header count
+            b = buf[pos]
+            if b < 0x80:
+                pos += 1
+            else:
+                b, pos = _read_uvarint(buf, pos)
+            headers: list = []
+            if b:
+                # Each header takes at least two bytes, which bounds the loop by the input.
+                if b & 1 or b >> 1 > (rend - pos) >> 1:
+                    raise CodecError("header count out of range")
+                for _ in range(b >> 1):
+                    b = buf[pos]
+                    if b < 0x80:
+                        pos += 1
+                    else:
+                        b, pos = _read_uvarint(buf, pos)
+                    if b & 1:
+                        raise CodecError("negative header key length")
+                    kend = pos + (b >> 1)
+                    key = buf[pos:kend].decode("utf-8", "surrogateescape")
+                    b = buf[kend]
+                    if b < 0x80:
+                        pos = kend + 1
+                    elif buf[kend + 1] < 0x80:
+                        b = (b & 0x7F) | buf[kend + 1] << 7
+                        pos = kend + 2
+                    else:
+                        b, pos = _read_uvarint(buf, kend)
+                    if b & 1:
+                        if b != 1:
+                            raise CodecError("negative header value length")
+                        headers.append((key, None))
+                    else:
+                        vend = pos + (b >> 1)
+                        headers.append((key, buf[pos:vend]))
+                        pos = vend
+            if pos != rend:
+                raise CodecError("record length does not match its fields")
+            if objects:
+                rec = new(cls)
+                rec._src = buf
+                rec._start = rstart
+                rec._hpos = hpos
+                rec._end = rend
+                rec._hdr0 = headers
+                rec._headers = None
+                rec._fields = None
+                rec._dirty = False
+                append(rec)
+            else:
+                append(headers)
+    except IndexError:
+        raise CodecError("truncated record") from None
+    if len(out) != count:
+        raise CodecError(f"batch declares {count} records but holds {len(out)}")
+    return out
+
+
+def _encode_parsed(records: list[Record], parts: list) -> bool:
+    """Append the wire form of parsed records to `parts`; return whether anything changed.
+
+    Unchanged records are copied as runs of original bytes. A record whose headers changed is
+    spliced: its bytes from attributes through the value are reused as one slice, then come
+    the new header count and headers, behind a recomputed length varint. When headers were
+    only appended, the original header bytes are reused too and only the new ones encoded.
+    """
+    changed = False
+    run_src = None
+    run_start = run_end = 0
+    append = parts.append
+    table = _VARINTS
+    view = view_src = None
+    for rec in records:
+        src = rec._src
+        if rec._dirty:
+            changed = True
+            if run_src is not None:
+                append(run_src[run_start:run_end])
+                run_src = None
+            append(rec._encode())
+            continue
+        headers = rec._headers
+        old = rec._hdr0
+        if headers is None or headers == old:
+            if src is run_src and rec._start == run_end:
+                run_end = rec._end
+            else:
+                if run_src is not None:
+                    append(run_src[run_start:run_end])
+                run_src = src
+                run_start = rec._start
+                run_end = rec._end
+            continue
+        changed = True
+        if run_src is not None:
+            append(run_src[run_start:run_end])
+            run_src = None
+        if src is not view_src:
+            view_src = src
+            view = memoryview(src)
+        start = rec._start
+        if src[start] < 0x80:
+            body = start + 1
+        elif src[start + 1] < 0x80:
+            body = start + 2
+        else:
+            body = _skip_varint(src, start)
+        hpos = rec._hpos
+        # The length varint comes first but depends on what follows: reserve its slot.
+        slot = len(parts)
+        append(None)
+        append(view[body:hpos])
+        count = len(headers)
+        piece = table[count] if count < _VARINT_TABLE else _zigzag_varint(count)
+        append(piece)
+        n = hpos - body + len(piece)
+        kept = len(old)
+        if kept and headers[:kept] == old:
+            first = hpos + 1 if src[hpos] < 0x80 else _skip_varint(src, hpos)
+            append(view[first : rec._end])
+            n += rec._end - first
+            headers = headers[kept:]
+        for key, value in headers:
+            if type(key) is not str:
+                raise TypeError(f"header key must be str, not {type(key).__name__}")
+            # surrogateescape mirrors the decoder, so keys that were not UTF-8 round-trip.
+            key = key.encode("utf-8", "surrogateescape")
+            count = len(key)
+            piece = table[count] if count < _VARINT_TABLE else _zigzag_varint(count)
+            append(piece)
+            append(key)
+            n += len(piece) + count
+            if value is None:
+                append(_MINUS_ONE)
+                n += 1
+            else:
+                if type(value) is not bytes:
+                    value = _opt_bytes(value)
+                count = len(value)
+                piece = table[count] if count < _VARINT_TABLE else _zigzag_varint(count)
+                append(piece)
+                append(value)
+                n += len(piece) + count
+        parts[slot] = table[n] if n < _VARINT_TABLE else _zigzag_varint(n)
+    if run_src is not None:
+        append(run_src[run_start:run_end])
+    return changed
+
+
+# --- batches --------------------------------------------------------------------------------------
+
+
+class RecordBatch:
+    """A view of one magic-2 record batch inside a larger buffer (no copy is made).
+
+    Header fields are plain attributes, read-only by convention: `to_bytes` writes them as
+    they were parsed (only `record_count` moves, through `remove_records`).
+    """
+
+    __slots__ = (
+        "_data",
+        "_offset",
+        "_size",
+        "base_offset",
+        "batch_length",
+        "partition_leader_epoch",
+        "magic",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "record_count",
+        "max_decompressed",
+        "_records",
+        "_body",
+        "_removed",
+    )
+
+    def __init__(
+        self,
+        data: bytes,
+        offset: int = 0,
+        size: int | None = None,
+        *,
+        max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    ) -> None:
+        """The batch at data[offset:offset + size] (by default, all of `data`)."""
+        if type(data) is not bytes:
+            data = bytes(data)
+        if size is None:
+            size = len(data) - offset
+        if offset < 0 or size < HEADER_SIZE or offset + size > len(data):
+            raise CodecError("record batch shorter than its header")
+        (
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.record_count,
+        ) = _HEADER.unpack_from(data, offset)
+        if self.magic != 2:
+            raise CodecError(f"record batch magic {self.magic}, expected 2")
+        if self.batch_length + _LENGTH_OVERHEAD != size:
+            raise CodecError("batch length does not match the data")
+        if self.record_count < 0:
+            raise CodecError("negative record count")
+        self._data = data
+        self._offset = offset
+        self._size = size
+        self.max_decompressed = max_decompressed
+        self._records: list[Record] | None = None
+        self._body: bytes | None = None
+        self._removed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordBatch(base_offset={self.base_offset}, records={self.record_count}, "
+            f"compression={self.compression}, size={self._size})"
+        )
+
+    @property
+    def raw(self) -> bytes:
+        """The batch exactly as received."""
+        data = self._data
+        if self._offset == 0 and self._size == len(data):
+            return data
+        return data[self._offset : self._offset + self._size]
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return (self.attributes & _TIMESTAMP_TYPE) >> 3
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & _DELETE_HORIZON)
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    def crc_is_valid(self) -> bool:
+        start = self._offset
+        return crc32c(memoryview(self._data)[start + _CRC_START : start + self._size]) == self.crc
+
+    def _records_section(self) -> tuple[bytes, int, int]:
+        """(buffer, start, end) of the uncompressed records, checking the CRC first.
+
+        The CRC is checked before any record is read so a corrupted batch is never edited
+        and re-sealed with a fresh, valid CRC.
+        """
+        body = self._body
+        start = self._offset + HEADER_SIZE
+        end = self._offset + self._size
+        if body is None:
+            if not self.crc_is_valid():
+                raise CodecError("record batch CRC mismatch")
+            if self.compression == NONE:
+                self._body = body = self._data
+            elif self.record_count == 0:
+                # Like Java, an empty batch's payload is never decompressed (there may be none).
+                self._body = body = b""
+            else:
+                self._body = body = decompress(
+                    self.compression, memoryview(self._data)[start:end], self.max_decompressed
+                )
+        if body is self._data:
+            return body, start, end
+        return body, 0, len(body)
+
+    @property
+    def records(self) -> list[Record]:
+        """The records, decompressed and parsed on first access.
+
+        Do not add to or remove from this list; use `remove_records`.
+        """
+        records = self._records
+        if records is None:
+            buf, start, end = self._records_section()
+            self._records = records = _parse(
+                buf, start, end, self.record_count, self.is_control, True
+            )
+        return records
+
+    def iter_headers(self) -> Iterator[list[Header]]:
+        """Each record's headers, in order, without building Record objects.
+
+        The read-only fast path: a chain that only inspects headers pays for a scan, not for
+        objects. Reflects edits once `records` has been used.
+        """
+        if self._records is not None:
+            return (rec.headers for rec in self._records)
+        buf, start, end = self._records_section()
+        return iter(_parse(buf, start, end, self.record_count, self.is_control, False))
+
+    @property
+    def modified(self) -> bool:
+        if self._removed:
+            return True
+        records = self._records
+        return records is not None and any(rec.modified for rec in records)
+
+    def remove_records(self, predicate: Callable[[Record], bool]) -> int:
+        """Drop the records for which `predicate` is true; return how many were dropped.
+
+        For the fetch path. Base offset and lastOffsetDelta stay, so the remaining offsets keep
+        their meaning and consumers step over the gap, as after log compaction. A batch emptied
+        this way stays as a header with no records (again as compaction leaves it). Not for the
+        produce path: the broker checks an idempotent producer's sequence against the count.
+        """
+        if self.is_control:
+            raise ReadOnlyRecordError("records of a control batch cannot be removed")
+        records = self.records
+        kept = [rec for rec in records if not predicate(rec)]
+        dropped = len(records) - len(kept)
+        if dropped:
+            records[:] = kept
+            self.record_count -= dropped
+            self._removed = True
+        return dropped
+
+    def to_bytes(self, *, level: int | None = None) -> bytes:
+        """The batch on the wire: the original bytes when nothing changed, else re-encoded.
+
+        Re-encoding keeps the codec and every header field, recomputes batchLength and CRC.
+        """
+        parts = self._reencode(level)
+        return self.raw if parts is None else b"".join(parts)
+
+    def _wire(self, out: list) -> None:
+        """Append the batch to `out` as pieces for one final join: no intermediate copies."""
+        parts = self._reencode(None)
+        if parts is None:
+            out.append(memoryview(self._data)[self._offset : self._offset + self._size])
+        else:
+            out += parts
+
+    def _reencode(self, level: int | None) -> list | None:
+        """The re-encoded batch as pieces to join, or None when it is unchanged."""
+        records = self._records
+        if records is None:
+            return None
+        if len(records) != self.record_count:
+            raise ValueError("records list was changed directly; use remove_records")
+        parts: list = []
+        changed = _encode_parsed(records, parts)
+        if not changed and not self._removed:
+            return None
+        if changed and self.is_control:
+            raise ReadOnlyRecordError("records of a control batch cannot be changed")
+        attributes = self.attributes
+        codec = attributes & _CODEC_MASK
+        if not records:
+            # Like the log cleaner's empty batches: no payload, so no codec to apply.
+            attributes &= ~_CODEC_MASK
+            payload = b""
+        elif codec == NONE:
+            payload = b"".join(parts)
+        else:
+            payload = compress(codec, b"".join(parts), level)
+        return _seal(
+            self.base_offset,
+            self.partition_leader_epoch,
+            _CRC_PART.pack(
+                attributes,
+                self.last_offset_delta,
+                self.base_timestamp,
+                self.max_timestamp,
+                self.producer_id,
+                self.producer_epoch,
+                self.base_sequence,
+                len(records),
+            ),
+            payload,
+        )
+
+
+def _seal(base_offset: int, leader_epoch: int, crc_part: bytes, payload: bytes) -> list:
+    """The pieces of a batch: prefix (with length and CRC), CRC-covered header, payload."""
+    crc = crc32c(payload, crc32c(crc_part))
+    length = _MIN_BATCH_LENGTH + len(payload)
+    return [_PREFIX.pack(base_offset, length, leader_epoch, 2, crc), crc_part, payload]
+
+
+# --- framing --------------------------------------------------------------------------------------
+
+
+def split_batches(
+    data: bytes | memoryview, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+) -> list[RecordBatch | bytes]:
+    """Cut a Produce/Fetch `records` field into batches.
+
+    Magic-2 batches become `RecordBatch` views. Legacy (magic 0/1) message sets and a trailing
+    partial batch, which Fetch responses may end with, come back as raw bytes, untouched.
+    """
+    if type(data) is not bytes:
+        data = bytes(data)  # one copy up front; batches are then views into it
+    parts: list[RecordBatch | bytes] = []
+    n = len(data)
+    pos = 0
+    legacy_start = -1
+    while pos < n:
+        if n - pos < 17:  # not even the magic byte: a partial batch
+            break
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        if length < _LEGACY_MIN_LENGTH:
+            raise CodecError("record batch length out of range")
+        size = _LENGTH_OVERHEAD + length
+        if size > n - pos:
+            break
+        magic = data[pos + 16]
+        if magic == 2:
+            if legacy_start >= 0:
+                parts.append(data[legacy_start:pos])
+                legacy_start = -1
+            parts.append(RecordBatch(data, pos, size, max_decompressed=max_decompressed))
+        elif magic < 2:
+            if legacy_start < 0:
+                legacy_start = pos
+        else:
+            raise CodecError(f"unknown record batch magic {magic}")
+        pos += size
+    if legacy_start >= 0:
+        parts.append(data[legacy_start:pos])
+    if pos < n:
+        parts.append(data[pos:])
+    return parts
+
+
+def join_batches(parts: Iterable[RecordBatch | bytes]) -> bytes:
+    """The `records` field for a list from `split_batches`, after any edits."""
+    out: list = []
+    for part in parts:
+        if isinstance(part, RecordBatch):
+            part._wire(out)
+        else:
+            out.append(part)
+    return b"".join(out)
+
+
+# --- building -------------------------------------------------------------------------------------
+
+
+def build_batch(
+    records: Iterable[Record],
+    *,
+    compression: int = NONE,
+    base_offset: int = 0,
+    base_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+    partition_leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    timestamp_type: int = 0,
+    assign_offsets: bool = True,
+    last_offset_delta: int | None = None,
+    level: int | None = None,
+) -> bytes:
+    """Encode a batch from scratch, as a producer would.
+
+    With `assign_offsets` each record gets offset delta = its position; otherwise the records'
+    own `offset_delta` values are kept (to build batches with gaps, as after compaction).
+    `base_timestamp` defaults to now; `max_timestamp` and `last_offset_delta` default to what
+    the records imply.
+    """
+    records = list(records)
+    if base_timestamp is None:
+        base_timestamp = time.time_ns() // 1_000_000
+    encoded = []
+    max_delta = -1
+    max_ts_delta = 0
+    for i, rec in enumerate(records):
+        attributes, ts, off, key, value = rec._fields or rec._load_fields()
+        if assign_offsets:
+            off = i
+        max_delta = max(max_delta, off)
+        max_ts_delta = max(max_ts_delta, ts)
+        copy = Record(
+            key, value, rec.headers, timestamp_delta=ts, offset_delta=off, attributes=attributes
+        )
+        encoded.append(copy._encode())
+    if last_offset_delta is None:
+        last_offset_delta = max(max_delta, 0)
+    if max_timestamp is None:
+        max_timestamp = base_timestamp + max_ts_delta
+    attributes = compression & _CODEC_MASK
+    attributes |= _TIMESTAMP_TYPE if timestamp_type else 0
+    attributes |= _TRANSACTIONAL if is_transactional else 0
+    attributes |= _CONTROL if is_control else 0
+    payload = b"".join(encoded)
+    if compression != NONE:
+        payload = compress(compression, payload, level)
+    crc_part = _CRC_PART.pack(
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    return b"".join(_seal(base_offset, partition_leader_epoch, crc_part, payload))

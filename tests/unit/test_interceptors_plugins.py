@@ -1,0 +1,133 @@
+"""Plugins found through the ``herald.interceptors`` entry-point group.
+
+Each test installs a tiny distribution the way pip would (a module plus a ``.dist-info`` with
+``entry_points.txt``) into a temporary directory and puts that directory on sys.path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from interceptors import ConfigError, ConnectionInfo, build_chains
+from interceptors.plugins import Registry, discover
+from interceptors.testing import make_batch
+
+PLUGIN = '''
+from dataclasses import dataclass
+
+from interceptors import Interceptor
+
+
+@dataclass
+class TenantConfig:
+    tenant: str
+    header: str = "tenant"
+
+    def __post_init__(self):
+        from interceptors import InvalidConfig
+        if not self.tenant.isidentifier():
+            raise InvalidConfig("tenant", "must be an identifier")
+
+
+class TenantTag(Interceptor):
+    Config = TenantConfig
+
+    def __init__(self, config, env):
+        super().__init__(config, env)
+        self._value = config.tenant.encode()
+
+    def on_record(self, ctx, headers):
+        headers.set(self.config.header, self._value)
+        self.stats.count("tagged")
+
+
+class NotAnInterceptor:
+    pass
+
+
+class NoConfigDataclass(Interceptor):
+    Config = dict
+
+    def on_record(self, ctx, headers):
+        return None
+'''
+
+
+def install(tmp_path: Path, monkeypatch, name: str, entry_points: str, module: str) -> None:
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / f"{name}.py").write_text(textwrap.dedent(module))
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+
+
+@pytest.fixture
+def tenant_plugin(tmp_path, monkeypatch):
+    install(tmp_path, monkeypatch, "herald_tenant_plugin", """
+        [herald.interceptors]
+        tenant_tag = herald_tenant_plugin:TenantTag
+        not_interceptor = herald_tenant_plugin:NotAnInterceptor
+        bad_config = herald_tenant_plugin:NoConfigDataclass
+        missing = herald_tenant_plugin:DoesNotExist
+        broken = herald_no_such_module:Thing
+        audit = herald_tenant_plugin:TenantTag
+    """, PLUGIN)
+    yield
+    sys.modules.pop("herald_tenant_plugin", None)
+
+
+def test_plugin_is_discovered_configured_and_run(tenant_plugin):
+    chains = build_chains({"produce": [{"type": "tenant_tag", "tenant": "acme",
+                                        "topics": ["prefix:acme."]}]})
+    b = make_batch([(None, b"v", [])])
+    assert chains.produce.process("acme.orders", 0, [b], ConnectionInfo()).ok
+    assert b.records[0].headers == [("tenant", b"acme")]
+    assert chains.produce.stats.members["tenant_tag"].events == {"tagged": 1}
+
+
+def test_plugin_config_is_validated_like_a_builtin(tenant_plugin):
+    with pytest.raises(ConfigError, match=r"produce\[0\]\.tenant: required"):
+        build_chains({"produce": [{"type": "tenant_tag"}]})
+    with pytest.raises(ConfigError, match=r"produce\[0\]\.tenant: must be an identifier"):
+        build_chains({"produce": [{"type": "tenant_tag", "tenant": "a b"}]})
+    with pytest.raises(ConfigError, match=r"produce\[0\]\.colour: unknown key"):
+        build_chains({"produce": [{"type": "tenant_tag", "tenant": "a", "colour": "red"}]})
+
+
+@pytest.mark.parametrize(
+    ("type_name", "message"),
+    [
+        ("not_interceptor", "is not a subclass of interceptors.Interceptor"),
+        ("bad_config", "Config must be a dataclass"),
+        ("missing", "failed to load: AttributeError"),
+        ("broken", "failed to load: ModuleNotFoundError"),
+    ],
+)
+def test_bad_plugins_fail_the_config_check_with_the_reason(tenant_plugin, type_name, message):
+    with pytest.raises(ConfigError) as info:
+        build_chains({"produce": [{"type": type_name}]})
+    text = str(info.value)
+    assert text.startswith("interceptors.produce[0].type: plugin ") and message in text
+
+
+def test_unused_broken_plugins_do_not_matter_and_builtins_win(tenant_plugin, caplog):
+    names = Registry().names()
+    assert "tenant_tag" in names and "broken" in names
+    assert "audit" not in discover()  # a plugin cannot replace a built-in
+    assert "is a built-in interceptor" in caplog.text
+    chains = build_chains({"produce": [{"type": "audit"}]})
+    assert type(chains.produce.members[0].interceptor).__name__ == "Audit"
+
+
+def test_unknown_type_lists_plugins_too(tenant_plugin):
+    with pytest.raises(ConfigError, match=r"unknown interceptor 'nope' \(known: .*tenant_tag"):
+        build_chains({"fetch": [{"type": "nope"}]})
