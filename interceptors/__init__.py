@@ -1,0 +1,50 @@
+"""Herald's interceptor layer: pure code (no I/O) that reads and writes record headers.
+
+The proxy builds the chains once from the configuration and calls them per partition::
+
+    chains = build_chains(config["interceptors"], ProxyInfo(instance_id="herald-1"))
+    outcome = chains.produce.process(topic, partition, batches, conn)
+    chains.fetch.process(topic, partition, batches, conn)
+
+Plugin authors subclass `Interceptor`; see docs/interceptors.md.
+"""
+
+from interceptors.api import DROP, KEEP, Interceptor, NoConfig, Verdict
+from interceptors.chain import ChainMember, Chains, FetchChain, PartitionOutcome, ProduceChain
+from interceptors.config import build_chains
+from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext, TraceInfo
+from interceptors.errors import (
+    INVALID_RECORD,
+    UNKNOWN_SERVER_ERROR,
+    ConfigError,
+    InvalidConfig,
+    RejectRecord,
+)
+from interceptors.headers import Headers
+from interceptors.stats import ChainStats, MemberStats
+
+__all__ = [
+    "DROP",
+    "INVALID_RECORD",
+    "KEEP",
+    "UNKNOWN_SERVER_ERROR",
+    "ChainMember",
+    "ChainStats",
+    "Chains",
+    "ConfigError",
+    "ConnectionInfo",
+    "FetchChain",
+    "Headers",
+    "Interceptor",
+    "InvalidConfig",
+    "MemberStats",
+    "NoConfig",
+    "PartitionOutcome",
+    "ProduceChain",
+    "ProxyInfo",
+    "RecordContext",
+    "RejectRecord",
+    "TraceInfo",
+    "Verdict",
+    "build_chains",
+]

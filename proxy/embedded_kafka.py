@@ -191,7 +191,7 @@ class KafkaCluster:
                 ["java", f"-Xmx{self.heap}", "-Xms256m", *flags, "-cp", cp, "kafka.Kafka",
                  str(node.folder / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -216,6 +216,16 @@ class KafkaCluster:
                 raise KafkaStartError(f"brokers not ready after {timeout:.0f}s:\n{tails}")
             if pending:
                 time.sleep(0.2)
+
+
+def _die_with_parent() -> None:
+    """Linux: the broker gets SIGTERM if the process that started it dies without cleanup."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except OSError:
+        pass
 
 
 def _cluster_id() -> str:

@@ -16,11 +16,13 @@ import trio
 
 from proxy import wire
 from proxy.address_rewrite import AddressRewriter
+from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
 from proxy.config import HostPort, ProxyConfig
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
+from proxy.metrics import Metrics
 from proxy.session import Session
 from proxy.topic_ids import TopicIdLearner, TopicIds
 
@@ -32,6 +34,8 @@ BOOTSTRAP = "bootstrap"
 class Proxy:
     def __init__(self, config: ProxyConfig, extra_filters: list[Filter] | None = None) -> None:
         self.config = config
+        self.metrics = Metrics()
+        self.upstream_reachable = False
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
         self.topic_ids = TopicIds()
         self.chain = FilterChain([
@@ -41,6 +45,7 @@ class Proxy:
             *(extra_filters or []),
         ])
         self.sessions: set[Session] = set()
+        self.admin_port: int | None = None
         self._listener_scopes: list[trio.CancelScope] = []
         self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
@@ -57,7 +62,11 @@ class Proxy:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 await self._listen(BOOTSTRAP, self.config.listen.bootstrap.port)
-                await self.refresh_brokers()
+                if self.config.admin.bind is not None:
+                    admin = AdminServer(self.config.admin.bind, self.metrics, self.readiness)
+                    self.admin_port = await nursery.start(admin.serve)
+                self.upstream_reachable = await self.refresh_brokers()
+                nursery.start_soon(self._watch_upstream)
                 self.ready.set()
                 if on_ready is not None:
                     on_ready(self)
@@ -72,6 +81,24 @@ class Proxy:
                 log.warning("shutdown_grace_expired", open_sessions=len(self.sessions))
             sessions.cancel_scope.cancel()
 
+    def readiness(self) -> tuple[bool, str]:
+        """Ready: listeners bound, the upstream cluster answered lately, and not draining."""
+        if self._stopping:
+            return False, "draining"
+        if not self.ready.is_set():
+            return False, "starting"
+        if not self.upstream_reachable:
+            return False, "upstream unreachable"
+        return True, "ready"
+
+    async def _watch_upstream(self, period: float = 2.0) -> None:
+        while True:
+            await trio.sleep(period)
+            ok = await self.refresh_brokers()
+            if ok != self.upstream_reachable:
+                log.warning("upstream_state", reachable=ok)
+            self.upstream_reachable = ok
+
     def stop(self) -> None:
         """Stop accepting connections and begin draining (idempotent)."""
         if self._stopping:
@@ -82,10 +109,10 @@ class Proxy:
             self._nursery.cancel_scope.cancel()
 
     async def handle_signals(self) -> None:
+        """The first SIGTERM/SIGINT drains; later ones are absorbed so draining can finish."""
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 self.stop()
-                return
 
     # ---- listeners ---------------------------------------------------------------------------
 
@@ -118,6 +145,15 @@ class Proxy:
     # ---- connections ------------------------------------------------------------------------
 
     async def _handle(self, client: trio.SocketStream, target: str) -> None:
+        m = self.metrics
+        m.connections_total.labels("client").inc()
+        m.connections_active.labels("client").inc()
+        try:
+            await self._serve_client(client, target)
+        finally:
+            m.connections_active.labels("client").dec()
+
+    async def _serve_client(self, client: trio.SocketStream, target: str) -> None:
         peer = _peer(client)
         upstream_addrs = await self._upstream_for(target)
         upstream = await self._connect(upstream_addrs)
@@ -127,10 +163,13 @@ class Proxy:
             await client.aclose()
             return
         stream, address = upstream
+        m = self.metrics
+        m.connections_total.labels("upstream").inc()
+        m.connections_active.labels("upstream").inc()
         ctx = SessionContext(client_address=peer, listener=target, upstream_address=address)
         session = Session(
             client, stream, ctx, self.chain,
-            self.config.limits.max_frame_bytes, self.config.limits.max_in_flight,
+            self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)
@@ -138,6 +177,7 @@ class Proxy:
             await session.run()
         finally:
             self.sessions.discard(session)
+            m.connections_active.labels("upstream").dec()
 
     async def _upstream_for(self, target: str) -> list[HostPort]:
         if target == BOOTSTRAP:

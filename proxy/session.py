@@ -21,6 +21,7 @@ from protocol.framing import FrameDecoder, FrameTooLarge
 from proxy import wire
 from proxy.filters import FilterChain, SessionContext
 from proxy.logs import get_logger
+from proxy.metrics import ApiMetrics, Metrics
 
 log = get_logger("session")
 
@@ -40,7 +41,9 @@ class SessionClosed(Exception):
 class InFlight:
     api_key: int
     api_version: int
-    started: float
+    received: float
+    metrics: ApiMetrics
+    sent: float = 0.0
 
 
 class Session:
@@ -54,8 +57,14 @@ class Session:
         chain: FilterChain,
         max_frame_bytes: int,
         max_in_flight: int,
+        metrics: Metrics,
     ) -> None:
         self.client = client
+        self.metrics = metrics
+        self._bytes_in = metrics.bytes.labels("client_to_proxy")
+        self._bytes_up = metrics.bytes.labels("proxy_to_upstream")
+        self._bytes_down = metrics.bytes.labels("upstream_to_proxy")
+        self._bytes_out = metrics.bytes.labels("proxy_to_client")
         self.upstream = upstream
         self.ctx = ctx
         self.chain = chain
@@ -134,42 +143,70 @@ class Session:
                     # The client half-closed; let outstanding responses reach it.
                     await self._idle.wait()
                 raise SessionClosed("client closed the connection")
+            self._bytes_in.inc(len(data))
             decoder.feed(data)
             try:
                 frames = decoder.frames()
             except FrameTooLarge as exc:
+                self.metrics.frames_refused.labels("too_large").inc()
                 raise SessionClosed(f"frame too large: {exc}", "warning") from None
+            except CodecError as exc:
+                self.metrics.frames_refused.labels("malformed").inc()
+                raise SessionClosed(f"malformed frame: {exc}", "warning") from None
             out: list[bytes] = []
+            entries: list[InFlight] = []
             for payload in frames:
                 if out and self._slots.value == 0:
                     # About to wait for a free slot: what is queued must go out first, or
                     # the responses that would free a slot are never asked for.
-                    await self.upstream.send_all(b"".join(out))
-                    out.clear()
-                out.append(await self._request(payload))
+                    await self._send_upstream(out, entries)
+                try:
+                    data, entry = await self._request(payload)
+                except CodecError as exc:
+                    self.metrics.frames_refused.labels("malformed").inc()
+                    raise SessionClosed(f"malformed request: {exc}", "warning") from None
+                out.append(data)
+                if entry is not None:
+                    entries.append(entry)
             if out:
-                await self.upstream.send_all(b"".join(out) if len(out) > 1 else out[0])
+                await self._send_upstream(out, entries)
 
-    async def _request(self, payload: bytes) -> bytes:
+    async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
+        data = b"".join(out) if len(out) > 1 else out[0]
+        await self.upstream.send_all(data)
+        self._bytes_up.inc(len(data))
+        now = time.monotonic()
+        for entry in entries:
+            entry.sent = now
+        out.clear()
+        entries.clear()
+
+    async def _request(self, payload: bytes) -> tuple[bytes, InFlight | None]:
+        received = time.monotonic()
         head = wire.parse_request_header(payload)
         if head.client_id is not None:
             self.ctx.client_id = head.client_id
         filters = self.chain.for_request(head.api_key, head.api_version)
         if filters:
-            msg = wire.decode_request(head, payload)
+            offset, msg = wire.decode_request(head, payload)
             changed = False
             for f in filters:
                 changed |= await f.on_request(self.ctx, head.api_key, head.api_version, msg)
             if changed:
-                payload = wire.encode_request(head, payload, msg)
+                payload = wire.encode_request(head, payload, offset, msg)
+        api_metrics = self.metrics.for_api(head.api_key, head.api_version)
+        api_metrics.requests.inc()
+        entry = None
         if wire.expects_response(head, payload):
             corr = head.correlation_id
             if corr in self.in_flight:
                 raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
             await self._slots.acquire()
-            self.in_flight[corr] = InFlight(head.api_key, head.api_version, time.monotonic())
-            self._idle = trio.Event() if self._idle.is_set() else self._idle
-        return wire.frame(payload)
+            entry = InFlight(head.api_key, head.api_version, received, api_metrics)
+            self.in_flight[corr] = entry
+            if self._idle.is_set():
+                self._idle = trio.Event()
+        return wire.frame(payload), entry
 
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
@@ -177,20 +214,29 @@ class Session:
             data = await self.upstream.receive_some(_RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
+            self._bytes_down.inc(len(data))
             decoder.feed(data)
             try:
                 frames = decoder.frames()
             except CodecError as exc:
                 raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
             out: list[bytes] = []
+            answered: list[InFlight] = []
             for payload in frames:
-                out.append(await self._response(payload))
+                data, entry = await self._response(payload)
+                out.append(data)
+                answered.append(entry)
             if out:
-                await self.client.send_all(b"".join(out) if len(out) > 1 else out[0])
+                data = b"".join(out) if len(out) > 1 else out[0]
+                await self.client.send_all(data)
+                self._bytes_out.inc(len(data))
+                now = time.monotonic()
+                for entry in answered:
+                    entry.metrics.latency.observe(now - entry.received)
             if not self.in_flight:
                 self._idle.set()
 
-    async def _response(self, payload: bytes) -> bytes:
+    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
         corr = wire.response_correlation_id(payload)
         entry = self.in_flight.pop(corr, None)
         if entry is None:
@@ -198,6 +244,8 @@ class Session:
                 f"upstream answered unknown correlation id {corr}", "warning"
             )
         self._slots.release()
+        if entry.sent:
+            entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
         filters = self.chain.for_response(entry.api_key, entry.api_version)
         if filters:
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
@@ -208,7 +256,7 @@ class Session:
                 payload = wire.encode_response(
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
-        return wire.frame(payload)
+        return wire.frame(payload), entry
 
 
 async def _close(stream: trio.SocketStream) -> None:

@@ -10,22 +10,27 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 import trio
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, frame
-from protocol.headers import RequestHeader, response_header_version
+from protocol.headers import (
+    decode_request_header,
+    decode_response_header,
+    encode_request_header,
+    peek_correlation_id,
+    peek_request_header,
+)
 from protocol.messages import REQUESTS, RESPONSES
+from protocol.messages.request_header import RequestHeader
 from protocol.peek import produce_acks
+from protocol.primitives import ZERO_UUID
 
 __all__ = ["frame", "ZERO_UUID"]
 
-ZERO_UUID = UUID(int=0)
-_INT32 = struct.Struct(">i")
-_UNSUPPORTED_VERSION = 35
+_INT16 = struct.Struct(">h")
 
 
 @dataclass(slots=True)
@@ -34,60 +39,59 @@ class RequestHead:
     api_version: int
     correlation_id: int
     client_id: str | None
-    body_offset: int
 
 
 def parse_request_header(payload: bytes) -> RequestHead:
-    header, offset = RequestHeader.decode_frame(payload)
-    return RequestHead(
-        header.request_api_key, header.request_api_version, header.correlation_id,
-        header.client_id, offset,
-    )
+    """API, version, correlation id and client id: the same bytes in header v1 and v2.
+
+    Parsed by hand rather than by the header codec so that requests of APIs Herald has never
+    heard of (newer than its specs) still pass through.
+    """
+    api_key, api_version, correlation_id = peek_request_header(payload)
+    if len(payload) < 10:
+        raise CodecError("request header truncated before the client id")
+    (size,) = _INT16.unpack_from(payload, 8)
+    if size < 0:
+        client_id = None
+    elif 10 + size > len(payload):
+        raise CodecError("request header truncated inside the client id")
+    else:
+        client_id = payload[10 : 10 + size].decode("utf-8", "replace")
+    return RequestHead(api_key, api_version, correlation_id, client_id)
 
 
-def decode_request(head: RequestHead, payload: bytes) -> Any:
+def decode_request(head: RequestHead, payload: bytes) -> tuple[int, Any]:
+    """Decode a request body (only for APIs with a codec); return (body offset, message)."""
     cls = REQUESTS.get(head.api_key)
     if cls is None:
         raise CodecError(f"no codec for API key {head.api_key}")
-    return cls.decode(memoryview(payload)[head.body_offset:], head.api_version)
+    _, offset = decode_request_header(payload)
+    return offset, cls.decode(payload, head.api_version, offset)
 
 
-def encode_request(head: RequestHead, payload: bytes, msg: Any) -> bytes:
-    return payload[: head.body_offset] + msg.encode(head.api_version)
+def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Any) -> bytes:
+    return payload[:offset] + msg.encode(head.api_version)
 
 
 def expects_response(head: RequestHead, payload: bytes) -> bool:
     """False only for Produce with acks=0, which the broker never answers."""
     if head.api_key != ApiKey.PRODUCE:
         return True
-    return produce_acks(memoryview(payload)[head.body_offset:], head.api_version) != 0
+    _, offset = decode_request_header(payload)
+    return produce_acks(payload, head.api_version, offset) != 0
 
 
 def response_correlation_id(payload: bytes) -> int:
-    if len(payload) < 4:
-        raise CodecError("response shorter than its correlation id")
-    return _INT32.unpack_from(payload)[0]
-
-
-def _response_body_offset(api_key: int, version: int, payload: bytes) -> int:
-    if response_header_version(api_key, version) == 0:
-        return 4
-    # Response header v1: correlation id, then a tagged-field section.
-    from protocol.primitives import Reader
-
-    reader = Reader(payload, 4)
-    reader.skip_tagged_fields()
-    return reader.pos
+    return peek_correlation_id(payload)
 
 
 def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
     """Decode a response body; return (body offset, message)."""
-    offset = _response_body_offset(api_key, version, payload)
-    body = memoryview(payload)[offset:]
-    if api_key == ApiKey.API_VERSIONS and len(body) >= 2 and body[0:2] == b"\x00\x23":
+    _, offset = decode_response_header(payload, api_key, version)
+    if api_key == ApiKey.API_VERSIONS and payload[offset : offset + 2] == b"\x00\x23":
         # A broker answers an ApiVersions version it does not know with a v0 body.
-        return offset, _Version0(RESPONSES[api_key].decode(body, 0))
-    return offset, RESPONSES[api_key].decode(body, version)
+        return offset, _Version0(RESPONSES[api_key].decode(payload, 0, offset))
+    return offset, RESPONSES[api_key].decode(payload, version, offset)
 
 
 def encode_response(api_key: int, version: int, payload: bytes, offset: int, msg: Any) -> bytes:
@@ -119,7 +123,10 @@ async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
         request_api_key=ApiKey.METADATA, request_api_version=version,
         correlation_id=1, client_id="herald",
     )
-    payload = header.encode(2) + request.encode(version)
+    out = bytearray()
+    encode_request_header(header, out)
+    request.encode_into(out, version)
+    payload = bytes(out)
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         await stream.send_all(frame(payload))

@@ -76,7 +76,7 @@ def test_transactional_producer_and_read_committed(
     producer.produce(topic_name, b"committed-last")
     producer.commit_transaction(30)
 
-    got = consume_all(herald.bootstrap, topic_name, 11, isolation_level="read_committed")
+    got = consume_all(herald.bootstrap, topic_name, 11, conf={"isolation.level": "read_committed"})
     values = [m.value().decode() for m in got]
     assert values == [f"committed-{i}" for i in range(10)] + ["committed-last"]
     assert got[0].headers() == [("tx", b"yes")]

@@ -25,14 +25,19 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
 
 
 def consume_all(
-    bootstrap: str, topic: str, expected: int, timeout: float = 60.0, **conf: object
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60.0,
+    conf: dict[str, object] | None = None,
 ) -> list[Message]:
+    """Consume from the start with a fresh group until `expected` records arrived."""
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": f"g-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
         "enable.auto.commit": False,
-        **conf,
+        **(conf or {}),
     })
     consumer.subscribe([topic])
     out = []

@@ -1,0 +1,305 @@
+"""End-to-end cost of Herald: Kafka's own perf tools against the broker directly and through Herald.
+
+    python bench/bench_proxy.py [--records 300000] [--record-size 1024] [--rounds 3]
+                                [--rate 5000] [--interceptors none|trace_audit]
+
+It starts its own one-broker cluster and one Herald in front of it, then per round runs, for
+both targets:
+
+* ProducerPerformance at full speed (acks=all, --throughput -1): maximum produce throughput.
+* ProducerPerformance at a fixed rate (--rate): latency. At saturation the latency is the
+  producer's own queueing and says nothing about the proxy; at a rate well below the maximum it
+  is one round trip plus what the proxy adds.
+* ConsumerPerformance reading what the full-speed run wrote: fetch throughput.
+
+Direct and Herald runs alternate, and the order flips every round, so slow drift of the machine
+(page cache, JIT of the broker, other load) hits both sides alike. Every run writes a topic of
+its own so that neither side reads or appends to the other's data. The reported figure is the
+median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
+from tests.support.java_tools import (  # noqa: E402
+    CONSUMER_PERF,
+    PRODUCER_PERF,
+    TOPIC_COMMAND,
+    run_tool,
+)
+
+# Targets the proxy is held to.
+MIN_THROUGHPUT_RATIO = 0.90
+MAX_ADDED_P99_MS = 2.0
+
+INTERCEPTOR_SETS: dict[str, dict[str, Any]] = {
+    "none": {"produce": [], "fetch": []},
+    "trace_audit": {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []},
+}
+
+_PRODUCE_SUMMARY = re.compile(
+    r"(?P<records>\d+) (?:steady state )?records sent, (?P<rps>[\d.]+) records/sec "
+    r"\((?P<mbps>[\d.]+) MB/sec\), (?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, "
+    r"(?P<p50>[\d.]+) ms 50th, (?P<p95>[\d.]+) ms 95th, (?P<p99>[\d.]+) ms 99th, "
+    r"(?P<p999>[\d.]+) ms 99.9th"
+)
+
+
+@dataclass
+class ProduceResult:
+    records: int
+    records_per_s: float
+    mb_per_s: float
+    avg_ms: float
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass
+class ConsumeResult:
+    records: int
+    records_per_s: float
+    mb_per_s: float
+    fetch_records_per_s: float
+    fetch_mb_per_s: float
+
+
+def parse_producer_perf(output: str) -> ProduceResult:
+    """The last summary line: the steady-state one when warm-up records were asked for.
+
+    Progress lines carry no percentiles, so the regex only matches summaries.
+    """
+    matches = list(_PRODUCE_SUMMARY.finditer(output))
+    if not matches:
+        raise RuntimeError(f"no ProducerPerformance summary in:\n{output[-2000:]}")
+    m = matches[-1]
+    return ProduceResult(
+        records=int(m["records"]), records_per_s=float(m["rps"]), mb_per_s=float(m["mbps"]),
+        avg_ms=float(m["avg"]), p50_ms=float(m["p50"]), p99_ms=float(m["p99"]),
+    )
+
+
+def parse_consumer_perf(output: str) -> ConsumeResult:
+    """The CSV-like stats: a `start.time, end.time, ...` header line and one line of values.
+
+    `MB.sec`/`nMsg.sec` include the consumer group join; `fetch.*` exclude it, which is the
+    part that scales with data.
+    """
+    lines = [line for line in output.splitlines() if line.strip()]
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("start.time"):
+            stats = dict(zip(line.split(", "), lines[i + 1].split(", "), strict=True))
+            return ConsumeResult(
+                records=int(stats["data.consumed.in.nMsg"]),
+                records_per_s=float(stats["nMsg.sec"]),
+                mb_per_s=float(stats["MB.sec"]),
+                fetch_records_per_s=float(stats["fetch.nMsg.sec"]),
+                fetch_mb_per_s=float(stats["fetch.MB.sec"]),
+            )
+    raise RuntimeError(f"no ConsumerPerformance stats in:\n{output[-2000:]}")
+
+
+def create_topic(broker: str, topic: str, partitions: int) -> None:
+    """Create up front, against the broker, so no run pays for auto-creation retries."""
+    run_tool(
+        TOPIC_COMMAND, "--bootstrap-server", broker, "--create", "--topic", topic,
+        "--partitions", str(partitions), "--replication-factor", "1",
+    )
+
+
+def produce(
+    bootstrap: str, topic: str, records: int, size: int, rate: int, warmup: int = 0
+) -> ProduceResult:
+    args = [
+        "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+        "--record-size", str(size), "--throughput", str(rate), "--command-property", "acks=all",
+    ]
+    if warmup:
+        args += ["--warmup-records", str(warmup)]
+    result = run_tool(PRODUCER_PERF, *args, timeout=1800)
+    if "Exception" in result.stderr:
+        # Failed sends are left out of the summary; the count check below catches lost records.
+        log(f"  ProducerPerformance printed errors:\n{result.stderr[-1500:]}")
+    parsed = parse_producer_perf(result.stdout)
+    expected = records - warmup
+    if parsed.records != expected:
+        raise RuntimeError(f"ProducerPerformance sent {parsed.records} of {expected} records")
+    return parsed
+
+
+def consume(bootstrap: str, topic: str, records: int) -> ConsumeResult:
+    result = run_tool(
+        CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
+        "--num-records", str(records), "--timeout", "30000", timeout=1800,
+    )
+    parsed = parse_consumer_perf(result.stdout)
+    if parsed.records != records:
+        raise RuntimeError(f"ConsumerPerformance read {parsed.records} of {records} records")
+    return parsed
+
+
+@dataclass
+class Samples:
+    """Every run of one target, so the median is taken per metric."""
+
+    max_rate: list[ProduceResult]
+    fixed_rate: list[ProduceResult]
+    consumed: list[ConsumeResult]
+
+
+def run_round(
+    target: str, bootstrap: str, broker: str, args: argparse.Namespace, samples: Samples
+) -> None:
+    tag = uuid.uuid4().hex[:6]
+    max_topic, rate_topic = f"bench-{target}-max-{tag}", f"bench-{target}-rate-{tag}"
+    create_topic(broker, max_topic, args.partitions)
+    create_topic(broker, rate_topic, args.partitions)
+
+    r = produce(bootstrap, max_topic, args.records, args.record_size, -1)
+    samples.max_rate.append(r)
+    log(f"  {target:6} produce max : {r.records_per_s:10.0f} rec/s {r.mb_per_s:7.2f} MB/s "
+        f"p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms")
+
+    # Warm-up records (JIT, connections, metadata) are left out of the latency figures.
+    warmup = args.rate * 2
+    rate_records = args.rate * args.rate_seconds + warmup
+    r = produce(bootstrap, rate_topic, rate_records, args.record_size, args.rate, warmup)
+    samples.fixed_rate.append(r)
+    log(f"  {target:6} produce {args.rate}/s: p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms "
+        f"avg {r.avg_ms:.2f} ms")
+
+    c = consume(bootstrap, max_topic, args.records)
+    samples.consumed.append(c)
+    log(f"  {target:6} consume     : {c.records_per_s:10.0f} rec/s {c.mb_per_s:7.2f} MB/s "
+        f"(fetch only {c.fetch_records_per_s:.0f} rec/s {c.fetch_mb_per_s:.2f} MB/s)")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def report(direct: Samples, herald: Samples, args: argparse.Namespace) -> bool:
+    """Print the table and the target verdicts; return whether every target was met."""
+
+    def med(samples: Samples, kind: str, attr: str) -> float:
+        return median([getattr(s, attr) for s in getattr(samples, kind)])
+
+    rows: list[tuple[str, float, float, str]] = []
+
+    def ratio_row(label: str, kind: str, attr: str) -> None:
+        d, h = med(direct, kind, attr), med(herald, kind, attr)
+        rows.append((label, d, h, f"{h / d:.1%}" if d else "n/a"))
+
+    def added_row(label: str, kind: str, attr: str) -> None:
+        d, h = med(direct, kind, attr), med(herald, kind, attr)
+        rows.append((label, d, h, f"{h - d:+.1f} ms"))
+
+    ratio_row("produce records/s (max)", "max_rate", "records_per_s")
+    ratio_row("produce MB/s (max)", "max_rate", "mb_per_s")
+    added_row("produce p50 ms (max)", "max_rate", "p50_ms")
+    added_row("produce p99 ms (max)", "max_rate", "p99_ms")
+    added_row(f"produce avg ms @{args.rate}/s", "fixed_rate", "avg_ms")
+    added_row(f"produce p50 ms @{args.rate}/s", "fixed_rate", "p50_ms")
+    added_row(f"produce p99 ms @{args.rate}/s", "fixed_rate", "p99_ms")
+    ratio_row("consume records/s", "consumed", "records_per_s")
+    ratio_row("consume MB/s", "consumed", "mb_per_s")
+    ratio_row("consume fetch records/s", "consumed", "fetch_records_per_s")
+    ratio_row("consume fetch MB/s", "consumed", "fetch_mb_per_s")
+
+    print(
+        f"\nHerald vs direct: {args.records} x {args.record_size} B records, acks=all, "
+        f"{args.partitions} partition(s), interceptors={args.interceptors}, "
+        f"median of {args.rounds} round(s)\n"
+    )
+    print(f"{'metric':32} {'direct':>12} {'herald':>12} {'herald vs direct':>18}")
+    print("-" * 77)
+    for label, d, h, cmp in rows:
+        print(f"{label:32} {d:12.2f} {h:12.2f} {cmp:>18}")
+
+    produce_ratio = med(herald, "max_rate", "records_per_s") / med(
+        direct, "max_rate", "records_per_s"
+    )
+    consume_ratio = med(herald, "consumed", "fetch_mb_per_s") / med(
+        direct, "consumed", "fetch_mb_per_s"
+    )
+    added_p99 = med(herald, "fixed_rate", "p99_ms") - med(direct, "fixed_rate", "p99_ms")
+    verdicts = [
+        (f"produce throughput >= {MIN_THROUGHPUT_RATIO:.0%} of direct",
+         produce_ratio >= MIN_THROUGHPUT_RATIO, f"{produce_ratio:.1%}"),
+        (f"consume throughput >= {MIN_THROUGHPUT_RATIO:.0%} of direct (fetch MB/s)",
+         consume_ratio >= MIN_THROUGHPUT_RATIO, f"{consume_ratio:.1%}"),
+        (f"added p99 produce latency <= {MAX_ADDED_P99_MS:.0f} ms @{args.rate}/s",
+         added_p99 <= MAX_ADDED_P99_MS, f"{added_p99:+.1f} ms"),
+    ]
+    print()
+    for label, met, value in verdicts:
+        print(f"[{'met' if met else 'NOT MET':7}] {label}: {value}")
+
+    direct_max = med(direct, "max_rate", "records_per_s")
+    if args.rate > direct_max / 2:
+        print(
+            f"\nnote: --rate {args.rate}/s is above half of the direct maximum "
+            f"({direct_max:.0f} rec/s); the latency run is close to saturation on this machine "
+            "and measures queueing more than the proxy. Lower --rate for a cleaner figure."
+        )
+    return all(met for _, met, _ in verdicts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000,
+                        help="records per full-speed produce run and per consume run")
+    parser.add_argument("--record-size", type=int, default=1024, help="bytes per record")
+    parser.add_argument("--rounds", type=int, default=3, help="direct/Herald pairs to run")
+    parser.add_argument("--rate", type=int, default=5000,
+                        help="records/s of the fixed-rate latency run")
+    parser.add_argument("--rate-seconds", type=int, default=10,
+                        help="measured length of the fixed-rate run (plus 2 s of warm-up)")
+    parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
+    parser.add_argument("--interceptors", choices=sorted(INTERCEPTOR_SETS), default="none",
+                        help="interceptor chains configured in Herald")
+    args = parser.parse_args(argv)
+
+    started = time.monotonic()
+    log("starting a 1-broker Kafka cluster ...")
+    with KafkaCluster(size=1) as cluster:
+        config = herald_config(
+            cluster.bootstrap,
+            interceptors=INTERCEPTOR_SETS[args.interceptors],
+            logging={"level": "warning"},
+        )
+        with HeraldProcess(config) as herald:
+            log(f"broker {cluster.bootstrap}, Herald {herald.bootstrap}")
+            targets = {"direct": cluster.bootstrap, "herald": herald.bootstrap}
+            samples = {name: Samples([], [], []) for name in targets}
+            for n in range(args.rounds):
+                order = list(targets) if n % 2 == 0 else list(reversed(targets))
+                log(f"round {n + 1}/{args.rounds} ({' then '.join(order)})")
+                for name in order:
+                    run_round(name, targets[name], cluster.bootstrap, args, samples[name])
+            if herald.process is not None and herald.process.poll() is not None:
+                raise RuntimeError(f"Herald exited during the run:\n{herald.logs()[-3000:]}")
+    ok = report(samples["direct"], samples["herald"], args)
+    log(f"\nfinished in {time.monotonic() - started:.0f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

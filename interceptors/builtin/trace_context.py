@@ -1,0 +1,144 @@
+"""``trace_context``: make every produced record carry a W3C trace context (produce path).
+
+* A record with one valid ``traceparent`` keeps it, and its ``tracestate``, unchanged: a proxy
+  is a pass-through in W3C terms, and the spec forbids touching ``tracestate`` when
+  ``traceparent`` is unchanged. An invalid ``tracestate`` next to it is counted
+  (``tracestate_invalid``) and still passed on.
+* A record without a valid one gets a new context (a restart, in W3C terms): version 00, a
+  random trace id and parent id (never zero), flags from ``sampled``. Any ``tracestate``
+  belonged to the missing or invalid parent and is removed, as the spec recommends on
+  restart. With ``mode: batch`` one new context is shared by all such records of a batch
+  (cheaper, and one producer send is one operation); ``mode: record`` gives each its own.
+* Duplicate ``traceparent`` headers are collapsed to one, because readers disagree:
+  OpenTelemetry reads the first header with a key, Brave the last. The first *valid* one wins
+  and takes the place of the first; the others are removed (``traceparent_collapsed``).
+* ``b3_read``: when there is no valid ``traceparent``, a valid B3 single header (``b3``)
+  becomes the parent: the traceparent carries its trace id (64-bit ids left-padded) and its
+  span id as parent-id, and its sampling decision.
+* ``b3_write``: records whose ``b3`` header is missing or invalid get one matching the
+  traceparent they leave with.
+* ``trace_id_headers``: header names that receive a copy of the trace id (32 lowercase hex),
+  for tools that look for their own header.
+
+Header names are matched exactly (Kafka header keys are case-sensitive); producers write
+them in lowercase, as the spec asks.
+
+The trace contexts this member writes are reported through `RecordContext.note_trace` and
+end up in `PartitionOutcome.traces`, so the observability layer can emit a span whose id is
+the parent-id consumers will continue from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from interceptors.api import PRODUCE, Interceptor
+from interceptors.context import ProxyInfo, RecordContext
+from interceptors.errors import InvalidConfig
+from interceptors.headers import Headers
+from interceptors.ids import new_trace_ids
+from interceptors.tracing import (
+    format_b3,
+    format_traceparent,
+    parse_b3,
+    parse_tracestate,
+    valid_traceparent,
+)
+
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+B3_HEADER = "b3"
+
+
+@dataclass
+class TraceContextConfig:
+    mode: Literal["record", "batch"] = "record"
+    sampled: bool = True
+    b3_read: bool = False
+    b3_write: bool = False
+    trace_id_headers: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for i, name in enumerate(self.trace_id_headers):
+            if not name or name in (TRACEPARENT, TRACESTATE, B3_HEADER):
+                raise InvalidConfig(f"trace_id_headers[{i}]", f"cannot use {name!r}")
+
+
+class TraceContext(Interceptor):
+    Config = TraceContextConfig
+    paths = frozenset({PRODUCE})
+
+    def __init__(self, config: TraceContextConfig, env: ProxyInfo) -> None:
+        super().__init__(config, env)
+        self._per_batch = config.mode == "batch"
+        self._sampled = config.sampled
+        self._b3_read = config.b3_read
+        self._b3_write = config.b3_write
+        self._copies = tuple(config.trace_id_headers)
+        self._batch_context: bytes | None = None
+
+    def on_batch(self, ctx: RecordContext) -> None:
+        self._batch_context = None  # made on first use, so a fully traced batch costs nothing
+
+    def _new_context(self, ctx: RecordContext, sampled: bool) -> bytes:
+        shared = self._per_batch and sampled == self._sampled
+        if shared and self._batch_context is not None:
+            return self._batch_context
+        trace_id, span_id = new_trace_ids()
+        tp = format_traceparent(trace_id, span_id, sampled)
+        ctx.note_trace(trace_id, span_id, None, sampled, "new")
+        self.stats.count("trace_new_context")
+        if shared:
+            self._batch_context = tp
+        return tp
+
+    def on_record(self, ctx: RecordContext, headers: Headers) -> None:
+        found = headers.all(TRACEPARENT)
+        if not found:  # the common case of an untraced producer: one scan, one append
+            tp = self._restart(ctx, headers)
+            headers.add(TRACEPARENT, tp)
+        elif len(found) == 1 and valid_traceparent(found[0]):
+            tp = found[0]
+            state = headers.all(TRACESTATE)
+            if state and any(parse_tracestate(s) is None for s in state):
+                self.stats.count("tracestate_invalid")
+        else:
+            for tp in found:
+                if valid_traceparent(tp):
+                    self.stats.count("traceparent_collapsed")
+                    break
+            else:
+                self.stats.count("traceparent_invalid")
+                tp = self._restart(ctx, headers)
+            headers.set(TRACEPARENT, tp)
+        if self._b3_write or self._copies:
+            self._write_extras(headers, tp)
+
+    def _restart(self, ctx: RecordContext, headers: Headers) -> bytes:
+        """The context for a record without a valid traceparent; drops its tracestate."""
+        headers.remove(TRACESTATE)
+        tp = self._from_b3(ctx, headers) if self._b3_read else None
+        return tp if tp is not None else self._new_context(ctx, self._sampled)
+
+    def _from_b3(self, ctx: RecordContext, headers: Headers) -> bytes | None:
+        b3 = parse_b3(headers.last(B3_HEADER))
+        if b3 is None:
+            return None
+        if b3.sampled is None:  # the sender deferred the decision: ours applies
+            b3 = replace(b3, sampled=self._sampled)
+        tp = b3.to_traceparent()
+        if tp is None:  # a sampling decision alone: start a trace that honours it
+            return self._new_context(ctx, bool(b3.sampled))
+        parent = int(b3.parent_span_id, 16) if b3.parent_span_id else None
+        ctx.note_trace(int(b3.trace_id, 16), int(b3.span_id, 16), parent, bool(b3.sampled), "b3")
+        self.stats.count("trace_from_b3")
+        return tp
+
+    def _write_extras(self, headers: Headers, tp: bytes) -> None:
+        trace_id = tp[3:35]
+        if self._b3_write and parse_b3(headers.last(B3_HEADER)) is None:
+            headers.set(B3_HEADER, format_b3(trace_id.decode(), tp[36:52].decode(),
+                                             bool(int(tp[53:55], 16) & 1)))
+        for name in self._copies:
+            headers.set(name, trace_id)

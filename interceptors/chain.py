@@ -1,0 +1,399 @@
+"""The chain engine: runs the members of a chain over the record batches of one partition.
+
+The proxy calls `ProduceChain.process` for each partition of a Produce request and
+`FetchChain.process` for each partition of a Fetch response. Everything else here serves
+those two calls, under the hot-path rules:
+
+* Members that do not apply to the topic and client id are filtered once per (topic, client
+  id) and cached, so a partition no member wants costs a dict lookup and touches no batch.
+* A chain of read-only members (``needs = "read"``) scans headers without building record
+  objects and can never mark a batch modified.
+* Changes are tracked per record (`Headers`) and applied at the end of each batch, only for
+  records that really changed; a batch nobody changed keeps its original bytes.
+* Control batches (transaction markers) and legacy (magic 0/1) chunks are never touched.
+
+Failure policy. A member that raises never takes the proxy down; it is counted and its
+`on_error` policy decides:
+
+* ``reject`` (produce): the partition is refused with UNKNOWN_SERVER_ERROR;
+* ``pass``: the batch passes through exactly as it arrived, with no member's changes (a
+  half-stamped batch would be worse than an untouched one);
+* ``drop`` (fetch): the record is removed before the client sees it.
+
+Record-level errors of the protocol layer (a corrupt batch raising `CodecError` when its
+records are read) are not member failures and propagate to the caller.
+
+Members keep per-batch state between `on_batch` and `on_record`, so a chain runs one batch at
+a time: call `process` from the event loop only (decompressing in a worker thread first, by
+reading `batch.records` there, is fine).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from interceptors.api import DROP, FETCH, KEEP, NEEDS, ON_ERROR, PRODUCE, Interceptor
+from interceptors.context import ConnectionInfo, RecordContext, TraceInfo
+from interceptors.errors import INVALID_RECORD, UNKNOWN_SERVER_ERROR, RejectRecord
+from interceptors.headers import Headers
+from interceptors.patterns import NameMatcher
+from interceptors.stats import ChainStats, MemberStats
+
+log = logging.getLogger("herald.interceptors")
+
+_PLAN_CACHE_LIMIT = 10_000
+_RAW = (bytes, bytearray, memoryview)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOutcome:
+    """The produce chain's answer for one partition.
+
+    `error_code` 0 means: forward the (possibly modified) batches. Anything else means: write
+    nothing of this partition and answer the client with this code and `error_message`;
+    `record_errors` holds ``(batch_index, message)`` for Produce v8+ responses. `traces` lists
+    the trace contexts the chain wrote (only when ok).
+    """
+
+    error_code: int = 0
+    error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+    traces: tuple[TraceInfo, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code == 0
+
+
+OK = PartitionOutcome()
+
+
+@dataclass(eq=False)
+class ChainMember:
+    """One configured member: the interceptor plus where it applies and how it fails.
+
+    `topics` / `client_ids` of None match everything; a request without a client id never
+    matches a `client_ids` list. `on_error` of None means the interceptor's default.
+    """
+
+    name: str
+    interceptor: Interceptor
+    topics: NameMatcher | None = None
+    client_ids: NameMatcher | None = None
+    on_error: str | None = None
+    type: str = ""
+
+    def __post_init__(self) -> None:
+        if self.on_error is None:
+            self.on_error = self.interceptor.default_on_error
+        if not self.type:
+            self.type = type(self.interceptor).__name__
+
+    def applies(self, topic: str, client_id: str | None) -> bool:
+        if self.topics is not None and not self.topics(topic):
+            return False
+        if self.client_ids is not None and (client_id is None or not self.client_ids(client_id)):
+            return False
+        return True
+
+
+class _Plan:
+    """The members that apply to one (topic, client id), with what the engine needs to know."""
+
+    __slots__ = ("members", "calls", "stats", "batch_hooks", "mode", "enforcing")
+
+    def __init__(self, members: list[ChainMember], stats: dict[str, MemberStats]) -> None:
+        self.members = tuple(members)
+        self.calls = tuple(m.interceptor.on_record for m in members)
+        self.stats = tuple(stats[m.name] for m in members)
+        self.batch_hooks = tuple(
+            i for i, m in enumerate(members)
+            if type(m.interceptor).on_batch is not Interceptor.on_batch
+        )
+        ranks = [NEEDS.index(m.interceptor.needs) for m in members]
+        self.mode = NEEDS[max(ranks)] if ranks else None
+        self.enforcing = any(m.interceptor.enforcing for m in members)
+
+
+class _Failed(Exception):
+    """Internal: a batch ended early; `outcome` is a RejectRecord or None (pass through)."""
+
+    def __init__(self, outcome: tuple[ChainMember, RejectRecord, int] | None) -> None:
+        self.outcome = outcome
+
+
+class _Chain:
+    path: ClassVar[str]
+
+    def __init__(self, members: Sequence[ChainMember] = ()) -> None:
+        names: set[str] = set()
+        for m in members:
+            icpt = m.interceptor
+            if self.path not in icpt.paths:
+                raise ValueError(f"{m.name}: {m.type} cannot run on the {self.path} path")
+            if m.on_error not in ON_ERROR[self.path]:
+                raise ValueError(
+                    f"{m.name}: on_error {m.on_error!r} is not allowed on the {self.path} path"
+                )
+            if icpt.needs not in NEEDS:
+                raise ValueError(f"{m.name}: needs must be one of {NEEDS}, not {icpt.needs!r}")
+            if m.name in names:
+                raise ValueError(f"duplicate member name {m.name!r}")
+            names.add(m.name)
+        self.members = tuple(members)
+        self.stats = ChainStats(self.path, {m.name: MemberStats(m.name, m.type) for m in members})
+        for m in self.members:
+            m.interceptor.stats = self.stats.members[m.name]
+        self._plans: dict[tuple[str, str | None], _Plan] = {}
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def _plan(self, topic: str, client_id: str | None) -> _Plan:
+        key = (topic, client_id)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= _PLAN_CACHE_LIMIT:
+                self._plans.clear()
+            members = [m for m in self.members if m.applies(topic, client_id)]
+            plan = self._plans[key] = _Plan(members, self.stats.members)
+        return plan
+
+    def applies(self, topic: str, conn: ConnectionInfo) -> bool:
+        """Does any member apply? If not, the proxy need not even split the batches."""
+        return bool(self._plan(topic, conn.client_id).members)
+
+    def needs(self, topic: str, conn: ConnectionInfo) -> str | None:
+        """The most any applicable member needs: None, "read", "headers" or "key_value"."""
+        return self._plan(topic, conn.client_id).mode
+
+    # -- the per-batch loop -----------------------------------------------------------------
+
+    def _run_batch(self, plan: _Plan, batch: Any, ctx: RecordContext) -> None:
+        """Run the plan over one batch and commit its changes; raise `_Failed` to stop early."""
+        fetch = self.path == FETCH
+        members = plan.members
+        ctx.batch = batch
+        traces_mark = len(ctx.traces)
+        for i in plan.batch_hooks:
+            try:
+                members[i].interceptor.on_batch(ctx)
+            except Exception as exc:
+                self._failure(plan, i, exc, ctx, -1, traces_mark)  # returns on "drop"
+                n = batch.remove_records(lambda _r: True)
+                plan.stats[i].add_dropped("error", n)
+                return
+
+        readonly = plan.mode == "read"
+        iter_headers = getattr(batch, "iter_headers", None) if readonly else None
+        records = None if iter_headers is not None else batch.records
+        source = iter_headers() if iter_headers is not None else records
+
+        calls = plan.calls
+        n = len(calls)
+        changed = [0] * n
+        added = [0] * n
+        edits: list[tuple[Any, Headers, dict | None]] = []
+        drops: set[int] = set()  # indexes of records to remove
+        index = -1
+        for item in source:
+            index += 1
+            if records is None:
+                record = None
+                headers = Headers(item, readonly=True)
+            else:
+                record = item
+                headers = Headers(item.headers, readonly=readonly)
+            ctx.record = record
+            ctx.index = index
+            for i in range(n):
+                mutations = headers.mutations
+                headers_added = headers.added
+                try:
+                    verdict = calls[i](ctx, headers)
+                    if not (verdict is None or verdict is KEEP or (fetch and verdict is DROP)):
+                        _bad_verdict(verdict, fetch)
+                except Exception as exc:
+                    self._failure(plan, i, exc, ctx, index, traces_mark)  # returns on "drop"
+                    drops.add(index)
+                    plan.stats[i].add_dropped("error")
+                    break
+                if headers.mutations != mutations:
+                    changed[i] += 1
+                    added[i] += headers.added - headers_added
+                if verdict is DROP:
+                    drops.add(index)
+                    plan.stats[i].add_dropped("filtered")
+                    break
+            if headers.mutations or ctx.staged is not None:
+                edits.append((record, headers, ctx.staged))
+                ctx.staged = None
+
+        count = index + 1
+        batch_changed = False
+        for record, headers, staged in edits:
+            if headers.commit_to(record):
+                batch_changed = True
+            if staged:
+                for name, data in staged.items():
+                    setattr(record, name, data)
+                batch_changed = True
+        if drops:
+            if records is None:
+                records = batch.records
+            doomed = {id(records[j]) for j in drops}
+            batch.remove_records(lambda r: id(r) in doomed)
+            batch_changed = True
+        for i, st in enumerate(plan.stats):
+            st.records_seen += count
+            st.records_changed += changed[i]
+            st.headers_added += added[i]
+        stats = self.stats
+        stats.batches_seen += 1
+        stats.records_seen += count
+        if batch_changed:
+            stats.batches_changed += 1
+
+    def _failure(
+        self,
+        plan: _Plan,
+        i: int,
+        exc: Exception,
+        ctx: RecordContext,
+        index: int,
+        traces_mark: int,
+    ) -> None:
+        """Apply member i's policy to `exc`: return for "drop", raise `_Failed` otherwise."""
+        member = plan.members[i]
+        if isinstance(exc, RejectRecord) and self.path == PRODUCE:
+            raise _Failed((member, exc, index))
+        st = plan.stats[i]
+        st.add_error(exc)
+        if sum(st.errors.values()) == 1:
+            log.warning(
+                "interceptor %r failed on %s %s-%d (on_error=%s; later failures are counted"
+                " and logged at debug level)",
+                member.name, self.path, ctx.topic, ctx.partition, member.on_error,
+                exc_info=exc,
+            )
+        else:
+            log.debug("interceptor %r failed: %r", member.name, exc)
+        policy = member.on_error
+        if policy == "drop":
+            return
+        del ctx.traces[traces_mark:]
+        ctx.staged = None
+        if policy == "reject":
+            message = f"interceptor '{member.name}' failed ({type(exc).__name__})"
+            raise _Failed((member, RejectRecord(UNKNOWN_SERVER_ERROR, message, "member_error"),
+                           -1))
+        raise _Failed(None)
+
+
+def _bad_verdict(verdict: object, fetch: bool) -> None:
+    if isinstance(verdict, RejectRecord):
+        if fetch:
+            raise TypeError("RejectRecord is only allowed on the produce path")
+        raise verdict
+    if verdict is DROP:
+        raise TypeError("DROP is only allowed on the fetch path (records of a produce batch "
+                        "cannot be removed without breaking idempotent producers)")
+    raise TypeError(f"on_record returned {verdict!r}; expected None, KEEP, DROP or RejectRecord")
+
+
+def _is_batch(b: Any) -> bool:
+    return not isinstance(b, _RAW) and not b.is_control
+
+
+class ProduceChain(_Chain):
+    """The chain over records a client produces, before they reach the broker."""
+
+    path = PRODUCE
+
+    def process(
+        self, topic: str, partition: int, batches: list[Any], conn: ConnectionInfo
+    ) -> PartitionOutcome:
+        """Run the chain over one partition of a Produce request.
+
+        On success the batches may have been modified in place (forward each with
+        `to_bytes()`). On rejection nothing of the partition may be written: the batches may
+        be half-edited and must be dropped.
+        """
+        plan = self._plan(topic, conn.client_id)
+        if not plan.members:
+            return OK
+        if plan.enforcing and any(isinstance(b, _RAW) for b in batches):
+            legacy = RejectRecord(
+                INVALID_RECORD,
+                "record format v0/v1 cannot carry headers, which a policy on this topic needs",
+                "legacy_format",
+            )
+            return self._reject(batches, legacy, [m for m in plan.members
+                                                  if m.interceptor.enforcing])
+        ctx = RecordContext(PRODUCE, topic, partition, conn, key_value=plan.mode == "key_value")
+        for batch in batches:
+            if _is_batch(batch):
+                try:
+                    self._run_batch(plan, batch, ctx)
+                except _Failed as failed:
+                    if failed.outcome is not None:
+                        member, rejection, index = failed.outcome
+                        return self._reject(batches, rejection, [member], index)
+        if ctx.traces:
+            return PartitionOutcome(traces=tuple(ctx.traces))
+        return OK
+
+    def _reject(
+        self,
+        batches: list[Any],
+        rejection: RejectRecord,
+        blamed: list[ChainMember],
+        index: int = -1,
+    ) -> PartitionOutcome:
+        """The outcome refusing the partition; `index` is the culprit record's, if known."""
+        records = sum(b.record_count for b in batches if not isinstance(b, _RAW))
+        self.stats.partitions_rejected += 1
+        for m in blamed:
+            self.stats.members[m.name].add_rejected(rejection.reason, records)
+        message = rejection.message or f"record refused by interceptor '{blamed[0].name}'"
+        record_errors = ((index, message),) if index >= 0 else ()
+        return PartitionOutcome(rejection.error_code, message, record_errors)
+
+
+class FetchChain(_Chain):
+    """The chain over records the broker returns, before the client sees them."""
+
+    path = FETCH
+
+    def process(
+        self, topic: str, partition: int, batches: list[Any], conn: ConnectionInfo
+    ) -> None:
+        """Run the chain over one partition of a Fetch response, editing batches in place.
+
+        Records may lose headers or be removed (`remove_records`: offsets stay valid and
+        consumers step over the gap, as after compaction).
+        """
+        plan = self._plan(topic, conn.client_id)
+        if not plan.members:
+            return
+        ctx = RecordContext(FETCH, topic, partition, conn, key_value=plan.mode == "key_value")
+        for batch in batches:
+            if _is_batch(batch):
+                try:
+                    self._run_batch(plan, batch, ctx)
+                except _Failed:
+                    pass  # the batch goes out as it came
+
+
+@dataclass
+class Chains:
+    """Both chains, as built from the ``interceptors`` section of the configuration."""
+
+    produce: ProduceChain = field(default_factory=ProduceChain)
+    fetch: FetchChain = field(default_factory=FetchChain)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"produce": self.produce.stats.snapshot(), "fetch": self.fetch.stats.snapshot()}

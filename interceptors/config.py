@@ -1,0 +1,157 @@
+"""Build the produce and fetch chains from the ``interceptors`` section of the YAML config.
+
+Input is the plain data `yaml.safe_load` gives::
+
+    {"produce": [{"type": "trace_context"}, {"type": "audit", "forged": "reject"}],
+     "fetch": [{"type": "drop_headers", "headers": ["internal.debug"]}]}
+
+Every member takes these common keys besides its own (see docs/interceptors.md):
+
+* ``type`` (required): a built-in or plugin interceptor name;
+* ``name``: the member's name in metrics and errors (default: the type, then ``type#2``...);
+* ``topics``: where it applies, a list of names and ``prefix:`` / ``glob:`` / ``regex:``
+  patterns (default: every topic);
+* ``client_ids``: the same, for client ids (default: every client);
+* ``on_error``: ``reject`` or ``pass`` on the produce path, ``pass`` or ``drop`` on the fetch
+  path (default: the interceptor's own, e.g. ``reject`` for audit and policies, else
+  ``pass``).
+
+Any error raises `ConfigError` naming the path of the bad key, e.g.
+``interceptors.produce[2].header: required``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor
+from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
+from interceptors.context import ProxyInfo
+from interceptors.errors import ConfigError, InvalidConfig
+from interceptors.patterns import NameMatcher, matcher
+from interceptors.plugins import PluginError, Registry
+from interceptors.schema import build_config
+
+__all__ = ["COMMON_KEYS", "ConfigError", "build_chains"]
+
+COMMON_KEYS = ("type", "name", "topics", "client_ids", "on_error")
+
+
+def build_chains(
+    spec: Any,
+    env: ProxyInfo | None = None,
+    *,
+    registry: Registry | None = None,
+    path: str = "interceptors",
+) -> Chains:
+    """Validate `spec` and build both chains; raise `ConfigError` on any mistake."""
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{path}: expected a mapping with 'produce' and/or 'fetch'")
+    for key in spec:
+        if key not in (PRODUCE, FETCH):
+            raise ConfigError(f"{path}.{key}: unknown key (known: produce, fetch)")
+    env = env if env is not None else ProxyInfo()
+    registry = registry if registry is not None else Registry()
+    produce = _members(spec.get(PRODUCE), PRODUCE, f"{path}.{PRODUCE}", env, registry)
+    fetch = _members(spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
+    return Chains(ProduceChain(produce), FetchChain(fetch))
+
+
+def _members(
+    entries: Any, chain: str, path: str, env: ProxyInfo, registry: Registry
+) -> list[ChainMember]:
+    if entries is None:
+        return []
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}: expected a list of interceptors")
+    members: list[ChainMember] = []
+    names: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        member = _member(entry, chain, f"{path}[{i}]", env, registry)
+        if member.name in names:
+            if "name" in entry:
+                raise ConfigError(f"{path}[{i}].name: {member.name!r} is already used by "
+                                  f"{path}[{names[member.name]}]")
+            n = 2
+            while f"{member.name}#{n}" in names:
+                n += 1
+            member.name = f"{member.name}#{n}"
+        names[member.name] = i
+        members.append(member)
+    return members
+
+
+def _string(entry: dict, key: str, path: str) -> str:
+    value = entry[key]
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{path}.{key}: expected a non-empty string")
+    return value
+
+
+def _patterns(entry: dict, key: str, path: str) -> NameMatcher | None:
+    if key not in entry:
+        return None
+    value = entry[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{path}.{key}: expected a list of names or patterns")
+    if not value:
+        raise ConfigError(f"{path}.{key}: must not be empty (leave it out to match all)")
+    try:
+        return matcher(value, key)
+    except InvalidConfig as exc:
+        raise ConfigError(f"{path}.{exc.field}: {exc.message}") from None
+
+
+def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registry) -> ChainMember:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{path}: expected a mapping with a 'type' key")
+    if "type" not in entry:
+        raise ConfigError(f"{path}.type: required")
+    type_name = _string(entry, "type", path)
+    try:
+        cls = registry.get(type_name)
+    except KeyError:
+        known = ", ".join(registry.names())
+        raise ConfigError(
+            f"{path}.type: unknown interceptor {type_name!r} (known: {known})"
+        ) from None
+    except PluginError as exc:
+        raise ConfigError(f"{path}.type: {exc}") from None
+    if chain not in cls.paths:
+        (only,) = cls.paths
+        raise ConfigError(f"{path}.type: {type_name!r} runs on the {only} path only")
+
+    name = _string(entry, "name", path) if "name" in entry else type_name
+    topics = _patterns(entry, "topics", path)
+    client_ids = _patterns(entry, "client_ids", path)
+    allowed = ON_ERROR[chain]
+    if "on_error" in entry:
+        on_error = entry["on_error"]
+        if on_error not in allowed:
+            raise ConfigError(f"{path}.on_error: expected one of {', '.join(allowed)} on the "
+                              f"{chain} path, got {on_error!r}")
+    else:
+        on_error = cls.default_on_error if cls.default_on_error in allowed else "pass"
+
+    own = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
+    config = build_config(cls.Config, own, path, COMMON_KEYS)
+    interceptor = _instantiate(cls, config, env, path, type_name)
+    return ChainMember(name, interceptor, topics, client_ids, on_error, type_name)
+
+
+def _instantiate(
+    cls: type[Interceptor], config: Any, env: ProxyInfo, path: str, type_name: str
+) -> Interceptor:
+    try:
+        return cls(config, env)
+    except InvalidConfig as exc:
+        raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
+                          else f"{path}: {exc.message}") from None
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            f"{path}: interceptor {type_name!r} failed to start: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -1,0 +1,56 @@
+"""Errors of the interceptor layer, and the Kafka error codes it answers clients with.
+
+Only the codes this layer produces are named here. The choice follows what the broker itself
+does, so client libraries react the way their users already know:
+
+* `INVALID_RECORD` (87) is what a broker answers when a record fails its own validation
+  (KIP-467). It is not retriable: the Java producer fails the batch at once and, from Produce
+  v8, reports the culprit records by index. Header policies (`require_headers`,
+  `header_limits`, forged audit headers) use it. `MESSAGE_TOO_LARGE` is deliberately not used
+  for header limits: producers react to it by splitting the batch and retrying, which cannot
+  help here.
+* `UNKNOWN_SERVER_ERROR` (-1) is the honest answer when an interceptor itself failed and its
+  `on_error` policy is `reject`. Also not retriable.
+"""
+
+from __future__ import annotations
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = -1
+INVALID_RECORD = 87
+
+
+class RejectRecord(Exception):
+    """Refuse the partition a record belongs to (produce path only).
+
+    Raise it from `on_record`, or return an instance as the verdict; both mean the same. Nothing
+    of the partition is written and the client gets `error_code` with `message`. `reason` is a
+    short, fixed label for metrics (keep its cardinality low; put details in `message`).
+    """
+
+    def __init__(
+        self, error_code: int = INVALID_RECORD, message: str = "", reason: str = "policy"
+    ) -> None:
+        super().__init__(message)
+        self.error_code = error_code
+        self.message = message
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"RejectRecord({self.error_code}, {self.message!r}, reason={self.reason!r})"
+
+
+class ConfigError(ValueError):
+    """A bad interceptor configuration. The message starts with the YAML path of the bad key,
+    e.g. ``interceptors.produce[2].header: required``."""
+
+
+class InvalidConfig(ValueError):
+    """Raised by a config dataclass (`__post_init__`) or an interceptor constructor to reject
+    a setting. `field` is the YAML key at fault (empty for the member as a whole); the loader
+    turns it into a `ConfigError` carrying the full path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message

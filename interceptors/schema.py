@@ -1,0 +1,136 @@
+"""Turn plain YAML data into config dataclasses, with errors that name the YAML path.
+
+Each interceptor declares its settings as a dataclass; this module checks a mapping against
+it: unknown keys, missing required keys and wrong types all raise `ConfigError` starting with
+the path of the bad key (``interceptors.produce[2].header: required``).
+
+Supported field types: str, int, float, bool, `Any`, ``X | None``, ``Literal[...]``,
+``list[X]``, ``dict[str, X]`` and nested dataclasses. A field whose Python name would clash
+with a keyword is spelled with a trailing underscore (``from_`` is the YAML key ``from``), or
+names its key with ``field(metadata={"key": "..."})``. Checks that involve the values go in
+``__post_init__`` and raise `InvalidConfig(field, message)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Literal, Union
+
+from interceptors.errors import ConfigError, InvalidConfig
+
+__all__ = ["build_config", "yaml_key"]
+
+
+def yaml_key(f: dataclasses.Field) -> str:
+    return f.metadata.get("key", f.name.rstrip("_"))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def build_config(cls: type, data: Any, path: str, also_known: tuple[str, ...] = ()) -> Any:
+    """An instance of dataclass `cls` from the mapping `data` found at `path`.
+
+    `also_known` names keys the caller handles itself (listed in unknown-key errors).
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {_kind(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {yaml_key(f): f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            known = ", ".join([*also_known, *fields]) or "none"
+            raise ConfigError(f"{path}.{key}: unknown key (known: {known})")
+    kwargs = {}
+    for key, f in fields.items():
+        if key in data:
+            kwargs[f.name] = _convert(hints[f.name], data[key], f"{path}.{key}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{path}.{key}: required")
+    try:
+        return cls(**kwargs)
+    except InvalidConfig as exc:
+        raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
+                          else f"{path}: {exc.message}") from None
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    if hint is Any or hint is object:
+        return value
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _convert(options[0], value, path)
+        errors = []
+        for option in options:
+            try:
+                return _convert(option, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0])
+    if origin is Literal:
+        if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args):
+            choices = ", ".join(str(a) for a in args)
+            raise ConfigError(f"{path}: expected one of {choices}, got {value!r}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path}: expected a list, got {_kind(value)}")
+        (item,) = args or (Any,)
+        return [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {_kind(value)}")
+        _, item = args or (str, Any)
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise ConfigError(f"{path}: keys must be strings, got {k!r}")
+            out[k] = _convert(item, v, f"{path}.{k}")
+        return out
+    if dataclasses.is_dataclass(hint):
+        return build_config(hint, value, path)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}: expected true or false, got {_kind(value)}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{path}: expected an integer, got {_kind(value)}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{path}: expected a number, got {_kind(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {_kind(value)}")
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise ConfigError(f"{path}: expected null, got {_kind(value)}")
+        return None
+    raise TypeError(f"{path}: unsupported config field type {hint!r}")

@@ -1,0 +1,79 @@
+"""The admin HTTP endpoint: /metrics, /healthz, /readyz.
+
+A deliberately tiny HTTP/1.1 server on trio (GET only, one response per connection): it lives
+in the proxy's own event loop, so /healthz answering means that loop is serving, and /readyz
+can read the proxy's state directly instead of guessing from outside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from proxy.config import HostPort
+from proxy.logs import get_logger
+from proxy.metrics import Metrics
+
+log = get_logger("admin")
+
+_MAX_REQUEST = 8192
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class AdminServer:
+    def __init__(
+        self,
+        bind: HostPort,
+        metrics: Metrics,
+        readiness: Callable[[], tuple[bool, str]],
+    ) -> None:
+        self.bind = bind
+        self.metrics = metrics
+        self.readiness = readiness
+
+    async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(self.bind.port, host=self.bind.host)
+        port = listeners[0].socket.getsockname()[1]
+        log.info("admin_listening", address=f"{self.bind.host}:{port}")
+        task_status.started(port)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(10):
+                request = b""
+                while b"\r\n\r\n" not in request and len(request) < _MAX_REQUEST:
+                    chunk = await stream.receive_some(4096)
+                    if not chunk:
+                        return
+                    request += chunk
+                line = request.split(b"\r\n", 1)[0].decode("latin-1")
+                parts = line.split(" ")
+                if len(parts) != 3:
+                    return
+                method, target = parts[0], parts[1].split("?", 1)[0]
+                status, ctype, body = self._route(method, target)
+                head = (
+                    f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                ).encode()
+                await stream.send_all(head + (body if method != "HEAD" else b""))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+        finally:
+            await stream.aclose()
+
+    def _route(self, method: str, target: str) -> tuple[int, str, bytes]:
+        text = "text/plain; charset=utf-8"
+        if method not in ("GET", "HEAD"):
+            return 405, text, b"GET only\n"
+        if target == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
+        if target == "/healthz":
+            return 200, text, b"ok\n"
+        if target == "/readyz":
+            ready, why = self.readiness()
+            return (200 if ready else 503), text, (why + "\n").encode()
+        return 404, text, b"not found\n"
