@@ -12,7 +12,7 @@ from typing import Any
 
 from protocol.api_keys import ApiKey
 from proxy.brokers import BrokerDirectory
-from proxy.filters import Filter, SessionContext
+from proxy.filters import Exchange, Filter, SessionContext
 
 # DescribeCluster v1+ may describe controllers (KIP-919); those are not proxied.
 _CONTROLLER_ENDPOINTS = 2
@@ -34,7 +34,7 @@ class AddressRewriter(Filter):
         return False
 
     async def on_response(
-        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         learn = self.directory.learn
         if api_key == ApiKey.METADATA:

@@ -12,7 +12,7 @@ from typing import Any
 
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
-from proxy.filters import Filter, SessionContext
+from proxy.filters import Exchange, Filter, SessionContext
 
 
 def codec_range(api_key: int) -> tuple[int, int] | None:
@@ -29,7 +29,7 @@ class ApiVersionsNegotiator(Filter):
         return api_key == ApiKey.API_VERSIONS
 
     async def on_response(
-        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         kept = []
         changed = False

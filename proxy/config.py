@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from interceptors import ConfigError as InterceptorConfigError
+from interceptors import build_chains
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 
@@ -182,6 +184,10 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     interceptors = top.get("interceptors", {})
     if not isinstance(interceptors, dict):
         raise ConfigError("interceptors: expected a mapping")
+    try:
+        build_chains(interceptors)  # validation only; the proxy builds its own chains
+    except InterceptorConfigError as exc:
+        raise ConfigError(str(exc)) from None
     top.done()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,

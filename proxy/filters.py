@@ -23,6 +23,20 @@ class SessionContext:
     attributes: dict[str, Any] = field(default_factory=dict)
 
 
+class Exchange:
+    """One request and its response, as filters see them.
+
+    A filter that must finish on the response what it started on the request (merging the
+    partitions it refused into the broker's answer, say) leaves a note here; the response is
+    then decoded for it even if it does not want every response of that API.
+    """
+
+    __slots__ = ("notes",)
+
+    def __init__(self) -> None:
+        self.notes: dict[Filter, Any] = {}
+
+
 class Filter:
     """Base class: override `wants_*` and the matching `on_*` coroutine.
 
@@ -38,11 +52,13 @@ class Filter:
     def wants_response(self, api_key: int, version: int) -> bool:
         return False
 
-    async def on_request(self, ctx: SessionContext, api_key: int, version: int, msg: Any) -> bool:
+    async def on_request(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
         return False
 
     async def on_response(
-        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         return False
 
@@ -70,3 +86,8 @@ class FilterChain:
             found = tuple(f for f in self.filters if f.wants_response(api_key, version))
             self._resp[key] = found
         return found
+
+    def reset(self) -> None:
+        """Forget the cached lookups (after a member's configuration changed)."""
+        self._req.clear()
+        self._resp.clear()

@@ -8,19 +8,23 @@ closes only that one.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import signal
 from collections.abc import Callable
 
 import trio
 
+from interceptors import ConfigError as InterceptorConfigError
+from interceptors import ProxyInfo, build_chains
 from proxy import wire
 from proxy.address_rewrite import AddressRewriter
 from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
-from proxy.config import HostPort, ProxyConfig
+from proxy.config import ConfigError, HostPort, ProxyConfig, load_config
 from proxy.filters import Filter, FilterChain, SessionContext
+from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.metrics import Metrics
 from proxy.session import Session
@@ -37,11 +41,16 @@ class Proxy:
         self.metrics = Metrics()
         self.upstream_reachable = False
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
-        self.topic_ids = TopicIds()
+        self.proxy_info = ProxyInfo()
+        self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
+        self.interceptors = InterceptorFilter(
+            build_chains(config.interceptors, self.proxy_info), self.topic_ids
+        )
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             AddressRewriter(self.directory),
             TopicIdLearner(self.topic_ids, wire.ZERO_UUID),
+            self.interceptors,
             *(extra_filters or []),
         ])
         self.sessions: set[Session] = set()
@@ -99,6 +108,36 @@ class Proxy:
                 log.warning("upstream_state", reachable=ok)
             self.upstream_reachable = ok
 
+    def _set_cluster_id(self, cluster_id: str) -> None:
+        self.proxy_info.cluster_id = cluster_id
+
+    def reload(self) -> bool:
+        """Re-read the config file: new requests use the new interceptor chains.
+
+        Only `interceptors` is reloaded; listeners, upstream and limits need a restart, and a
+        change to them is logged. An invalid file changes nothing.
+        """
+        source = self.config.source
+        if source is None:
+            return False
+        try:
+            fresh = load_config(source)
+            chains = build_chains(fresh.interceptors, self.proxy_info)
+        except (ConfigError, InterceptorConfigError) as exc:
+            self.metrics.config_reloads.labels("rejected").inc()
+            log.error("config_reload_rejected", path=str(source), error=str(exc))
+            return False
+        kept = dataclasses.replace(fresh, interceptors=self.config.interceptors)
+        if kept != self.config:
+            log.warning("config_reload_partial", path=str(source),
+                        note="only interceptors are reloaded; restart for the other changes")
+        self.interceptors.chains = chains
+        self.chain.reset()
+        self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors)
+        self.metrics.config_reloads.labels("applied").inc()
+        log.info("config_reloaded", path=str(source))
+        return True
+
     def stop(self) -> None:
         """Stop accepting connections and begin draining (idempotent)."""
         if self._stopping:
@@ -109,10 +148,13 @@ class Proxy:
             self._nursery.cancel_scope.cancel()
 
     async def handle_signals(self) -> None:
-        """The first SIGTERM/SIGINT drains; later ones are absorbed so draining can finish."""
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for _ in signals:
-                self.stop()
+        """SIGHUP reloads; the first SIGTERM/SIGINT drains, later ones are absorbed."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    self.reload()
+                else:
+                    self.stop()
 
     # ---- listeners ---------------------------------------------------------------------------
 

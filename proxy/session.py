@@ -19,7 +19,7 @@ import trio
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, FrameTooLarge
 from proxy import wire
-from proxy.filters import FilterChain, SessionContext
+from proxy.filters import Exchange, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
 
@@ -43,6 +43,7 @@ class InFlight:
     api_version: int
     received: float
     metrics: ApiMetrics
+    exchange: Exchange | None = None
     sent: float = 0.0
 
 
@@ -187,11 +188,15 @@ class Session:
         if head.client_id is not None:
             self.ctx.client_id = head.client_id
         filters = self.chain.for_request(head.api_key, head.api_version)
+        exchange = None
         if filters:
+            exchange = Exchange()
             offset, msg = wire.decode_request(head, payload)
             changed = False
             for f in filters:
-                changed |= await f.on_request(self.ctx, head.api_key, head.api_version, msg)
+                changed |= await f.on_request(
+                    self.ctx, exchange, head.api_key, head.api_version, msg
+                )
             if changed:
                 payload = wire.encode_request(head, payload, offset, msg)
         api_metrics = self.metrics.for_api(head.api_key, head.api_version)
@@ -202,7 +207,10 @@ class Session:
             if corr in self.in_flight:
                 raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
             await self._slots.acquire()
-            entry = InFlight(head.api_key, head.api_version, received, api_metrics)
+            entry = InFlight(
+                head.api_key, head.api_version, received, api_metrics,
+                exchange if exchange is not None and exchange.notes else None,
+            )
             self.in_flight[corr] = entry
             if self._idle.is_set():
                 self._idle = trio.Event()
@@ -247,11 +255,17 @@ class Session:
         if entry.sent:
             entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
         filters = self.chain.for_response(entry.api_key, entry.api_version)
+        exchange = entry.exchange
+        if exchange is not None:
+            filters += tuple(f for f in exchange.notes if f not in filters)
         if filters:
+            exchange = exchange or Exchange()
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
             changed = False
             for f in filters:
-                changed |= await f.on_response(self.ctx, entry.api_key, entry.api_version, msg)
+                changed |= await f.on_response(
+                    self.ctx, exchange, entry.api_key, entry.api_version, msg
+                )
             if changed:
                 payload = wire.encode_response(
                     entry.api_key, entry.api_version, payload, offset, msg

@@ -1,22 +1,32 @@
-"""The topic id <-> name map, learned from Metadata responses.
+"""The topic id <-> name map and the cluster id, learned from Metadata responses.
 
 Produce v13 and Fetch v13+ name topics only by id (a UUID); interceptors are configured by
 topic name. Clients always ask Metadata (through Herald) before producing or fetching, so the
-map is filled before it is needed. One map serves all connections of the process.
+map is filled before it is needed. One map serves all connections of the process. The cluster
+id (Metadata v2+) is what the audit interceptor stamps as the upstream cluster.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from protocol.api_keys import ApiKey
-from proxy.filters import Filter, SessionContext
+from proxy.filters import Exchange, Filter, SessionContext
 
 
 class TopicIds:
-    def __init__(self) -> None:
+    def __init__(self, on_cluster_id: Callable[[str], None] | None = None) -> None:
         self.names: dict[Any, str] = {}
         self.ids: dict[str, Any] = {}
+        self.cluster_id: str | None = None
+        self._on_cluster_id = on_cluster_id
+
+    def learn_cluster_id(self, cluster_id: str | None) -> None:
+        if cluster_id and cluster_id != self.cluster_id:
+            self.cluster_id = cluster_id
+            if self._on_cluster_id is not None:
+                self._on_cluster_id(cluster_id)
 
     def learn(self, topic_id: Any, name: str) -> None:
         if self.names.get(topic_id) != name:
@@ -35,12 +45,14 @@ class TopicIdLearner(Filter):
         self.zero_id = zero_id
 
     def wants_response(self, api_key: int, version: int) -> bool:
-        return api_key == ApiKey.METADATA and version >= 10
+        return api_key == ApiKey.METADATA and version >= 2
 
     async def on_response(
-        self, ctx: SessionContext, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
-        for t in msg.topics:
-            if t.name is not None and t.topic_id != self.zero_id:
-                self.topics.learn(t.topic_id, t.name)
+        self.topics.learn_cluster_id(msg.cluster_id)
+        if version >= 10:
+            for t in msg.topics:
+                if t.name is not None and t.topic_id != self.zero_id:
+                    self.topics.learn(t.topic_id, t.name)
         return False

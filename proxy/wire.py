@@ -91,7 +91,9 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, An
     if api_key == ApiKey.API_VERSIONS and payload[offset : offset + 2] == b"\x00\x23":
         # A broker answers an ApiVersions version it does not know with a v0 body.
         return offset, _Version0(RESPONSES[api_key].decode(payload, 0, offset))
-    return offset, RESPONSES[api_key].decode(payload, version, offset)
+    # Decoding from a memoryview keeps `records` fields as views: a Fetch response is decoded
+    # (for its node endpoints) without copying its record data.
+    return offset, RESPONSES[api_key].decode(memoryview(payload), version, offset)
 
 
 def encode_response(api_key: int, version: int, payload: bytes, offset: int, msg: Any) -> bytes:

@@ -1,0 +1,150 @@
+"""The interceptor chains as a filter-chain member: Produce requests in, Fetch responses out.
+
+Only partitions of topics that some configured member applies to are split into batches; a
+batch no member changed is forwarded as the bytes that arrived, and a request or response
+in which nothing changed is forwarded whole, undecoded bytes and all.
+
+A partition the produce chain rejects is taken out of the request, so nothing of it is
+written, and put back into the broker's answer with the chain's error code. If every
+partition is rejected, the request still goes to the broker with no partitions: its (empty)
+answer arrives in order with the other responses of the connection, and the rejected
+partitions are merged into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from interceptors import Chains, ConnectionInfo, PartitionOutcome
+from protocol.api_keys import ApiKey
+from protocol.messages.produce_response import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    TopicProduceResponse,
+)
+from protocol.records import join_batches, split_batches
+from proxy.filters import Exchange, Filter, SessionContext
+from proxy.topic_ids import TopicIds
+
+_BYTES = (bytes, bytearray, memoryview)
+
+
+@dataclass(slots=True)
+class Rejected:
+    name: str
+    topic_id: bytes
+    partition: int
+    outcome: PartitionOutcome
+
+
+def connection_info(ctx: SessionContext) -> ConnectionInfo:
+    """The interceptors' view of a connection, rebuilt only when the client id changes."""
+    conn = ctx.attributes.get("conn")
+    if conn is None or conn.client_id != ctx.client_id:
+        conn = ConnectionInfo(ctx.client_id, ctx.client_address, ctx.principal)
+        ctx.attributes["conn"] = conn
+    return conn
+
+
+def _modified(batches: list[Any]) -> bool:
+    return any(not isinstance(b, _BYTES) and b.modified for b in batches)
+
+
+class InterceptorFilter(Filter):
+    name = "interceptors"
+
+    def __init__(self, chains: Chains, topics: TopicIds) -> None:
+        self.chains = chains
+        self.topics = topics
+
+    def wants_request(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.PRODUCE and len(self.chains.produce) > 0
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.FETCH and len(self.chains.fetch) > 0
+
+    def _topic(self, name: str, topic_id: bytes, version: int, by_id_from: int) -> str | None:
+        return name if version < by_id_from else self.topics.name(topic_id)
+
+    async def on_request(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        chain = self.chains.produce
+        conn = connection_info(ctx)
+        changed = False
+        rejected: list[Rejected] = []
+        kept_topics = []
+        for t in msg.topic_data:
+            topic = self._topic(t.name, t.topic_id, version, 13)
+            if topic is None or not chain.applies(topic, conn):
+                kept_topics.append(t)
+                continue
+            kept = []
+            for p in t.partition_data:
+                if p.records is None:
+                    kept.append(p)
+                    continue
+                batches = split_batches(p.records)
+                outcome = chain.process(topic, p.index, batches, conn)
+                if not outcome.ok:
+                    rejected.append(Rejected(t.name, t.topic_id, p.index, outcome))
+                    continue
+                if _modified(batches):
+                    p.records = join_batches(batches)
+                    changed = True
+                kept.append(p)
+            if len(kept) != len(t.partition_data):
+                t.partition_data = kept
+            if kept:
+                kept_topics.append(t)
+        if rejected:
+            msg.topic_data = kept_topics
+            exchange.notes[self] = rejected
+            changed = True
+        return changed
+
+    async def on_response(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        if api_key == ApiKey.PRODUCE:
+            return self._merge_rejections(exchange.notes.get(self, ()), version, msg)
+        chain = self.chains.fetch
+        conn = connection_info(ctx)
+        changed = False
+        for t in msg.responses:
+            topic = self._topic(t.topic, t.topic_id, version, 13)
+            if topic is None or not chain.applies(topic, conn):
+                continue
+            for p in t.partitions:
+                if not p.records:
+                    continue
+                batches = split_batches(p.records)
+                chain.process(topic, p.partition_index, batches, conn)
+                if _modified(batches):
+                    p.records = join_batches(batches)
+                    changed = True
+        return changed
+
+    @staticmethod
+    def _merge_rejections(rejected: list[Rejected], version: int, msg: Any) -> bool:
+        by_id = version >= 13
+        topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
+        for r in rejected:
+            key = r.topic_id if by_id else r.name
+            entry = topics.get(key)
+            if entry is None:
+                entry = TopicProduceResponse(name=r.name, topic_id=r.topic_id)
+                topics[key] = entry
+                msg.responses.append(entry)
+            entry.partition_responses.append(PartitionProduceResponse(
+                index=r.partition,
+                error_code=r.outcome.error_code,
+                base_offset=-1,
+                error_message=r.outcome.error_message if version >= 8 else None,
+                record_errors=[
+                    BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                    for i, m in r.outcome.record_errors
+                ] if version >= 8 else [],
+            ))
+        return bool(rejected)
