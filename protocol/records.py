@@ -294,22 +294,25 @@ def _encode_headers(headers: list[Header], parts: list) -> None:
     """Append the header count and headers to `parts`."""
     append = parts.append
     append(_varint(len(headers)))
-    for key, value in headers:
-        if type(key) is not str:
-            raise TypeError(f"header key must be str, not {type(key).__name__}")
-        # surrogateescape mirrors the decoder, so keys that were not valid UTF-8 round-trip.
-        kb = key.encode("utf-8", "surrogateescape")
-        n = len(kb)
-        append(_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n))
-        append(kb)
-        if value is None:
-            append(_MINUS_ONE)
-        else:
-            if type(value) is not bytes:
-                value = _opt_bytes(value)
-            n = len(value)
-            append(_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n))
-            append(value)
+    for header in headers:
+        append(_encode_header(header))
+
+
+def _encode_header(header: Header) -> bytes:
+    """One header on the wire: varint key length, UTF-8 key, varint value length, value."""
+    key, value = header
+    if type(key) is not str:
+        raise TypeError(f"header key must be str, not {type(key).__name__}")
+    # surrogateescape mirrors the decoder, so keys that were not valid UTF-8 round-trip.
+    kb = key.encode("utf-8", "surrogateescape")
+    n = len(kb)
+    head = _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n)
+    if value is None:
+        return head + kb + _MINUS_ONE
+    if type(value) is not bytes:
+        value = _opt_bytes(value)
+    n = len(value)
+    return b"".join((head, kb, _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n), value))
 
 
 def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: bool) -> list:
@@ -456,6 +459,9 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
     append = parts.append
     table = _VARINTS
     view = view_src = None
+    # Interceptors often add the same header to every record of a batch (audit, app ids):
+    # each distinct (key, value) is encoded once per batch.
+    encoded: dict[Header, bytes] = {}
     for rec in records:
         src = rec._src
         if rec._dirty:
@@ -506,27 +512,17 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
             append(view[first : rec._end])
             n += rec._end - first
             headers = headers[kept:]
-        for key, value in headers:
-            if type(key) is not str:
-                raise TypeError(f"header key must be str, not {type(key).__name__}")
-            # surrogateescape mirrors the decoder, so keys that were not UTF-8 round-trip.
-            key = key.encode("utf-8", "surrogateescape")
-            count = len(key)
-            piece = table[count] if count < _VARINT_TABLE else _zigzag_varint(count)
+        for header in headers:
+            try:
+                piece = encoded.get(header)
+            except TypeError:  # an unhashable value (bytearray, memoryview)
+                piece = None
+            if piece is None:
+                piece = _encode_header(header)
+                if type(header[1]) is not bytearray and type(header[1]) is not memoryview:
+                    encoded[header] = piece
             append(piece)
-            append(key)
-            n += len(piece) + count
-            if value is None:
-                append(_MINUS_ONE)
-                n += 1
-            else:
-                if type(value) is not bytes:
-                    value = _opt_bytes(value)
-                count = len(value)
-                piece = table[count] if count < _VARINT_TABLE else _zigzag_varint(count)
-                append(piece)
-                append(value)
-                n += len(piece) + count
+            n += len(piece)
         parts[slot] = table[n] if n < _VARINT_TABLE else _zigzag_varint(n)
     if run_src is not None:
         append(run_src[run_start:run_end])
@@ -680,6 +676,14 @@ class RecordBatch:
         if body is self._data:
             return body, start, end
         return body, 0, len(body)
+
+    def decompress(self) -> None:
+        """Check the CRC and decompress the records now; later reads reuse the result.
+
+        Reading records does this on first access anyway; calling it first lets a caller time
+        decompression apart from parsing, or run it in a worker thread.
+        """
+        self._records_section()
 
     @property
     def records(self) -> list[Record]:

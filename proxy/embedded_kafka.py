@@ -7,6 +7,7 @@ a log file in the cluster's work folder, so a failing start can be diagnosed aft
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
@@ -123,11 +124,16 @@ class KafkaCluster:
             node.folder.mkdir(parents=True, exist_ok=True)
             conf = node.folder / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            subprocess.run(
+            fmt = subprocess.run(
                 ["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
                  "-c", str(conf), "--ignore-formatted"],
-                check=True, capture_output=True, text=True,
+                capture_output=True, text=True,
             )
+            if fmt.returncode != 0:
+                raise KafkaStartError(
+                    f"formatting the storage of node {node.node_id} failed:\n"
+                    f"{fmt.stdout}{fmt.stderr}"
+                )
         for node in self.nodes:
             self._launch(node, cp)
         self._await_ready(self.nodes, timeout)
@@ -229,10 +235,15 @@ def _die_with_parent() -> None:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in Kafka's url-safe base64 form (22 chars)."""
-    import base64
+    """A KRaft cluster id: a random UUID in Kafka's url-safe base64 form (22 chars).
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    Like Kafka's own generator, never one that starts with '-': the storage tool would read
+    it as an option.
+    """
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _size(path: Path) -> int:

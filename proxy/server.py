@@ -22,13 +22,14 @@ from proxy.address_rewrite import AddressRewriter
 from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
-from proxy.config import ConfigError, HostPort, ProxyConfig, load_config
+from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.metrics import Metrics
 from proxy.session import Session
 from proxy.topic_ids import TopicIdLearner, TopicIds
+from proxy.tracing import Tracing, TracingFilter, tracing_from_env
 
 log = get_logger("server")
 
@@ -36,21 +37,34 @@ BOOTSTRAP = "bootstrap"
 
 
 class Proxy:
-    def __init__(self, config: ProxyConfig, extra_filters: list[Filter] | None = None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        extra_filters: list[Filter] | None = None,
+        tracing: Tracing | None = None,
+    ) -> None:
         self.config = config
-        self.metrics = Metrics()
+        self.metrics = Metrics(frozenset(config.admin.topic_labels))
         self.upstream_reachable = False
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
         self.proxy_info = ProxyInfo()
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
         self.interceptors = InterceptorFilter(
-            build_chains(config.interceptors, self.proxy_info), self.topic_ids
+            build_chains(config.interceptors, self.proxy_info), self.topic_ids,
+            self.metrics.codec, self.metrics.topics,
         )
+        self.metrics.watch_interceptors(lambda: self.interceptors.chains)
+        # Tracing is a chain member only when it is on: off, it costs nothing per request.
+        traced: list[Filter] = []
+        if tracing is not None:
+            self.interceptors.report_traces = True
+            traced.append(TracingFilter(tracing, self.topic_ids, self.metrics.spans_skipped.inc))
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             AddressRewriter(self.directory),
-            TopicIdLearner(self.topic_ids, wire.ZERO_UUID),
+            TopicIdLearner(self.topic_ids),
             self.interceptors,
+            *traced,
             *(extra_filters or []),
         ])
         self.sessions: set[Session] = set()
@@ -70,10 +84,16 @@ class Proxy:
             self._sessions_nursery = sessions
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._listen(BOOTSTRAP, self.config.listen.bootstrap.port)
+                try:
+                    await self._listen(BOOTSTRAP, self.config.listen.bootstrap.port)
+                except OSError as exc:
+                    where = self.config.listen.bootstrap
+                    raise ListenError(f"listen.bootstrap {where}: {exc.strerror or exc}") from exc
                 if self.config.admin.bind is not None:
+                    # In the outer nursery: while sessions drain, /readyz keeps answering
+                    # 503 "draining" instead of refusing connections.
                     admin = AdminServer(self.config.admin.bind, self.metrics, self.readiness)
-                    self.admin_port = await nursery.start(admin.serve)
+                    self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
                 self.ready.set()
@@ -131,6 +151,7 @@ class Proxy:
         if kept != self.config:
             log.warning("config_reload_partial", path=str(source),
                         note="only interceptors are reloaded; restart for the other changes")
+        self.metrics.retire_chains(self.interceptors.chains)
         self.interceptors.chains = chains
         self.chain.reset()
         self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors)
@@ -265,14 +286,23 @@ def _peer(stream: trio.SocketStream) -> str:
 
 
 def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) -> None:
-    """Run the proxy in the foreground until SIGTERM/SIGINT, then drain and return."""
+    """Run the proxy in the foreground until SIGTERM/SIGINT, then drain and return.
+
+    Tracing is configured from the OTEL_* environment variables; the spans still buffered
+    are exported before returning.
+    """
+    tracing = tracing_from_env()
 
     async def main() -> None:
-        proxy = Proxy(config)
+        proxy = Proxy(config, tracing=tracing)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(proxy.handle_signals)
             await proxy.serve(on_ready)
             nursery.cancel_scope.cancel()
 
-    trio.run(main)
+    try:
+        trio.run(main)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()
 

@@ -12,13 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.primitives import ZERO_UUID
 from proxy.filters import Exchange, Filter, SessionContext
 
 
 class TopicIds:
     def __init__(self, on_cluster_id: Callable[[str], None] | None = None) -> None:
-        self.names: dict[Any, str] = {}
-        self.ids: dict[str, Any] = {}
+        self.names: dict[bytes, str] = {}
+        self.ids: dict[str, bytes] = {}
         self.cluster_id: str | None = None
         self._on_cluster_id = on_cluster_id
 
@@ -28,21 +29,20 @@ class TopicIds:
             if self._on_cluster_id is not None:
                 self._on_cluster_id(cluster_id)
 
-    def learn(self, topic_id: Any, name: str) -> None:
+    def learn(self, topic_id: bytes, name: str) -> None:
         if self.names.get(topic_id) != name:
             self.names[topic_id] = name
             self.ids[name] = topic_id
 
-    def name(self, topic_id: Any) -> str | None:
+    def name(self, topic_id: bytes) -> str | None:
         return self.names.get(topic_id)
 
 
 class TopicIdLearner(Filter):
     name = "topic_ids"
 
-    def __init__(self, topics: TopicIds, zero_id: Any) -> None:
+    def __init__(self, topics: TopicIds) -> None:
         self.topics = topics
-        self.zero_id = zero_id
 
     def wants_response(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.METADATA and version >= 2
@@ -53,6 +53,6 @@ class TopicIdLearner(Filter):
         self.topics.learn_cluster_id(msg.cluster_id)
         if version >= 10:
             for t in msg.topics:
-                if t.name is not None and t.topic_id != self.zero_id:
+                if t.name is not None and t.topic_id != ZERO_UUID:
                     self.topics.learn(t.topic_id, t.name)
         return False

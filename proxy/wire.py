@@ -26,9 +26,8 @@ from protocol.headers import (
 from protocol.messages import REQUESTS, RESPONSES
 from protocol.messages.request_header import RequestHeader
 from protocol.peek import produce_acks
-from protocol.primitives import ZERO_UUID
 
-__all__ = ["frame", "ZERO_UUID"]
+__all__ = ["frame"]
 
 _INT16 = struct.Struct(">h")
 
