@@ -49,9 +49,13 @@ class FrameDecoder:
                 raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self._max}")
             if end - pos - 4 < size:
                 break
-            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
-            pos += 4 + size
-        if pos:
+            pos += 4
+            with memoryview(buf) as view:  # one copy out of the buffer, not two
+                out.append(bytes(view[pos : pos + size]))
+            pos += size
+        if pos == end:
+            buf.clear()
+        elif pos:
             del buf[:pos]
         return out
 

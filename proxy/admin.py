@@ -12,7 +12,7 @@ from collections.abc import Callable
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from proxy.config import HostPort
+from proxy.config import HostPort, ListenError
 from proxy.logs import get_logger
 from proxy.metrics import Metrics
 
@@ -34,7 +34,10 @@ class AdminServer:
         self.readiness = readiness
 
     async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(self.bind.port, host=self.bind.host)
+        try:
+            listeners = await trio.open_tcp_listeners(self.bind.port, host=self.bind.host)
+        except OSError as exc:
+            raise ListenError(f"admin.bind {self.bind}: {exc.strerror or exc}") from exc
         port = listeners[0].socket.getsockname()[1]
         log.info("admin_listening", address=f"{self.bind.host}:{port}")
         task_status.started(port)

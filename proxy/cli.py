@@ -14,7 +14,7 @@ from pathlib import Path
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy import logs
-from proxy.config import ConfigError, HostPort, ProxyConfig, load_config
+from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
 
@@ -63,11 +63,26 @@ def _ready_line(config: ProxyConfig) -> str:
     return f"herald ready: bootstrap={config.advertised_bootstrap} upstream={upstream}"
 
 
-def _serve(config: ProxyConfig) -> None:
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+def _serve(config: ProxyConfig) -> int:
+    """Run the proxy; exit status 1 when a configured address cannot be listened on."""
     from proxy.server import run
 
     logs.configure(config.logging.level, config.logging.format)
-    run(config, on_ready=lambda _proxy: print(_ready_line(config), flush=True))
+    failed: list[BaseException] = []
+    try:
+        run(config, on_ready=lambda _proxy: print(_ready_line(config), flush=True))
+    except* ListenError as group:  # raised from inside the proxy's (nested) task nurseries
+        failed.extend(_leaves(group))
+    if failed:
+        print(f"herald: cannot listen: {failed[0]}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"herald: invalid config: {exc}", file=sys.stderr)
         return 2
     if args.command == "run":
-        _serve(config)
-        return 0
+        return _serve(config)
 
     from proxy.embedded_kafka import KafkaCluster, KafkaStartError
     from proxy.kafka_dist import KafkaDistError
@@ -96,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         upstream = dataclasses.replace(
             config.upstream, bootstrap=[HostPort("127.0.0.1", node.port)]
         )
-        _serve(dataclasses.replace(config, upstream=upstream))
+        return _serve(dataclasses.replace(config, upstream=upstream))
     finally:
         cluster.stop()
-    return 0
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ valid `ProxyConfig`, so nothing on the hot path checks configuration.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,11 @@ from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 class ConfigError(ValueError):
     """Invalid configuration; the message starts with the YAML path of the bad key."""
+
+
+class ListenError(OSError):
+    """A configured address cannot be listened on (busy, not local); the message starts with
+    the YAML path of the key that names it."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,7 @@ class LimitsConfig:
 @dataclass(frozen=True)
 class AdminConfig:
     bind: HostPort | None = None
+    topic_labels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,10 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
 
     adm = top.child("admin")
     bind = adm.get("bind")
-    admin = AdminConfig(bind=parse_host_port(bind, adm.key_path("bind")) if bind else None)
+    admin = AdminConfig(
+        bind=parse_host_port(bind, adm.key_path("bind")) if bind else None,
+        topic_labels=_topic_names(adm, "topic_labels"),
+    )
     adm.done()
 
     lg = top.child("logging")
@@ -193,6 +203,22 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
     )
+
+
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def _topic_names(node: _Node, key: str) -> tuple[str, ...]:
+    """A list of Kafka topic names (the metric label allowlist): exact names, no patterns,
+    because every entry becomes a label value."""
+    value = node.get(key, [])
+    path = node.key_path(key)
+    if not isinstance(value, list):
+        raise ConfigError(f"{path}: expected a list of topic names")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+            raise ConfigError(f"{path}[{i}]: expected a topic name, got {name!r}")
+    return tuple(dict.fromkeys(value))
 
 
 def _string(node: _Node, key: str, default: str) -> str:

@@ -29,12 +29,17 @@ class Exchange:
     A filter that must finish on the response what it started on the request (merging the
     partitions it refused into the broker's answer, say) leaves a note here; the response is
     then decoded for it even if it does not want every response of that API.
+
+    `traces` carries what one member learns for a later one on the same request: the trace
+    contexts the produce chain wrote, by (topic, partition), which the tracing member turns
+    into spans. It stays None unless tracing is on.
     """
 
-    __slots__ = ("notes",)
+    __slots__ = ("notes", "traces")
 
     def __init__(self) -> None:
         self.notes: dict[Filter, Any] = {}
+        self.traces: dict[tuple[str, int], Any] | None = None
 
 
 class Filter:
@@ -61,6 +66,10 @@ class Filter:
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         return False
+
+    def on_abandoned(self, ctx: SessionContext, exchange: Exchange) -> None:
+        """The connection closed before the response to an exchange this filter left a note
+        on arrived: finish what the note started (no response will come)."""
 
 
 class FilterChain:

@@ -31,11 +31,14 @@ class EventLogger:
         if self._log.isEnabledFor(logging.INFO):
             self._log.info(event, extra={"fields": fields})
 
-    def warning(self, event: str, **fields: Any) -> None:
-        self._log.warning(event, extra={"fields": fields})
+    def warning(
+        self, event: str, *, exc_info: BaseException | None = None, **fields: Any
+    ) -> None:
+        self._log.warning(event, exc_info=exc_info, extra={"fields": fields})
 
-    def error(self, event: str, **fields: Any) -> None:
-        self._log.error(event, extra={"fields": fields})
+    def error(self, event: str, *, exc_info: BaseException | None = None, **fields: Any) -> None:
+        """`exc_info`: an exception whose traceback goes with the event (for bugs)."""
+        self._log.error(event, exc_info=exc_info, extra={"fields": fields})
 
 
 def get_logger(name: str) -> EventLogger:

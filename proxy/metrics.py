@@ -3,18 +3,32 @@
 Label sets are bounded: API names come from the fixed table of Kafka API keys, versions are
 small integers, interceptor labels are the configured member names, and a topic label is only
 ever a topic on the configured allowlist (everything else is counted under `other`).
+
+Two kinds of metrics live here. Per-request ones (requests, latency, bytes) are ordinary
+prometheus_client objects updated by the sessions. Everything the interceptor layer counts is
+*not*: the chains keep plain ints (`interceptors.stats`), the proxy keeps plain ints for
+re-encoding and compression (`CodecStats`) and per-topic shares (`TopicTally`), and
+`InterceptorCollector` turns them into metric families only when /metrics is scraped. The hot
+path pays an integer addition, never a label lookup or a lock.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from collections.abc import Callable, Iterator
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from interceptors import Chains, ChainStats
 from protocol.api_keys import api_name
+from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+OTHER_TOPIC = "other"
 
 try:
     from importlib.metadata import version as _dist_version
@@ -24,10 +38,173 @@ except Exception:  # not installed as a distribution (e.g. run from a source tre
     HERALD_VERSION = "0.0.0"
 
 
+class CodecStats:
+    """Batches re-encoded and seconds spent (de)compressing, by codec id (bits 0-2).
+
+    Plain floats and ints in lists indexed by codec id: updating them costs an index and an
+    addition, and they are read only at scrape time.
+    """
+
+    __slots__ = ("reencoded", "compress_seconds", "decompress_seconds")
+
+    def __init__(self) -> None:
+        self.reencoded = [0] * 8
+        self.compress_seconds = [0.0] * 8
+        self.decompress_seconds = [0.0] * 8
+
+
+# A record counter of one chain member: (member name, outcome, reason).
+RecordKey = tuple[str, str, str]
+
+
+def record_counts(stats: ChainStats) -> dict[RecordKey, int]:
+    """Every record counter of a chain's members, flat (zero counters left out)."""
+    out: dict[RecordKey, int] = {}
+    for name, m in stats.members.items():
+        if m.records_seen:
+            out[(name, "seen", "")] = m.records_seen
+        if m.records_changed:
+            out[(name, "changed", "")] = m.records_changed
+        for reason, n in m.records_rejected.items():
+            out[(name, "rejected", reason)] = n
+        for reason, n in m.records_dropped.items():
+            out[(name, "dropped", reason)] = n
+    return out
+
+
+class TopicTally:
+    """The share of allowlisted topics in the interceptor record counters.
+
+    The chains count per member only. For a partition of an allowlisted topic the proxy takes
+    `before()` and calls `after()` around the chain, and the difference is booked to the
+    topic; at scrape time `other` is the member's total minus the booked shares. Topics off
+    the list cost one set lookup per partition.
+    """
+
+    def __init__(self, allowlist: frozenset[str]) -> None:
+        self.allowlist = allowlist
+        # (path, member, outcome, reason) -> {topic: records}
+        self.shares: dict[tuple[str, str, str, str], dict[str, int]] = {}
+
+    def before(self, stats: ChainStats) -> dict[RecordKey, int]:
+        return record_counts(stats)
+
+    def after(self, stats: ChainStats, topic: str, before: dict[RecordKey, int]) -> None:
+        for key, n in record_counts(stats).items():
+            delta = n - before.get(key, 0)
+            if delta:
+                per_topic = self.shares.setdefault((stats.path, *key), {})
+                per_topic[topic] = per_topic.get(topic, 0) + delta
+
+
+def flatten(chains: Chains) -> dict[tuple[str, ...], float]:
+    """All counters of both chains as {(family, *labels): value}, for carrying over reloads."""
+    out: dict[tuple[str, ...], float] = {}
+    for stats in (chains.produce.stats, chains.fetch.stats):
+        path = stats.path
+        out[("batches", path, "seen")] = stats.batches_seen
+        out[("batches", path, "changed")] = stats.batches_changed
+        for (member, outcome, reason), n in record_counts(stats).items():
+            out[("records", path, member, outcome, reason)] = n
+        for name, m in stats.members.items():
+            out[("headers", path, name)] = m.headers_added
+            for error, n in m.errors.items():
+                out[("errors", path, name, error)] = n
+            for event, n in m.events.items():
+                out[("events", path, name, event)] = n
+    return out
+
+
+class InterceptorCollector(Collector):
+    """Reads the chains' plain counters at scrape time and exports them as counters.
+
+    A SIGHUP reload replaces the chains, and with them their counters. `retire()` adds the
+    outgoing chains' totals to a base that is added to every later scrape, so the exported
+    counters never go backwards (Prometheus would read a drop as a counter reset, and a rate
+    over it would be wrong).
+    """
+
+    def __init__(
+        self, source: Callable[[], Chains], codec: CodecStats, tally: TopicTally
+    ) -> None:
+        self.source = source
+        self.codec = codec
+        self.tally = tally
+        self.base: dict[tuple[str, ...], float] = {}
+
+    def retire(self, chains: Chains) -> None:
+        for key, n in flatten(chains).items():
+            self.base[key] = self.base.get(key, 0) + n
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        totals = dict(self.base)
+        for key, n in flatten(self.source()).items():
+            totals[key] = totals.get(key, 0) + n
+        families = self._families()
+        records, headers, errors, events, batches, reencoded, seconds = families
+        for key, n in sorted(totals.items()):
+            family, labels = key[0], list(key[1:])
+            if family == "records":
+                rest = n
+                for topic, share in sorted(self.tally.shares.get(key[1:], {}).items()):
+                    records.add_metric([*labels, topic], share)
+                    rest -= share
+                records.add_metric([*labels, OTHER_TOPIC], rest)
+            elif family == "headers":
+                headers.add_metric(labels, n)
+            elif family == "errors":
+                errors.add_metric(labels, n)
+            elif family == "events":
+                events.add_metric(labels, n)
+            else:
+                batches.add_metric(labels, n)
+        codec = self.codec
+        for cid, name in CODEC_NAMES.items():
+            reencoded.add_metric([name], codec.reencoded[cid])
+            if cid:
+                seconds.add_metric([name, "compress"], codec.compress_seconds[cid])
+                seconds.add_metric([name, "decompress"], codec.decompress_seconds[cid])
+        return iter(families)
+
+    @staticmethod
+    def _families() -> list[CounterMetricFamily]:
+        return [
+            CounterMetricFamily(
+                "herald_interceptor_records",
+                "Records seen/changed/rejected/dropped by interceptor chain members",
+                labels=["path", "interceptor", "outcome", "reason", "topic"]),
+            CounterMetricFamily(
+                "herald_interceptor_headers_added", "Headers added to records",
+                labels=["path", "interceptor"]),
+            CounterMetricFamily(
+                "herald_interceptor_errors", "Failures of interceptor chain members",
+                labels=["path", "interceptor", "error"]),
+            CounterMetricFamily(
+                "herald_interceptor_events", "Events counted by the members themselves",
+                labels=["path", "interceptor", "event"]),
+            CounterMetricFamily(
+                "herald_interceptor_batches", "Record batches run through a chain",
+                labels=["path", "outcome"]),
+            CounterMetricFamily(
+                "herald_batches_reencoded", "Record batches re-encoded after a change",
+                labels=["compression"]),
+            CounterMetricFamily(
+                "herald_compression_seconds",
+                "Time spent compressing and decompressing record batches",
+                labels=["compression", "operation"]),
+        ]
+
+
 class Metrics:
     def __init__(self, topic_allowlist: frozenset[str] = frozenset()) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.topic_allowlist = topic_allowlist
+        self.codec = CodecStats()
+        self.topics = TopicTally(topic_allowlist)
+        self.interceptor_collector: InterceptorCollector | None = None
         self.connections_active = Gauge(
             "herald_connections_active", "Open connections", ["side"], registry=r)
         self.connections_total = Counter(
@@ -48,25 +225,27 @@ class Metrics:
         self.frames_refused = Counter(
             "herald_frames_refused", "Frames refused and their connection closed",
             ["reason"], registry=r)
-        self.records = Counter(
-            "herald_interceptor_records", "Records seen/changed/rejected/dropped by interceptors",
-            ["interceptor", "outcome", "reason", "topic"], registry=r)
-        self.headers_added = Counter(
-            "herald_headers_added", "Headers added to records", ["interceptor"], registry=r)
-        self.interceptor_errors = Counter(
-            "herald_interceptor_errors", "Interceptor failures", ["interceptor"], registry=r)
-        self.batches_reencoded = Counter(
-            "herald_batches_reencoded", "Record batches re-encoded after a change",
-            ["compression"], registry=r)
-        self.compression_seconds = Counter(
-            "herald_compression_seconds", "Time spent compressing and decompressing",
-            ["compression", "operation"], registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
+        self.spans_skipped = Counter(
+            "herald_tracing_spans_skipped",
+            "Trace contexts Herald wrote but exported no span for (per-partition span limit)",
+            registry=r)
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_labels: dict[tuple[int, int], tuple[str, str]] = {}
         self._api_children: dict[tuple[int, int], ApiMetrics] = {}
+
+    def watch_interceptors(self, source: Callable[[], Chains]) -> None:
+        """Export the counters of the chains `source()` returns (the current ones) on scrape."""
+        if self.interceptor_collector is None:
+            self.interceptor_collector = InterceptorCollector(source, self.codec, self.topics)
+            self.registry.register(self.interceptor_collector)
+
+    def retire_chains(self, chains: Chains) -> None:
+        """`chains` are being replaced: keep their totals so the counters stay monotonic."""
+        if self.interceptor_collector is not None:
+            self.interceptor_collector.retire(chains)
 
     def api_labels(self, api_key: int, version: int) -> tuple[str, str]:
         key = (api_key, version)
@@ -76,7 +255,7 @@ class Metrics:
         return labels
 
     def topic_label(self, topic: str | None) -> str:
-        return topic if topic in self.topic_allowlist else "other"
+        return topic if topic in self.topic_allowlist else OTHER_TOPIC
 
     def for_api(self, api_key: int, version: int) -> ApiMetrics:
         """The per-(API, version) metric children, resolved once (label lookups cost)."""

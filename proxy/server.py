@@ -221,8 +221,10 @@ class Proxy:
         upstream_addrs = await self._upstream_for(target)
         upstream = await self._connect(upstream_addrs)
         if upstream is None:
+            # client_id is unknown: nothing was read from the client yet.
             log.warning("connection_closed", reason="upstream unreachable", client=peer,
-                        target=target, upstream=",".join(map(str, upstream_addrs)))
+                        client_id=None, target=target,
+                        upstream=",".join(map(str, upstream_addrs)))
             await client.aclose()
             return
         stream, address = upstream

@@ -31,10 +31,11 @@ _RECV = 256 * 1024
 class SessionClosed(Exception):
     """Ends a session; `reason` is what gets logged, once."""
 
-    def __init__(self, reason: str, level: str = "info") -> None:
+    def __init__(self, reason: str, level: str = "info", exc: BaseException | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.level = level
+        self.exc = exc  # logged with its traceback (level "error": a bug, not bad input)
 
 
 @dataclass(slots=True)
@@ -91,6 +92,7 @@ class Session:
             with trio.CancelScope(shield=True):
                 await _close(self.client)
                 await _close(self.upstream)
+            self._abandon()
         reason = self._reason
         if reason is not None:
             fields = {
@@ -99,10 +101,25 @@ class Session:
                 "client_id": self.ctx.client_id,
                 "upstream": self.ctx.upstream_address,
             }
-            if reason.level == "warning":
+            if reason.level == "error":
+                log.error("connection_closed", exc_info=reason.exc, **fields)
+            elif reason.level == "warning":
                 log.warning("connection_closed", **fields)
             else:
                 log.info("connection_closed", **fields)
+
+    def _abandon(self) -> None:
+        """Responses that will never come: let the filters that waited for one finish."""
+        for entry in self.in_flight.values():
+            exchange = entry.exchange
+            if exchange is None:
+                continue
+            for f in exchange.notes:
+                try:
+                    f.on_abandoned(self.ctx, exchange)
+                except Exception as exc:
+                    log.error("filter_error", filter=f.name, error=repr(exc))
+        self.in_flight.clear()
 
     async def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
@@ -120,12 +137,12 @@ class Session:
         except CodecError as exc:
             self._close_reason(SessionClosed(f"malformed frame: {exc}", "warning"))
         except Exception as exc:  # a bug in a filter must not reach the listener
-            log.error("session_error", client=self.ctx.client_address, error=repr(exc))
-            self._close_reason(SessionClosed(f"internal error: {exc!r}", "warning"))
+            self._close_reason(SessionClosed(f"internal error: {exc!r}", "error", exc))
         nursery.cancel_scope.cancel()
 
     def _close_reason(self, reason: SessionClosed) -> None:
-        if self._reason is None:
+        """Keep the first reason, unless a later one is a bug: that one must reach the log."""
+        if self._reason is None or (reason.level == "error" and self._reason.level != "error"):
             self._reason = reason
 
     async def _pump_requests(self) -> None:

@@ -67,8 +67,10 @@ def herald_config(upstream: str, **overrides: Any) -> dict[str, Any]:
 
 
 class HeraldProcess:
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
+        """`env`: extra environment variables for the process (e.g. OTEL_*)."""
         self.config = config
+        self.env = dict(env or {})
         self.folder = Path(tempfile.mkdtemp(prefix="herald-test-"))
         self.config_path = self.folder / "proxy.yaml"
         self.log_path = self.folder / "herald.log"
@@ -83,10 +85,15 @@ class HeraldProcess:
     def port_base(self) -> int:
         return self.config["listen"]["broker_port_base"]
 
+    @property
+    def admin_url(self) -> str:
+        """http://HOST:PORT of the admin endpoint (`admin.bind` must be in the config)."""
+        return f"http://{self.config['admin']['bind']}"
+
     def start(self, timeout: float = 60.0) -> HeraldProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "run", "--config", str(self.config_path)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
