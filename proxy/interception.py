@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+import trio
+
 from interceptors import Chains, ConnectionInfo, PartitionOutcome
 from protocol.api_keys import ApiKey
 from protocol.messages.produce_response import (
@@ -35,6 +37,41 @@ from proxy.metrics import CodecStats, TopicTally
 from proxy.topic_ids import TopicIds
 
 _BYTES = (bytes, bytearray, memoryview)
+
+OFFLOAD_BYTES = 256 * 1024
+"""Compressed partitions at least this large are (de)compressed in a worker thread."""
+
+
+def _decompress(batches: list[Any]) -> dict[int, float]:
+    """Decompress every compressed batch now; seconds spent per codec."""
+    seconds: dict[int, float] = {}
+    for b in batches:
+        if not isinstance(b, _BYTES) and b.compression and b.record_count and not b.is_control:
+            start = perf_counter()
+            b.decompress()
+            seconds[b.compression] = seconds.get(b.compression, 0.0) + perf_counter() - start
+    return seconds
+
+
+def _join(batches: list[Any]) -> tuple[bytes | None, list[int], dict[int, float]]:
+    """The records field after the chain (None when no batch changed), the codecs of the
+    re-encoded batches, and seconds spent re-encoding compressed ones per codec."""
+    parts = batches
+    reencoded: list[int] = []
+    seconds: dict[int, float] = {}
+    for i, b in enumerate(batches):
+        if isinstance(b, _BYTES) or not b.modified:
+            continue
+        cid = b.compression
+        reencoded.append(cid)
+        if cid:
+            start = perf_counter()
+            data = b.to_bytes()
+            seconds[cid] = seconds.get(cid, 0.0) + perf_counter() - start
+            if parts is batches:
+                parts = list(batches)
+            parts[i] = data
+    return (join_batches(parts) if reencoded else None), reencoded, seconds
 
 
 @dataclass(slots=True)
@@ -70,40 +107,44 @@ class InterceptorFilter(Filter):
         self.tally = tally if tally is not None and tally.allowlist else None
         self.report_traces = False  # set by the proxy when tracing is on
 
-    def _split(self, records: Any) -> list[Any]:
-        """The partition's batches, compressed ones decompressed now (and timed)."""
-        batches = split_batches(records)
-        seconds = self.codec.decompress_seconds
-        for b in batches:
-            if not isinstance(b, _BYTES) and b.compression and b.record_count and not b.is_control:
-                start = perf_counter()
-                b.decompress()
-                seconds[b.compression] += perf_counter() - start
-        return batches
+    async def _run_partition(
+        self, chain: Any, topic: str, index: int, records: Any, conn: ConnectionInfo
+    ) -> tuple[PartitionOutcome | None, bytes | None]:
+        """Run `chain` over one partition: (its outcome, the new records field or None).
 
-    def _join(self, batches: list[Any]) -> bytes | None:
-        """The partition's records field after the chain, or None when no batch changed.
-
-        A changed compressed batch is encoded on its own so its compression can be timed
-        (the time includes re-encoding its records, which compression dwarfs).
+        Decompression and re-compression of large partitions run in a worker thread, so the
+        event loop keeps serving other connections meanwhile; the chain itself always runs
+        on the loop (its members are not thread-safe).
         """
-        codec = self.codec
-        parts = batches
-        changed = False
-        for i, b in enumerate(batches):
-            if isinstance(b, _BYTES) or not b.modified:
-                continue
-            changed = True
-            cid = b.compression
-            codec.reencoded[cid] += 1
-            if cid:
-                start = perf_counter()
-                data = b.to_bytes()
-                codec.compress_seconds[cid] += perf_counter() - start
-                if parts is batches:
-                    parts = list(batches)
-                parts[i] = data
-        return join_batches(parts) if changed else None
+        batches = split_batches(records)
+        offload = len(records) >= OFFLOAD_BYTES and any(
+            not isinstance(b, _BYTES) and b.compression for b in batches
+        )
+        if offload:
+            seconds = await trio.to_thread.run_sync(_decompress, batches)
+        else:
+            seconds = _decompress(batches)
+        self._add_seconds(self.codec.decompress_seconds, seconds)
+        tally = self.tally
+        before = tally.before(chain.stats) if tally and topic in tally.allowlist else None
+        outcome = chain.process(topic, index, batches, conn)
+        if before is not None:
+            tally.after(chain.stats, topic, before)
+        if outcome is not None and not outcome.ok:
+            return outcome, None
+        if offload:
+            joined, reencoded, seconds = await trio.to_thread.run_sync(_join, batches)
+        else:
+            joined, reencoded, seconds = _join(batches)
+        for cid in reencoded:
+            self.codec.reencoded[cid] += 1
+        self._add_seconds(self.codec.compress_seconds, seconds)
+        return outcome, joined
+
+    @staticmethod
+    def _add_seconds(into: Any, seconds: dict[int, float]) -> None:
+        for cid, value in seconds.items():
+            into[cid] += value
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.PRODUCE and len(self.chains.produce) > 0
@@ -127,18 +168,14 @@ class InterceptorFilter(Filter):
             if topic is None or not chain.applies(topic, conn):
                 kept_topics.append(t)
                 continue
-            tally = self.tally
-            counted = tally is not None and topic in tally.allowlist
             kept = []
             for p in t.partition_data:
                 if p.records is None:
                     kept.append(p)
                     continue
-                batches = self._split(p.records)
-                before = tally.before(chain.stats) if counted else None
-                outcome = chain.process(topic, p.index, batches, conn)
-                if before is not None:
-                    tally.after(chain.stats, topic, before)
+                outcome, records = await self._run_partition(
+                    chain, topic, p.index, p.records, conn
+                )
                 if not outcome.ok:
                     rejected.append(Rejected(t.name, t.topic_id, p.index, outcome))
                     continue
@@ -146,7 +183,6 @@ class InterceptorFilter(Filter):
                     if exchange.traces is None:
                         exchange.traces = {}
                     exchange.traces[(topic, p.index)] = outcome.traces
-                records = self._join(batches)
                 if records is not None:
                     p.records = records
                     changed = True
@@ -169,21 +205,16 @@ class InterceptorFilter(Filter):
         chain = self.chains.fetch
         conn = connection_info(ctx)
         changed = False
-        tally = self.tally
         for t in msg.responses:
             topic = self._topic(t.topic, t.topic_id, version, 13)
             if topic is None or not chain.applies(topic, conn):
                 continue
-            counted = tally is not None and topic in tally.allowlist
             for p in t.partitions:
                 if not p.records:
                     continue
-                batches = self._split(p.records)
-                before = tally.before(chain.stats) if counted else None
-                chain.process(topic, p.partition_index, batches, conn)
-                if before is not None:
-                    tally.after(chain.stats, topic, before)
-                records = self._join(batches)
+                _, records = await self._run_partition(
+                    chain, topic, p.partition_index, p.records, conn
+                )
                 if records is not None:
                     p.records = records
                     changed = True

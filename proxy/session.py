@@ -10,6 +10,7 @@ the oldest outstanding one means the upstream is broken.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -78,10 +79,6 @@ class Session:
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.in_flight)
 
     async def run(self) -> None:
         try:
@@ -179,18 +176,18 @@ class Session:
                     # the responses that would free a slot are never asked for.
                     await self._send_upstream(out, entries)
                 try:
-                    data, entry = await self._request(payload)
+                    payload, entry = await self._request(payload)
                 except CodecError as exc:
                     self.metrics.frames_refused.labels("malformed").inc()
                     raise SessionClosed(f"malformed request: {exc}", "warning") from None
-                out.append(data)
+                out += (_frame_size(len(payload)), payload)
                 if entry is not None:
                     entries.append(entry)
             if out:
                 await self._send_upstream(out, entries)
 
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
-        data = b"".join(out) if len(out) > 1 else out[0]
+        data = b"".join(out)
         await self.upstream.send_all(data)
         self._bytes_up.inc(len(data))
         now = time.monotonic()
@@ -231,7 +228,7 @@ class Session:
             self.in_flight[corr] = entry
             if self._idle.is_set():
                 self._idle = trio.Event()
-        return wire.frame(payload), entry
+        return payload, entry
 
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
@@ -248,11 +245,11 @@ class Session:
             out: list[bytes] = []
             answered: list[InFlight] = []
             for payload in frames:
-                data, entry = await self._response(payload)
-                out.append(data)
+                payload, entry = await self._response(payload)
+                out += (_frame_size(len(payload)), payload)
                 answered.append(entry)
             if out:
-                data = b"".join(out) if len(out) > 1 else out[0]
+                data = b"".join(out)
                 await self.client.send_all(data)
                 self._bytes_out.inc(len(data))
                 now = time.monotonic()
@@ -263,11 +260,12 @@ class Session:
 
     async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
         corr = wire.response_correlation_id(payload)
-        entry = self.in_flight.pop(corr, None)
-        if entry is None:
+        oldest = next(iter(self.in_flight), None)
+        if corr != oldest:
             raise SessionClosed(
-                f"upstream answered unknown correlation id {corr}", "warning"
+                f"upstream answered correlation id {corr}, expected {oldest}", "warning"
             )
+        entry = self.in_flight.pop(corr)
         self._slots.release()
         if entry.sent:
             entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
@@ -287,7 +285,11 @@ class Session:
                 payload = wire.encode_response(
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
-        return wire.frame(payload), entry
+        return payload, entry
+
+
+_frame_size = struct.Struct(">i").pack
+"""The size prefix of a frame, sent beside its payload so the two are joined in one copy."""
 
 
 async def _close(stream: trio.SocketStream) -> None:

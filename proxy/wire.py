@@ -27,8 +27,6 @@ from protocol.messages import REQUESTS, RESPONSES
 from protocol.messages.request_header import RequestHeader
 from protocol.peek import produce_acks
 
-__all__ = ["frame"]
-
 _INT16 = struct.Struct(">h")
 
 

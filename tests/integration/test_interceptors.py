@@ -294,3 +294,24 @@ def test_rejected_produce_error_surfaces_through_java_tools(
                       "--topic", topic, "--command-property", "retries=0",
                       input="no-tenant\n", check=False)
     assert "InvalidRecordException" in result.stderr or "INVALID_RECORD" in result.stderr
+
+
+def test_large_compressed_partitions_round_trip_through_both_chains(
+    herald_chains: HeraldProcess, topic_name: str
+) -> None:
+    """Over 256 KiB of compressed records: (de)compression runs off the event loop."""
+    import os
+
+    values = [os.urandom(100_000) for _ in range(9)]  # incompressible: ~900 KB compressed
+    producer = Producer({"bootstrap.servers": herald_chains.bootstrap, "compression.type": "zstd",
+                         "linger.ms": 200, "message.max.bytes": 1_000_000})
+    for i, value in enumerate(values):
+        producer.produce(topic_name, value, headers=[("internal.debug", b"x"), ("i", b"%d" % i)])
+    assert producer.flush(30) == 0
+    got = consume_all(herald_chains.bootstrap, topic_name, len(values))
+    assert [m.value() for m in got] == values
+    for i, m in enumerate(got):
+        h = headers_of(m)
+        assert h["i"] == [b"%d" % i]
+        assert "internal.debug" not in h
+        assert_stamped(h, None)
