@@ -179,11 +179,16 @@ def test_every_codec_from_librdkafka_is_re_encoded_and_read_back(
     # The Java consumer reads the re-encoded batches too (it checks the CRC).
     out = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", herald_chains.bootstrap, "--topic",
                    topic_name, "--from-beginning", "--max-messages", "200",
+                   "--formatter-property", "print.timestamp=true",
                    "--formatter-property", "print.headers=true",
                    "--formatter-property", "print.key=true", "--timeout-ms", "30000").stdout
-    rows = [line for line in out.splitlines() if "\t" in line]
+    rows = [line.split("\t") for line in out.splitlines() if "\t" in line]
     assert len(rows) == 200
-    assert all("app.id:checkout" in row and "traceparent:00-" in row for row in rows)
+    for i, (timestamp, headers, key, value) in enumerate(rows):
+        assert timestamp == f"CreateTime:{stamp + i}"
+        assert (key, value) == (f"k{i}", "x" * 500 + str(i))
+        assert headers.startswith(f"n:{i},traceparent:00-")
+        assert headers.endswith(",app.id:checkout")
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
@@ -315,3 +320,67 @@ def test_large_compressed_partitions_round_trip_through_both_chains(
         assert h["i"] == [b"%d" % i]
         assert "internal.debug" not in h
         assert_stamped(h, None)
+
+
+TRANSFORMS = {
+    "produce": [
+        {"type": "rename_header", "from": "legacy-id", "to": "request.id"},
+        {"type": "header_from", "fields": ["order.id", "order.region"],
+         "headers": ["order.id", "region"], "operation": "move"},
+        {"type": "insert_header", "header": "schema", "typed": 3},
+        {"type": "insert_header", "header": "tenant-topic", "template": "{client_id}@{topic}"},
+        {"type": "header_limits", "max_count": 6, "topics": ["prefix:limited."]},
+    ],
+    "fetch": [
+        {"type": "header_to", "headers": ["region"], "fields": ["meta.region"],
+         "operation": "copy"},
+        {"type": "drop_headers", "headers": ["glob:internal.*"]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def herald_transforms(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=TRANSFORMS)) as proc:
+        yield proc
+
+
+def test_header_transforms_do_what_their_config_says(
+    herald_transforms: HeraldProcess, kafka: KafkaCluster, topic_name: str
+) -> None:
+    import json
+
+    producer = Producer({"bootstrap.servers": herald_transforms.bootstrap, "client.id": "shop"})
+    value = {"order": {"id": 42, "region": "eu", "total": 9.5}, "note": "x"}
+    producer.produce(topic_name, json.dumps(value).encode(), headers=[
+        ("legacy-id", b"r-1"), ("internal.trace", b"secret")])
+    assert producer.flush(30) == 0
+
+    # What the broker stored: the produce chain's work.
+    (stored,) = consume_all(kafka.bootstrap, topic_name, 1)
+    assert json.loads(stored.value()) == {"order": {"total": 9.5}, "note": "x"}
+    assert stored.headers() == [
+        ("request.id", b"r-1"), ("internal.trace", b"secret"), ("order.id", b"42"),
+        ("region", b"eu"), ("schema", b"3"), ("tenant-topic", f"shop@{topic_name}".encode()),
+    ]
+    # What a consumer through Herald sees: the fetch chain's work on top.
+    (seen,) = consume_all(herald_transforms.bootstrap, topic_name, 1)
+    assert json.loads(seen.value()) == {"order": {"total": 9.5}, "note": "x",
+                                        "meta": {"region": "eu"}}
+    assert [k for k, _ in seen.headers()] == [
+        "request.id", "order.id", "region", "schema", "tenant-topic"]
+
+
+def test_header_limits_refuse_records_over_the_limit(herald_transforms: HeraldProcess) -> None:
+    topic = f"limited.{uuid.uuid4().hex[:8]}"
+    create_topic(herald_transforms.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": herald_transforms.bootstrap, "retries": 0})
+    results: list = []
+    producer.produce(topic, b"{}", headers=[("a", b"1")],
+                     on_delivery=lambda err, msg: results.append(err))
+    producer.flush(30)
+    producer.produce(topic, b"{}", headers=[(f"h{i}", b"x") for i in range(5)],
+                     on_delivery=lambda err, msg: results.append(err))
+    producer.flush(30)
+    assert results[0] is None  # 1 + 2 inserted = 3 headers
+    assert results[1] is not None and results[1].code() == KafkaError.INVALID_RECORD  # 7 > 6
