@@ -1,6 +1,6 @@
 """End-to-end cost of Herald: Kafka's own perf tools against the broker directly and through Herald.
 
-    python bench/bench_proxy.py [--records 300000] [--record-size 1024] [--rounds 3]
+    python bench/bench_proxy.py [--records 300000] [--record-size 1024] [--rounds 5]
                                 [--rate 5000] [--interceptors none|trace_audit]
 
 It starts its own one-broker cluster and one Herald in front of it, then per round runs, for
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=300_000,
                         help="records per full-speed produce run and per consume run")
     parser.add_argument("--record-size", type=int, default=1024, help="bytes per record")
-    parser.add_argument("--rounds", type=int, default=3, help="direct/Herald pairs to run")
+    parser.add_argument("--rounds", type=int, default=5, help="direct/Herald pairs to run")
     parser.add_argument("--rate", type=int, default=5000,
                         help="records/s of the fixed-rate latency run")
     parser.add_argument("--rate-seconds", type=int, default=10,
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
     parser.add_argument("--interceptors", choices=sorted(INTERCEPTOR_SETS), default="none",
                         help="interceptor chains configured in Herald")
+    parser.add_argument("--warmup-records", type=int, default=100_000,
+                        help="untimed full-speed produce per target before the rounds (JIT)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -289,6 +291,14 @@ def main(argv: list[str] | None = None) -> int:
             log(f"broker {cluster.bootstrap}, Herald {herald.bootstrap}")
             targets = {"direct": cluster.bootstrap, "herald": herald.bootstrap}
             samples = {name: Samples([], [], []) for name in targets}
+            if args.warmup_records:
+                # A fresh broker JVM is far slower in its first seconds; measuring it would
+                # penalise whichever target runs first.
+                log(f"warm-up: {args.warmup_records} records per target, not measured")
+                create_topic(cluster.bootstrap, "bench-warmup", args.partitions)
+                for name in targets:
+                    produce(targets[name], "bench-warmup", args.warmup_records,
+                            args.record_size, -1)
             for n in range(args.rounds):
                 order = list(targets) if n % 2 == 0 else list(reversed(targets))
                 log(f"round {n + 1}/{args.rounds} ({' then '.join(order)})")
