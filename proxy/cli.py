@@ -25,7 +25,11 @@ listen.broker_port_base + N) and runs the interceptor chains of the config file.
 When clients can connect, Herald prints one line:
   herald ready: bootstrap=HOST:PORT upstream=HOST:PORT
 SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish within shutdown.grace_s, and
-exits.
+exits. SIGHUP reloads the interceptor chains from the config file (an invalid file is refused
+and the running chains stay).
+
+Admin endpoint (admin.bind): /metrics, /healthz, /readyz. Traces: the standard OTEL_*
+environment variables (off unless an exporter or OTLP endpoint is set).
 """
 
 
