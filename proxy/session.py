@@ -188,13 +188,14 @@ class Session:
 
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
         data = b"".join(out)
-        await self.upstream.send_all(data)
-        self._bytes_up.inc(len(data))
+        # Stamped before sending: the response may be read while send_all is still yielding.
         now = time.monotonic()
         for entry in entries:
             entry.sent = now
         out.clear()
         entries.clear()
+        await self.upstream.send_all(data)
+        self._bytes_up.inc(len(data))
 
     async def _request(self, payload: bytes) -> tuple[bytes, InFlight | None]:
         received = time.monotonic()
@@ -267,8 +268,7 @@ class Session:
             )
         entry = self.in_flight.pop(corr)
         self._slots.release()
-        if entry.sent:
-            entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
+        entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
         filters = self.chain.for_response(entry.api_key, entry.api_version)
         exchange = entry.exchange
         if exchange is not None:
