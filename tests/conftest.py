@@ -30,23 +30,15 @@ def kafka_version() -> str:
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaCluster]:
     """One real broker for the whole session."""
-    cluster = KafkaCluster(size=1, version=kafka_version())
-    cluster.start()
-    try:
+    with KafkaCluster(size=1, version=kafka_version()) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[KafkaCluster]:
     """Three real brokers (node ids 1..3), for tests that need several leaders."""
-    cluster = KafkaCluster(size=3, version=kafka_version(), heap="512m")
-    cluster.start()
-    try:
+    with KafkaCluster(size=3, version=kafka_version(), heap="512m") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
