@@ -20,7 +20,7 @@ from interceptors.errors import (
     InvalidConfig,
     RejectRecord,
 )
-from interceptors.headers import Headers
+from interceptors.headers import HeaderBlock, Headers
 from interceptors.stats import ChainStats, MemberStats
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "ConfigError",
     "ConnectionInfo",
     "FetchChain",
+    "HeaderBlock",
     "Headers",
     "Interceptor",
     "InvalidConfig",

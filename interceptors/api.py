@@ -32,6 +32,7 @@ Class attributes tell the engine what the member needs, so it does no work nobod
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -59,6 +60,27 @@ class Verdict(enum.Enum):
 
 KEEP = Verdict.KEEP
 DROP = Verdict.DROP
+
+
+@dataclass(frozen=True, slots=True)
+class Appends:
+    """What a built-in member does to a record it has no reason to look at: append headers.
+
+    The promise: on a record none of whose headers is *watched* (a key in `keys`, or starting
+    with one of `prefixes`), `on_record` does exactly this: append the pairs ``make(ctx)``
+    returns, with the same side effects (events counted, traces noted) in the same order,
+    and returns None. `make` returns `size` checked pairs (str keys, bytes or None values),
+    always that many, with keys from `adds` only.
+
+    The chain engine then runs such records without a `Headers` wrapper or `on_record` calls,
+    which is most of the per-record cost of stamping members (see `interceptors.chain`).
+    """
+
+    keys: frozenset[str]
+    prefixes: tuple[str, ...]
+    adds: frozenset[str]
+    size: int
+    make: Callable[[RecordContext], Sequence[tuple[str, bytes | None]]]
 
 
 @dataclass
@@ -89,6 +111,12 @@ class Interceptor:
         connection values, a per-batch trace context). The engine skips the call for members
         that do not override it.
         """
+
+    def _appends(self) -> Appends | None:
+        """Internal, for built-in members: how this member treats records it need not look at
+        (`Appends`), if it only appends to them; None otherwise. Asked when the chain plans a
+        topic; an override of `on_record` in a subclass switches it off."""
+        return None
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> Verdict | RejectRecord | None:
         """Look at (and possibly change) one record. Runs per record: keep it lean.

@@ -10,6 +10,11 @@ those two calls, under the hot-path rules:
   objects and can never mark a batch modified.
 * Changes are tracked per record (`Headers`) and applied at the end of each batch, only for
   records that really changed; a batch nobody changed keeps its original bytes.
+* When every member only stamps records (the built-in `trace_context`, `audit` and
+  `insert_header` make that promise through `Interceptor._appends`), a record none of them
+  has a reason to look at (no header they watch) takes the *append path*: each member's
+  headers are appended to a plain list, without a `Headers` wrapper or `on_record` call, with
+  exactly the full path's result, counters and traces. Other records take the full path.
 * Control batches (transaction markers) and legacy (magic 0/1) chunks are never touched.
 
 Failure policy. A member that raises never takes the proxy down; it is counted and its
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from interceptors.api import DROP, FETCH, KEEP, NEEDS, ON_ERROR, PRODUCE, Interceptor
+from interceptors.api import DROP, FETCH, KEEP, NEEDS, ON_ERROR, PRODUCE, Appends, Interceptor
 from interceptors.context import ConnectionInfo, RecordContext, TraceInfo
 from interceptors.errors import INVALID_RECORD, UNKNOWN_SERVER_ERROR, RejectRecord
 from interceptors.headers import Headers
@@ -103,7 +108,7 @@ class ChainMember:
 class _Plan:
     """The members that apply to one (topic, client id), with what the engine needs to know."""
 
-    __slots__ = ("members", "calls", "stats", "batch_hooks", "mode", "enforcing")
+    __slots__ = ("members", "calls", "stats", "batch_hooks", "mode", "enforcing", "appends")
 
     def __init__(self, members: list[ChainMember], stats: dict[str, MemberStats]) -> None:
         self.members = tuple(members)
@@ -116,6 +121,61 @@ class _Plan:
         ranks = [NEEDS.index(m.interceptor.needs) for m in members]
         self.mode = NEEDS[max(ranks)] if ranks else None
         self.enforcing = any(m.interceptor.enforcing for m in members)
+        self.appends = _appending(members) if self.mode == "headers" else None
+
+
+class _Appending:
+    """A plan whose members all only append to records they need not look at (`Appends`).
+
+    `keys` and `prefixes` are what any member watches; `makes` the members' `make`, in order.
+    """
+
+    __slots__ = ("keys", "prefixes", "makes", "sizes")
+
+    def __init__(self, offers: list[Appends]) -> None:
+        self.keys = frozenset().union(*(a.keys for a in offers))
+        self.prefixes = tuple(p for a in offers for p in a.prefixes)
+        self.makes = tuple(a.make for a in offers)
+        self.sizes = tuple(a.size for a in offers)
+
+    def count(self, changed: list[int], added: list[int], records: int, members: int = -1
+              ) -> None:
+        """Count `records` that the first `members` members (all by default) appended to:
+        every header a member appends is one added, and a record it appended to is changed."""
+        sizes = self.sizes if members < 0 else self.sizes[:members]
+        for i, size in enumerate(sizes):
+            if size:
+                changed[i] += records
+                added[i] += size * records
+
+    def watches(self, headers: list) -> bool:
+        """Does any member watch one of `headers`? (Then the record takes the full path.)"""
+        keys = self.keys
+        prefixes = self.prefixes
+        for key, _ in headers:
+            if key in keys or key.startswith(prefixes):
+                return True
+        return False
+
+
+def _appending(members: list[ChainMember]) -> _Appending | None:
+    """The plan's `_Appending`, if every member makes the `Appends` promise and none appends
+    a key that a later member watches (which would make that member look)."""
+    offers = []
+    for m in members:
+        icpt = m.interceptor
+        owner = next(c for c in type(icpt).__mro__ if "_appends" in c.__dict__)
+        if type(icpt).on_record is not owner.on_record:
+            return None  # a subclass changed on_record: the promise was not made for it
+        offer = icpt._appends()
+        if offer is None:
+            return None
+        offers.append(offer)
+    for j, earlier in enumerate(offers):
+        for later in offers[j + 1:]:
+            if any(k in later.keys or k.startswith(later.prefixes) for k in earlier.adds):
+                return None
+    return _Appending(offers) if offers else None
 
 
 class _Failed(Exception):
@@ -197,33 +257,63 @@ class _Chain:
         changed = [0] * n
         added = [0] * n
         edits: list[tuple[Any, Headers, dict | None]] = []
+        appended: list[tuple[Any, list]] = []  # (record, new headers) from the append path
         drops: set[int] = set()  # indexes of records to remove
+        appends = plan.appends if records is not None else None
+        makes = appends.makes if appends is not None else ()
+        appended_count = 0  # records that took the append path through every member
         index = -1
-        for item in source:
-            index += 1
+        for index, item in enumerate(source):
+            if appends is not None:
+                # The append path: no member looks at this record, each appends its headers.
+                current = item.current_headers()
+                if not current or not appends.watches(current):
+                    ctx.record = item
+                    ctx.index = index
+                    new = current[:]
+                    make = None
+                    try:
+                        for make in makes:
+                            new += make(ctx)
+                    except Exception as exc:
+                        i = makes.index(make)  # the member that failed
+                        self._failure(plan, i, exc, ctx, index, traces_mark)  # on "drop"
+                        drops.add(index)
+                        plan.stats[i].add_dropped("error")
+                        appends.count(changed, added, 1, i)  # the members before i did append
+                    else:
+                        appended_count += 1
+                    if len(new) != len(current):
+                        appended.append((item, new))
+                    continue
             if records is None:
                 record = None
                 headers = Headers(item, readonly=True)
             else:
                 record = item
-                headers = Headers(item.headers, readonly=readonly)
+                # Wrapped without a copy: Headers copies on the first change.
+                headers = (Headers(item.current_headers(), readonly=True) if readonly
+                           else Headers(item.current_headers()))
             ctx.record = record
             ctx.index = index
+            # What the members before member i did to this record, to tell what i did.
+            mutations = headers_added = 0
             for i in range(n):
-                mutations = headers.mutations
-                headers_added = headers.added
                 try:
                     verdict = calls[i](ctx, headers)
-                    if not (verdict is None or verdict is KEEP or (fetch and verdict is DROP)):
-                        _bad_verdict(verdict, fetch)
+                    if verdict is not None and verdict is not KEEP:
+                        if not (fetch and verdict is DROP):
+                            _bad_verdict(verdict, fetch)
                 except Exception as exc:
                     self._failure(plan, i, exc, ctx, index, traces_mark)  # returns on "drop"
                     drops.add(index)
                     plan.stats[i].add_dropped("error")
                     break
                 if headers.mutations != mutations:
+                    mutations = headers.mutations
                     changed[i] += 1
                     added[i] += headers.added - headers_added
+                    headers_added = headers.added
                 if verdict is DROP:
                     drops.add(index)
                     plan.stats[i].add_dropped("filtered")
@@ -233,7 +323,12 @@ class _Chain:
                 ctx.staged = None
 
         count = index + 1
+        if appended_count:
+            appends.count(changed, added, appended_count)  # type: ignore[union-attr]
         batch_changed = False
+        for record, new in appended:
+            record.take_headers(new)
+            batch_changed = True
         for record, headers, staged in edits:
             if headers.commit_to(record):
                 batch_changed = True

@@ -6,8 +6,10 @@ None. The wrapper is built for every record on the hot path, so it is cheap:
 * it wraps the record's own list and copies it only on the first change (copy on write);
 * it counts real changes, so an operation that leaves the list as it was (removing an absent
   key, setting a header to the value it already has) changes nothing;
-* `commit_to` assigns the new list to the record only when it differs from the original, so a
-  record nobody changed keeps its original bytes.
+* `commit_to` hands the new list to the record only when it differs from the original, so a
+  record nobody changed keeps its original bytes;
+* `HeaderBlock` is a run of headers checked once (say per batch) and then added to many
+  records with `extend`, without checking every pair again per record.
 
 Readers follow the Kafka client conventions: `last` is ``Headers.lastHeader``, `all` is
 ``Headers.headers(key)``.
@@ -33,6 +35,20 @@ def _check(key: object, value: object) -> bytes | None:
     raise TypeError(
         f"header value must be bytes or None, not {type(value).__name__} (encode text first)"
     )
+
+
+class HeaderBlock(tuple):
+    """An immutable run of headers, checked once when built.
+
+    Members that add the same headers to every record of a batch build one block per batch
+    (in `on_batch`); `Headers.extend` then appends it without checking each pair again, which
+    would otherwise cost more than the append itself.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, pairs: Iterable[Header] = ()) -> HeaderBlock:
+        return super().__new__(cls, [(k, _check(k, v)) for k, v in pairs])
 
 
 class Headers:
@@ -134,21 +150,30 @@ class Headers:
 
     def add(self, key: str, value: bytes | None) -> None:
         """Append a header (an existing one with the same key stays: keys may repeat)."""
-        value = _check(key, value)
-        self._writable().append((key, value))
+        if type(key) is not str or (value is not None and type(value) is not bytes):
+            value = _check(key, value)
+        items = self._items
+        if items is self._orig:
+            items = self._writable()
+        items.append((key, value))
         self.mutations += 1
         self.added += 1
 
     def extend(self, pairs: Iterable[Header]) -> None:
-        """Append several headers in order."""
-        if not isinstance(pairs, list | tuple):
-            pairs = list(pairs)
-        for k, v in pairs:
-            if type(k) is not str or (v is not None and type(v) is not bytes):
-                pairs = [(k, _check(k, v)) for k, v in pairs]
-                break
+        """Append several headers in order (a `HeaderBlock` as it is: it was checked when
+        built)."""
+        if type(pairs) is not HeaderBlock:
+            if not isinstance(pairs, list | tuple):
+                pairs = list(pairs)
+            for k, v in pairs:
+                if type(k) is not str or (v is not None and type(v) is not bytes):
+                    pairs = [(k, _check(k, v)) for k, v in pairs]
+                    break
         if pairs:
-            self._writable().extend(pairs)
+            items = self._items
+            if items is self._orig:
+                items = self._writable()
+            items.extend(pairs)
             self.mutations += 1
             self.added += len(pairs)
 
@@ -179,8 +204,19 @@ class Headers:
         existing one (order is visible to readers); when the key already appears exactly once
         with this value, nothing changes.
         """
-        value = _check(key, value)
+        if type(key) is not str or (value is not None and type(value) is not bytes):
+            value = _check(key, value)
         items = self._items
+        for k, _ in items:
+            if k == key:
+                break
+        else:  # not there yet, the usual case: append
+            if items is self._orig:
+                items = self._writable()
+            items.append((key, value))
+            self.mutations += 1
+            self.added += 1
+            return
         first = -1
         n = 0
         for i, (k, _) in enumerate(items):
@@ -188,11 +224,6 @@ class Headers:
                 n += 1
                 if first < 0:
                     first = i
-        if first < 0:
-            self._writable().append((key, value))
-            self.mutations += 1
-            self.added += 1
-            return
         if n == 1 and items[first][1] == value:
             return
         self._check_writable()
@@ -224,8 +255,15 @@ class Headers:
     # -- committing ---------------------------------------------------------------------------
 
     def commit_to(self, record: Any) -> bool:
-        """Assign the headers to `record` if they differ from what it had; return whether."""
-        if self.mutations and self._items != self._orig:
-            record.headers = self._items
+        """Give the headers to `record` if they differ from what it had; return whether.
+
+        The list changes hands without a copy (`take_headers`): it is this wrapper's own (any
+        change copies the record's list first), and from now on the record's original, so a
+        later change through this wrapper copies it again.
+        """
+        items = self._items
+        if self.mutations and items != self._orig:
+            record.take_headers(items)
+            self._orig = items
             return True
         return False

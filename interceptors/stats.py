@@ -38,8 +38,9 @@ class MemberStats:
     last_error: str | None = None
 
     def count(self, event: str, n: int = 1) -> None:
-        """Count a member-specific event."""
-        _bump(self.events, event, n)
+        """Count a member-specific event (members may call this per record: kept inline)."""
+        events = self.events
+        events[event] = events.get(event, 0) + n
 
     def add_rejected(self, reason: str, n: int) -> None:
         _bump(self.records_rejected, reason, n)

@@ -71,6 +71,13 @@ class FakeRecord:
         self._assign("headers")
         self._headers = list(headers)
 
+    def current_headers(self) -> list[Header]:
+        return self._headers
+
+    def take_headers(self, headers: list[Header]) -> None:
+        self._assign("headers")
+        self._headers = headers
+
     @property
     def modified(self) -> bool:
         return bool(self.assignments)

@@ -141,7 +141,11 @@ class Record:
     modified when the content differs from the original.
     """
 
-    __slots__ = ("_src", "_start", "_hpos", "_end", "_hdr0", "_headers", "_fields", "_dirty")
+    # Positions in `_src`: the record's length varint, its body (attributes onwards), its
+    # header count, its end.
+    __slots__ = (
+        "_src", "_start", "_body", "_hpos", "_end", "_hdr0", "_headers", "_fields", "_dirty"
+    )
 
     def __init__(
         self,
@@ -154,7 +158,7 @@ class Record:
         attributes: int = 0,
     ) -> None:
         self._src = None
-        self._start = self._hpos = self._end = 0
+        self._start = self._body = self._hpos = self._end = 0
         self._hdr0 = ()
         self._headers = list(headers) if headers is not None else []
         self._fields = [
@@ -169,7 +173,7 @@ class Record:
     # Fields other than headers are decoded lazily: most interceptors only look at headers.
     def _load_fields(self) -> list:
         buf = self._src
-        pos = _skip_varint(buf, self._start)  # record length
+        pos = self._body
         attributes = buf[pos]
         if attributes > 127:
             attributes -= 256
@@ -231,6 +235,24 @@ class Record:
     def headers(self, headers: Iterable[Header]) -> None:
         self._headers = list(headers)
 
+    def current_headers(self) -> list[Header]:
+        """The header list as it stands, without the copy `headers` makes on first access.
+
+        For callers that never change it in place, such as a copy-on-write wrapper (the
+        interceptor engine wraps every record's headers this way): it may be the parsed
+        original, which `modified` compares against.
+        """
+        headers = self._headers
+        return self._hdr0 if headers is None else headers
+
+    def take_headers(self, headers: list[Header]) -> None:
+        """Make `headers` the record's header list as it is, without the setter's copy.
+
+        The caller hands the list over: it must be a list of ``(str, bytes | None)`` pairs
+        and must not be changed afterwards except through the record.
+        """
+        self._headers = headers
+
     @property
     def modified(self) -> bool:
         if self._dirty:
@@ -280,6 +302,7 @@ class _ControlRecord(Record):
     key = property(Record.key.fget, _refuse)
     value = property(Record.value.fget, _refuse)
     headers = property(Record.headers.fget, _refuse)
+    take_headers = _refuse
 
 
 def _opt_bytes(data: object) -> bytes | None:
@@ -301,18 +324,38 @@ def _encode_headers(headers: list[Header], parts: list) -> None:
 def _encode_header(header: Header) -> bytes:
     """One header on the wire: varint key length, UTF-8 key, varint value length, value."""
     key, value = header
-    if type(key) is not str:
-        raise TypeError(f"header key must be str, not {type(key).__name__}")
-    # surrogateescape mirrors the decoder, so keys that were not valid UTF-8 round-trip.
-    kb = key.encode("utf-8", "surrogateescape")
-    n = len(kb)
-    head = _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n)
+    head = _encode_key(key)
     if value is None:
-        return head + kb + _MINUS_ONE
+        return head + _MINUS_ONE
     if type(value) is not bytes:
         value = _opt_bytes(value)
     n = len(value)
-    return b"".join((head, kb, _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n), value))
+    return b"".join((head, _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n), value))
+
+
+# Header keys come from a small set (interceptors add the same few to every record), so the
+# wire form of short ones is kept. Bounded in count and size: keys come from clients too.
+_KEYS: dict[str, bytes] = {}
+_KEYS_LIMIT = 4096
+_KEY_CACHED_MAX = 128
+
+
+def _encode_key(key: str) -> bytes:
+    """A header key on the wire: varint length and UTF-8 bytes."""
+    if type(key) is not str:
+        raise TypeError(f"header key must be str, not {type(key).__name__}")
+    piece = _KEYS.get(key)
+    if piece is not None:
+        return piece
+    # surrogateescape mirrors the decoder, so keys that were not valid UTF-8 round-trip.
+    kb = key.encode("utf-8", "surrogateescape")
+    n = len(kb)
+    piece = (_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n)) + kb
+    if n <= _KEY_CACHED_MAX:
+        if len(_KEYS) >= _KEYS_LIMIT:
+            _KEYS.clear()
+        _KEYS[key] = piece
+    return piece
 
 
 def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: bool) -> list:
@@ -343,6 +386,7 @@ def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: b
             rend = pos + (b >> 1)
             if b & 1 or b == 0 or rend > end:
                 raise CodecError("record length out of range")
+            body = pos
             # attributes, then timestampDelta and offsetDelta (skipped: decoded lazily)
             pos += 1
             if buf[pos] < 0x80:
@@ -429,6 +473,7 @@ def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: b
                 rec = new(cls)
                 rec._src = buf
                 rec._start = rstart
+                rec._body = body
                 rec._hpos = hpos
                 rec._end = rend
                 rec._hdr0 = headers
@@ -445,13 +490,133 @@ def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: b
     return out
 
 
+class _TailEncoder:
+    """Encodes the headers appended to the records of one batch, reusing work across records.
+
+    Interceptors append the same headers, or headers in the same places, to every record of a
+    batch: an audit stamp is a block of per-batch constants, a per-record id, one more
+    constant. Each distinct header is encoded once per batch (a cache keyed by the header),
+    but even a cache hit costs a hash and a lookup per header and record. So once two records
+    in a row had tails of the same length, this learns the tail's *shape*: runs of positions
+    where both had the same header become one joined piece, checked per record with a single
+    list comparison; the other positions (a per-record id) are encoded directly, their key's
+    bytes kept. When nothing varies (an application id on every record), the whole tail is
+    one piece and one comparison. A tail that does not fit goes header by header, and the
+    shape is learnt anew.
+
+    Equal headers always encode alike (a bytearray value encodes like the bytes it equals), so
+    a piece may stand for any header equal to the one it was made from.
+    """
+
+    __slots__ = ("_parts", "_encoded", "_same", "_shape", "_size", "_prev")
+
+    def __init__(self, parts: list) -> None:
+        self._parts = parts
+        self._encoded: dict[Header, bytes] = {}  # for the header-by-header way
+        # (headers, wire bytes, length) of the last tail when it was made of constants only
+        self._same: tuple[list[Header], bytes, int] | None = None
+        self._shape: list[tuple] | None = None  # see _learn
+        self._size = -1  # the tail length the shape is for
+        self._prev: list[Header] | None = None  # the last tail, while there is no shape
+
+    def encode(self, tail: list[Header]) -> int:
+        """Append the wire form of the headers `tail` to the parts; return its length."""
+        parts = self._parts
+        same = self._same
+        if same is not None and tail == same[0]:  # the same headers as the last record
+            parts.append(same[1])
+            return same[2]
+        append = parts.append
+        mark = len(parts)
+        shape = self._shape
+        if shape is not None:
+            if len(tail) == self._size:
+                n = 0
+                for start, stop, expected, piece, size in shape:
+                    if stop:  # a run of constant headers
+                        if tail[start:stop] != expected:
+                            break
+                        append(piece)
+                        n += size
+                        continue
+                    key, value = tail[start]  # a header that differs from record to record
+                    if (type(key) is str and key == expected and type(value) is bytes
+                            and len(value) == size):
+                        append(piece)
+                        append(value)
+                        n += len(piece) + size
+                    else:
+                        piece = _encode_header(tail[start])
+                        append(piece)
+                        n += len(piece)
+                else:
+                    return n
+                del parts[mark:]
+            self._shape = None
+        encoded = self._encoded
+        n = 0
+        for header in tail:
+            try:
+                piece = encoded.get(header)
+            except TypeError:  # an unhashable value (bytearray, memoryview)
+                piece = None
+            if piece is None:
+                piece = _encode_header(header)
+                if type(header[1]) is not bytearray and type(header[1]) is not memoryview:
+                    encoded[header] = piece
+            append(piece)
+            n += len(piece)
+        prev = self._prev
+        if prev is not None and len(prev) == len(tail) and shape is None:
+            self._learn(prev, tail, parts[mark:])
+            self._prev = None
+        else:
+            self._prev = tail
+        return n
+
+    def _learn(self, prev: list[Header], tail: list[Header], pieces: list) -> None:
+        """Learn the shape from two consecutive tails; `pieces` are the wire form of `tail`,
+        header by header.
+
+        The shape is a list of entries, in order: ``(start, stop, headers, piece, len(piece))``
+        for a run of constant headers, and ``(position, 0, key, head, value length)`` for a
+        header that varies, where `head` is the wire form of the key and of the value length
+        (a per-record id keeps its length) and a value length of -1 stands for "not bytes".
+        """
+        shape: list[tuple] = []
+        size = len(tail)
+        j = 0
+        while j < size:
+            stop = j
+            while stop < size and tail[stop] == prev[stop]:
+                stop += 1
+            if stop > j:
+                piece = b"".join(pieces[j:stop])
+                shape.append((j, stop, tail[j:stop], piece, len(piece)))
+                j = stop
+            else:
+                key, value = tail[j]
+                if type(value) is bytes and len(value) < _VARINT_TABLE:
+                    head = _encode_key(key) + _VARINTS[len(value)]
+                    shape.append((j, 0, key, head, len(value)))
+                else:
+                    shape.append((j, 0, key, b"", -1))
+                j += 1
+        if len(shape) == 1 and shape[0][1]:  # nothing varies: one comparison per record
+            self._same = (tail, shape[0][3], shape[0][4])
+        elif len(shape) < size:  # some run of two or more: worth it
+            self._shape = shape
+            self._size = size
+
+
 def _encode_parsed(records: list[Record], parts: list) -> bool:
     """Append the wire form of parsed records to `parts`; return whether anything changed.
 
     Unchanged records are copied as runs of original bytes. A record whose headers changed is
     spliced: its bytes from attributes through the value are reused as one slice, then come
     the new header count and headers, behind a recomputed length varint. When headers were
-    only appended, the original header bytes are reused too and only the new ones encoded.
+    only appended, the original header bytes are reused too and only the new ones encoded
+    (by a `_TailEncoder`, shared by the records of the batch).
     """
     changed = False
     run_src = None
@@ -459,9 +624,7 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
     append = parts.append
     table = _VARINTS
     view = view_src = None
-    # Interceptors often add the same header to every record of a batch (audit, app ids):
-    # each distinct (key, value) is encoded once per batch.
-    encoded: dict[Header, bytes] = {}
+    encode_tail = _TailEncoder(parts).encode
     for rec in records:
         src = rec._src
         if rec._dirty:
@@ -490,13 +653,7 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
         if src is not view_src:
             view_src = src
             view = memoryview(src)
-        start = rec._start
-        if src[start] < 0x80:
-            body = start + 1
-        elif src[start + 1] < 0x80:
-            body = start + 2
-        else:
-            body = _skip_varint(src, start)
+        body = rec._body
         hpos = rec._hpos
         # The length varint comes first but depends on what follows: reserve its slot.
         slot = len(parts)
@@ -512,17 +669,7 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
             append(view[first : rec._end])
             n += rec._end - first
             headers = headers[kept:]
-        for header in headers:
-            try:
-                piece = encoded.get(header)
-            except TypeError:  # an unhashable value (bytearray, memoryview)
-                piece = None
-            if piece is None:
-                piece = _encode_header(header)
-                if type(header[1]) is not bytearray and type(header[1]) is not memoryview:
-                    encoded[header] = piece
-            append(piece)
-            n += len(piece)
+        n += encode_tail(headers)
         parts[slot] = table[n] if n < _VARINT_TABLE else _zigzag_varint(n)
     if run_src is not None:
         append(run_src[run_start:run_end])

@@ -35,10 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from interceptors.api import PRODUCE, Interceptor
+from interceptors.api import PRODUCE, Appends, Interceptor
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import INVALID_RECORD, InvalidConfig, RejectRecord
-from interceptors.headers import Header, Headers
+from interceptors.headers import HeaderBlock, Headers
 from interceptors.ids import uuid7, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher
 
@@ -103,9 +103,11 @@ class Audit(Interceptor):
         self._conn: ConnectionInfo | None = None
         self._conn_values: dict[str, bytes | None] = {}
         self._trusted = False
-        self._hop: list[Header] = []
-        self._uuid_prefix = ""
+        self._hop = HeaderBlock()
+        self._uuid_prefix = b""
         self._origin: bytes | None = None
+        self._origin_tail: tuple[tuple[str, bytes | None], ...] = ()
+        self._stamped_for: tuple[int, str | None] | None = None  # (time, cluster) of _hop
 
     def _is_trusted(self, conn: ConnectionInfo) -> bool:
         if self._trusted_principals is not None and conn.principal is not None:
@@ -126,12 +128,29 @@ class Audit(Interceptor):
                 "source": _utf8(conn.address or None),
                 "proxy": _utf8(self.env.instance_id),
             }
+            self._stamped_for = None
         now = self.env.time_ms()
-        cluster = _utf8(self.env.cluster_id)
+        cluster_id = self.env.cluster_id
+        if (now, cluster_id) == self._stamped_for:
+            return  # same connection, millisecond and cluster as the last batch: same stamp
+        cluster = _utf8(cluster_id)
         values = {**self._conn_values, "cluster": cluster, "time": str(now).encode()}
-        self._hop = [(self._k[f], values[f]) for f in self._hop_fields]
+        self._hop = HeaderBlock((self._k[f], values[f]) for f in self._hop_fields)
         self._uuid_prefix = uuid7_prefix(now)
         self._origin = cluster
+        self._origin_tail = () if self._k_origin is None else ((self._k_origin, cluster),)
+        self._stamped_for = (now, cluster_id)
+
+    def _appends(self) -> Appends:
+        # A record with no header under the prefix gets the stamp, and nothing else happens.
+        adds = frozenset(self._k[f] for f in self.config.fields)
+        return Appends(frozenset(), (self._prefix,), adds, len(adds), self._stamp)
+
+    def _stamp(self, ctx: RecordContext) -> list[tuple[str, bytes | None]]:
+        """What `on_record` appends to a record without headers under the prefix."""
+        if self._k_msg is None:
+            return [*self._hop, *self._origin_tail]
+        return [*self._hop, (self._k_msg, uuid7(self._uuid_prefix)), *self._origin_tail]
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         prefix = self._prefix
@@ -152,9 +171,9 @@ class Audit(Interceptor):
                 else:
                     self.stats.count("forged_stripped", headers.remove_if(self._reserved))
                 break
-        stamp = self._hop.copy()
+        # The hop headers are one block built per batch; then the message-level ones.
+        headers.extend(self._hop)
         if self._k_msg is not None and not keep_msg:
-            stamp.append((self._k_msg, uuid7(self._uuid_prefix).encode()))
+            headers.add(self._k_msg, uuid7(self._uuid_prefix))
         if self._k_origin is not None and not keep_origin:
-            stamp.append((self._k_origin, self._origin))
-        headers.extend(stamp)
+            headers.add(self._k_origin, self._origin)

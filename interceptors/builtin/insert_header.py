@@ -25,7 +25,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from interceptors.api import Interceptor
+from interceptors.api import Appends, Interceptor
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
@@ -155,10 +155,23 @@ class InsertHeader(Interceptor):
             else:
                 self._value = "".join(fragments).encode()  # type: ignore[arg-type]
 
+    def _appends(self) -> Appends:
+        # Without a header of that key (in any mode: "add" does not even look), the header is
+        # appended.
+        watched = frozenset() if self._mode == "add" else frozenset((self._key,))
+        return Appends(watched, (), frozenset((self._key,)), 1, self._append)
+
+    def _append(self, ctx: RecordContext) -> tuple[tuple[str, bytes | None]]:
+        """What `on_record` appends to a record without a header of the key."""
+        value = self._render_uuid() if self._per_record else self._value
+        return ((self._key, value),)
+
+    def _render_uuid(self) -> bytes:
+        """The value of a template with ``{uuid}``: a fresh id per record."""
+        return "".join(uuid4() if f is None else f for f in self._fragments).encode()
+
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
-        value = self._value
-        if self._per_record:
-            value = "".join(uuid4() if f is None else f for f in self._fragments).encode()
+        value = self._render_uuid() if self._per_record else self._value
         key = self._key
         if self._mode == "set":
             headers.set(key, value)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from interceptors.api import PRODUCE, Interceptor
+from interceptors.api import PRODUCE, Appends, Interceptor
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
@@ -81,6 +81,18 @@ class TraceContext(Interceptor):
     def on_batch(self, ctx: RecordContext) -> None:
         self._batch_context = None  # made on first use, so a fully traced batch costs nothing
 
+    def _appends(self) -> Appends | None:
+        # A record with neither traceparent nor tracestate just gets a new context (unless B3
+        # headers or trace id copies are involved: those take the full path).
+        if self._b3_read or self._b3_write or self._copies:
+            return None
+        return Appends(frozenset((TRACEPARENT, TRACESTATE)), (), frozenset((TRACEPARENT,)), 1,
+                       self._append_new_context)
+
+    def _append_new_context(self, ctx: RecordContext) -> tuple[tuple[str, bytes], ...]:
+        """What `on_record` appends to a record without trace headers (see `_appends`)."""
+        return ((TRACEPARENT, self._new_context(ctx, self._sampled)),)
+
     def _new_context(self, ctx: RecordContext, sampled: bool) -> bytes:
         shared = self._per_batch and sampled == self._sampled
         if shared and self._batch_context is not None:
@@ -94,14 +106,24 @@ class TraceContext(Interceptor):
         return tp
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
-        found = headers.all(TRACEPARENT)
-        if not found:  # the common case of an untraced producer: one scan, one append
-            tp = self._restart(ctx, headers)
+        # One pass over the headers finds both the traceparents and whether a tracestate is
+        # there (an untraced producer's record usually has few headers, often none).
+        found: list[bytes | None] | None = None
+        has_state = False
+        for key, value in headers:
+            if key == TRACEPARENT:
+                if found is None:
+                    found = [value]
+                else:
+                    found.append(value)
+            elif key == TRACESTATE:
+                has_state = True
+        if found is None:  # the common case of an untraced producer: one append
+            tp = self._restart(ctx, headers, has_state)
             headers.add(TRACEPARENT, tp)
         elif len(found) == 1 and valid_traceparent(found[0]):
             tp = found[0]
-            state = headers.all(TRACESTATE)
-            if state and any(parse_tracestate(s) is None for s in state):
+            if has_state and any(parse_tracestate(s) is None for s in headers.all(TRACESTATE)):
                 self.stats.count("tracestate_invalid")
         else:
             for tp in found:
@@ -110,14 +132,15 @@ class TraceContext(Interceptor):
                     break
             else:
                 self.stats.count("traceparent_invalid")
-                tp = self._restart(ctx, headers)
+                tp = self._restart(ctx, headers, has_state)
             headers.set(TRACEPARENT, tp)
         if self._b3_write or self._copies:
             self._write_extras(headers, tp)
 
-    def _restart(self, ctx: RecordContext, headers: Headers) -> bytes:
+    def _restart(self, ctx: RecordContext, headers: Headers, has_state: bool) -> bytes:
         """The context for a record without a valid traceparent; drops its tracestate."""
-        headers.remove(TRACESTATE)
+        if has_state:
+            headers.remove(TRACESTATE)
         tp = self._from_b3(ctx, headers) if self._b3_read else None
         return tp if tp is not None else self._new_context(ctx, self._sampled)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from interceptors.headers import Headers
+from interceptors.headers import HeaderBlock, Headers
 from interceptors.testing import FakeRecord
 
 
@@ -108,6 +108,35 @@ def test_type_errors(key, value):
         Headers().add(key, value)
     with pytest.raises(TypeError):
         Headers().extend([(key, value)])
+    with pytest.raises(TypeError):
+        Headers().set(key, value)
+    with pytest.raises(TypeError):
+        HeaderBlock([("ok", b"1"), (key, value)])
+
+
+def test_header_blocks_are_checked_once_and_extend_as_they_are():
+    block = HeaderBlock(iter([("a", b"1"), ("b", bytearray(b"2")), ("c", None)]))
+    assert block == (("a", b"1"), ("b", b"2"), ("c", None)) and isinstance(block, tuple)
+    original = [("x", b"0")]
+    h = Headers(original)
+    h.extend(block)
+    h.extend(HeaderBlock())
+    assert list(h) == [("x", b"0"), *block] and original == [("x", b"0")]
+    assert h.added == 3 and h.mutations == 1
+
+
+def test_commit_hands_the_list_over_and_later_changes_copy_it():
+    record = FakeRecord(headers=[("a", b"1")])
+    h = Headers(record.current_headers())
+    h.add("b", b"2")
+    assert h.commit_to(record) and record.assignments == ["headers"]
+    committed = record.headers
+    h.add("c", b"3")  # the record's list is not edited behind its back
+    assert committed == [("a", b"1"), ("b", b"2")]
+    assert h.commit_to(record) and record.headers == [("a", b"1"), ("b", b"2"), ("c", b"3")]
+    h.remove("c")
+    h.add("c", b"3")
+    assert h.commit_to(record) is False  # the same content as the record already has
 
 
 def test_read_only_headers_refuse_changes_but_allow_noops():

@@ -65,6 +65,29 @@ def test_unknown_cluster_then_learnt():
     assert stamped(b.records[0])["herald.cluster"] == b"late"
 
 
+def test_the_stamp_follows_the_clock_the_cluster_and_the_connection():
+    now = [NOW]
+    env = ProxyInfo(instance_id="p", cluster_id="A", clock=lambda: now[0])
+    chain = audit_chain(env)
+    conn = ConnectionInfo(client_id="one")
+
+    def stamp(conn=conn):
+        b, _ = run(chain, conn, [])
+        h = stamped(b.records[0])
+        return h["herald.time"], h["herald.cluster"], h["herald.client_id"], h["herald.msg_id"]
+
+    first = stamp()
+    assert first[:3] == (b"1700000000123", b"A", b"one")
+    assert stamp()[:3] == first[:3]  # the same millisecond: the same stamp, a new msg id
+    assert stamp()[3] != first[3]
+    now[0] += 0.002
+    assert stamp()[0] == b"1700000000125"
+    assert stamp()[3].startswith(b"018bcfe5-687d-7")  # the msg id follows the clock
+    env.cluster_id = "B"
+    assert stamp()[1] == b"B"
+    assert stamp(ConnectionInfo(client_id="two"))[2] == b"two"
+
+
 def test_selected_fields_and_prefix():
     chain = audit_chain(prefix="audit/", fields=["client_id", "msg_id"])
     b, _ = run(chain, ConnectionInfo(client_id="c"), [])

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from interceptors import ConnectionInfo, ProxyInfo, build_chains
 from interceptors.testing import make_batch
@@ -64,6 +68,50 @@ def test_parse_and_format_traceparent():
     assert (tp.version, tp.trace_id, tp.parent_id, tp.flags, tp.sampled) == (
         0, "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7", 1, True)
     assert format_traceparent(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, True) == TP
+    assert format_traceparent(1, 2, False) == b"00-%032x-%016x-00" % (1, 2)
+    # ids out of range are written as they are (and make an invalid traceparent)
+    assert format_traceparent(1 << 128, 2, True) == b"00-1" + b"0" * 32 + b"-%016x-01" % 2
+    assert not valid_traceparent(format_traceparent(1 << 128, 2, True))
+
+
+_REFERENCE = re.compile(rb"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?", re.S)
+
+
+def reference_valid(v):
+    """The W3C rules as plainly as they can be written."""
+    m = v is not None and _REFERENCE.fullmatch(v)
+    if not m:
+        return False
+    version, trace, parent, rest = m.groups()
+    if version == b"ff" or (version == b"00" and rest is not None):
+        return False
+    return trace != b"0" * 32 and parent != b"0" * 16
+
+
+def mutated(base: bytes):
+    edits = st.lists(st.tuples(st.integers(0, 70), st.sampled_from(b"0af9AG-_ x\x00")),
+                     max_size=3)
+    cut = st.integers(50, 70)
+    return st.builds(lambda e, c, tail: _apply(base, e)[:c] + tail, edits, cut,
+                     st.sampled_from([b"", b"-", b"-x", b"x"]))
+
+
+def _apply(base: bytes, edits) -> bytes:
+    v = bytearray(base)
+    for pos, byte in edits:
+        if pos < len(v):
+            v[pos] = byte
+    return bytes(v)
+
+
+@given(st.one_of(
+    mutated(TP),
+    mutated(b"cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+    mutated(b"00-00000000000000000000000000000000-0000000000000000-01"),
+    st.binary(max_size=70),
+))
+def test_traceparent_check_follows_the_spec(value):
+    assert valid_traceparent(value) == reference_valid(value)
 
 
 @pytest.mark.parametrize(

@@ -149,6 +149,70 @@ def test_header_edits_reencode_and_preserve_everything_else(recs, options, data)
     assert out == raw or batch.modified
 
 
+@fast
+@given(records, st.data())
+def test_appended_tails_encode_like_a_fresh_batch(recs, data):
+    """However the tails appended to a batch's records vary (constant runs, per-record ids,
+    odd ones out, other lengths), the spliced batch is the one a producer would build."""
+    raw = build_batch(recs, base_timestamp=TS)
+    batch = only(raw)
+    constants = [(f"c{i}", b"const-%d" % i) for i in range(4)]
+    for i, rec in enumerate(batch.records):
+        if data.draw(st.integers(0, 9)) == 0:
+            continue
+        tail = [("id", b"%016d" % data.draw(st.integers(0, 10**15))), *constants,
+                ("seq", str(i).encode()), ("null", None)]
+        if data.draw(st.integers(0, 4)) == 0:
+            position = data.draw(st.integers(0, len(tail) - 1))
+            tail[position] = (data.draw(st.sampled_from(["c0", "id", "other"])),
+                              data.draw(st.sampled_from([None, b"odd", bytearray(b"ba"),
+                                                         b"x" * 9000, b"sixteen-bytes-id"])))
+        rec.headers.extend(tail[: data.draw(st.sampled_from([len(tail), len(tail), 3]))])
+    wanted = [Record(r.key, r.value, r.headers, timestamp_delta=r.timestamp_delta)
+              for r in batch.records]
+    assert batch.to_bytes() == build_batch(wanted, base_timestamp=TS)
+
+
+def test_appended_tails_that_break_the_learnt_shape():
+    const = [("a", b"1"), ("b", b"2")]
+    varying = [
+        [("id", b"0001"), *const, ("o", b"x")],
+        [("id", b"0002"), *const, ("o", b"x")],  # the shape is learnt here
+        [("id", b"0003"), *const, ("o", b"x")],
+        [("ix", b"0004"), *const, ("o", b"x")],  # another key, same value length
+        [("id", b"00005"), *const, ("o", b"x")],  # another value length
+        [("id", None), *const, ("o", b"x")],
+        [("id", b"0007"), ("a", b"1"), ("b", b"3"), ("o", b"x")],  # a constant changed
+        [("id", b"0008"), *const],  # shorter
+        [("id", b"0009"), *const, ("o", bytearray(b"x"))],  # equal, not the same type
+    ]
+    constant = [[*const, ("o", b"x")]] * 3 + [
+        [*const, ("o", b"y")], [*const, ("o", bytearray(b"x"))], [*const], [("a", b"1")],
+        [("a", b"1")], [("a", b"1")], [("a", b"2")], [], [("a", b"1")],
+    ]
+    for tails in (varying, constant):
+        batch = only(build_batch([Record(b"k", b"v") for _ in tails], base_timestamp=TS))
+        for rec, tail in zip(batch.records, tails, strict=True):
+            rec.headers.extend(tail)
+        assert batch.to_bytes() == build_batch(
+            [Record(b"k", b"v", tail) for tail in tails], base_timestamp=TS)
+
+
+def test_current_headers_and_take_headers_skip_the_copies():
+    batch = only(sample(3))
+    rec = batch.records[2]
+    original = rec.current_headers()
+    assert original == [("traceparent", b"00-2"), ("dup", b"a")]
+    assert rec.current_headers() is original and not batch.modified  # no copy was made
+    new = [*original, ("x", b"1")]
+    rec.take_headers(new)
+    assert rec.headers is new and rec.current_headers() is new and batch.modified
+    assert only(batch.to_bytes()).records[2].headers == new
+    control = only(build_batch([Record(None, b"c")], is_control=True, base_timestamp=TS))
+    with pytest.raises(ReadOnlyRecordError):
+        control.records[0].take_headers([])
+
+
 @pytest.mark.parametrize("codec", CODECS)
 def test_every_codec_edit_keeps_codec(codec):
     batch = only(sample(50, compression=codec))
