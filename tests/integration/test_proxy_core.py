@@ -281,7 +281,7 @@ def test_sigterm_lets_in_flight_requests_finish(kafka: KafkaCluster, topic_name:
         assert client.recv() is None  # then the connection is closed
         assert herald.wait(timeout=15) == 0
         client.close()
-    assert "shutdown_started" in herald.logs()
+        assert "shutdown_started" in herald.logs()
 
 
 def test_sighup_reloads_the_chains_and_refuses_a_bad_file(

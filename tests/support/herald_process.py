@@ -7,6 +7,7 @@ those clients from stalling its event loop and exercises the real CLI, config fi
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -149,3 +150,4 @@ class HeraldProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
