@@ -38,6 +38,9 @@ from proxy.topic_ids import TopicIds
 
 _BYTES = (bytes, bytearray, memoryview)
 
+UNKNOWN_TOPIC_ID = 100  # retriable: clients refresh metadata and retry
+_UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
+
 OFFLOAD_BYTES = 256 * 1024
 """Compressed partitions at least this large are (de)compressed in a worker thread."""
 
@@ -165,7 +168,14 @@ class InterceptorFilter(Filter):
         kept_topics = []
         for t in msg.topic_data:
             topic = self._topic(t.name, t.topic_id, version, 13)
-            if topic is None or not chain.applies(topic, conn):
+            if topic is None:
+                # A topic id no Metadata response has named yet: the chain cannot know whether
+                # it applies, so nothing is written unchecked. The client refreshes its
+                # metadata (through Herald, which learns the id) and retries.
+                rejected.extend(Rejected(t.name, t.topic_id, p.index, _UNKNOWN_ID)
+                                for p in t.partition_data)
+                continue
+            if not chain.applies(topic, conn):
                 kept_topics.append(t)
                 continue
             kept = []
@@ -207,7 +217,16 @@ class InterceptorFilter(Filter):
         changed = False
         for t in msg.responses:
             topic = self._topic(t.topic, t.topic_id, version, 13)
-            if topic is None or not chain.applies(topic, conn):
+            if topic is None:
+                # As on the produce path: records of an unnamed topic id are not handed out
+                # unfiltered; the consumer refreshes its metadata and fetches again.
+                for p in t.partitions:
+                    if p.records:
+                        p.records = b""
+                        p.error_code = UNKNOWN_TOPIC_ID
+                        changed = True
+                continue
+            if not chain.applies(topic, conn):
                 continue
             for p in t.partitions:
                 if not p.records:

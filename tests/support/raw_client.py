@@ -54,18 +54,37 @@ def metadata(corr: int, topics: list[str] | None = None) -> bytes:
     return request_frame(3, 12, corr, MetadataRequest(topics=wanted))
 
 
-def produce(corr: int, topic: str, values: list[bytes], acks: int = 1, version: int = 9) -> bytes:
-    batch = build_batch([Record(value=v) for v in values])
+def produce(
+    corr: int,
+    topic: str,
+    values: list[bytes],
+    acks: int = 1,
+    version: int = 9,
+    topic_id: bytes | None = None,
+    headers: list[tuple[str, bytes | None]] | None = None,
+) -> bytes:
+    """Produce to partition 0; from v13 on the topic is named by `topic_id` only."""
+    batch = build_batch([Record(value=v, headers=list(headers or [])) for v in values])
+    named = {"topic_id": topic_id} if version >= 13 else {"name": topic}
     body = ProduceRequest(acks=acks, timeout_ms=10000, topic_data=[TopicProduceData(
-        name=topic, partition_data=[PartitionProduceData(index=0, records=batch)])])
+        **named, partition_data=[PartitionProduceData(index=0, records=batch)])])
     return request_frame(0, version, corr, body)
 
 
-def fetch(corr: int, topic: str, offset: int = 0, max_wait_ms: int = 100) -> bytes:
+def fetch(
+    corr: int,
+    topic: str,
+    offset: int = 0,
+    max_wait_ms: int = 100,
+    version: int = 12,
+    topic_id: bytes | None = None,
+) -> bytes:
+    """Fetch partition 0; from v13 on the topic is named by `topic_id` only."""
+    named = {"topic_id": topic_id} if version >= 13 else {"topic": topic}
     body = FetchRequest(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, topics=[
-        FetchTopic(topic=topic, partitions=[FetchPartition(
+        FetchTopic(**named, partitions=[FetchPartition(
             partition=0, fetch_offset=offset, partition_max_bytes=1 << 20)])])
-    return request_frame(1, 12, corr, body)
+    return request_frame(1, version, corr, body)
 
 
 def list_groups(corr: int) -> bytes:
