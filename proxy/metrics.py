@@ -201,7 +201,6 @@ class InterceptorCollector(Collector):
 class Metrics:
     def __init__(self, topic_allowlist: frozenset[str] = frozenset()) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
-        self.topic_allowlist = topic_allowlist
         self.codec = CodecStats()
         self.topics = TopicTally(topic_allowlist)
         self.interceptor_collector: InterceptorCollector | None = None
@@ -253,9 +252,6 @@ class Metrics:
         if labels is None:
             labels = self._api_labels[key] = (api_name(api_key), str(version))
         return labels
-
-    def topic_label(self, topic: str | None) -> str:
-        return topic if topic in self.topic_allowlist else OTHER_TOPIC
 
     def for_api(self, api_key: int, version: int) -> ApiMetrics:
         """The per-(API, version) metric children, resolved once (label lookups cost)."""

@@ -40,7 +40,6 @@ class Proxy:
     def __init__(
         self,
         config: ProxyConfig,
-        extra_filters: list[Filter] | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self.config = config
@@ -65,11 +64,9 @@ class Proxy:
             TopicIdLearner(self.topic_ids),
             self.interceptors,
             *traced,
-            *(extra_filters or []),
         ])
         self.sessions: set[Session] = set()
         self.admin_port: int | None = None
-        self._listener_scopes: list[trio.CancelScope] = []
         self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
         self._sessions_nursery: trio.Nursery | None = None
@@ -103,7 +100,7 @@ class Proxy:
             # Listeners are closed; the sessions drain within the grace period.
             with trio.move_on_after(self.config.shutdown_grace_s):
                 for s in list(self.sessions):
-                    await s.drain()
+                    s.drain()
                 while self.sessions:
                     await trio.sleep(0.05)
             if self.sessions:

@@ -118,7 +118,7 @@ class Session:
                     log.error("filter_error", filter=f.name, error=repr(exc))
         self.in_flight.clear()
 
-    async def drain(self) -> None:
+    def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
         self._draining = True
         self._recv_scope.cancel()
