@@ -59,6 +59,18 @@ class FrameDecoder:
             del buf[:pos]
         return out
 
+    def peek(self, n: int) -> bytes:
+        """The first `n` buffered bytes (fewer if fewer are in): after `frames()`, the start
+        of the incomplete frame, size prefix included."""
+        return bytes(self._buf[:n])
+
+    def take(self) -> bytes:
+        """Everything buffered, handed out and forgotten: the start of a frame that will be
+        forwarded as it arrives instead of being assembled here."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
 
 def frame(payload: bytes) -> bytes:
     """Prefix `payload` with its int32 size."""

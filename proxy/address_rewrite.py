@@ -33,6 +33,10 @@ class AddressRewriter(Filter):
             return version >= 16
         return False
 
+    def tail_only(self, api_key: int, version: int) -> bool:
+        # Node endpoints are a top-level tagged field of Fetch v16+.
+        return api_key == ApiKey.FETCH
+
     async def on_response(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:

@@ -67,6 +67,14 @@ class Filter:
     ) -> bool:
         return False
 
+    def tail_only(self, api_key: int, version: int) -> bool:
+        """True when this member reads only the top-level tagged fields of these responses.
+
+        A large Fetch response then streams to the client as it arrives, and the member gets
+        a message that holds those fields and no topics (see `protocol.fetch_tail`).
+        """
+        return False
+
     def on_abandoned(self, ctx: SessionContext, exchange: Exchange) -> None:
         """The connection closed before the response to an exchange this filter left a note
         on arrived: finish what the note started (no response will come)."""

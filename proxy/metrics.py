@@ -224,6 +224,10 @@ class Metrics:
         self.frames_refused = Counter(
             "herald_frames_refused", "Frames refused and their connection closed",
             ["reason"], registry=r)
+        self.responses_streamed = Counter(
+            "herald_responses_streamed",
+            "Large responses forwarded to the client as they arrived instead of whole",
+            registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
         self.spans_skipped = Counter(

@@ -13,20 +13,29 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
+from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
+from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
 from protocol.framing import FrameDecoder, FrameTooLarge
 from proxy import wire
-from proxy.filters import Exchange, FilterChain, SessionContext
+from proxy.filters import Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
+from proxy.splice import SpliceEOF, Splicer
 
 log = get_logger("session")
 
 _RECV = 256 * 1024
+# Responses from this size on are forwarded as they arrive (see `_stream_start`); smaller ones
+# are assembled first, which costs little and lets every filter see them whole.
+_STREAM_MIN_BYTES = 64 * 1024
+_STREAM_FROM_HEAD = 8  # size prefix and correlation id
+_SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
+_HEAD = struct.Struct(">ii")
 
 
 class SessionClosed(Exception):
@@ -61,6 +70,7 @@ class Session:
         max_frame_bytes: int,
         max_in_flight: int,
         metrics: Metrics,
+        splice: bool = True,
     ) -> None:
         self.client = client
         self.metrics = metrics
@@ -79,6 +89,8 @@ class Session:
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
+        self._splice = splice
+        self._splicer: Splicer | None = None  # made on the first splice: two fds per session
 
     async def run(self) -> None:
         try:
@@ -89,6 +101,8 @@ class Session:
             with trio.CancelScope(shield=True):
                 await _close(self.client)
                 await _close(self.upstream)
+            if self._splicer is not None:
+                self._splicer.close()
             self._abandon()
         reason = self._reason
         if reason is not None:
@@ -238,35 +252,157 @@ class Session:
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
-            decoder.feed(data)
-            try:
-                frames = decoder.frames()
-            except CodecError as exc:
-                raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
-            out: list[bytes] = []
-            answered: list[InFlight] = []
-            for payload in frames:
-                payload, entry = await self._response(payload)
-                out += (_frame_size(len(payload)), payload)
-                answered.append(entry)
-            if out:
-                data = b"".join(out)
-                await self.client.send_all(data)
-                self._bytes_out.inc(len(data))
-                now = time.monotonic()
-                for entry in answered:
-                    entry.metrics.latency.observe(now - entry.received)
+            while data:
+                decoder.feed(data)
+                data = b""
+                try:
+                    frames = decoder.frames()
+                except CodecError as exc:
+                    raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
+                if frames:
+                    await self._forward_responses(frames)
+                if decoder.buffered >= _STREAM_FROM_HEAD:
+                    stream = await self._stream_start(decoder)
+                    if stream is not None:
+                        data = await self._stream_rest(stream)
             if not self.in_flight:
                 self._idle.set()
 
-    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
-        corr = wire.response_correlation_id(payload)
+    async def _forward_responses(self, frames: list[bytes]) -> None:
+        out: list[bytes] = []
+        answered: list[InFlight] = []
+        for payload in frames:
+            payload, entry = await self._response(payload)
+            out += (_frame_size(len(payload)), payload)
+            answered.append(entry)
+        data = b"".join(out)
+        await self.client.send_all(data)
+        self._bytes_out.inc(len(data))
+        now = time.monotonic()
+        for entry in answered:
+            entry.metrics.latency.observe(now - entry.received)
+
+    async def _stream_start(self, decoder: FrameDecoder) -> _Stream | None:
+        """Start forwarding a large response before it is complete, if nothing must see it whole.
+
+        Fetch responses are most of a consumer's traffic and can be megabytes; assembling each
+        one here before sending it would add its whole transfer time to every fetch.
+        """
+        head = decoder.peek(8)
+        (size, corr) = _HEAD.unpack(head)
+        if size < _STREAM_MIN_BYTES:
+            return None
+        entry = self._answer(corr)
+        filters = self.chain.for_response(entry.api_key, entry.api_version)
+        exchange = entry.exchange
+        if exchange is not None:
+            filters += tuple(f for f in exchange.notes if f not in filters)
+        finder = None
+        if filters:
+            tail_only = all(f.tail_only(entry.api_key, entry.api_version) for f in filters)
+            if not tail_only or entry.api_key != ApiKey.FETCH or entry.api_version < 13:
+                return None
+            finder = FetchTailFinder(size)
+        self.in_flight.pop(corr)
+        self._slots.release()
+        entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
+        self.metrics.responses_streamed.inc()
+        stream = _Stream(entry, size + 4, finder, filters, exchange or Exchange())
+        await self._stream_more(stream, decoder.take(), start=4)
+        return stream
+
+    async def _stream_rest(self, stream: _Stream) -> bytes:
+        """Forward the rest of a streamed frame; return what arrived after it.
+
+        Bytes the filters will not read (all of them, or a Fetch response's record data) are
+        spliced from socket to socket when the platform can; the rest is received and fed.
+        """
+        finder = stream.finder
+        while stream.left:
+            n = stream.left if finder is None else min(stream.left, finder.skippable())
+            if n >= _SPLICE_MIN_BYTES and self._splice:
+                if self._splicer is None:
+                    self._splicer = Splicer.create()
+                    if self._splicer is None:
+                        self._splice = False
+                        continue
+                try:
+                    await self._splicer.forward(self.upstream.socket, self.client.socket, n)
+                except SpliceEOF:
+                    raise SessionClosed("upstream closed the connection", "warning") from None
+                if finder is not None:
+                    finder.skipped(n)
+                stream.left -= n
+                self._bytes_down.inc(n)
+                self._bytes_out.inc(n)
+                continue
+            data = await self.upstream.receive_some(_RECV)
+            if not data:
+                raise SessionClosed("upstream closed the connection", "warning")
+            self._bytes_down.inc(len(data))
+            used = await self._stream_more(stream, data)
+            if used < len(data):
+                rest = data[used:]
+                break
+        else:
+            rest = b""
+        if finder is not None:
+            await self._stream_tail(stream)
+        entry = stream.entry
+        entry.metrics.latency.observe(time.monotonic() - entry.received)
+        return rest
+
+    async def _stream_more(self, stream: _Stream, data: bytes, start: int = 0) -> int:
+        """Forward what of `data` belongs to the streamed frame; return how much that was.
+
+        `start` bytes of `data` (the size prefix, in the first chunk) are not the finder's to
+        see. Bytes from the top-level tagged fields on are held back until the frame is
+        complete, then rewritten at the same length.
+        """
+        used = min(stream.left, len(data))
+        part = data if used == len(data) else data[:used]
+        stream.left -= used
+        finder = stream.finder
+        if finder is not None:
+            cut = start + finder.feed(part[start:] if start else part)
+            if cut < used:
+                stream.tail += part[cut:]
+                part = part[:cut]
+        if part:
+            await self.client.send_all(part)
+            self._bytes_out.inc(len(part))
+        return used
+
+    async def _stream_tail(self, stream: _Stream) -> None:
+        if not stream.finder.done:
+            raise SessionClosed("upstream sent a Fetch response with no end", "warning")
+        entry = stream.entry
+        tail = bytes(stream.tail)
+        msg = decode_tail(tail, entry.api_version)
+        changed = False
+        for f in stream.filters:
+            changed |= await f.on_response(
+                self.ctx, stream.exchange, entry.api_key, entry.api_version, msg
+            )
+        if changed:
+            tail = fit_tail(msg, entry.api_version, len(tail))
+        if tail:
+            await self.client.send_all(tail)
+            self._bytes_out.inc(len(tail))
+
+    def _answer(self, corr: int) -> InFlight:
+        """The in-flight entry a response answers, which must be the oldest one."""
         oldest = next(iter(self.in_flight), None)
         if corr != oldest:
             raise SessionClosed(
                 f"upstream answered correlation id {corr}, expected {oldest}", "warning"
             )
-        entry = self.in_flight.pop(corr)
+        return self.in_flight[corr]
+
+    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
+        corr = wire.response_correlation_id(payload)
+        entry = self._answer(corr)
+        del self.in_flight[corr]
         self._slots.release()
         entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
         filters = self.chain.for_response(entry.api_key, entry.api_version)
@@ -286,6 +422,18 @@ class Session:
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
         return payload, entry
+
+
+@dataclass(slots=True)
+class _Stream:
+    """A response being forwarded as it arrives."""
+
+    entry: InFlight
+    left: int  # bytes of the frame (size prefix included) still to come
+    finder: FetchTailFinder | None  # set when filters read the tail
+    filters: tuple[Filter, ...]
+    exchange: Exchange
+    tail: bytearray = field(default_factory=bytearray)
 
 
 _frame_size = struct.Struct(">i").pack
