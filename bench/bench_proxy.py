@@ -21,6 +21,7 @@ median over the rounds.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -162,18 +163,40 @@ class Samples:
     consumed: list[ConsumeResult]
 
 
+class CpuClock:
+    """CPU seconds (user, system) of one process, from /proc: where Herald's time goes.
+
+    On a machine whose cores the broker and the clients already saturate, every CPU second
+    the proxy spends comes out of theirs; system time is the kernel's work for the extra
+    network hop, user time is Herald's own code.
+    """
+
+    def __init__(self, pid: int | None) -> None:
+        self.path = Path(f"/proc/{pid}/stat") if pid is not None else None
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def read(self) -> tuple[float, float]:
+        if self.path is None or not self.path.exists():
+            return (0.0, 0.0)
+        # Fields 14 and 15 (1-based) after the command name, which may contain spaces.
+        fields = self.path.read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) / self._tick, int(fields[12]) / self._tick
+
+
 def run_round(
-    target: str, bootstrap: str, broker: str, args: argparse.Namespace, samples: Samples
+    target: str, bootstrap: str, broker: str, args: argparse.Namespace, samples: Samples,
+    cpu: CpuClock | None = None,
 ) -> None:
     tag = uuid.uuid4().hex[:6]
     max_topic, rate_topic = f"bench-{target}-max-{tag}", f"bench-{target}-rate-{tag}"
     create_topic(broker, max_topic, args.partitions)
     create_topic(broker, rate_topic, args.partitions)
 
+    before = cpu.read() if cpu else None
     r = produce(bootstrap, max_topic, args.records, args.record_size, -1)
     samples.max_rate.append(r)
     log(f"  {target:6} produce max : {r.records_per_s:10.0f} rec/s {r.mb_per_s:7.2f} MB/s "
-        f"p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms")
+        f"p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms{cpu_note(cpu, before)}")
 
     # Warm-up records (JIT, connections, metadata) are left out of the latency figures.
     warmup = args.rate * 2
@@ -183,10 +206,19 @@ def run_round(
     log(f"  {target:6} produce {args.rate}/s: p50 {r.p50_ms:.0f} ms p99 {r.p99_ms:.0f} ms "
         f"avg {r.avg_ms:.2f} ms")
 
+    before = cpu.read() if cpu else None
     c = consume(bootstrap, max_topic, args.records)
     samples.consumed.append(c)
     log(f"  {target:6} consume     : {c.records_per_s:10.0f} rec/s {c.mb_per_s:7.2f} MB/s "
-        f"(fetch only {c.fetch_records_per_s:.0f} rec/s {c.fetch_mb_per_s:.2f} MB/s)")
+        f"(fetch only {c.fetch_records_per_s:.0f} rec/s {c.fetch_mb_per_s:.2f} MB/s)"
+        f"{cpu_note(cpu, before)}")
+
+
+def cpu_note(cpu: CpuClock | None, before: tuple[float, float] | None) -> str:
+    if cpu is None or before is None:
+        return ""
+    user, system = (b - a for a, b in zip(before, cpu.read(), strict=True))
+    return f"; Herald CPU user {user:.2f} s sys {system:.2f} s"
 
 
 def log(message: str) -> None:
@@ -307,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
                 order = list(targets) if n % 2 == 0 else list(reversed(targets))
                 log(f"round {n + 1}/{args.rounds} ({' then '.join(order)})")
                 for name in order:
-                    run_round(name, targets[name], cluster.bootstrap, args, samples[name])
+                    pid = herald.process.pid if herald.process is not None else None
+                    cpu = CpuClock(pid) if name == "herald" else None
+                    run_round(name, targets[name], cluster.bootstrap, args, samples[name], cpu)
             if herald.process is not None and herald.process.poll() is not None:
                 raise RuntimeError(f"Herald exited during the run:\n{herald.logs()[-3000:]}")
     ok = report(samples["direct"], samples["herald"], args)
