@@ -21,7 +21,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
 from protocol.framing import FrameDecoder, FrameTooLarge
-from proxy import wire
+from proxy import sockio, wire
 from proxy.filters import Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
@@ -79,6 +79,8 @@ class Session:
         self._bytes_down = metrics.bytes.labels("upstream_to_proxy")
         self._bytes_out = metrics.bytes.labels("proxy_to_client")
         self.upstream = upstream
+        self._client_sock = client.socket
+        self._upstream_sock = upstream.socket
         self.ctx = ctx
         self.chain = chain
         self.max_frame_bytes = max_frame_bytes
@@ -159,11 +161,11 @@ class Session:
     async def _pump_requests(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         while True:
-            data = None
+            data, waited = None, True
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
-                    data = await self.client.receive_some(_RECV)
+                    data, waited = await sockio.receive(self._client_sock, _RECV)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -199,6 +201,8 @@ class Session:
                     entries.append(entry)
             if out:
                 await self._send_upstream(out, entries)
+            if not waited:
+                await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
 
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
         data = b"".join(out)
@@ -208,7 +212,7 @@ class Session:
             entry.sent = now
         out.clear()
         entries.clear()
-        await self.upstream.send_all(data)
+        await sockio.send_all(self._upstream_sock, data)
         self._bytes_up.inc(len(data))
 
     async def _request(self, payload: bytes) -> tuple[bytes, InFlight | None]:
@@ -235,7 +239,10 @@ class Session:
             corr = head.correlation_id
             if corr in self.in_flight:
                 raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
-            await self._slots.acquire()
+            try:
+                self._slots.acquire_nowait()
+            except trio.WouldBlock:
+                await self._slots.acquire()
             entry = InFlight(
                 head.api_key, head.api_version, received, api_metrics,
                 exchange if exchange is not None and exchange.notes else None,
@@ -248,7 +255,7 @@ class Session:
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         while True:
-            data = await self.upstream.receive_some(_RECV)
+            data, waited = await sockio.receive(self._upstream_sock, _RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -267,6 +274,8 @@ class Session:
                         data = await self._stream_rest(stream)
             if not self.in_flight:
                 self._idle.set()
+            if not waited:
+                await trio.lowlevel.checkpoint()
 
     async def _forward_responses(self, frames: list[bytes]) -> None:
         out: list[bytes] = []
@@ -276,7 +285,7 @@ class Session:
             out += (_frame_size(len(payload)), payload)
             answered.append(entry)
         data = b"".join(out)
-        await self.client.send_all(data)
+        await sockio.send_all(self._client_sock, data)
         self._bytes_out.inc(len(data))
         now = time.monotonic()
         for entry in answered:
@@ -327,7 +336,7 @@ class Session:
                         self._splice = False
                         continue
                 try:
-                    await self._splicer.forward(self.upstream.socket, self.client.socket, n)
+                    await self._splicer.forward(self._upstream_sock, self._client_sock, n)
                 except SpliceEOF:
                     raise SessionClosed("upstream closed the connection", "warning") from None
                 if finder is not None:
@@ -336,7 +345,7 @@ class Session:
                 self._bytes_down.inc(n)
                 self._bytes_out.inc(n)
                 continue
-            data = await self.upstream.receive_some(_RECV)
+            data, _ = await sockio.receive(self._upstream_sock, _RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -369,7 +378,7 @@ class Session:
                 stream.tail += part[cut:]
                 part = part[:cut]
         if part:
-            await self.client.send_all(part)
+            await sockio.send_all(self._client_sock, part)
             self._bytes_out.inc(len(part))
         return used
 
@@ -387,7 +396,7 @@ class Session:
         if changed:
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
-            await self.client.send_all(tail)
+            await sockio.send_all(self._client_sock, tail)
             self._bytes_out.inc(len(tail))
 
     def _answer(self, corr: int) -> InFlight:

@@ -1,0 +1,44 @@
+"""Socket reads and writes for the pumps, with one scheduling point where trio has three.
+
+trio makes every socket operation a checkpoint: even a send or receive that completes at once
+yields to the scheduler, and each yield is a pass of the run loop with its own epoll call.
+A proxied request costs four such operations (read the request, write it upstream, read the
+response, write it back), so on a busy proxy those passes were most of the Python time spent
+per request. These helpers try the system call first and wait only when the socket is not
+ready; the session's pumps yield once per pass of their loop themselves, so no connection can
+starve the others.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+
+async def receive(sock: trio.socket.SocketType, max_bytes: int) -> tuple[bytes, bool]:
+    """Up to `max_bytes` (b"" at end of stream), and whether the call had to wait."""
+    fd = sock.fileno()
+    waited = False
+    while True:
+        try:
+            return os.read(fd, max_bytes), waited
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(sock)
+            waited = True
+
+
+async def send_all(sock: trio.socket.SocketType, data: bytes) -> None:
+    """Write all of `data`, waiting only while the socket's buffer is full."""
+    fd = sock.fileno()
+    view: memoryview | None = None
+    remaining = len(data)
+    while remaining:
+        try:
+            sent = os.write(fd, data if view is None else view)
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            continue
+        remaining -= sent
+        if remaining:
+            view = (memoryview(data) if view is None else view)[sent:]
