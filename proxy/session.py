@@ -170,8 +170,9 @@ class Session:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
             if not data:
-                if self.in_flight:
-                    # The client half-closed; let outstanding responses reach it.
+                if not self._idle.is_set():
+                    # The client half-closed; let outstanding responses (one that is being
+                    # streamed included) reach it.
                     await self._idle.wait()
                 raise SessionClosed("client closed the connection")
             self._bytes_in.inc(len(data))

@@ -43,3 +43,15 @@ def test_partial_frame_waits_for_the_rest() -> None:
     assert decoder.frames() == []
     decoder.feed(data[7:])
     assert decoder.frames() == [b"hello world"]
+
+
+def test_the_start_of_an_incomplete_frame_can_be_peeked_and_taken() -> None:
+    decoder = FrameDecoder()
+    decoder.feed(frame(b"whole") + struct.pack(">i", 1000) + b"part")
+    assert decoder.frames() == [b"whole"]
+    assert decoder.peek(8) == struct.pack(">i", 1000) + b"part"
+    assert decoder.peek(100) == struct.pack(">i", 1000) + b"part"
+    assert decoder.take() == struct.pack(">i", 1000) + b"part"
+    assert decoder.buffered == 0
+    decoder.feed(frame(b"next"))
+    assert decoder.frames() == [b"next"]
