@@ -70,7 +70,6 @@ class Session:
         max_frame_bytes: int,
         max_in_flight: int,
         metrics: Metrics,
-        splice: bool = True,
     ) -> None:
         self.client = client
         self.metrics = metrics
@@ -91,7 +90,7 @@ class Session:
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
-        self._splice = splice
+        self._splice = True  # False once splice(2) turned out to be missing
         self._splicer: Splicer | None = None  # made on the first splice: two fds per session
 
     async def run(self) -> None:
@@ -302,22 +301,17 @@ class Session:
         (size, corr) = _HEAD.unpack(head)
         if size < _STREAM_MIN_BYTES:
             return None
-        entry = self._answer(corr)
-        filters = self.chain.for_response(entry.api_key, entry.api_version)
-        exchange = entry.exchange
-        if exchange is not None:
-            filters += tuple(f for f in exchange.notes if f not in filters)
+        entry = self._oldest(corr)
+        filters = self._response_filters(entry)
         finder = None
         if filters:
             tail_only = all(f.tail_only(entry.api_key, entry.api_version) for f in filters)
             if not tail_only or entry.api_key != ApiKey.FETCH or entry.api_version < 13:
                 return None
             finder = FetchTailFinder(size)
-        self.in_flight.pop(corr)
-        self._slots.release()
-        entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
+        self._retire(corr, entry)
         self.metrics.responses_streamed.inc()
-        stream = _Stream(entry, size + 4, finder, filters, exchange or Exchange())
+        stream = _Stream(entry, size + 4, finder, filters, entry.exchange or Exchange())
         await self._stream_more(stream, decoder.take(), start=4)
         return stream
 
@@ -389,18 +383,13 @@ class Session:
         entry = stream.entry
         tail = bytes(stream.tail)
         msg = decode_tail(tail, entry.api_version)
-        changed = False
-        for f in stream.filters:
-            changed |= await f.on_response(
-                self.ctx, stream.exchange, entry.api_key, entry.api_version, msg
-            )
-        if changed:
+        if await self._run_response_filters(stream.filters, stream.exchange, entry, msg):
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
             await sockio.send_all(self._client_sock, tail)
             self._bytes_out.inc(len(tail))
 
-    def _answer(self, corr: int) -> InFlight:
+    def _oldest(self, corr: int) -> InFlight:
         """The in-flight entry a response answers, which must be the oldest one."""
         oldest = next(iter(self.in_flight), None)
         if corr != oldest:
@@ -409,25 +398,40 @@ class Session:
             )
         return self.in_flight[corr]
 
-    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
-        corr = wire.response_correlation_id(payload)
-        entry = self._answer(corr)
+    def _retire(self, corr: int, entry: InFlight) -> None:
+        """The response to `entry` has begun: free its slot and time the broker."""
         del self.in_flight[corr]
         self._slots.release()
         entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
+
+    def _response_filters(self, entry: InFlight) -> tuple[Filter, ...]:
+        """The members that see this response: those that want its API and version, and those
+        that left a note on its request."""
         filters = self.chain.for_response(entry.api_key, entry.api_version)
-        exchange = entry.exchange
-        if exchange is not None:
-            filters += tuple(f for f in exchange.notes if f not in filters)
+        if entry.exchange is not None:
+            filters += tuple(f for f in entry.exchange.notes if f not in filters)
+        return filters
+
+    async def _run_response_filters(
+        self, filters: tuple[Filter, ...], exchange: Exchange, entry: InFlight, msg: object
+    ) -> bool:
+        changed = False
+        for f in filters:
+            changed |= await f.on_response(
+                self.ctx, exchange, entry.api_key, entry.api_version, msg
+            )
+        return changed
+
+    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
+        corr = wire.response_correlation_id(payload)
+        entry = self._oldest(corr)
+        self._retire(corr, entry)
+        filters = self._response_filters(entry)
         if filters:
-            exchange = exchange or Exchange()
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
-            changed = False
-            for f in filters:
-                changed |= await f.on_response(
-                    self.ctx, exchange, entry.api_key, entry.api_version, msg
-                )
-            if changed:
+            if await self._run_response_filters(
+                filters, entry.exchange or Exchange(), entry, msg
+            ):
                 payload = wire.encode_response(
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
