@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from protocol.api_keys import ApiKey
 from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from protocol.messages.produce_response import ProduceResponse
 from proxy import wire
 from proxy.config import parse_config
@@ -175,6 +176,49 @@ async def test_large_responses_stream_through_byte_identical(
     assert bytes(ours[0][1]).endswith(bytes(client.received[start:]))
     await client.aclose()
     proxy.stop()
+
+
+async def test_a_half_closed_client_still_gets_the_response_being_streamed(
+    proxy: Proxy, kafka: KafkaCluster, topic_name: str
+) -> None:
+    """A client that shuts down its sending side while a large response is still on its way
+    gets all of it: the session waits for the stream, which is no longer in the correlation
+    table, before it closes."""
+    await make_topic(kafka.bootstrap, topic_name)
+    writer = await raw.TrioRawClient.connect(bootstrap_of(proxy))
+    values = [bytes([i]) * 40_000 for i in range(20)]  # 800 KB per batch
+    for corr in range(10):
+        await writer.send(raw.produce(corr, topic_name, values))
+        produced = await writer.recv()
+        assert produced is not None
+    await writer.aclose()
+
+    # A small receive buffer, and a client that stops reading: the 8 MB response stalls in
+    # Herald's stream, whatever the kernel's buffers hold.
+    sock = trio.socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    host, port = bootstrap_of(proxy).rsplit(":", 1)
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    fetch = FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 24, topics=[FetchTopic(
+        topic=topic_name, partitions=[FetchPartition(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 24)])])
+    streamed = proxy.metrics.responses_streamed._value.get()
+    await stream.send_all(raw.request_frame(1, 12, 99, fetch))
+    received = bytearray(await stream.receive_some(8))
+    with trio.fail_after(10):
+        while proxy.metrics.responses_streamed._value.get() == streamed:
+            await trio.sleep(0.01)
+    await stream.send_eof()
+    await trio.sleep(0.5)  # Herald reads the end of the client's requests meanwhile
+    with trio.fail_after(30):
+        while data := await stream.receive_some(1 << 20):
+            received += data
+    size = struct.unpack_from(">i", received)[0]
+    assert size > 8_000_000
+    assert len(received) == 4 + size
+    assert raw.correlation_id(bytes(received[4:])) == 99
+    await stream.aclose()
 
 
 def payload_of(stream: bytes, index: int) -> bytes:
