@@ -74,6 +74,12 @@ class Appends:
 
     The chain engine then runs such records without a `Headers` wrapper or `on_record` calls,
     which is most of the per-record cost of stamping members (see `interceptors.chain`).
+
+    `stamp`, when given, does for `n` such records at once what `n` calls of `make` would do,
+    side effects included, but returns the headers in wire form, as columns for
+    `protocol.stamping.append`: each column is one `bytes` for all records or a list of `n`.
+    When every member of a chain can stamp and no record of a batch has a watched header, the
+    engine stamps the whole batch in one pass and never parses its records into objects.
     """
 
     keys: frozenset[str]
@@ -81,6 +87,7 @@ class Appends:
     adds: frozenset[str]
     size: int
     make: Callable[[RecordContext], Sequence[tuple[str, bytes | None]]]
+    stamp: Callable[[RecordContext, int], Sequence[bytes | list[bytes]]] | None = None
 
 
 @dataclass

@@ -83,6 +83,9 @@ class RecordContext:
     ``needs = "read"`` (the engine then scans only headers). `key` and `value` need a member
     that declared ``needs = "key_value"``; set a new key or value with `set_key` /
     `set_value` (the engine applies them when the batch is committed).
+
+    `notes_traces` is False when nobody will read the traces members note (tracing is off):
+    `note_trace` then keeps nothing, and members may skip the work of noting altogether.
     """
 
     __slots__ = (
@@ -95,6 +98,7 @@ class RecordContext:
         "index",
         "traces",
         "staged",
+        "notes_traces",
         "_key_value",
     )
 
@@ -106,6 +110,7 @@ class RecordContext:
         conn: ConnectionInfo,
         *,
         key_value: bool = False,
+        notes_traces: bool = True,
     ) -> None:
         self.path = path
         self.topic = topic
@@ -116,6 +121,7 @@ class RecordContext:
         self.index = -1
         self.traces: list[TraceInfo] = []
         self.staged: dict[str, bytes | None] | None = None
+        self.notes_traces = notes_traces
         self._key_value = key_value
 
     @property
@@ -182,7 +188,8 @@ class RecordContext:
         source: str,
     ) -> None:
         """Tell the observability layer about a trace context written on this record."""
-        self.traces.append(_new_trace(
-            TraceInfo,
-            (trace_id, span_id, parent_span_id, sampled, source, self.topic, self.partition),
-        ))
+        if self.notes_traces:
+            self.traces.append(_new_trace(
+                TraceInfo,
+                (trace_id, span_id, parent_span_id, sampled, source, self.topic, self.partition),
+            ))

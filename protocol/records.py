@@ -707,6 +707,7 @@ class RecordBatch:
         "_records",
         "_body",
         "_removed",
+        "_replaced",
     )
 
     def __init__(
@@ -752,6 +753,7 @@ class RecordBatch:
         self._records: list[Record] | None = None
         self._body: bytes | None = None
         self._removed = False
+        self._replaced = False
 
     def __repr__(self) -> str:
         return (
@@ -799,7 +801,7 @@ class RecordBatch:
         start = self._offset
         return crc32c(memoryview(self._data)[start + _CRC_START : start + self._size]) == self.crc
 
-    def _records_section(self) -> tuple[bytes, int, int]:
+    def records_section(self) -> tuple[bytes, int, int]:
         """(buffer, start, end) of the uncompressed records, checking the CRC first.
 
         The CRC is checked before any record is read so a corrupted batch is never edited
@@ -830,7 +832,26 @@ class RecordBatch:
         Reading records does this on first access anyway; calling it first lets a caller time
         decompression apart from parsing, or run it in a worker thread.
         """
-        self._records_section()
+        self.records_section()
+
+    @property
+    def parsed(self) -> bool:
+        """Have the records been read into `Record` objects (`records`)?"""
+        return self._records is not None
+
+    def replace_records(self, payload: bytes) -> None:
+        """Make `payload`, the uncompressed wire form of the same number of records, the
+        batch's records (for `protocol.stamping`, which rewrites them all in one pass).
+
+        The batch is then modified: `to_bytes` compresses and seals the new records, and
+        `records` reads them.
+        """
+        if self._records is not None:
+            raise ValueError("records were read already: edit them instead")
+        if self.is_control:
+            raise ReadOnlyRecordError("records of a control batch cannot be changed")
+        self._body = payload
+        self._replaced = True
 
     @property
     def records(self) -> list[Record]:
@@ -840,7 +861,7 @@ class RecordBatch:
         """
         records = self._records
         if records is None:
-            buf, start, end = self._records_section()
+            buf, start, end = self.records_section()
             self._records = records = _parse(
                 buf, start, end, self.record_count, self.is_control, True
             )
@@ -854,12 +875,12 @@ class RecordBatch:
         """
         if self._records is not None:
             return (rec.headers for rec in self._records)
-        buf, start, end = self._records_section()
+        buf, start, end = self.records_section()
         return iter(_parse(buf, start, end, self.record_count, self.is_control, False))
 
     @property
     def modified(self) -> bool:
-        if self._removed:
+        if self._removed or self._replaced:
             return True
         records = self._records
         return records is not None and any(rec.modified for rec in records)
@@ -903,18 +924,24 @@ class RecordBatch:
         """The re-encoded batch as pieces to join, or None when it is unchanged."""
         records = self._records
         if records is None:
-            return None
-        if len(records) != self.record_count:
-            raise ValueError("records list was changed directly; use remove_records")
-        parts: list = []
-        changed = _encode_parsed(records, parts)
-        if not changed and not self._removed:
-            return None
+            if not self._replaced:
+                return None
+            parts = [self._body]
+            changed = True
+            count = self.record_count
+        else:
+            if len(records) != self.record_count:
+                raise ValueError("records list was changed directly; use remove_records")
+            parts = []
+            changed = _encode_parsed(records, parts) or self._replaced
+            if not changed and not self._removed:
+                return None
+            count = len(records)
         if changed and self.is_control:
             raise ReadOnlyRecordError("records of a control batch cannot be changed")
         attributes = self.attributes
         codec = attributes & _CODEC_MASK
-        if not records:
+        if not count:
             # Like the log cleaner's empty batches: no payload, so no codec to apply.
             attributes &= ~_CODEC_MASK
             payload = b""
@@ -933,7 +960,7 @@ class RecordBatch:
                 self.producer_id,
                 self.producer_epoch,
                 self.base_sequence,
-                len(records),
+                count,
             ),
             payload,
         )

@@ -25,6 +25,7 @@ from typing import Any
 import trio
 
 from interceptors import Chains, ConnectionInfo, PartitionOutcome
+from interceptors.api import PRODUCE
 from protocol.api_keys import ApiKey
 from protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
@@ -130,7 +131,10 @@ class InterceptorFilter(Filter):
         self._add_seconds(self.codec.decompress_seconds, seconds)
         tally = self.tally
         before = tally.before(chain.stats) if tally and topic in tally.allowlist else None
-        outcome = chain.process(topic, index, batches, conn)
+        if chain.path == PRODUCE:
+            outcome = chain.process(topic, index, batches, conn, traces=self.report_traces)
+        else:
+            outcome = chain.process(topic, index, batches, conn)
         if before is not None:
             tally.after(chain.stats, topic, before)
         if outcome is not None and not outcome.ok:

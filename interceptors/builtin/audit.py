@@ -39,8 +39,9 @@ from interceptors.api import PRODUCE, Appends, Interceptor
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import INVALID_RECORD, InvalidConfig, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
-from interceptors.ids import uuid7, uuid7_prefix
+from interceptors.ids import uuid7, uuid7_many, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher
+from protocol.stamping import Column, header_head, headers_wire
 
 FIELDS = ("client_id", "principal", "source", "proxy", "cluster", "time", "msg_id", "origin")
 _MESSAGE_FIELDS = ("msg_id", "origin")
@@ -104,6 +105,9 @@ class Audit(Interceptor):
         self._conn_values: dict[str, bytes | None] = {}
         self._trusted = False
         self._hop = HeaderBlock()
+        self._hop_wire = b""  # _hop in wire form; then the message-level headers, for stamp
+        self._msg_head = b""
+        self._origin_wire = b""
         self._uuid_prefix = b""
         self._origin: bytes | None = None
         self._origin_tail: tuple[tuple[str, bytes | None], ...] = ()
@@ -140,11 +144,23 @@ class Audit(Interceptor):
         self._origin = cluster
         self._origin_tail = () if self._k_origin is None else ((self._k_origin, cluster),)
         self._stamped_for = (now, cluster_id)
+        self._hop_wire = headers_wire(self._hop)
+        self._origin_wire = headers_wire(self._origin_tail)
+        if self._k_msg is not None:
+            self._msg_head = header_head(self._k_msg, 36) + self._uuid_prefix
 
     def _appends(self) -> Appends:
         # A record with no header under the prefix gets the stamp, and nothing else happens.
         adds = frozenset(self._k[f] for f in self.config.fields)
-        return Appends(frozenset(), (self._prefix,), adds, len(adds), self._stamp)
+        return Appends(frozenset(), (self._prefix,), adds, len(adds), self._stamp,
+                       self._stamp_wire)
+
+    def _stamp_wire(self, ctx: RecordContext, n: int) -> list[Column]:
+        """`_stamp` for n records, in wire form: the per-batch headers are one shared column,
+        the message ids one per record."""
+        if self._k_msg is None:
+            return [self._hop_wire, self._origin_wire]
+        return [self._hop_wire, uuid7_many(self._msg_head, n), self._origin_wire]
 
     def _stamp(self, ctx: RecordContext) -> list[tuple[str, bytes | None]]:
         """What `on_record` appends to a record without headers under the prefix."""

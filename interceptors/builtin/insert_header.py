@@ -31,6 +31,7 @@ from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.ids import uuid4
 from interceptors.typed import format_value
+from protocol.stamping import headers_wire
 
 
 class _Unset:
@@ -159,7 +160,12 @@ class InsertHeader(Interceptor):
         # Without a header of that key (in any mode: "add" does not even look), the header is
         # appended.
         watched = frozenset() if self._mode == "add" else frozenset((self._key,))
-        return Appends(watched, (), frozenset((self._key,)), 1, self._append)
+        stamp = None if self._per_record else self._stamp
+        return Appends(watched, (), frozenset((self._key,)), 1, self._append, stamp)
+
+    def _stamp(self, ctx: RecordContext, n: int) -> list[bytes]:
+        """`_append` for n records: one value for the batch, so one shared column."""
+        return [headers_wire(((self._key, self._value),))]
 
     def _append(self, ctx: RecordContext) -> tuple[tuple[str, bytes | None]]:
         """What `on_record` appends to a record without a header of the key."""

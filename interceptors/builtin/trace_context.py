@@ -37,7 +37,7 @@ from interceptors.api import PRODUCE, Appends, Interceptor
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
-from interceptors.ids import new_trace_ids
+from interceptors.ids import new_trace_ids, trace_draws
 from interceptors.tracing import (
     format_b3,
     format_traceparent,
@@ -45,10 +45,15 @@ from interceptors.tracing import (
     parse_tracestate,
     valid_traceparent,
 )
+from protocol.stamping import Column, header_head, hex_column
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 B3_HEADER = "b3"
+_TRACEPARENT_HEAD = header_head(TRACEPARENT, 55)  # a version-00 traceparent is 55 bytes
+# A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
+_NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
+_NEW_UNSAMPLED = ((b"00-", 32), (b"-", 16), (b"-00", 0))
 
 
 @dataclass
@@ -87,11 +92,27 @@ class TraceContext(Interceptor):
         if self._b3_read or self._b3_write or self._copies:
             return None
         return Appends(frozenset((TRACEPARENT, TRACESTATE)), (), frozenset((TRACEPARENT,)), 1,
-                       self._append_new_context)
+                       self._append_new_context, self._stamp_new_contexts)
 
     def _append_new_context(self, ctx: RecordContext) -> tuple[tuple[str, bytes], ...]:
         """What `on_record` appends to a record without trace headers (see `_appends`)."""
         return ((TRACEPARENT, self._new_context(ctx, self._sampled)),)
+
+    def _stamp_new_contexts(self, ctx: RecordContext, n: int) -> list[Column]:
+        """`_append_new_context` for n records, in wire form, from one draw of ids."""
+        if self._per_batch:
+            return [_TRACEPARENT_HEAD + self._new_context(ctx, self._sampled)]
+        sampled = self._sampled
+        raw = trace_draws(n)
+        column = hex_column(_TRACEPARENT_HEAD, raw, n, 24,
+                            _NEW_SAMPLED if sampled else _NEW_UNSAMPLED)
+        if ctx.notes_traces:
+            note = ctx.note_trace
+            for i in range(24 * (n - 1), -1, -24):  # the first record's ids are the last
+                note(int.from_bytes(raw[i:i + 16], "big"),
+                     int.from_bytes(raw[i + 16:i + 24], "big"), None, sampled, "new")
+        self.stats.count("trace_new_context", n)
+        return [column]
 
     def _new_context(self, ctx: RecordContext, sampled: bool) -> bytes:
         shared = self._per_batch and sampled == self._sampled

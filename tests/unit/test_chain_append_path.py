@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from interceptors import (
@@ -22,6 +22,7 @@ from interceptors import (
     ProduceChain,
     ProxyInfo,
     build_chains,
+    ids,
 )
 from interceptors.testing import make_batch
 from protocol.compression import LZ4, NONE
@@ -64,6 +65,7 @@ def run_real(chain, record_headers, conn, seed, codec=NONE):
                       base_sequence=0)
     batches = split_batches(raw)
     random.seed(seed)
+    ids.seed(seed)
     outcome = chain.process("t", 0, batches, conn)
     out = join_batches(batches) if outcome.ok else None
     return outcome, out, [r.headers for r in batches[0].records], chain.stats.snapshot()
@@ -72,6 +74,7 @@ def run_real(chain, record_headers, conn, seed, codec=NONE):
 def run_fake(chain, record_headers, conn, seed):
     batch = make_batch([(None, b"v", h) for h in record_headers])
     random.seed(seed)
+    ids.seed(seed)
     outcome = chain.process("t", 0, [batch], conn)
     return (outcome, batch.modified, [(r.headers, r.assignments) for r in batch._records],
             chain.stats.snapshot())
@@ -107,6 +110,10 @@ slow = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
     st.integers(0, 2**32),
 )
 def test_append_path_gives_what_the_full_path_gives(members, record_headers, conn, seed):
+    # Two members drawing message ids share a generator: record by record they take turns,
+    # batch by batch the first takes all its ids first. Equally random, not the same bytes.
+    assume(sum(m["type"] == "audit" and "msg_id" in m.get("fields", ["msg_id"])
+               for m in members) < 2)
     chain = build_chains({"produce": members}, env()).produce
     full = full_path(chain)
     assert plan(full).appends is None
@@ -114,6 +121,28 @@ def test_append_path_gives_what_the_full_path_gives(members, record_headers, con
                                                                      seed)
     assert run_fake(chain, record_headers, conn, seed) == run_fake(full, record_headers, conn,
                                                                      seed)
+
+
+@pytest.mark.parametrize("members", [
+    [{"type": "trace_context"}, {"type": "audit"}],
+    [{"type": "trace_context", "mode": "batch"}, {"type": "insert_header", "header": "a",
+                                                   "value": "1"}],
+])
+@pytest.mark.parametrize("codec", [NONE, LZ4])
+def test_whole_batch_stamping_without_the_native_module(monkeypatch, members, codec):
+    """Where protocol._stamp was not built, the Python reference gives the same batches."""
+    from protocol import stamping
+
+    record_headers = [[], [("k", b"v")], [], [("content-type", None)]]
+    native = run_real(build_chains({"produce": members}, env()).produce, record_headers,
+                      CONNS[0], 11, codec)
+    monkeypatch.setattr(stamping, "_native", None)
+    chain = build_chains({"produce": members}, env()).produce
+    reference = run_real(chain, record_headers, CONNS[0], 11, codec)
+    assert reference == native
+    assert reference == run_real(full_path(chain), record_headers, CONNS[0], 11, codec)
+    assert [len(h) for h in reference[2]] == [len(h) + len(reference[2][0])
+                                              for h in record_headers]
 
 
 def test_trace_context_and_audit_take_the_append_path():
@@ -167,14 +196,21 @@ def test_failing_make_follows_the_member_policy(monkeypatch, on_error):
             raise RuntimeError("no more ids")
         return b"id-%d" % len(calls)
 
+    def no_ids(prefix, n):
+        raise RuntimeError("no more ids")
+
     monkeypatch.setattr(audit, "uuid7", flaky)
+    monkeypatch.setattr(audit, "uuid7_many", no_ids)  # the whole-batch way fails at once
     results = []
     for make in (lambda c: c, full_path):
         calls.clear()
         chain = make(build_chains({"produce": [{"type": "trace_context"}, {
             "type": "audit", "on_error": on_error}]}, env()).produce)
         results.append(run_real(chain, [[], [], [], []], CONNS[0], 5))
-    assert results[0] == results[1]
+    # The same outcome, bytes and headers; only the counts of the members before the failing
+    # one differ (the whole-batch way stamped every record before the failure, the record
+    # path the first two).
+    assert results[0][:3] == results[1][:3]
     outcome, out, headers, stats = results[0]
     if on_error == "reject":
         assert outcome.error_code == UNKNOWN_SERVER_ERROR and out is None
@@ -235,3 +271,12 @@ def test_compressed_batches_and_many_records_stay_identical():
     a = run_real(chain, record_headers, CONNS[0], 3, codec=LZ4)
     b = run_real(full_path(chain), record_headers, CONNS[0], 3, codec=LZ4)
     assert a == b
+
+
+def test_two_audit_members_stamp_different_message_ids_batch_by_batch():
+    members = [{"type": "audit"}, {"type": "audit", "fields": ["msg_id"], "prefix": "x."}]
+    chain = build_chains({"produce": members}, env()).produce
+    _, out, headers, _ = run_real(chain, [[], [], []], CONNS[0], 4)
+    ids_seen = [v for h in headers for k, v in h if k.endswith("msg_id")]
+    assert len(ids_seen) == 6 and len(set(ids_seen)) == 6
+    assert [r.headers for r in split_batches(out)[0].records] == headers

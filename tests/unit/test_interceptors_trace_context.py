@@ -265,7 +265,12 @@ def test_generated_ids_are_never_zero(monkeypatch):
     import interceptors.ids as ids
 
     draws = iter([0, 1 << 64, 5, (7 << 64) | 9])
-    monkeypatch.setattr(ids, "getrandbits", lambda bits: next(draws))
+
+    class Draws:
+        def getrandbits(self, bits):
+            return next(draws)
+
+    monkeypatch.setattr(ids, "_trace_random", Draws())
     assert ids.new_trace_ids() == (7, 9)
 
 

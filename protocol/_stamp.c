@@ -1,0 +1,485 @@
+/* Native walk over the records of one uncompressed magic-2 batch: find the records whose
+ * headers an interceptor watches, and append the same number of headers to every record.
+ *
+ * The pure-Python reference is `protocol.stamping` (`_py_watched`, `_py_append`); both
+ * must give the same answers, and tests check that they do. This module exists because the
+ * per-record varint walk and the splicing dominate the cost of stamping trace context and
+ * audit headers in Python. It is optional: without it Herald uses the Python reference.
+ *
+ * Safety: every read is bounded by the record's own length, every length is checked
+ * against the bytes present before it is used, and a malformed batch raises ValueError.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    Py_ssize_t start;  /* the record's length varint */
+    Py_ssize_t body;   /* attributes */
+    Py_ssize_t hpos;   /* header count varint */
+    Py_ssize_t first;  /* first header */
+    Py_ssize_t end;    /* end of the record */
+    uint64_t count;    /* header count */
+} rec_pos;
+
+/* Unsigned varint at *pos, bounded by limit; at most 10 bytes. Returns 0 on error. */
+static int read_uvarint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit,
+                        uint64_t *out) {
+    uint64_t result = 0;
+    int shift = 0;
+    Py_ssize_t p = *pos;
+    for (int i = 0; i < 10; i++) {
+        if (p >= limit) {
+            return 0;
+        }
+        unsigned char b = buf[p++];
+        result |= (uint64_t)(b & 0x7F) << shift;
+        if (b < 0x80) {
+            *pos = p;
+            *out = result;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+static int fail(const char *message) {
+    PyErr_SetString(PyExc_ValueError, message);
+    return 0;
+}
+
+/* A zigzag length at *pos: -1 (null) sets *len to -1, other negatives are errors. */
+static int read_length(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit,
+                       int64_t *len, const char *what) {
+    uint64_t z;
+    if (!read_uvarint(buf, pos, limit, &z)) {
+        return fail("truncated record");
+    }
+    if (z & 1) {
+        if (z != 1) {
+            return fail(what);
+        }
+        *len = -1;
+        return 1;
+    }
+    if ((z >> 1) > (uint64_t)(limit - *pos)) {
+        return fail("truncated record");
+    }
+    *len = (int64_t)(z >> 1);
+    return 1;
+}
+
+/* One record at *pos; fills r and moves *pos past it. Header keys are reported through
+ * `on_key` (may be NULL), which returns 1 to stop looking at further keys. */
+typedef int (*key_fn)(void *arg, const unsigned char *key, Py_ssize_t len);
+
+static int walk_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, rec_pos *r,
+                       key_fn on_key, void *arg) {
+    uint64_t z;
+    Py_ssize_t p = *pos;
+    r->start = p;
+    if (!read_uvarint(buf, &p, end, &z)) {
+        return fail("truncated record");
+    }
+    if ((z & 1) || z == 0 || (z >> 1) > (uint64_t)(end - p)) {
+        return fail("record length out of range");
+    }
+    Py_ssize_t rend = p + (Py_ssize_t)(z >> 1);
+    r->body = p;
+    r->end = rend;
+    p += 1; /* attributes */
+    if (!read_uvarint(buf, &p, rend, &z) || !read_uvarint(buf, &p, rend, &z)) {
+        return fail("truncated record");
+    }
+    int64_t len;
+    if (!read_length(buf, &p, rend, &len, "negative key length")) {
+        return 0;
+    }
+    if (len > 0) {
+        p += len;
+    }
+    if (!read_length(buf, &p, rend, &len, "negative value length")) {
+        return 0;
+    }
+    if (len > 0) {
+        p += len;
+    }
+    r->hpos = p;
+    if (!read_uvarint(buf, &p, rend, &z)) {
+        return fail("truncated record");
+    }
+    if (z && ((z & 1) || (z >> 1) > (uint64_t)((rend - p) >> 1))) {
+        return fail("header count out of range");
+    }
+    r->first = p;
+    r->count = z >> 1;
+    int looking = on_key != NULL;
+    for (uint64_t h = 0; h < r->count; h++) {
+        if (!read_uvarint(buf, &p, rend, &z)) {
+            return fail("truncated record");
+        }
+        if (z & 1) {
+            return fail("negative header key length");
+        }
+        if ((z >> 1) > (uint64_t)(rend - p)) {
+            return fail("truncated record");
+        }
+        if (looking && on_key(arg, buf + p, (Py_ssize_t)(z >> 1))) {
+            looking = 0;
+        }
+        p += (Py_ssize_t)(z >> 1);
+        if (!read_length(buf, &p, rend, &len, "negative header value length")) {
+            return 0;
+        }
+        if (len > 0) {
+            p += len;
+        }
+    }
+    if (p != rend) {
+        return fail("record length does not match its fields");
+    }
+    *pos = p;
+    return 1;
+}
+
+typedef struct {
+    PyObject *keys;     /* tuple of bytes */
+    PyObject *prefixes; /* tuple of bytes */
+    int hit;
+} watch;
+
+static int watched_key(void *arg, const unsigned char *key, Py_ssize_t len) {
+    watch *w = (watch *)arg;
+    Py_ssize_t i;
+    for (i = 0; i < PyTuple_GET_SIZE(w->keys); i++) {
+        PyObject *k = PyTuple_GET_ITEM(w->keys, i);
+        if (PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), key, len) == 0) {
+            w->hit = 1;
+            return 1;
+        }
+    }
+    for (i = 0; i < PyTuple_GET_SIZE(w->prefixes); i++) {
+        PyObject *k = PyTuple_GET_ITEM(w->prefixes, i);
+        Py_ssize_t n = PyBytes_GET_SIZE(k);
+        if (n <= len && memcmp(PyBytes_AS_STRING(k), key, n) == 0) {
+            w->hit = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int check_bytes_tuple(PyObject *t, const char *what) {
+    if (!PyTuple_Check(t)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of bytes", what);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(t, i))) {
+            PyErr_Format(PyExc_TypeError, "%s must be a tuple of bytes", what);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int check_range(Py_buffer *view, Py_ssize_t start, Py_ssize_t end) {
+    if (start < 0 || end < start || end > view->len) {
+        PyErr_SetString(PyExc_ValueError, "records range outside the buffer");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *watched(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    watch w;
+    if (!PyArg_ParseTuple(args, "y*nnnOO", &view, &start, &end, &count, &w.keys,
+                          &w.prefixes)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (!check_range(&view, start, end) || !check_bytes_tuple(w.keys, "keys") ||
+        !check_bytes_tuple(w.prefixes, "prefixes")) {
+        goto done;
+    }
+    out = PyList_New(0);
+    if (out == NULL) {
+        goto done;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = start, n = 0;
+    rec_pos r;
+    while (pos < end) {
+        w.hit = 0;
+        if (!walk_record(buf, &pos, end, &r, watched_key, &w)) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (w.hit) {
+            PyObject *index = PyLong_FromSsize_t(n);
+            if (index == NULL || PyList_Append(out, index) < 0) {
+                Py_XDECREF(index);
+                Py_CLEAR(out);
+                goto done;
+            }
+            Py_DECREF(index);
+        }
+        n++;
+    }
+    if (n != count) {
+        PyErr_Format(PyExc_ValueError, "batch declares %zd records but holds %zd", count, n);
+        Py_CLEAR(out);
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static Py_ssize_t varint_size(uint64_t v) {
+    Py_ssize_t n = 1;
+    while (v > 0x7F) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static unsigned char *put_varint(unsigned char *out, uint64_t v) {
+    while (v > 0x7F) {
+        *out++ = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    *out++ = (unsigned char)v;
+    return out;
+}
+
+/* The wire tail of record i: the i-th item of each column, or the column itself. */
+static Py_ssize_t tail_size(PyObject *columns, Py_ssize_t i) {
+    Py_ssize_t size = 0;
+    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, c);
+        PyObject *piece = PyList_Check(col) ? PyList_GET_ITEM(col, i) : col;
+        size += PyBytes_GET_SIZE(piece);
+    }
+    return size;
+}
+
+static unsigned char *put_tail(unsigned char *out, PyObject *columns, Py_ssize_t i) {
+    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, c);
+        PyObject *piece = PyList_Check(col) ? PyList_GET_ITEM(col, i) : col;
+        Py_ssize_t n = PyBytes_GET_SIZE(piece);
+        memcpy(out, PyBytes_AS_STRING(piece), n);
+        out += n;
+    }
+    return out;
+}
+
+static int check_columns(PyObject *columns, Py_ssize_t count) {
+    if (!PyTuple_Check(columns)) {
+        PyErr_SetString(PyExc_TypeError, "columns must be a tuple");
+        return 0;
+    }
+    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, c);
+        if (PyBytes_Check(col)) {
+            continue;
+        }
+        if (!PyList_Check(col) || PyList_GET_SIZE(col) != count) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a column must be bytes or a list of bytes, one per record");
+            return 0;
+        }
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (!PyBytes_Check(PyList_GET_ITEM(col, i))) {
+                PyErr_SetString(PyExc_TypeError, "a column's items must be bytes");
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+static uint64_t zigzag(int64_t v) {
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+static PyObject *append(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, count, added;
+    PyObject *columns;
+    if (!PyArg_ParseTuple(args, "y*nnnnO", &view, &start, &end, &count, &added, &columns)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    rec_pos *recs = NULL;
+    if (!check_range(&view, start, end) || !check_columns(columns, count)) {
+        goto done;
+    }
+    if (added < 0 || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative count");
+        goto done;
+    }
+    /* A record takes at least 7 bytes, which bounds the count by the input. */
+    if (count > (end - start) / 7 + 1) {
+        PyErr_Format(PyExc_ValueError, "batch declares %zd records but holds fewer", count);
+        goto done;
+    }
+    recs = PyMem_Malloc(sizeof(rec_pos) * (size_t)(count ? count : 1));
+    if (recs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = start, n = 0, total = 0;
+    while (pos < end) {
+        if (n >= count) {
+            n++;
+            break;
+        }
+        rec_pos *r = &recs[n];
+        if (!walk_record(buf, &pos, end, r, NULL, NULL)) {
+            goto done;
+        }
+        Py_ssize_t size = (r->hpos - r->body) + varint_size(zigzag((int64_t)r->count + added)) +
+                          (r->end - r->first) + tail_size(columns, n);
+        total += varint_size(zigzag(size)) + size;
+        n++;
+    }
+    if (n != count) {
+        PyErr_Format(PyExc_ValueError, "batch declares %zd records but holds %s%zd", count,
+                     n > count ? "more than " : "", n > count ? count : n);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) {
+        goto done;
+    }
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        rec_pos *r = &recs[i];
+        uint64_t headers = zigzag((int64_t)r->count + added);
+        Py_ssize_t size = (r->hpos - r->body) + varint_size(headers) + (r->end - r->first) +
+                          tail_size(columns, i);
+        w = put_varint(w, zigzag(size));
+        memcpy(w, buf + r->body, r->hpos - r->body);
+        w += r->hpos - r->body;
+        w = put_varint(w, headers);
+        memcpy(w, buf + r->first, r->end - r->first);
+        w += r->end - r->first;
+        w = put_tail(w, columns, i);
+    }
+done:
+    PyMem_Free(recs);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* hex_column(head, raw, n, chunk, spec) -> list of n bytes: see protocol.stamping.hex_column.
+ * spec is a tuple of (literal bytes, digits) pairs; digits -1 is one UUID variant digit. */
+static PyObject *hex_column(PyObject *self, PyObject *args) {
+    static const char hex[] = "0123456789abcdef";
+    static const char variant[] = "89ab";
+    Py_buffer head, raw;
+    Py_ssize_t n, chunk;
+    PyObject *spec;
+    if (!PyArg_ParseTuple(args, "y*y*nnO", &head, &raw, &n, &chunk, &spec)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    if (n < 0 || chunk < 0 || raw.len != n * chunk) {
+        PyErr_SetString(PyExc_ValueError, "raw must hold n chunks");
+        goto done;
+    }
+    if (!PyTuple_Check(spec)) {
+        PyErr_SetString(PyExc_TypeError, "spec must be a tuple of (bytes, int) pairs");
+        goto done;
+    }
+    /* The size of one item, checking the spec against the chunk's digits. */
+    Py_ssize_t size = head.len, digits = 0;
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(spec); s++) {
+        PyObject *part = PyTuple_GET_ITEM(spec, s);
+        if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(part, 0)) ||
+            !PyLong_Check(PyTuple_GET_ITEM(part, 1))) {
+            PyErr_SetString(PyExc_TypeError, "spec must be a tuple of (bytes, int) pairs");
+            goto done;
+        }
+        Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, 1));
+        if (k < -1 || (k == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "digits must be -1 or more");
+            }
+            goto done;
+        }
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)) + (k < 0 ? 1 : k);
+        digits += k < 0 ? 1 : k;
+    }
+    if (digits > 2 * chunk) {
+        PyErr_SetString(PyExc_ValueError, "spec takes more digits than a chunk holds");
+        goto done;
+    }
+    out = PyList_New(n);
+    if (out == NULL) {
+        goto done;
+    }
+    const unsigned char *bytes = (const unsigned char *)raw.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(NULL, size);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        char *w = PyBytes_AS_STRING(item);
+        memcpy(w, head.buf, head.len);
+        w += head.len;
+        const unsigned char *c = bytes + (n - 1 - i) * chunk; /* the first record's last */
+        Py_ssize_t d = 0;                                      /* next digit of the chunk */
+        for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(spec); s++) {
+            PyObject *part = PyTuple_GET_ITEM(spec, s);
+            PyObject *lit = PyTuple_GET_ITEM(part, 0);
+            Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, 1));
+            memcpy(w, PyBytes_AS_STRING(lit), PyBytes_GET_SIZE(lit));
+            w += PyBytes_GET_SIZE(lit);
+            if (k < 0) {
+                unsigned nib = (d & 1) ? (c[d >> 1] & 0x0F) : (c[d >> 1] >> 4);
+                *w++ = variant[nib & 3];
+                d++;
+                continue;
+            }
+            for (Py_ssize_t j = 0; j < k; j++, d++) {
+                unsigned nib = (d & 1) ? (c[d >> 1] & 0x0F) : (c[d >> 1] >> 4);
+                *w++ = hex[nib];
+            }
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+done:
+    PyBuffer_Release(&head);
+    PyBuffer_Release(&raw);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"hex_column", hex_column, METH_VARARGS,
+     "hex_column(head, raw, n, chunk, spec) -> n values cut from the hex digits of raw"},
+    {"watched", watched, METH_VARARGS,
+     "watched(buf, start, end, count, keys, prefixes) -> indexes of the records with a "
+     "header whose key is in keys or starts with one of prefixes"},
+    {"append", append, METH_VARARGS,
+     "append(buf, start, end, count, added, columns) -> the records with `added` more "
+     "headers each, their wire form taken from the columns"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "protocol._stamp", NULL, -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__stamp(void) {
+    return PyModule_Create(&module);
+}
