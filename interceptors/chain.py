@@ -15,6 +15,12 @@ those two calls, under the hot-path rules:
   has a reason to look at (no header they watch) takes the *append path*: each member's
   headers are appended to a plain list, without a `Headers` wrapper or `on_record` call, with
   exactly the full path's result, counters and traces. Other records take the full path.
+* Better still, when those members can also stamp a whole batch (`Appends.stamp`) and no
+  record of the batch has a watched header, the batch is *stamped*: it is never parsed into
+  records, each member returns its headers for all records in wire form, and
+  `protocol.stamping` writes the batch anew in one pass. Bytes, counters and traces are again
+  those of the append path; only when a member fails midway do the counts of the members
+  before it differ (they stamped the whole batch, not the records before the failing one).
 * Control batches (transaction markers) and legacy (magic 0/1) chunks are never touched.
 
 Failure policy. A member that raises never takes the proxy down; it is counted and its
