@@ -391,7 +391,8 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = NULL;
-    if (n < 0 || chunk < 0 || raw.len != n * chunk) {
+    if (n < 0 || chunk < 0 || (chunk > 0 && n > PY_SSIZE_T_MAX / chunk) ||
+        raw.len != n * chunk) {
         PyErr_SetString(PyExc_ValueError, "raw must hold n chunks");
         goto done;
     }
@@ -416,12 +417,12 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
             }
             goto done;
         }
-        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)) + (k < 0 ? 1 : k);
         digits += k < 0 ? 1 : k;
-    }
-    if (digits > 2 * chunk) {
-        PyErr_SetString(PyExc_ValueError, "spec takes more digits than a chunk holds");
-        goto done;
+        if (digits > 2 * chunk) {
+            PyErr_SetString(PyExc_ValueError, "spec takes more digits than a chunk holds");
+            goto done;
+        }
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)) + (k < 0 ? 1 : k);
     }
     out = PyList_New(n);
     if (out == NULL) {
