@@ -280,3 +280,20 @@ def test_two_audit_members_stamp_different_message_ids_batch_by_batch():
     ids_seen = [v for h in headers for k, v in h if k.endswith("msg_id")]
     assert len(ids_seen) == 6 and len(set(ids_seen)) == 6
     assert [r.headers for r in split_batches(out)[0].records] == headers
+
+
+@pytest.mark.parametrize("stamping_path", [True, False])
+def test_without_tracing_no_traces_are_kept_and_the_records_are_the_same(stamping_path):
+    members = [{"type": "trace_context"}, {"type": "audit"}]
+    record_headers = [[], []] if stamping_path else [[("traceparent", b"bad")], []]
+    results = []
+    for traces in (True, False):
+        chain = build_chains({"produce": members}, env()).produce
+        batches = split_batches(build_batch([Record(None, b"v", h) for h in record_headers],
+                                            base_timestamp=1))
+        ids.seed(9)
+        outcome = chain.process("t", 0, batches, CONNS[0], traces=traces)
+        results.append((outcome, join_batches(batches), chain.stats.snapshot()))
+    (with_traces, out, stats), (without, out2, stats2) = results
+    assert len(with_traces.traces) == 2 and without.traces == ()
+    assert out == out2 and stats == stats2
