@@ -83,6 +83,8 @@ def watched(batch: RecordBatch, keys: tuple[bytes, ...], prefixes: tuple[bytes, 
 def append(batch: RecordBatch, added: int, columns: Sequence[Column]) -> None:
     """Append `added` headers to every record of the batch, whose wire form is the record's
     share of each column, in order. The batch then holds the new records (`replace_records`)."""
+    if added < 0:
+        raise ValueError("negative count")  # the caller's mistake, not a malformed batch
     buf, start, end = batch.records_section()
     columns = tuple(columns)
     if _native is not None:
