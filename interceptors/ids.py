@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from binascii import hexlify
 from random import Random, getrandbits
 
 from protocol.stamping import hex_column
@@ -72,8 +71,6 @@ def uuid7_prefix(ms: int) -> bytes:
     return h[:8] + b"-" + h[8:] + b"-7"
 
 
-# Hex digit -> the variant digit of a UUID (binary 10xx): 8, 9, a or b, four digits each.
-_VARIANT = bytes.maketrans(b"0123456789abcdef", b"89ab89ab89ab89ab")
 # The random part of a UUIDv7 as cut from 24 hex digits (`protocol.stamping.hex_column`).
 _UUID7_RANDOM = ((b"", 3), (b"-", -1), (b"", 3), (b"-", 12))
 
@@ -84,11 +81,11 @@ def uuid7(prefix: bytes) -> bytes:
     Version 7 rather than 4: the leading 48 bits are the Unix time in ms, so ids sort by
     creation time, which keeps database indexes and log searches cheap; the remaining 74 bits
     are random: 12 bits of rand_a, then the variant (binary 10) and 62 bits of rand_b (two of
-    them in the variant digit). Cut from the hex form of one 96-bit draw, as `uuid7_many`
-    does for a batch.
+    them in the variant digit). Cut from the hex form of one 96-bit draw by the same
+    `hex_column` that `uuid7_many` uses for a batch.
     """
-    h = hexlify(_message_random.getrandbits(96).to_bytes(12, "big"))
-    return b"%b%b-%c%b-%b" % (prefix, h[:3], _VARIANT[h[3]], h[4:7], h[7:19])
+    raw = _message_random.getrandbits(96).to_bytes(12, "big")
+    return hex_column(prefix, raw, 1, 12, _UUID7_RANDOM)[0]
 
 
 def uuid7_many(prefix: bytes, n: int) -> list[bytes]:
