@@ -7,6 +7,7 @@ the real session broker, and talk to it with a frame-level client.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import struct
@@ -25,6 +26,7 @@ from proxy import wire
 from proxy.config import parse_config
 from proxy.embedded_kafka import KafkaCluster
 from proxy.server import Proxy
+from proxy.splice import Splicer
 from tests.support import raw_client as raw
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -144,11 +146,18 @@ async def test_frames_nobody_decodes_pass_byte_identical(
     proxy.stop()
 
 
+@pytest.mark.parametrize("splice", [True, False], ids=["splice", "copy"])
 async def test_large_responses_stream_through_byte_identical(
-    kafka: KafkaCluster, nursery: trio.Nursery, topic_name: str
+    kafka: KafkaCluster, nursery: trio.Nursery, topic_name: str, splice: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Fetch responses of 64 KiB and more are forwarded as they arrive (record data spliced
-    from socket to socket); the client still gets exactly the broker's bytes."""
+    from socket to socket); the client still gets exactly the broker's bytes. Without splice(2)
+    (platforms other than Linux) the same bytes are copied through Herald instead."""
+    if not splice:
+        monkeypatch.setattr(Splicer, "create", classmethod(lambda cls: None))
+    elif not hasattr(os, "splice"):
+        pytest.skip("splice(2) is Linux only")
     await make_topic(kafka.bootstrap, topic_name)
     relay = RecordingRelay(kafka.bootstrap)
     await nursery.start(relay.serve)
@@ -171,6 +180,8 @@ async def test_large_responses_stream_through_byte_identical(
         assert body is not None and len(body) > 400_000
         assert all(v in body for v in values)
     assert proxy.metrics.responses_streamed._value.get() == streamed + 2
+    (session,) = proxy.sessions
+    assert (session._splicer is not None) is splice
     ours = [c for c in relay.connections if bytes(c[0]).endswith(sent)]
     assert len(ours) == 1
     assert bytes(ours[0][1]).endswith(bytes(client.received[start:]))
