@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -123,6 +125,37 @@ def create_topic(broker: str, topic: str, partitions: int) -> None:
     )
 
 
+def delete_topics(broker: str, pattern: str) -> None:
+    """Free the broker's data of a finished run (on tmpfs it is memory)."""
+    run_tool(TOPIC_COMMAND, "--bootstrap-server", broker, "--delete", "--topic", pattern)
+
+
+def data_dir(requested: str | None, need_bytes: int) -> Path:
+    """Where the broker keeps its log: by default in memory (/dev/shm), not on disk.
+
+    A run writes several GB. On disk, the kernel starts writing dirty pages back partway
+    through, and that writeback competes with whichever target runs at the time: a cost of the
+    machine, not of the proxy. Kafka does not fsync its writes by default, so the broker's own
+    work is the same on either.
+    """
+    if requested:
+        return Path(tempfile.mkdtemp(prefix="herald-bench-", dir=requested))
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        free = shutil.disk_usage(shm).free
+        if free >= need_bytes:
+            return Path(tempfile.mkdtemp(prefix="herald-bench-", dir=shm))
+        log(f"/dev/shm has {free >> 20} MiB free, {need_bytes >> 20} MiB needed: "
+            "the broker's log goes to disk (expect noisier figures)")
+    return Path(tempfile.mkdtemp(prefix="herald-bench-"))
+
+
+def data_bytes(records: int, record_size: int) -> int:
+    """A generous bound on the log a benchmark holds at once, for `records` written records
+    (topics are deleted after each run, the warm-up topic stays)."""
+    return 2 * records * (record_size + 512) + (256 << 20)
+
+
 def produce(
     bootstrap: str, topic: str, records: int, size: int, rate: int, warmup: int = 0
 ) -> ProduceResult:
@@ -212,6 +245,7 @@ def run_round(
     log(f"  {target:6} consume     : {c.records_per_s:10.0f} rec/s {c.mb_per_s:7.2f} MB/s "
         f"(fetch only {c.fetch_records_per_s:.0f} rec/s {c.fetch_mb_per_s:.2f} MB/s)"
         f"{cpu_note(cpu, before)}")
+    delete_topics(broker, f"bench-{target}-.*-{tag}")
 
 
 def cpu_note(cpu: CpuClock | None, before: tuple[float, float] | None) -> str:
@@ -311,13 +345,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic")
     parser.add_argument("--interceptors", choices=sorted(INTERCEPTOR_SETS), default="none",
                         help="interceptor chains configured in Herald")
-    parser.add_argument("--warmup-records", type=int, default=100_000,
+    parser.add_argument("--warmup-records", type=int, default=300_000,
                         help="untimed full-speed produce per target before the rounds (JIT)")
+    parser.add_argument("--data-dir", default=None,
+                        help="folder for the broker's log (default: a folder in /dev/shm)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
-    log("starting a 1-broker Kafka cluster ...")
-    with KafkaCluster(size=1) as cluster:
+    rate_records = args.rate * (args.rate_seconds + 2)
+    workdir = data_dir(args.data_dir, data_bytes(
+        2 * args.warmup_records + args.records + rate_records, args.record_size))
+    log(f"starting a 1-broker Kafka cluster (data in {workdir}) ...")
+    try:
+        samples = run(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    ok = report(samples["direct"], samples["herald"], args)
+    log(f"\nfinished in {time.monotonic() - started:.0f} s")
+    return 0 if ok else 1
+
+
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, Samples]:
+    with KafkaCluster(size=1, workdir=workdir) as cluster:
         config = herald_config(
             cluster.bootstrap,
             interceptors=INTERCEPTOR_SETS[args.interceptors],
@@ -344,9 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_round(name, targets[name], cluster.bootstrap, args, samples[name], cpu)
             if herald.process is not None and herald.process.poll() is not None:
                 raise RuntimeError(f"Herald exited during the run:\n{herald.logs()[-3000:]}")
-    ok = report(samples["direct"], samples["herald"], args)
-    log(f"\nfinished in {time.monotonic() - started:.0f} s")
-    return 0 if ok else 1
+    return samples
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ that even a proxy costing nothing could reach with those headers on this machine
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import time
@@ -20,7 +21,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_proxy import create_topic, log, produce  # noqa: E402
+from bench.bench_proxy import (  # noqa: E402
+    create_topic,
+    data_bytes,
+    data_dir,
+    delete_topics,
+    log,
+    produce,
+)
 from proxy.embedded_kafka import KafkaCluster  # noqa: E402
 
 
@@ -32,11 +40,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--warmup-records", type=int, default=200_000)
+    parser.add_argument("--data-dir", default=None,
+                        help="folder for the broker's log (default: a folder in /dev/shm)")
     args = parser.parse_args(argv)
 
     started = time.monotonic()
+    workdir = data_dir(args.data_dir, data_bytes(args.warmup_records + args.records,
+                                                 max(args.sizes)))
+    try:
+        rates = run(args, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    bare, enriched = (statistics.median(rates[size]) for size in args.sizes)
+    print(f"\ndirect produce, {args.records} records, acks=all, median of {args.rounds} rounds")
+    print(f"  {args.sizes[0]:>6} B records: {bare:>10.0f} records/s")
+    print(f"  {args.sizes[1]:>6} B records: {enriched:>10.0f} records/s")
+    print(f"  ratio: {enriched / bare:.1%}")
+    log(f"finished in {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def run(args: argparse.Namespace, workdir: Path) -> dict[int, list[float]]:
     rates: dict[int, list[float]] = {size: [] for size in args.sizes}
-    with KafkaCluster(size=1) as cluster:
+    with KafkaCluster(size=1, workdir=workdir) as cluster:
         if args.warmup_records:
             create_topic(cluster.bootstrap, "size-warmup", args.partitions)
             produce(cluster.bootstrap, "size-warmup", args.warmup_records, args.sizes[0], -1)
@@ -49,13 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 rates[size].append(result.records_per_s)
                 log(f"round {n + 1}/{args.rounds} {size:>6} B: "
                     f"{result.records_per_s:>10.0f} records/s")
-    bare, enriched = (statistics.median(rates[size]) for size in args.sizes)
-    print(f"\ndirect produce, {args.records} records, acks=all, median of {args.rounds} rounds")
-    print(f"  {args.sizes[0]:>6} B records: {bare:>10.0f} records/s")
-    print(f"  {args.sizes[1]:>6} B records: {enriched:>10.0f} records/s")
-    print(f"  ratio: {enriched / bare:.1%}")
-    log(f"finished in {time.monotonic() - started:.0f} s")
-    return 0
+                delete_topics(cluster.bootstrap, topic)
+    return rates
 
 
 if __name__ == "__main__":
