@@ -1,6 +1,6 @@
 """What bigger records cost the broker alone: direct produce throughput at two record sizes.
 
-    python bench/bench_record_size.py [--sizes 1024 1373] [--records 300000] [--rounds 4]
+    python bench/bench_record_size.py [--sizes 1024 1373] [--records 1000000] [--rounds 4]
 
 Stamping members make every record larger (`trace_context` + `audit` add about 350 bytes to
 a record, depending on client id, address and cluster id). The broker then receives, checks and
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs=2, default=[1024, 1373],
                         help="bare and enriched bytes per record")
-    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--warmup-records", type=int, default=200_000)
