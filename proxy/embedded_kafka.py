@@ -88,6 +88,19 @@ class KafkaNode:
             return "(no log)"
 
 
+@dataclass(frozen=True)
+class ExtraListener:
+    """One more plaintext listener on a single-node cluster, advertising another address.
+
+    Clients that bootstrap through it are told the broker is at `advertised_port`, so
+    something listening there (a relay, say) stays in their path for every later connection.
+    """
+
+    name: str
+    port: int
+    advertised_port: int
+
+
 @dataclass
 class KafkaCluster:
     """`size` combined broker+controller nodes with node ids 1..size on free loopback ports."""
@@ -97,6 +110,7 @@ class KafkaCluster:
     workdir: Path | None = None
     heap: str = "768m"
     extra_properties: dict[str, str] = field(default_factory=dict)
+    extra_listeners: list[ExtraListener] = field(default_factory=list)
     nodes: list[KafkaNode] = field(default_factory=list)
     _own_workdir: bool = False
 
@@ -108,6 +122,8 @@ class KafkaCluster:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def start(self, timeout: float = 180.0) -> KafkaCluster:
+        if self.extra_listeners and self.size != 1:
+            raise ValueError("extra_listeners name fixed ports: single-node clusters only")
         cp = classpath(self.version)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="herald-kafka-"))
@@ -186,6 +202,10 @@ class KafkaCluster:
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "true",
         }
+        for extra in self.extra_listeners:
+            props["listeners"] += f",{extra.name}://127.0.0.1:{extra.port}"
+            props["advertised.listeners"] += f",{extra.name}://127.0.0.1:{extra.advertised_port}"
+            props["listener.security.protocol.map"] += f",{extra.name}:PLAINTEXT"
         props.update(self.extra_properties)
         return props
 
