@@ -123,7 +123,7 @@ class KafkaCluster:
 
     def start(self, timeout: float = 180.0) -> KafkaCluster:
         if self.extra_listeners and self.size != 1:
-            raise ValueError("extra_listeners name fixed ports: single-node clusters only")
+            raise ValueError("extra_listeners is for single-node clusters only")
         cp = classpath(self.version)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="herald-kafka-"))
