@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,24 +133,31 @@ def delete_topics(broker: str, pattern: str) -> None:
     run_tool(TOPIC_COMMAND, "--bootstrap-server", broker, "--delete", "--topic", pattern)
 
 
-def data_dir(requested: str | None, need_bytes: int) -> Path:
-    """Where the broker keeps its log: by default in memory (/dev/shm), not on disk.
+@contextmanager
+def data_dir(requested: str | None, need_bytes: int) -> Iterator[Path]:
+    """A fresh folder for the broker's log, removed afterwards: by default in memory
+    (/dev/shm), not on disk.
 
     A run writes several GB. On disk, the kernel starts writing dirty pages back partway
     through, and that writeback competes with whichever target runs at the time: a cost of the
     machine, not of the proxy. Kafka does not fsync its writes by default, so the broker's own
     work is the same on either.
     """
-    if requested:
-        return Path(tempfile.mkdtemp(prefix="herald-bench-", dir=requested))
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        free = shutil.disk_usage(shm).free
-        if free >= need_bytes:
-            return Path(tempfile.mkdtemp(prefix="herald-bench-", dir=shm))
-        log(f"/dev/shm has {free >> 20} MiB free, {need_bytes >> 20} MiB needed: "
-            "the broker's log goes to disk (expect noisier figures)")
-    return Path(tempfile.mkdtemp(prefix="herald-bench-"))
+    parent = requested
+    if parent is None:
+        shm = Path("/dev/shm")
+        if shm.is_dir() and os.access(shm, os.W_OK):
+            free = shutil.disk_usage(shm).free
+            if free >= need_bytes:
+                parent = str(shm)
+            else:
+                log(f"/dev/shm has {free >> 20} MiB free, {need_bytes >> 20} MiB needed: "
+                    "the broker's log goes to disk (expect noisier figures)")
+    folder = Path(tempfile.mkdtemp(prefix="herald-bench-", dir=parent))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def data_bytes(records: int, record_size: int) -> int:
@@ -364,13 +373,10 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     rate_records = args.rate * (args.rate_seconds + 2)
-    workdir = data_dir(args.data_dir, data_bytes(
-        2 * args.warmup_records + args.records + rate_records, args.record_size))
-    log(f"starting a 1-broker Kafka cluster (data in {workdir}) ...")
-    try:
+    need = data_bytes(2 * args.warmup_records + args.records + rate_records, args.record_size)
+    with data_dir(args.data_dir, need) as workdir:
+        log(f"starting a 1-broker Kafka cluster (data in {workdir}) ...")
         samples = run(args, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     ok = report(samples["direct"], samples["herald"], args)
     log(f"\nfinished in {time.monotonic() - started:.0f} s")
     return 0 if ok else 1

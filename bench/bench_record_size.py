@@ -13,7 +13,6 @@ that even a proxy costing nothing could reach with those headers on this machine
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import time
@@ -45,12 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.monotonic()
-    workdir = data_dir(args.data_dir, data_bytes(args.warmup_records + args.records,
-                                                 max(args.sizes)))
-    try:
+    need = data_bytes(args.warmup_records + args.records, max(args.sizes))
+    with data_dir(args.data_dir, need) as workdir:
         rates = run(args, workdir)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     bare, enriched = (statistics.median(rates[size]) for size in args.sizes)
     print(f"\ndirect produce, {args.records} records, acks=all, median of {args.rounds} rounds")
     print(f"  {args.sizes[0]:>6} B records: {bare:>10.0f} records/s")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -72,12 +71,9 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.monotonic()
     relay = build_relay()
-    workdir = data_dir(args.data_dir, data_bytes(
-        len(TARGETS) * args.warmup_records + args.records, 1024))
-    try:
+    need = data_bytes(len(TARGETS) * args.warmup_records + args.records, 1024)
+    with data_dir(args.data_dir, need) as workdir:
         rates = run(args, workdir, relay)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
     print(f"\n{args.records} x 1024 B records, acks=all, {args.partitions} partition(s), "
           f"Herald interceptors={args.interceptors}, {args.rounds} round(s)")
     print("ratio to direct per round, and their median:")
