@@ -3,10 +3,15 @@
 A deliberately tiny HTTP/1.1 server on trio (GET only, one response per connection): it lives
 in the proxy's own event loop, so /healthz answering means that loop is serving, and /readyz
 can read the proxy's state directly instead of guessing from outside.
+
+Bound beyond loopback it can serve HTTPS (`admin.tls`) and ask for a bearer token on
+/metrics (`admin.token`), which shows topic names and client activity. The probes stay open:
+they reveal nothing and the kubelet calls them without credentials.
 """
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 
 import trio
@@ -15,11 +20,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from proxy.config import HostPort, ListenError
 from proxy.logs import get_logger
 from proxy.metrics import Metrics
+from proxy.security_config import SecretRef
+from proxy.tls import ReloadingContext
+from proxy.yamlconf import ConfigError
 
 log = get_logger("admin")
 
 _MAX_REQUEST = 8192
-_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_TEXT = "text/plain; charset=utf-8"
+_REASONS = {200: "OK", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+            503: "Service Unavailable"}
 
 
 class AdminServer:
@@ -28,10 +38,14 @@ class AdminServer:
         bind: HostPort,
         metrics: Metrics,
         readiness: Callable[[], tuple[bool, str]],
+        tls: ReloadingContext | None = None,
+        token: SecretRef | None = None,
     ) -> None:
         self.bind = bind
         self.metrics = metrics
         self.readiness = readiness
+        self.tls = tls
+        self.token = token
 
     async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -43,7 +57,10 @@ class AdminServer:
         task_status.started(port)
         await trio.serve_listeners(self._handle, listeners)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, raw: trio.SocketStream) -> None:
+        stream: trio.abc.Stream = raw
+        if self.tls is not None:
+            stream = trio.SSLStream(raw, self.tls.context, server_side=True)
         try:
             with trio.move_on_after(10):
                 request = b""
@@ -57,16 +74,39 @@ class AdminServer:
                 if len(parts) != 3:
                     return
                 method, target = parts[0], parts[1].split("?", 1)[0]
-                status, ctype, body = self._route(method, target)
+                if target == "/metrics" and not self._authorized(request):
+                    status, ctype, body = 401, _TEXT, b"bearer token required\n"
+                else:
+                    status, ctype, body = self._route(method, target)
+                extra = 'WWW-Authenticate: Bearer realm="herald"\r\n' if status == 401 else ""
                 head = (
                     f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {ctype}\r\n"
-                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                    f"{extra}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                 ).encode()
                 await stream.send_all(head + (body if method != "HEAD" else b""))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
+            pass  # includes failed TLS handshakes: a scanner or a client without our CA
         finally:
-            await stream.aclose()
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+
+    def _authorized(self, request: bytes) -> bool:
+        if self.token is None:
+            return True
+        try:
+            expected = self.token.read().encode()
+        except ConfigError as exc:
+            log.error("admin_token_unreadable", error=str(exc))
+            return False
+        for line in request.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                if scheme.lower() == b"bearer":
+                    return hmac.compare_digest(given.strip(), expected)
+        return False
 
     def _route(self, method: str, target: str) -> tuple[int, str, bytes]:
         text = "text/plain; charset=utf-8"

@@ -14,12 +14,16 @@ from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
 from proxy.filters import Exchange, Filter, SessionContext
 
+# SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
+# tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
+_MIN_VERSIONS = {ApiKey.SASL_HANDSHAKE: 1}
+
 
 def codec_range(api_key: int) -> tuple[int, int] | None:
     cls = REQUESTS.get(api_key)
     if cls is None:
         return None
-    return cls.MIN_VERSION, cls.MAX_VERSION
+    return max(cls.MIN_VERSION, _MIN_VERSIONS.get(api_key, 0)), cls.MAX_VERSION
 
 
 class ApiVersionsNegotiator(Filter):

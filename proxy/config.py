@@ -6,6 +6,7 @@ valid `ProxyConfig`, so nothing on the hot path checks configuration.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +17,20 @@ import yaml
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
-
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message starts with the YAML path of the bad key."""
+from proxy.security_config import (
+    ClientTlsConfig,
+    PassthroughSaslConfig,
+    SaslClientConfig,
+    SecretRef,
+    ServerTlsConfig,
+    parse_client_tls,
+    parse_passthrough_sasl,
+    parse_sasl_client,
+    parse_secret,
+    parse_server_tls,
+)
+from proxy.yamlconf import ConfigError, HostPort, parse_host_port
+from proxy.yamlconf import Node as _Node
 
 
 class ListenError(OSError):
@@ -28,18 +39,13 @@ class ListenError(OSError):
 
 
 @dataclass(frozen=True)
-class HostPort:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass(frozen=True)
 class UpstreamConfig:
+    """One Kafka cluster Herald connects to: where it is and how to authenticate to it."""
+
     bootstrap: list[HostPort]
     connect_timeout_s: float = 10.0
+    tls: ClientTlsConfig | None = None
+    sasl: SaslClientConfig | None = None  # credential injection; None: clients authenticate
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,9 @@ class ListenConfig:
     bootstrap: HostPort
     advertised_host: str
     broker_port_base: int
+    tls: ServerTlsConfig | None = None
+    sasl: PassthroughSaslConfig = field(default_factory=PassthroughSaslConfig)
+    allow_unauthenticated_clients: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class LimitsConfig:
 class AdminConfig:
     bind: HostPort | None = None
     topic_labels: tuple[str, ...] = ()
+    tls: ServerTlsConfig | None = None
+    token: SecretRef | None = None  # bearer token required for /metrics
 
 
 @dataclass(frozen=True)
@@ -83,84 +94,29 @@ class ProxyConfig:
         return f"{self.listen.advertised_host}:{self.listen.bootstrap.port}"
 
 
-class _Node:
-    """A mapping being validated, which knows its own path and which keys were consumed."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path or '(top level)'}: expected a mapping")
-        self.data = data
-        self.path = path
-        self.used: set[str] = set()
-
-    def key_path(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def get(self, key: str, default: Any = None, required: bool = False) -> Any:
-        self.used.add(key)
-        if key not in self.data or self.data[key] is None:
-            if required:
-                raise ConfigError(f"{self.key_path(key)}: required")
-            return default
-        return self.data[key]
-
-    def child(self, key: str, required: bool = False) -> _Node:
-        return _Node(self.get(key, {}, required), self.key_path(key))
-
-    def number(self, key: str, default: float, kind: type = int, minimum: float = 0) -> Any:
-        value = self.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or (
-            kind is int and not isinstance(value, int)
-        ):
-            raise ConfigError(f"{self.key_path(key)}: expected {kind.__name__}, got {value!r}")
-        if value < minimum:
-            raise ConfigError(f"{self.key_path(key)}: must be >= {minimum}, got {value!r}")
-        return value
-
-    def choice(self, key: str, default: str, options: tuple[str, ...]) -> str:
-        value = self.get(key, default)
-        if value not in options:
-            raise ConfigError(f"{self.key_path(key)}: expected one of {options}, got {value!r}")
-        return value
-
-    def done(self) -> None:
-        extra = sorted(set(self.data) - self.used)
-        if extra:
-            raise ConfigError(f"{self.key_path(str(extra[0]))}: unknown key")
-
-
-def parse_host_port(text: Any, path: str) -> HostPort:
-    if not isinstance(text, str) or ":" not in text:
-        raise ConfigError(f"{path}: expected HOST:PORT, got {text!r}")
-    host, _, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{path}: expected HOST:PORT, got {text!r}")
-    return HostPort(host, int(port))
-
-
 def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     """Validate a parsed YAML document into a `ProxyConfig`."""
     top = _Node(data if data is not None else {}, "")
 
-    up = top.child("upstream", required=True)
-    raw_bootstrap = up.get("bootstrap", required=True)
-    items = raw_bootstrap.split(",") if isinstance(raw_bootstrap, str) else raw_bootstrap
-    if not isinstance(items, list) or not items:
-        raise ConfigError(f"{up.key_path('bootstrap')}: expected HOST:PORT or a list of them")
-    upstream = UpstreamConfig(
-        bootstrap=[parse_host_port(s.strip() if isinstance(s, str) else s,
-                                   f"{up.key_path('bootstrap')}") for s in items],
-        connect_timeout_s=up.number("connect_timeout_s", 10.0, float, 0.1),
-    )
-    up.done()
+    upstream = parse_upstream(top.child("upstream", required=True))
 
     ls = top.child("listen", required=True)
     listen = ListenConfig(
         bootstrap=parse_host_port(ls.get("bootstrap", required=True), ls.key_path("bootstrap")),
         advertised_host=_string(ls, "advertised_host", "localhost"),
         broker_port_base=ls.number("broker_port_base", 19100, int, 1),
+        tls=parse_server_tls(ls),
+        sasl=parse_passthrough_sasl(ls),
+        allow_unauthenticated_clients=_flag(ls, "allow_unauthenticated_clients", False),
     )
+    if upstream.sasl is not None and not listen.allow_unauthenticated_clients and not (
+        _is_loopback(listen.bootstrap.host)
+    ):
+        raise ConfigError(
+            f"{ls.key_path('bootstrap')}: with upstream.sasl set, Herald authenticates for "
+            "every client, so it listens on a loopback address only; set "
+            "listen.allow_unauthenticated_clients: true to accept clients from elsewhere"
+        )
     if listen.broker_port_base > 65535:
         raise ConfigError(f"{ls.key_path('broker_port_base')}: must be <= 65535")
     ls.done()
@@ -177,7 +133,11 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     admin = AdminConfig(
         bind=parse_host_port(bind, adm.key_path("bind")) if bind else None,
         topic_labels=_topic_names(adm, "topic_labels"),
+        tls=parse_server_tls(adm),
+        token=parse_secret(adm, "token"),
     )
+    if admin.tls is not None and admin.tls.client_auth != "none":
+        raise ConfigError(f"{adm.key_path('tls')}.client_ca_file: not used by the admin endpoint")
     adm.done()
 
     lg = top.child("logging")
@@ -206,6 +166,39 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
 
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def parse_upstream(node: _Node) -> UpstreamConfig:
+    """One cluster's section (`upstream`, or a named cluster of the same shape)."""
+    raw_bootstrap = node.get("bootstrap", required=True)
+    items = raw_bootstrap.split(",") if isinstance(raw_bootstrap, str) else raw_bootstrap
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{node.key_path('bootstrap')}: expected HOST:PORT or a list of them")
+    config = UpstreamConfig(
+        bootstrap=[parse_host_port(s.strip() if isinstance(s, str) else s,
+                                   f"{node.key_path('bootstrap')}") for s in items],
+        connect_timeout_s=node.number("connect_timeout_s", 10.0, float, 0.1),
+        tls=parse_client_tls(node),
+        sasl=parse_sasl_client(node),
+    )
+    node.done()
+    return config
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _flag(node: _Node, key: str, default: bool) -> bool:
+    value = node.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{node.key_path(key)}: expected true or false, got {value!r}")
+    return value
 
 
 def _topic_names(node: _Node, key: str) -> tuple[str, ...]:

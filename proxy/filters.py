@@ -42,6 +42,21 @@ class Exchange:
         self.traces: dict[tuple[str, int], Any] | None = None
 
 
+class AnswerAndClose(Exception):
+    """Raised by a member's `on_request`: answer this request from Herald, then close.
+
+    For requests the broker must not see on this connection (a client starting SASL where
+    Herald authenticated itself). `body` is the response message (None: close without an
+    answer); it is sent after every earlier response, as Kafka answers in order.
+    """
+
+    def __init__(self, body: Any, reason: str) -> None:
+        super().__init__(reason)
+        self.body = body
+        self.reason = reason
+        self.head: Any = None  # the request's header, filled in by the session
+
+
 class Filter:
     """Base class: override `wants_*` and the matching `on_*` coroutine.
 

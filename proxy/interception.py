@@ -87,9 +87,10 @@ class Rejected:
 
 
 def connection_info(ctx: SessionContext) -> ConnectionInfo:
-    """The interceptors' view of a connection, rebuilt only when the client id changes."""
+    """The interceptors' view of a connection, rebuilt only when the client id or the
+    principal (after SASL, or KIP-368 re-authentication) changes."""
     conn = ctx.attributes.get("conn")
-    if conn is None or conn.client_id != ctx.client_id:
+    if conn is None or conn.client_id != ctx.client_id or conn.principal != ctx.principal:
         conn = ConnectionInfo(ctx.client_id, ctx.client_address, ctx.principal)
         ctx.attributes["conn"] = conn
     return conn

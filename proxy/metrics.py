@@ -230,6 +230,18 @@ class Metrics:
             registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
+        self.tls_handshakes = Counter(
+            "herald_tls_handshakes", "TLS handshakes with clients, by outcome "
+            "(ok, failed, timeout, refused: no principal mapping rule matched)",
+            ["outcome"], registry=r)
+        self.tls_reloads = Counter(
+            "herald_tls_reloads", "Certificate files re-read after they changed, by outcome",
+            ["outcome"], registry=r)
+        self.sasl_authentications = Counter(
+            "herald_sasl_authentications",
+            "SASL exchanges of clients through Herald as the broker answered them "
+            "(mechanism: one of Kafka's, else other)",
+            ["mechanism", "outcome"], registry=r)
         self.spans_skipped = Counter(
             "herald_tracing_spans_skipped",
             "Trace contexts Herald wrote but exported no span for (per-partition span limit)",

@@ -11,29 +11,36 @@ from __future__ import annotations
 import dataclasses
 import random
 import signal
+import ssl
 from collections.abc import Callable
 
 import trio
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import ProxyInfo, build_chains
-from proxy import wire
 from proxy.address_rewrite import AddressRewriter
 from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
+from proxy.cluster import AuthRequired, UpstreamCluster
 from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.metrics import Metrics
+from proxy.principal import NoRuleMatched, tls_principal
+from proxy.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.session import Session
+from proxy.tls import ReloadingContext
 from proxy.topic_ids import TopicIdLearner, TopicIds
 from proxy.tracing import Tracing, TracingFilter, tracing_from_env
+from proxy.transport import PlainTransport, TlsTransport, Transport
 
 log = get_logger("server")
 
 BOOTSTRAP = "bootstrap"
+CERTIFICATE_CHECK_S = 5.0
+"""How often certificate files are checked for a rotation (SIGHUP checks at once)."""
 
 
 class Proxy:
@@ -45,6 +52,9 @@ class Proxy:
         self.config = config
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
         self.upstream_reachable = False
+        self.cluster = UpstreamCluster(config.upstream)
+        self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
+        self.admin_tls = ReloadingContext(config.admin.tls) if config.admin.tls else None
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
         self.proxy_info = ProxyInfo()
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
@@ -60,6 +70,7 @@ class Proxy:
             traced.append(TracingFilter(tracing, self.topic_ids, self.metrics.spans_skipped.inc))
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
+            self._sasl_member(),
             AddressRewriter(self.directory),
             TopicIdLearner(self.topic_ids),
             self.interceptors,
@@ -72,6 +83,15 @@ class Proxy:
         self._sessions_nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
+
+    def _sasl_member(self) -> Filter:
+        if self.config.upstream.sasl is not None:
+            return SaslRefusal()
+        counter = self.metrics.sasl_authentications
+        return SaslPrincipalLearner(
+            self.config.listen.sasl.oauthbearer_principal_claim,
+            lambda mechanism, outcome: counter.labels(mechanism, outcome).inc(),
+        )
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -89,10 +109,13 @@ class Proxy:
                 if self.config.admin.bind is not None:
                     # In the outer nursery: while sessions drain, /readyz keeps answering
                     # 503 "draining" instead of refusing connections.
-                    admin = AdminServer(self.config.admin.bind, self.metrics, self.readiness)
+                    admin = AdminServer(self.config.admin.bind, self.metrics, self.readiness,
+                                        self.admin_tls, self.config.admin.token)
                     self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
+                if self._tls_contexts():
+                    nursery.start_soon(self._watch_certificates)
                 self.ready.set()
                 if on_ready is not None:
                     on_ready(self)
@@ -124,6 +147,22 @@ class Proxy:
             if ok != self.upstream_reachable:
                 log.warning("upstream_state", reachable=ok)
             self.upstream_reachable = ok
+
+    def _tls_contexts(self) -> list[ReloadingContext]:
+        return [c for c in (self.listen_tls, self.cluster.tls, self.admin_tls) if c is not None]
+
+    def check_certificates(self) -> None:
+        """Re-read certificate files that changed: new connections use them, established
+        ones keep theirs."""
+        for context in self._tls_contexts():
+            outcome = context.check()
+            if outcome is not None:
+                self.metrics.tls_reloads.labels(outcome).inc()
+
+    async def _watch_certificates(self) -> None:
+        while True:
+            await trio.sleep(CERTIFICATE_CHECK_S)
+            self.check_certificates()
 
     def _set_cluster_id(self, cluster_id: str) -> None:
         self.proxy_info.cluster_id = cluster_id
@@ -171,6 +210,7 @@ class Proxy:
             async for signum in signals:
                 if signum == signal.SIGHUP:
                     self.reload()
+                    self.check_certificates()
                 else:
                     self.stop()
 
@@ -215,22 +255,27 @@ class Proxy:
 
     async def _serve_client(self, client: trio.SocketStream, target: str) -> None:
         peer = _peer(client)
+        accepted = await self._accept(client, peer)
+        if accepted is None:
+            return
+        transport, principal = accepted
         upstream_addrs = await self._upstream_for(target)
-        upstream = await self._connect(upstream_addrs)
+        upstream = await self.cluster.connect(upstream_addrs)
         if upstream is None:
             # client_id is unknown: nothing was read from the client yet.
             log.warning("connection_closed", reason="upstream unreachable", client=peer,
                         client_id=None, target=target,
                         upstream=",".join(map(str, upstream_addrs)))
-            await client.aclose()
+            await transport.aclose()
             return
         stream, address = upstream
         m = self.metrics
         m.connections_total.labels("upstream").inc()
         m.connections_active.labels("upstream").inc()
-        ctx = SessionContext(client_address=peer, listener=target, upstream_address=address)
+        ctx = SessionContext(client_address=peer, listener=target, upstream_address=address,
+                             principal=principal or self.cluster.identity())
         session = Session(
-            client, stream, ctx, self.chain,
+            transport, stream, ctx, self.chain,
             self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
         )
         self.sessions.add(session)
@@ -240,6 +285,38 @@ class Proxy:
         finally:
             self.sessions.discard(session)
             m.connections_active.labels("upstream").dec()
+
+    async def _accept(
+        self, client: trio.SocketStream, peer: str
+    ) -> tuple[Transport, str | None] | None:
+        """The client's transport and its certificate's principal, once TLS is up (None: the
+        handshake failed, which is logged and costs this connection only)."""
+        if self.listen_tls is None:
+            return PlainTransport(client), None
+        tls = self.listen_tls.config
+        transport = TlsTransport(client, self.listen_tls.context, server_side=True)
+        outcome, reason = "failed", ""
+        try:
+            with trio.fail_after(tls.handshake_timeout_s):
+                await transport.handshake()
+            der = transport.peer_certificate()
+            principal = None
+            if der:
+                principal = tls_principal(der, tls.principal_from, tls.principal_mapper)
+            self.metrics.tls_handshakes.labels("ok").inc()
+            return transport, principal
+        except trio.TooSlowError:
+            outcome, reason = "timeout", f"TLS handshake not finished in {tls.handshake_timeout_s}s"
+        except NoRuleMatched as exc:
+            outcome, reason = "refused", str(exc)
+        except ssl.SSLError as exc:
+            reason = _tls_reason(exc)
+        except (OSError, trio.BrokenResourceError) as exc:
+            reason = f"connection lost during the TLS handshake ({exc.__class__.__name__})"
+        self.metrics.tls_handshakes.labels(outcome).inc()
+        log.warning("tls_handshake_failed", client=peer, reason=reason)
+        await transport.aclose()
+        return None
 
     async def _upstream_for(self, target: str) -> list[HostPort]:
         if target == BOOTSTRAP:
@@ -252,28 +329,33 @@ class Proxy:
         known = self.directory.upstream.get(node_id)
         return [known] if known is not None else []
 
-    async def _connect(self, addrs: list[HostPort]) -> tuple[trio.SocketStream, str] | None:
-        for addr in addrs:
-            with trio.move_on_after(self.config.upstream.connect_timeout_s):
-                try:
-                    return await trio.open_tcp_stream(addr.host, addr.port), str(addr)
-                except OSError as exc:
-                    log.info("upstream_connect_failed", upstream=str(addr), error=str(exc))
-        return None
-
     async def refresh_brokers(self) -> bool:
-        """Ask the upstream cluster for its brokers (Metadata with no topics)."""
-        for addr in self.config.upstream.bootstrap:
-            try:
-                with trio.fail_after(self.config.upstream.connect_timeout_s):
-                    brokers = await wire.fetch_brokers(addr.host, addr.port)
-            except (OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
-                log.info("metadata_refresh_failed", upstream=str(addr), error=repr(exc))
-                continue
-            for node_id, host, port in brokers:
-                await self.directory.learn(node_id, host, port)
+        """Ask the upstream cluster for its brokers (Metadata with no topics).
+
+        A cluster that wants clients to authenticate first (SASL passthrough) still counts as
+        reachable when it answers ApiVersions; its brokers are then learned from the clients'
+        own Metadata responses.
+        """
+        try:
+            brokers = await self.cluster.fetch_brokers()
+        except AuthRequired:
             return True
-        return False
+        except ConnectionError as exc:
+            log.info("metadata_refresh_failed", error=str(exc))
+            return False
+        for node_id, host, port in brokers:
+            await self.directory.learn(node_id, host, port)
+        return True
+
+
+def _tls_reason(exc: ssl.SSLError) -> str:
+    reason = getattr(exc, "reason", None) or str(exc)
+    if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL",
+                  "UNEXPECTED_MESSAGE", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"):
+        return f"not a TLS ClientHello (a plaintext client on a TLS listener?): {reason}"
+    if "CERTIFICATE" in reason or "UNKNOWN_CA" in reason:
+        return f"client certificate refused: {reason}"
+    return f"TLS handshake failed: {reason}"
 
 
 def _peer(stream: trio.SocketStream) -> str:

@@ -20,12 +20,14 @@ import trio
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
-from protocol.framing import FrameDecoder, FrameTooLarge
-from proxy import sockio, wire
-from proxy.filters import Exchange, Filter, FilterChain, SessionContext
+from protocol.framing import FrameDecoder, FrameTooLarge, frame
+from protocol.headers import encode_response_header
+from proxy import wire
+from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
 from proxy.splice import SpliceEOF, Splicer
+from proxy.transport import Transport
 
 log = get_logger("session")
 
@@ -63,8 +65,8 @@ class Session:
 
     def __init__(
         self,
-        client: trio.SocketStream,
-        upstream: trio.SocketStream,
+        client: Transport,
+        upstream: Transport,
         ctx: SessionContext,
         chain: FilterChain,
         max_frame_bytes: int,
@@ -78,8 +80,8 @@ class Session:
         self._bytes_down = metrics.bytes.labels("upstream_to_proxy")
         self._bytes_out = metrics.bytes.labels("proxy_to_client")
         self.upstream = upstream
-        self._client_sock = client.socket
-        self._upstream_sock = upstream.socket
+        self._client_sock = client.sock
+        self._upstream_sock = upstream.sock
         self.ctx = ctx
         self.chain = chain
         self.max_frame_bytes = max_frame_bytes
@@ -90,7 +92,8 @@ class Session:
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
-        self._splice = True  # False once splice(2) turned out to be missing
+        # False once splice(2) turned out to be missing, or when either side is TLS.
+        self._splice = client.spliceable and upstream.spliceable
         self._splicer: Splicer | None = None  # made on the first splice: two fds per session
 
     async def run(self) -> None:
@@ -100,8 +103,8 @@ class Session:
                 nursery.start_soon(self._guard, self._pump_responses, nursery)
         finally:
             with trio.CancelScope(shield=True):
-                await _close(self.client)
-                await _close(self.upstream)
+                await self.client.aclose()
+                await self.upstream.aclose()
             if self._splicer is not None:
                 self._splicer.close()
             self._abandon()
@@ -164,7 +167,7 @@ class Session:
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
-                    data, waited = await sockio.receive(self._client_sock, _RECV)
+                    data, waited = await self.client.receive(_RECV)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -196,6 +199,8 @@ class Session:
                 except CodecError as exc:
                     self.metrics.frames_refused.labels("malformed").inc()
                     raise SessionClosed(f"malformed request: {exc}", "warning") from None
+                except AnswerAndClose as answer:
+                    await self._answer_and_close(out, entries, answer)
                 out += (_frame_size(len(payload)), payload)
                 if entry is not None:
                     entries.append(entry)
@@ -203,6 +208,20 @@ class Session:
                 await self._send_upstream(out, entries)
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
+
+    async def _answer_and_close(
+        self, out: list[bytes], entries: list[InFlight], answer: AnswerAndClose
+    ) -> None:
+        if out:
+            await self._send_upstream(out, entries)
+        await self._idle.wait()  # every earlier response goes first
+        if answer.body is not None:
+            head = answer.head
+            payload = bytearray()
+            encode_response_header(head.correlation_id, head.api_key, head.api_version, payload)
+            payload += answer.body.encode(head.api_version)
+            await self.client.send_all(frame(bytes(payload)))
+        raise SessionClosed(answer.reason, "warning")
 
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
         data = b"".join(out)
@@ -212,7 +231,7 @@ class Session:
             entry.sent = now
         out.clear()
         entries.clear()
-        await sockio.send_all(self._upstream_sock, data)
+        await self.upstream.send_all(data)
         self._bytes_up.inc(len(data))
 
     async def _request(self, payload: bytes) -> tuple[bytes, InFlight | None]:
@@ -226,10 +245,14 @@ class Session:
             exchange = Exchange()
             offset, msg = wire.decode_request(head, payload)
             changed = False
-            for f in filters:
-                changed |= await f.on_request(
-                    self.ctx, exchange, head.api_key, head.api_version, msg
-                )
+            try:
+                for f in filters:
+                    changed |= await f.on_request(
+                        self.ctx, exchange, head.api_key, head.api_version, msg
+                    )
+            except AnswerAndClose as answer:
+                answer.head = head
+                raise
             if changed:
                 payload = wire.encode_request(head, payload, offset, msg)
         api_metrics = self.metrics.for_api(head.api_key, head.api_version)
@@ -255,7 +278,7 @@ class Session:
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         while True:
-            data, waited = await sockio.receive(self._upstream_sock, _RECV)
+            data, waited = await self.upstream.receive(_RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -285,7 +308,7 @@ class Session:
             out += (_frame_size(len(payload)), payload)
             answered.append(entry)
         data = b"".join(out)
-        await sockio.send_all(self._client_sock, data)
+        await self.client.send_all(data)
         self._bytes_out.inc(len(data))
         now = time.monotonic()
         for entry in answered:
@@ -340,7 +363,7 @@ class Session:
                 self._bytes_down.inc(n)
                 self._bytes_out.inc(n)
                 continue
-            data, _ = await sockio.receive(self._upstream_sock, _RECV)
+            data, _ = await self.upstream.receive(_RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -373,7 +396,7 @@ class Session:
                 stream.tail += part[cut:]
                 part = part[:cut]
         if part:
-            await sockio.send_all(self._client_sock, part)
+            await self.client.send_all(part)
             self._bytes_out.inc(len(part))
         return used
 
@@ -386,7 +409,7 @@ class Session:
         if await self._run_response_filters(stream.filters, stream.exchange, entry, msg):
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
-            await sockio.send_all(self._client_sock, tail)
+            await self.client.send_all(tail)
             self._bytes_out.inc(len(tail))
 
     def _oldest(self, corr: int) -> InFlight:
@@ -453,9 +476,3 @@ class _Stream:
 _frame_size = struct.Struct(">i").pack
 """The size prefix of a frame, sent beside its payload so the two are joined in one copy."""
 
-
-async def _close(stream: trio.SocketStream) -> None:
-    try:
-        await stream.aclose()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-        pass

@@ -1,0 +1,224 @@
+"""An upstream cluster: where it is, how to reach it securely, and what Herald asks it itself.
+
+Every connection to the cluster's brokers is made here: TCP, then TLS when configured, then,
+in credential-injection mode, SASL with Herald's own credentials, so a session receives an
+upstream connection that is ready for its client's requests. Herald's own requests (the
+Metadata that learns the brokers, the probe behind /readyz) go through the same steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from protocol.api_keys import ApiKey
+from protocol.errors import CodecError
+from protocol.framing import FrameDecoder, frame
+from protocol.headers import encode_request_header
+from protocol.messages import REQUESTS
+from protocol.messages.request_header import RequestHeader
+from proxy import wire
+from proxy.config import HostPort, UpstreamConfig
+from proxy.logs import get_logger
+from proxy.sasl import (
+    SCRAM_HASHES,
+    SaslError,
+    ScramClient,
+    oauthbearer_message,
+    oauthbearer_principal,
+    plain_message,
+)
+from proxy.tls import ReloadingContext
+from proxy.transport import PlainTransport, TlsTransport, Transport
+from proxy.yamlconf import ConfigError
+
+log = get_logger("cluster")
+
+_CLIENT_ID = "herald"
+_METADATA_VERSION = 12  # accepted by Kafka 3.x and 4.x alike
+_HANDSHAKE_VERSION = 1
+_AUTHENTICATE_VERSION = 2  # v1+ report session_lifetime_ms (KIP-368)
+
+
+class UpstreamAuthError(Exception):
+    """The cluster refused Herald's own credentials (credential injection)."""
+
+
+class AuthRequired(Exception):
+    """The cluster answered ApiVersions but closed on Metadata: clients must authenticate."""
+
+
+class UpstreamCluster:
+    def __init__(self, config: UpstreamConfig, name: str = "upstream") -> None:
+        self.name = name
+        self.config = config
+        self.tls = ReloadingContext(config.tls) if config.tls is not None else None
+        # Set once Herald has seen the cluster insist on authentication it cannot give.
+        self.needs_client_auth = False
+
+    @property
+    def bootstrap(self) -> list[HostPort]:
+        return self.config.bootstrap
+
+    def identity(self) -> str | None:
+        """Herald's own principal (`User:name`) in credential-injection mode, else None."""
+        sasl = self.config.sasl
+        if sasl is None:
+            return None
+        try:
+            if sasl.mechanism == "OAUTHBEARER":
+                assert sasl.token is not None
+                return "User:" + oauthbearer_principal(oauthbearer_message(sasl.token.read()))
+            assert sasl.username is not None
+            return "User:" + sasl.username.read()
+        except (ConfigError, SaslError):
+            return None
+
+    def check_tls(self) -> str | None:
+        return self.tls.check() if self.tls is not None else None
+
+    async def connect(self, addrs: list[HostPort]) -> tuple[Transport, str] | None:
+        """The first of `addrs` that accepts a ready connection, or None (each failure is
+        logged at info: the caller decides what to tell the client)."""
+        for addr in addrs:
+            try:
+                with trio.fail_after(self.config.connect_timeout_s):
+                    transport = await self._open(addr)
+                return transport, str(addr)
+            except trio.TooSlowError:
+                log.info("upstream_connect_failed", cluster=self.name, upstream=str(addr),
+                         error="timed out")
+            except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                log.info("upstream_connect_failed", cluster=self.name, upstream=str(addr),
+                         error=_describe(exc))
+            except (UpstreamAuthError, CodecError, SaslError, ConfigError) as exc:
+                log.warning("upstream_auth_failed", cluster=self.name, upstream=str(addr),
+                            error=str(exc))
+        return None
+
+    async def _open(self, addr: HostPort) -> Transport:
+        stream = await trio.open_tcp_stream(addr.host, addr.port)
+        transport: Transport
+        if self.tls is None:
+            transport = PlainTransport(stream)
+        else:
+            tls = self.tls.config
+            transport = TlsTransport(stream, self.tls.context, server_side=False,
+                                     server_hostname=tls.server_name or addr.host)
+            try:
+                await transport.handshake()
+            except BaseException:
+                await transport.aclose()
+                raise
+        if self.config.sasl is not None:
+            try:
+                await self._authenticate(transport)
+            except BaseException:
+                await transport.aclose()
+                raise
+        return transport
+
+    async def _authenticate(self, transport: Transport) -> None:
+        sasl = self.config.sasl
+        assert sasl is not None
+        mechanism = sasl.mechanism
+        handshake = REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism=mechanism)
+        reply = await call(transport, ApiKey.SASL_HANDSHAKE, _HANDSHAKE_VERSION, handshake)
+        if reply.error_code:
+            raise UpstreamAuthError(
+                f"broker does not offer {mechanism} (offers {', '.join(reply.mechanisms)})"
+            )
+        if mechanism in SCRAM_HASHES:
+            assert sasl.username is not None and sasl.password is not None
+            scram = ScramClient(mechanism, sasl.username.read(), sasl.password.read())
+            server_first = await self._sasl_round(transport, scram.first())
+            server_final = await self._sasl_round(transport, scram.final(server_first))
+            scram.verify(server_final)
+        elif mechanism == "PLAIN":
+            assert sasl.username is not None and sasl.password is not None
+            await self._sasl_round(transport, plain_message(sasl.username.read(),
+                                                            sasl.password.read()))
+        else:
+            assert sasl.token is not None
+            challenge = await self._sasl_round(transport, oauthbearer_message(sasl.token.read()))
+            if challenge:  # RFC 7628: an error report instead of success
+                await self._sasl_round(transport, b"\x01")
+                raise UpstreamAuthError("broker refused the OAUTHBEARER token")
+
+    async def _sasl_round(self, transport: Transport, auth_bytes: bytes) -> bytes:
+        msg = REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=auth_bytes)
+        reply = await call(transport, ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_VERSION, msg)
+        if reply.error_code:
+            # The broker's message names the failure (wrong password, unknown user); it never
+            # contains the credentials themselves.
+            raise UpstreamAuthError(
+                f"SASL {self.config.sasl.mechanism} refused: "  # type: ignore[union-attr]
+                f"{reply.error_message or 'error code ' + str(reply.error_code)}"
+            )
+        return bytes(reply.auth_bytes)
+
+    async def fetch_brokers(self) -> list[tuple[int, str, int]]:
+        """The cluster's brokers from a Metadata request on a fresh connection.
+
+        Raises `AuthRequired` when the cluster answers but wants clients to authenticate
+        (SASL passthrough without credentials of Herald's own): the brokers are then learned
+        from the clients' Metadata responses instead.
+        """
+        errors: list[str] = []
+        for addr in self.bootstrap:
+            try:
+                with trio.fail_after(self.config.connect_timeout_s):
+                    transport = await self._open(addr)
+                    try:
+                        return await self._metadata(transport)
+                    finally:
+                        await transport.aclose()
+            except AuthRequired:
+                raise
+            except (OSError, EOFError, trio.TooSlowError, trio.BrokenResourceError,
+                    trio.ClosedResourceError, CodecError, UpstreamAuthError, SaslError,
+                    ConfigError, ValueError) as exc:
+                errors.append(f"{addr}: {_describe(exc)}")
+        raise ConnectionError("; ".join(errors) or "no bootstrap address")
+
+    async def _metadata(self, transport: Transport) -> list[tuple[int, str, int]]:
+        if self.config.sasl is None:
+            # Always allowed before authentication: tells "up" from "down" on a SASL listener.
+            await call(transport, ApiKey.API_VERSIONS, 0, REQUESTS[ApiKey.API_VERSIONS]())
+        request = REQUESTS[ApiKey.METADATA](topics=[], allow_auto_topic_creation=False)
+        try:
+            msg = await call(transport, ApiKey.METADATA, _METADATA_VERSION, request)
+        except (trio.BrokenResourceError, OSError, EOFError) as exc:
+            if self.config.sasl is None:
+                if not self.needs_client_auth:
+                    log.info("upstream_requires_client_auth", cluster=self.name)
+                self.needs_client_auth = True
+                raise AuthRequired() from exc
+            raise
+        return [(b.node_id, b.host, b.port) for b in msg.brokers]
+
+
+async def call(transport: Transport, api_key: int, version: int, msg: Any,
+               correlation_id: int = 1) -> Any:
+    """Send one of Herald's own requests and read its response (nothing else is in flight)."""
+    header = RequestHeader(request_api_key=api_key, request_api_version=version,
+                           correlation_id=correlation_id, client_id=_CLIENT_ID)
+    out = bytearray()
+    encode_request_header(header, out)
+    msg.encode_into(out, version)
+    await transport.send_all(frame(bytes(out)))
+    decoder = FrameDecoder()
+    while True:
+        data, _ = await transport.receive(65536)
+        if not data:
+            raise EOFError(f"broker closed the connection before answering API {api_key}")
+        decoder.feed(data)
+        frames = decoder.frames()
+        if frames:
+            _, reply = wire.decode_response(api_key, version, frames[0])
+            return reply
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
