@@ -90,15 +90,18 @@ class KafkaNode:
 
 @dataclass(frozen=True)
 class ExtraListener:
-    """One more plaintext listener on a single-node cluster, advertising another address.
+    """One more listener on a single-node cluster, advertising another address.
 
     Clients that bootstrap through it are told the broker is at `advertised_port`, so
     something listening there (a relay, say) stays in their path for every later connection.
+    `protocol` is its security protocol (PLAINTEXT, SSL, SASL_SSL, SASL_PLAINTEXT); the
+    settings it needs go in `KafkaCluster.extra_properties`.
     """
 
     name: str
     port: int
     advertised_port: int
+    protocol: str = "PLAINTEXT"
 
 
 @dataclass
@@ -111,6 +114,9 @@ class KafkaCluster:
     heap: str = "768m"
     extra_properties: dict[str, str] = field(default_factory=dict)
     extra_listeners: list[ExtraListener] = field(default_factory=list)
+    # SCRAM users created when the storage is formatted, as the storage tool's --add-scram
+    # takes them: "SCRAM-SHA-512=[name=alice,password=alice-secret]".
+    scram_credentials: list[str] = field(default_factory=list)
     nodes: list[KafkaNode] = field(default_factory=list)
     _own_workdir: bool = False
 
@@ -142,7 +148,8 @@ class KafkaCluster:
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = subprocess.run(
                 ["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                 "-c", str(conf), "--ignore-formatted"],
+                 "-c", str(conf), "--ignore-formatted",
+                 *(arg for c in self.scram_credentials for arg in ("--add-scram", c))],
                 capture_output=True, text=True,
             )
             if fmt.returncode != 0:
@@ -205,7 +212,7 @@ class KafkaCluster:
         for extra in self.extra_listeners:
             props["listeners"] += f",{extra.name}://127.0.0.1:{extra.port}"
             props["advertised.listeners"] += f",{extra.name}://127.0.0.1:{extra.advertised_port}"
-            props["listener.security.protocol.map"] += f",{extra.name}:PLAINTEXT"
+            props["listener.security.protocol.map"] += f",{extra.name}:{extra.protocol}"
         props.update(self.extra_properties)
         return props
 
