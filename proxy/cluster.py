@@ -8,7 +8,8 @@ Metadata that learns the brokers, the probe behind /readyz) go through the same 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import trio
 
@@ -49,6 +50,45 @@ class AuthRequired(Exception):
     """The cluster answered ApiVersions but closed on Metadata: clients must authenticate."""
 
 
+class FrameIO(Protocol):
+    """What Herald's own requests need of a connection: send bytes, read the next frame."""
+
+    async def send_all(self, data: bytes) -> None: ...
+
+    async def next_frame(self) -> bytes: ...
+
+
+class TransportIO:
+    """Frames read straight from a transport nothing else reads (before a session starts)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._decoder = FrameDecoder()
+        self._frames: list[bytes] = []
+
+    async def send_all(self, data: bytes) -> None:
+        await self.transport.send_all(data)
+
+    async def next_frame(self) -> bytes:
+        while not self._frames:
+            data, _ = await self.transport.receive(65536)
+            if not data:
+                raise EOFError("broker closed the connection before answering")
+            self._decoder.feed(data)
+            self._frames = self._decoder.frames()
+        return self._frames.pop(0)
+
+
+@dataclass
+class Upstream:
+    """A ready upstream connection; `session_lifetime_ms` > 0 when the broker wants Herald's
+    own SASL session renewed within that time (KIP-368)."""
+
+    transport: Transport
+    address: str
+    session_lifetime_ms: int = 0
+
+
 class UpstreamCluster:
     def __init__(self, config: UpstreamConfig, name: str = "upstream") -> None:
         self.name = name
@@ -78,14 +118,14 @@ class UpstreamCluster:
     def check_tls(self) -> str | None:
         return self.tls.check() if self.tls is not None else None
 
-    async def connect(self, addrs: list[HostPort]) -> tuple[Transport, str] | None:
+    async def connect(self, addrs: list[HostPort]) -> Upstream | None:
         """The first of `addrs` that accepts a ready connection, or None (each failure is
         logged at info: the caller decides what to tell the client)."""
         for addr in addrs:
             try:
                 with trio.fail_after(self.config.connect_timeout_s):
-                    transport = await self._open(addr)
-                return transport, str(addr)
+                    transport, lifetime = await self._open(addr)
+                return Upstream(transport, str(addr), lifetime)
             except trio.TooSlowError:
                 log.info("upstream_connect_failed", cluster=self.name, upstream=str(addr),
                          error="timed out")
@@ -97,7 +137,7 @@ class UpstreamCluster:
                             error=str(exc))
         return None
 
-    async def _open(self, addr: HostPort) -> Transport:
+    async def _open(self, addr: HostPort) -> tuple[Transport, int]:
         stream = await trio.open_tcp_stream(addr.host, addr.port)
         transport: Transport
         if self.tls is None:
@@ -111,20 +151,23 @@ class UpstreamCluster:
             except BaseException:
                 await transport.aclose()
                 raise
+        lifetime = 0
         if self.config.sasl is not None:
             try:
-                await self._authenticate(transport)
+                lifetime = await self.authenticate(TransportIO(transport))
             except BaseException:
                 await transport.aclose()
                 raise
-        return transport
+        return transport, lifetime
 
-    async def _authenticate(self, transport: Transport) -> None:
+    async def authenticate(self, io: FrameIO) -> int:
+        """Herald's own SASL exchange (also KIP-368 re-authentication on a live connection);
+        returns the session lifetime the broker granted in ms (0: no limit)."""
         sasl = self.config.sasl
         assert sasl is not None
         mechanism = sasl.mechanism
         handshake = REQUESTS[ApiKey.SASL_HANDSHAKE](mechanism=mechanism)
-        reply = await call(transport, ApiKey.SASL_HANDSHAKE, _HANDSHAKE_VERSION, handshake)
+        reply = await call(io, ApiKey.SASL_HANDSHAKE, _HANDSHAKE_VERSION, handshake)
         if reply.error_code:
             raise UpstreamAuthError(
                 f"broker does not offer {mechanism} (offers {', '.join(reply.mechanisms)})"
@@ -132,23 +175,27 @@ class UpstreamCluster:
         if mechanism in SCRAM_HASHES:
             assert sasl.username is not None and sasl.password is not None
             scram = ScramClient(mechanism, sasl.username.read(), sasl.password.read())
-            server_first = await self._sasl_round(transport, scram.first())
-            server_final = await self._sasl_round(transport, scram.final(server_first))
+            server_first, _ = await self._sasl_round(io, scram.first())
+            server_final, lifetime = await self._sasl_round(io, scram.final(server_first))
             scram.verify(server_final)
+            return lifetime
         elif mechanism == "PLAIN":
             assert sasl.username is not None and sasl.password is not None
-            await self._sasl_round(transport, plain_message(sasl.username.read(),
-                                                            sasl.password.read()))
+            _, lifetime = await self._sasl_round(
+                io, plain_message(sasl.username.read(), sasl.password.read()))
+            return lifetime
         else:
             assert sasl.token is not None
-            challenge = await self._sasl_round(transport, oauthbearer_message(sasl.token.read()))
+            challenge, lifetime = await self._sasl_round(
+                io, oauthbearer_message(sasl.token.read()))
             if challenge:  # RFC 7628: an error report instead of success
-                await self._sasl_round(transport, b"\x01")
+                await self._sasl_round(io, b"\x01")
                 raise UpstreamAuthError("broker refused the OAUTHBEARER token")
+            return lifetime
 
-    async def _sasl_round(self, transport: Transport, auth_bytes: bytes) -> bytes:
+    async def _sasl_round(self, io: FrameIO, auth_bytes: bytes) -> tuple[bytes, int]:
         msg = REQUESTS[ApiKey.SASL_AUTHENTICATE](auth_bytes=auth_bytes)
-        reply = await call(transport, ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_VERSION, msg)
+        reply = await call(io, ApiKey.SASL_AUTHENTICATE, _AUTHENTICATE_VERSION, msg)
         if reply.error_code:
             # The broker's message names the failure (wrong password, unknown user); it never
             # contains the credentials themselves.
@@ -156,7 +203,7 @@ class UpstreamCluster:
                 f"SASL {self.config.sasl.mechanism} refused: "  # type: ignore[union-attr]
                 f"{reply.error_message or 'error code ' + str(reply.error_code)}"
             )
-        return bytes(reply.auth_bytes)
+        return bytes(reply.auth_bytes), reply.session_lifetime_ms
 
     async def fetch_brokers(self) -> list[tuple[int, str, int]]:
         """The cluster's brokers from a Metadata request on a fresh connection.
@@ -169,9 +216,9 @@ class UpstreamCluster:
         for addr in self.bootstrap:
             try:
                 with trio.fail_after(self.config.connect_timeout_s):
-                    transport = await self._open(addr)
+                    transport, _ = await self._open(addr)
                     try:
-                        return await self._metadata(transport)
+                        return await self._metadata(TransportIO(transport))
                     finally:
                         await transport.aclose()
             except AuthRequired:
@@ -182,13 +229,13 @@ class UpstreamCluster:
                 errors.append(f"{addr}: {_describe(exc)}")
         raise ConnectionError("; ".join(errors) or "no bootstrap address")
 
-    async def _metadata(self, transport: Transport) -> list[tuple[int, str, int]]:
+    async def _metadata(self, io: FrameIO) -> list[tuple[int, str, int]]:
         if self.config.sasl is None:
             # Always allowed before authentication: tells "up" from "down" on a SASL listener.
-            await call(transport, ApiKey.API_VERSIONS, 0, REQUESTS[ApiKey.API_VERSIONS]())
+            await call(io, ApiKey.API_VERSIONS, 0, REQUESTS[ApiKey.API_VERSIONS]())
         request = REQUESTS[ApiKey.METADATA](topics=[], allow_auto_topic_creation=False)
         try:
-            msg = await call(transport, ApiKey.METADATA, _METADATA_VERSION, request)
+            msg = await call(io, ApiKey.METADATA, _METADATA_VERSION, request)
         except (trio.BrokenResourceError, OSError, EOFError) as exc:
             if self.config.sasl is None:
                 if not self.needs_client_auth:
@@ -199,7 +246,7 @@ class UpstreamCluster:
         return [(b.node_id, b.host, b.port) for b in msg.brokers]
 
 
-async def call(transport: Transport, api_key: int, version: int, msg: Any,
+async def call(io: FrameIO, api_key: int, version: int, msg: Any,
                correlation_id: int = 1) -> Any:
     """Send one of Herald's own requests and read its response (nothing else is in flight)."""
     header = RequestHeader(request_api_key=api_key, request_api_version=version,
@@ -207,17 +254,9 @@ async def call(transport: Transport, api_key: int, version: int, msg: Any,
     out = bytearray()
     encode_request_header(header, out)
     msg.encode_into(out, version)
-    await transport.send_all(frame(bytes(out)))
-    decoder = FrameDecoder()
-    while True:
-        data, _ = await transport.receive(65536)
-        if not data:
-            raise EOFError(f"broker closed the connection before answering API {api_key}")
-        decoder.feed(data)
-        frames = decoder.frames()
-        if frames:
-            _, reply = wire.decode_response(api_key, version, frames[0])
-            return reply
+    await io.send_all(frame(bytes(out)))
+    _, reply = wire.decode_response(api_key, version, await io.next_frame())
+    return reply
 
 
 def _describe(exc: BaseException) -> str:

@@ -268,15 +268,18 @@ class Proxy:
                         upstream=",".join(map(str, upstream_addrs)))
             await transport.aclose()
             return
-        stream, address = upstream
+        address = upstream.address
         m = self.metrics
         m.connections_total.labels("upstream").inc()
         m.connections_active.labels("upstream").inc()
         ctx = SessionContext(client_address=peer, listener=target, upstream_address=address,
                              principal=principal or self.cluster.identity())
         session = Session(
-            transport, stream, ctx, self.chain,
+            transport, upstream.transport, ctx, self.chain,
             self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
+            reauthenticate=self.cluster.authenticate,
+            session_lifetime_ms=upstream.session_lifetime_ms,
+            reauth_timeout_s=self.config.upstream.connect_timeout_s,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -23,11 +24,14 @@ from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from proxy import wire
+from proxy.cluster import FrameIO, UpstreamAuthError
 from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
+from proxy.sasl import SaslError
 from proxy.splice import SpliceEOF, Splicer
 from proxy.transport import Transport
+from proxy.yamlconf import ConfigError
 
 log = get_logger("session")
 
@@ -38,6 +42,7 @@ _STREAM_MIN_BYTES = 64 * 1024
 _STREAM_FROM_HEAD = 8  # size prefix and correlation id
 _SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
 _HEAD = struct.Struct(">ii")
+_REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
 
 
 class SessionClosed(Exception):
@@ -72,6 +77,9 @@ class Session:
         max_frame_bytes: int,
         max_in_flight: int,
         metrics: Metrics,
+        reauthenticate: Callable[[FrameIO], Awaitable[int]] | None = None,
+        session_lifetime_ms: int = 0,
+        reauth_timeout_s: float = 10.0,
     ) -> None:
         self.client = client
         self.metrics = metrics
@@ -95,12 +103,20 @@ class Session:
         # False once splice(2) turned out to be missing, or when either side is TLS.
         self._splice = client.spliceable and upstream.spliceable
         self._splicer: Splicer | None = None  # made on the first splice: two fds per session
+        self._reauthenticate = reauthenticate
+        self._lifetime_ms = session_lifetime_ms
+        self._reauth_timeout_s = reauth_timeout_s
+        renew = reauthenticate is not None and session_lifetime_ms > 0
+        self._turn: trio.Lock | None = trio.Lock() if renew else None
+        self._own_replies: trio.MemorySendChannel[bytes] | None = None
 
     async def run(self) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guard, self._pump_requests, nursery)
                 nursery.start_soon(self._guard, self._pump_responses, nursery)
+                if self._turn is not None:
+                    nursery.start_soon(self._guard, self._renew_upstream_session, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await self.client.aclose()
@@ -187,27 +203,68 @@ class Session:
             except CodecError as exc:
                 self.metrics.frames_refused.labels("malformed").inc()
                 raise SessionClosed(f"malformed frame: {exc}", "warning") from None
-            out: list[bytes] = []
-            entries: list[InFlight] = []
-            for payload in frames:
-                if out and self._slots.value == 0:
-                    # About to wait for a free slot: what is queued must go out first, or
-                    # the responses that would free a slot are never asked for.
-                    await self._send_upstream(out, entries)
-                try:
-                    payload, entry = await self._request(payload)
-                except CodecError as exc:
-                    self.metrics.frames_refused.labels("malformed").inc()
-                    raise SessionClosed(f"malformed request: {exc}", "warning") from None
-                except AnswerAndClose as answer:
-                    await self._answer_and_close(out, entries, answer)
-                out += (_frame_size(len(payload)), payload)
-                if entry is not None:
-                    entries.append(entry)
-            if out:
-                await self._send_upstream(out, entries)
+            if frames:
+                turn = self._turn
+                if turn is None:
+                    await self._forward_requests(frames)
+                else:
+                    # Herald's own re-authentication takes turns with the client's requests.
+                    try:
+                        turn.acquire_nowait()
+                    except trio.WouldBlock:
+                        await turn.acquire()
+                    try:
+                        await self._forward_requests(frames)
+                    finally:
+                        turn.release()
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
+
+    async def _forward_requests(self, frames: list[bytes]) -> None:
+        out: list[bytes] = []
+        entries: list[InFlight] = []
+        for payload in frames:
+            if out and self._slots.value == 0:
+                # About to wait for a free slot: what is queued must go out first, or
+                # the responses that would free a slot are never asked for.
+                await self._send_upstream(out, entries)
+            try:
+                payload, entry = await self._request(payload)
+            except CodecError as exc:
+                self.metrics.frames_refused.labels("malformed").inc()
+                raise SessionClosed(f"malformed request: {exc}", "warning") from None
+            except AnswerAndClose as answer:
+                await self._answer_and_close(out, entries, answer)
+            out += (_frame_size(len(payload)), payload)
+            if entry is not None:
+                entries.append(entry)
+        if out:
+            await self._send_upstream(out, entries)
+
+    async def _renew_upstream_session(self) -> None:
+        """KIP-368 for Herald's own credentials: re-authenticate the upstream connection
+        before the broker's session lifetime ends, between the client's requests."""
+        assert self._reauthenticate is not None and self._turn is not None
+        lifetime_ms = self._lifetime_ms
+        while lifetime_ms > 0:
+            await trio.sleep(lifetime_ms * _REAUTH_AT / 1000)
+            async with self._turn:  # no client request goes upstream meanwhile
+                await self._idle.wait()  # and every earlier one is answered
+                send, receive = trio.open_memory_channel[bytes](16)
+                self._own_replies = send
+                try:
+                    with trio.fail_after(self._reauth_timeout_s):
+                        lifetime_ms = await self._reauthenticate(_OwnIO(self.upstream, receive))
+                except trio.TooSlowError:
+                    raise SessionClosed("re-authentication to the broker timed out",
+                                        "warning") from None
+                except (UpstreamAuthError, SaslError, ConfigError, CodecError, EOFError) as exc:
+                    raise SessionClosed(f"re-authentication to the broker failed: {exc}",
+                                        "warning") from None
+                finally:
+                    self._own_replies = None
+            log.info("upstream_reauthenticated", client=self.ctx.client_address,
+                      upstream=self.ctx.upstream_address, lifetime_ms=lifetime_ms)
 
     async def _answer_and_close(
         self, out: list[bytes], entries: list[InFlight], answer: AnswerAndClose
@@ -290,7 +347,12 @@ class Session:
                 except CodecError as exc:
                     raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
                 if frames:
-                    await self._forward_responses(frames)
+                    own = self._own_replies
+                    if own is None:
+                        await self._forward_responses(frames)
+                    else:  # answers to Herald's own re-authentication
+                        for reply in frames:
+                            own.send_nowait(reply)
                 if decoder.buffered >= _STREAM_FROM_HEAD:
                     stream = await self._stream_start(decoder)
                     if stream is not None:
@@ -459,6 +521,21 @@ class Session:
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
         return payload, entry
+
+
+class _OwnIO:
+    """Herald's own exchange on a session's upstream connection: its replies arrive through
+    the response pump, which owns the reading side."""
+
+    def __init__(self, upstream: Transport, replies: trio.MemoryReceiveChannel[bytes]) -> None:
+        self.upstream = upstream
+        self.replies = replies
+
+    async def send_all(self, data: bytes) -> None:
+        await self.upstream.send_all(data)
+
+    async def next_frame(self) -> bytes:
+        return await self.replies.receive()
 
 
 @dataclass(slots=True)

@@ -312,6 +312,34 @@ def test_reauthentication_keeps_working(
     assert {h["herald.principal"] for h in _headers_of(got)} == {b"User:alice"}
 
 
+def test_injected_credentials_are_renewed_on_live_connections(
+    secure: SecureCluster, tmp_path: Path
+) -> None:
+    """The broker grants Herald's own SASL session a few seconds (KIP-368); Herald
+    re-authenticates its upstream connections between the client's requests, so a client
+    that keeps producing is never disconnected."""
+    topic = f"inj-reauth-{uuid.uuid4().hex[:8]}"
+    proc, _ = _injection(secure, "SCRAM-SHA-512", tmp_path)
+    with proc as herald:
+        errors: list[Any] = []
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "linger.ms": 5,
+                             "error_cb": errors.append})
+        delivered: list[Any] = []
+        deadline = time.monotonic() + 2.5 * REAUTH_MS / 1000
+        sent = 0
+        while time.monotonic() < deadline:
+            producer.produce(topic, f"r{sent}".encode(),
+                             on_delivery=lambda err, msg: delivered.append(err))
+            sent += 1
+            producer.poll(0.1)
+        assert producer.flush(30) == 0
+        assert delivered == [None] * sent and not errors, errors
+        logs = herald.logs()
+        assert logs.count("upstream_reauthenticated") >= 2
+        assert "upstream closed the connection" not in logs
+    assert len(consume_all(secure.plaintext, topic, sent)) == sent
+
+
 # ---- bad clients: each gets a clear error and costs one connection only ------------------
 
 
