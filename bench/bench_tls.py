@@ -1,0 +1,132 @@
+"""TLS on both sides against plaintext: produce throughput and Herald's CPU per MB, same run.
+
+One broker with a PLAINTEXT and an SSL listener (client certificates required), and two
+Heralds in front of it: one plaintext end to end, one serving TLS to its clients and speaking
+TLS (with its own client certificate) to the broker. Kafka's ProducerPerformance (acks=all)
+drives each in turn, alternating order every round.
+
+Layout (the default): this script, the broker and the perf tools on CPU 0, each Herald on
+CPU 1, so Herald's CPU time is its own and the figure that travels across machines is CPU
+milliseconds per MB of client payload. `--unpinned` leaves everything on every core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.bench_proxy import CpuClock, create_topic, delete_topics, log  # noqa: E402
+from bench.bench_proxy import parse_producer_perf as parse  # noqa: E402
+from protocol.kafka_versions import KAFKA_VERSION  # noqa: E402
+from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
+from tests.support.java_tools import PRODUCER_PERF, run_tool  # noqa: E402
+from tests.support.secure_cluster import start_secure_cluster  # noqa: E402
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` onto `cpus` (threads made later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), cpus)
+
+
+def verify_pinned(pid: int, cpus: set[int]) -> None:
+    for task in os.listdir(f"/proc/{pid}/task"):
+        got = os.sched_getaffinity(int(task))
+        if got != cpus:
+            raise RuntimeError(f"thread {task} of {pid} runs on {got}, not {cpus}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--record-size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--unpinned", action="store_true",
+                        help="leave the broker, the tools and Herald on every core")
+    args = parser.parse_args(argv)
+    pinned = not args.unpinned and len(os.sched_getaffinity(0)) >= 2
+    if pinned:
+        os.sched_setaffinity(0, {0})  # the broker and every perf tool inherit CPU 0
+    secure = start_secure_cluster(KAFKA_VERSION)
+    folder = Path(tempfile.mkdtemp(prefix="herald-bench-tls-"))
+    try:
+        herald_cert = secure.ca.issue("herald", "herald", hosts=("127.0.0.1",))
+        upstream_cert = secure.ca.issue("herald-up", "herald-proxy")
+        plain = herald_config(secure.plaintext, logging={"level": "warning"})
+        tls = herald_config(secure.plaintext, logging={"level": "warning"}, listen={
+            "tls": {"cert_file": str(herald_cert.cert), "key_file": str(herald_cert.key)}})
+        tls["upstream"] = {"bootstrap": secure.ssl_address, "tls": {
+            "ca_file": str(secure.ca.pem), "cert_file": str(upstream_cert.cert),
+            "key_file": str(upstream_cert.key)}}
+        client_tls = folder / "client-tls.properties"
+        client_tls.write_text(f"security.protocol=SSL\nssl.truststore.type=PEM\n"
+                              f"ssl.truststore.location={secure.ca.pem}\n")
+        client_plain = folder / "client-plain.properties"
+        client_plain.write_text("acks=all\n")
+        with HeraldProcess(plain) as h_plain, HeraldProcess(tls) as h_tls:
+            targets = {"plaintext": (h_plain, client_plain), "tls": (h_tls, client_tls)}
+            for herald, _ in targets.values():
+                assert herald.process is not None
+                if pinned:
+                    pin(herald.process.pid, {1})
+            results: dict[str, list[tuple[float, float, float]]] = {t: [] for t in targets}
+            warm = f"bench-tls-warm-{uuid.uuid4().hex[:6]}"
+            create_topic(secure.plaintext, warm, args.partitions)
+            for herald, props in targets.values():
+                _produce(herald.bootstrap, warm, args.records // 3, args, props)
+            for n in range(args.rounds):
+                order = list(targets) if n % 2 == 0 else list(reversed(targets))
+                for name in order:
+                    herald, props = targets[name]
+                    assert herald.process is not None
+                    if pinned:
+                        verify_pinned(herald.process.pid, {1})
+                    topic = f"bench-tls-{name}-{uuid.uuid4().hex[:6]}"
+                    create_topic(secure.plaintext, topic, args.partitions)
+                    clock = CpuClock(herald.process.pid)
+                    before = sum(clock.read())
+                    out = _produce(herald.bootstrap, topic, args.records, args, props)
+                    cpu_s = sum(clock.read()) - before
+                    mb = args.records * args.record_size / 1e6
+                    results[name].append((out.records_per_s, out.mb_per_s, cpu_s * 1000 / mb))
+                    log(f"round {n + 1} {name:9}: {out.records_per_s:9.0f} rec/s "
+                        f"{out.mb_per_s:7.1f} MB/s  Herald CPU {cpu_s:.2f} s = "
+                        f"{cpu_s * 1000 / mb:.2f} ms/MB")
+                    delete_topics(secure.plaintext, topic)
+    finally:
+        secure.stop()
+    layout = "pinned: broker + tools on CPU 0, Herald on CPU 1" if pinned else "unpinned"
+    print(f"\nproduce, {args.records} x {args.record_size} B, acks=all, {args.rounds} rounds, "
+          f"medians ({layout})")
+    print(f"{'Herald':24}{'records/s':>12}{'MB/s':>9}{'CPU ms per MB':>15}")
+    for name, rows in results.items():
+        label = "plaintext both sides" if name == "plaintext" else "TLS both sides"
+        med = [statistics.median(col) for col in zip(*rows, strict=True)]
+        print(f"{label:24}{med[0]:12.0f}{med[1]:9.1f}{med[2]:15.2f}")
+    return 0
+
+
+def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
+             props: Path):  # noqa: ANN202
+    result = run_tool(
+        PRODUCER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
+        "--num-records", str(records), "--record-size", str(args.record_size),
+        "--throughput", "-1", "--command-config", str(props),
+        "--command-property", "acks=all", timeout=1800,
+    )
+    parsed = parse(result.stdout)
+    if parsed.records != records:
+        raise RuntimeError(f"ProducerPerformance sent {parsed.records} of {records} records")
+    return parsed
+
+
+if __name__ == "__main__":
+    sys.exit(main())
