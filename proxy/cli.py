@@ -26,7 +26,10 @@ When clients can connect, Herald prints one line:
   herald ready: bootstrap=HOST:PORT upstream=HOST:PORT
 SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish within shutdown.grace_s, and
 exits. SIGHUP reloads the interceptor chains from the config file (an invalid file is refused
-and the running chains stay).
+and the running chains stay) and re-reads certificate files that changed.
+
+Secured clusters: listen.tls, upstream.tls, upstream.sasl (Herald authenticates for its
+clients), admin.tls and admin.token; see docs/security.md.
 
 Admin endpoint (admin.bind): /metrics, /healthz, /readyz. Traces: the standard OTEL_*
 environment variables (off unless an exporter or OTLP endpoint is set).
