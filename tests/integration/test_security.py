@@ -457,6 +457,37 @@ def _read_to_end(sock: socket.socket) -> bytes:
     return data
 
 
+@pytest.mark.parametrize(
+    ("tls", "reason"),
+    [
+        ({"ca_file": "untrusted"}, "CERTIFICATE_VERIFY_FAILED"),
+        ({"ca_file": "ca", "server_name": "wrong.example"}, "Hostname mismatch"),
+    ],
+)
+def test_herald_refuses_brokers_it_cannot_verify(
+    secure: SecureCluster, certs: dict[str, Issued], tmp_path: Path,
+    tls: dict[str, str], reason: str,
+) -> None:
+    """Towards the brokers the chain and the host name are verified by default: a broker
+    with a certificate Herald cannot verify gets no client traffic."""
+    ca = {"ca": str(secure.ca.pem), "untrusted": str(certs["untrusted"].cert)}
+    proc = _herald(secure, certs, "sasl-plaintext-client", tmp_path)
+    proc.config["upstream"]["tls"] = {**tls, "ca_file": ca[tls["ca_file"]]}
+    with proc as herald:
+        errors: list[Any] = []
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "error_cb": errors.append,
+                             **_client_conf(secure, certs, "PLAIN:alice"),
+                             "security.protocol": "SASL_PLAINTEXT"})
+        producer.produce("never", b"v")
+        deadline = time.monotonic() + 15
+        while not errors and time.monotonic() < deadline:
+            producer.poll(0.2)
+        producer.purge()
+        assert errors
+        logs = herald.logs()
+        assert "upstream_connect_failed" in logs and reason in logs
+
+
 def _served_serial(address: str, ca: Path) -> int:
     from cryptography import x509
 
