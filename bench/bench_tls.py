@@ -13,7 +13,6 @@ milliseconds per MB of client payload. `--unpinned` leaves everything on every c
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -24,23 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_proxy import CpuClock, create_topic, delete_topics, log  # noqa: E402
 from bench.bench_proxy import parse_producer_perf as parse  # noqa: E402
+from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify  # noqa: E402
 from protocol.kafka_versions import KAFKA_VERSION  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 from tests.support.java_tools import PRODUCER_PERF, run_tool  # noqa: E402
 from tests.support.secure_cluster import start_secure_cluster  # noqa: E402
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of `pid` onto `cpus` (threads made later inherit it)."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(task), cpus)
-
-
-def verify_pinned(pid: int, cpus: set[int]) -> None:
-    for task in os.listdir(f"/proc/{pid}/task"):
-        got = os.sched_getaffinity(int(task))
-        if got != cpus:
-            raise RuntimeError(f"thread {task} of {pid} runs on {got}, not {cpus}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unpinned", action="store_true",
                         help="leave the broker, the tools and Herald on every core")
     args = parser.parse_args(argv)
-    pinned = not args.unpinned and len(os.sched_getaffinity(0)) >= 2
+    pinned = not args.unpinned and can_pin()
     if pinned:
-        os.sched_setaffinity(0, {0})  # the broker and every perf tool inherit CPU 0
+        pin_self_to_load_cpu()  # the broker and every perf tool inherit it
     secure = start_secure_cluster(KAFKA_VERSION)
     folder = Path(tempfile.mkdtemp(prefix="herald-bench-tls-"))
     try:
@@ -76,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             for herald, _ in targets.values():
                 assert herald.process is not None
                 if pinned:
-                    pin(herald.process.pid, {1})
+                    pin(herald.process.pid, {PROXY_CPU})
             results: dict[str, list[tuple[float, float, float]]] = {t: [] for t in targets}
             warm = f"bench-tls-warm-{uuid.uuid4().hex[:6]}"
             create_topic(secure.plaintext, warm, args.partitions)
@@ -88,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                     herald, props = targets[name]
                     assert herald.process is not None
                     if pinned:
-                        verify_pinned(herald.process.pid, {1})
+                        verify(herald.process.pid, {PROXY_CPU})
                     topic = f"bench-tls-{name}-{uuid.uuid4().hex[:6]}"
                     create_topic(secure.plaintext, topic, args.partitions)
                     clock = CpuClock(herald.process.pid)
