@@ -7,6 +7,7 @@ valid `ProxyConfig`, so nothing on the hot path checks configuration.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,8 +143,14 @@ def parse_host_port(text: Any, path: str) -> HostPort:
     return HostPort(host, int(port))
 
 
-def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
-    """Validate a parsed YAML document into a `ProxyConfig`."""
+def parse_config(
+    data: Any, source: Path | None = None, environ: Mapping[str, str] | None = None
+) -> ProxyConfig:
+    """Validate a parsed YAML document into a `ProxyConfig`.
+
+    `environ` is what `${NAME}` references are expanded from (default: this process's
+    environment); a config checked for another process passes that process's variables.
+    """
     top = _Node(data if data is not None else {}, "")
 
     up = top.child("upstream", required=True)
@@ -161,7 +168,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     ls = top.child("listen", required=True)
     listen = ListenConfig(
         bootstrap=parse_host_port(ls.get("bootstrap", required=True), ls.key_path("bootstrap")),
-        advertised_host=_expanded(ls, "advertised_host", "localhost"),
+        advertised_host=_expanded(ls, "advertised_host", "localhost", environ),
         broker_port_base=ls.number("broker_port_base", 19100, int, 1),
     )
     if listen.broker_port_base > 65535:
@@ -195,7 +202,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     sd.done()
 
     inst = top.child("instance")
-    instance_id = _expanded(inst, "id", None)
+    instance_id = _expanded(inst, "id", None, environ)
     inst.done()
 
     rl = top.child("reload")
@@ -240,13 +247,15 @@ def _string(node: _Node, key: str, default: str) -> str:
     return value
 
 
-def _expanded(node: _Node, key: str, default: str | None) -> Any:
+def _expanded(
+    node: _Node, key: str, default: str | None, environ: Mapping[str, str] | None
+) -> Any:
     """A string in which `${NAME}` is replaced by the environment variable (see env_expand)."""
     if node.get(key) is None:
         return default
     text = _string(node, key, "")
     try:
-        value = expand_env(text)
+        value = expand_env(text, environ)
     except UnsetVariable as exc:
         raise ConfigError(f"{node.key_path(key)}: {exc}") from None
     if not value:
