@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ from proxy.embedded_kafka import KafkaCluster
 from proxy.k8s import sidecar
 from tests.support.clients import consume_all
 from tests.support.herald_process import free_port_block
+from tests.support.pod_sim import http_get, readable_folder
 
 IMAGE = "localhost/herald:0.1.0"
 # The sandbox this runs in may forbid raising resource limits; lowering them is always allowed.
@@ -45,22 +43,12 @@ def _image_present() -> str | None:
 
 @pytest.fixture
 def config_dir() -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="herald-image-"))
-    folder.chmod(0o755)
-    try:
+    with readable_folder("herald-image-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _get(url: str) -> tuple[int | None, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status, r.read().decode().strip()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode().strip()
-    except OSError as exc:
-        return None, str(exc)
+    return http_get(url, 2)
 
 
 def test_the_image_serves_as_the_manifests_run_it(

@@ -10,8 +10,6 @@ and SIGTERM to the pod loses no acknowledged record and leaves none unacknowledg
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +31,7 @@ from tests.support.pod_sim import (
     Pod,
     PodNetwork,
     free_port,
+    readable_folder,
 )
 
 APP = Path(__file__).with_name("pod_app.py")
@@ -64,14 +63,8 @@ def outside_broker(network: PodNetwork) -> Iterator[tuple[KafkaCluster, str]]:
 
 @pytest.fixture
 def pod_dir() -> Iterator[Path]:
-    """The pod's files, readable by the containers' unprivileged users (pytest's tmp_path is
-    private to root)."""
-    folder = Path(tempfile.mkdtemp(prefix="herald-pod-"))
-    folder.chmod(0o755)
-    try:
+    with readable_folder("herald-pod-") as folder:
         yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _pod_manifest(name: str, upstream: str, native: bool) -> list[dict[str, Any]]:

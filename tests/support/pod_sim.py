@@ -12,15 +12,19 @@ Addresses are from 198.18.0.0/15, the block set aside for testing network device
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,6 +88,29 @@ class PodNetwork:
             if "ALL" in security.get("capabilities", {}).get("drop", []):
                 prefix += ["--inh-caps=-all", "--bounding-set=-all"]
         return prefix
+
+
+def http_get(url: str, timeout: float) -> tuple[int | None, str]:
+    """Status and body of a GET, or None and the reason when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+    except OSError as exc:
+        return None, str(exc)
+
+
+@contextlib.contextmanager
+def readable_folder(prefix: str) -> Iterator[Path]:
+    """A temporary folder the containers' unprivileged users can read (pytest's tmp_path is
+    private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def free_port(host: str) -> int:
@@ -156,14 +183,7 @@ class Container:
         """One HTTP GET of the probe, from the node to the pod's address."""
         get = self.spec[kind]["httpGet"]
         port = get["port"] if isinstance(get["port"], int) else self.port(get["port"])
-        url = f"http://{POD_IP}:{port}{get['path']}"
-        try:
-            with urllib.request.urlopen(url, timeout=self.spec[kind]["timeoutSeconds"]) as r:
-                return r.status, r.read().decode().strip()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode().strip()
-        except OSError as exc:
-            return None, str(exc)
+        return http_get(f"http://{POD_IP}:{port}{get['path']}", self.spec[kind]["timeoutSeconds"])
 
     def probe_until(self, kind: str) -> list[tuple[int | None, str]]:
         """Probe at the spec's period until it succeeds (200-399) or fails failureThreshold
