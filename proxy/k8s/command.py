@@ -102,6 +102,22 @@ def _options(args: argparse.Namespace) -> InjectOptions:
     )
 
 
+# Sections that name files from Secrets: those exist only in the pod, so Herald checks them
+# when it starts there; the injector validates everything else.
+_POD_FILES = (("upstream", "tls"), ("upstream", "sasl"), ("listen", "tls"), ("admin", "tls"),
+              ("admin", "token"))
+
+
+def _without_pod_files(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for section, key in _POD_FILES:
+        if isinstance(out.get(section), dict):
+            out[section].pop(key, None)
+    return out
+
+
 def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     """A user's proxy.yaml, validated as the sidecar will load it; the ports and drain time
     the pod needs are taken from it."""
@@ -110,7 +126,8 @@ def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     except OSError as exc:
         raise InjectError(f"{path}: cannot read ({exc.strerror})") from exc
     try:
-        config = parse_config(yaml.safe_load(text), source=path, environ=_SIDECAR_ENV)
+        data = yaml.safe_load(text)
+        config = parse_config(_without_pod_files(data), source=path, environ=_SIDECAR_ENV)
     except (ConfigError, yaml.YAMLError) as exc:
         raise InjectError(f"{path}: {exc}") from None
     admin = config.admin.bind

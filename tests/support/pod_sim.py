@@ -55,8 +55,9 @@ class PodNetwork:
     def create(self) -> PodNetwork:
         if os.geteuid() != 0:
             raise NamespacesUnavailable("creating a network namespace needs root")
-        if subprocess.run(["which", "ip"], capture_output=True).returncode != 0:
-            raise NamespacesUnavailable("the `ip` command (iproute2) is not installed")
+        for tool, package in (("ip", "iproute2"), ("setpriv", "util-linux")):
+            if shutil.which(tool) is None:
+                raise NamespacesUnavailable(f"the `{tool}` command ({package}) is not installed")
         host_if, pod_if = f"hv{self.tag}", f"pv{self.tag}"
         _ip("netns", "add", self.name)
         self.created.append("netns")

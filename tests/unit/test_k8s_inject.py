@@ -329,6 +329,28 @@ def test_cli_takes_ports_and_drain_time_from_a_given_proxy_yaml(
     assert pod["terminationGracePeriodSeconds"] == 60
 
 
+def test_cli_accepts_a_proxy_yaml_naming_files_only_the_pod_has(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TLS and SASL files come from Secrets mounted in the pod; they are not looked for here."""
+    config = {"upstream": {"bootstrap": "k:9093",
+                           "tls": {"ca_file": "/etc/herald/upstream-tls/ca.crt"},
+                           "sasl": {"mechanism": "PLAIN",
+                                    "username": {"file": "/etc/herald/sasl/username"},
+                                    "password": {"file": "/etc/herald/sasl/password"}}},
+              "listen": {"bootstrap": "127.0.0.1:19092"},
+              "admin": {"bind": "0.0.0.0:9464", "token": {"file": "/etc/herald/admin/token"}}}
+    own = tmp_path / "proxy.yaml"
+    own.write_text(yaml.safe_dump(config))
+    source = _write(tmp_path / "app.yaml", workload("Deployment"))
+    assert main(["k8s", "inject", str(source), "--config", str(own), "--upstream-tls-secret",
+                 "ca", "--sasl-secret", "user"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert yaml.safe_load(docs[0]["data"]["proxy.yaml"]) == config
+    mounts = {m["mountPath"] for m in heralds(the_pod(docs[1]))[0]["volumeMounts"]}
+    assert {"/etc/herald/upstream-tls", "/etc/herald/sasl"} <= mounts
+
+
 @pytest.mark.parametrize("change, message", [
     ({"admin": {"bind": "127.0.0.1:9464"}}, "admin.bind: 127.0.0.1:9464 is loopback"),
     ({"admin": None}, "admin.bind: required"),
