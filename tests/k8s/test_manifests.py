@@ -135,6 +135,18 @@ def test_a_gateway_handing_out_its_credentials_to_anyone_is_refused() -> None:
     assert "enable listen.tls (mTLS) as well" in done.stderr
 
 
+def test_native_sidecars_need_kubernetes_1_29_and_classic_ones_do_not() -> None:
+    def render(*args: str) -> subprocess.CompletedProcess[str]:
+        return helm("template", "r", str(CHART), "--kube-version", "1.28.0", *args)
+
+    refused = render()
+    assert refused.returncode != 0
+    assert "native sidecars (restartable init containers) need Kubernetes 1.29" in refused.stderr
+    classic = render("--set", "sidecar.native=false")
+    assert classic.returncode == 0, classic.stderr
+    assert _validate(documents(classic.stdout), "classic on 1.28") >= 3
+
+
 def test_the_chart_sidecar_is_the_injector_sidecar() -> None:
     """Two renderings of one design: the chart's container equals the injector's."""
     for native in (True, False):
