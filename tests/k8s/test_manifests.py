@@ -29,6 +29,7 @@ from tests.support.k8s_tools import (
     find,
     helm,
     helm_template,
+    workload,
 )
 
 MANIFESTS = DEPLOY / "kubernetes"
@@ -107,6 +108,17 @@ def test_static_and_injected_manifests_are_valid() -> None:
     for name, docs in _static().items():
         _validate(docs, name)
     assert _validate(_injected(), "injected") == 6
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job",
+                                  "CronJob", "Pod"])
+def test_every_kind_the_injector_handles_stays_valid(kind: str) -> None:
+    for native in (True, False):
+        if kind in ("Job", "CronJob") and not native:
+            continue  # refused: a classic sidecar would keep the Job from completing
+        docs, report = inject([workload(kind)], InjectOptions(SidecarSpec(native=native)))
+        assert report.injected == [f"{kind}/web"]
+        assert _validate(docs, f"{kind} injected") == 2
 
 
 def test_strict_validation_catches_an_unknown_field() -> None:

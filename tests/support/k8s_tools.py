@@ -63,3 +63,34 @@ def documents(text: str) -> list[dict[str, Any]]:
 def find(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (doc,) = [d for d in docs if d["kind"] == kind]
     return doc
+
+
+# ---- sample workloads for the injector's tests ------------------------------------------
+
+def pod_spec(*names: str, **extra: Any) -> dict[str, Any]:
+    return {"containers": [{"name": n, "image": f"example/{n}:1"} for n in names or ("app",)],
+            **extra}
+
+
+def workload(kind: str, name: str = "web", **pod: Any) -> dict[str, Any]:
+    """A small valid manifest of `kind`; `pod` replaces or extends its pod spec."""
+    template = {"metadata": {"labels": {"app": name}}, "spec": pod_spec(**pod)
+                if "containers" not in pod else pod}
+    doc: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind,
+                           "metadata": {"name": name, "namespace": "shop"}}
+    if kind == "Pod":
+        doc["apiVersion"] = "v1"
+        doc["spec"] = template["spec"]
+    elif kind == "CronJob":
+        doc["apiVersion"] = "batch/v1"
+        template["spec"]["restartPolicy"] = "Never"
+        doc["spec"] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
+    else:
+        doc["spec"] = {"selector": {"matchLabels": {"app": name}}, "template": template}
+        if kind == "StatefulSet":
+            doc["spec"]["serviceName"] = name
+        if kind == "Job":
+            doc["apiVersion"] = "batch/v1"
+            template["spec"]["restartPolicy"] = "Never"
+            del doc["spec"]["selector"]
+    return doc

@@ -16,33 +16,9 @@ from proxy.k8s.command import dump_documents
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
 from proxy.k8s.sizing import Throughput, cpu_millicores
+from tests.support.k8s_tools import workload
 
 POD_ENV = {"POD_NAME": "web-1", "POD_NAMESPACE": "shop", "NODE_NAME": "n1"}
-
-
-def pod_spec(*names: str, **extra: Any) -> dict[str, Any]:
-    return {"containers": [{"name": n, "image": f"example/{n}:1"} for n in names or ("app",)],
-            **extra}
-
-
-def workload(kind: str, name: str = "web", **pod: Any) -> dict[str, Any]:
-    template = {"metadata": {"labels": {"app": name}}, "spec": pod_spec(**pod)
-                if "containers" not in pod else pod}
-    doc: dict[str, Any] = {"apiVersion": "apps/v1", "kind": kind,
-                           "metadata": {"name": name, "namespace": "shop"}}
-    if kind == "Pod":
-        doc["apiVersion"] = "v1"
-        doc["spec"] = template["spec"]
-    elif kind == "CronJob":
-        doc["apiVersion"] = "batch/v1"
-        doc["spec"] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}
-    else:
-        doc["spec"] = {"selector": {"matchLabels": {"app": name}}, "template": template}
-        if kind == "Job":
-            doc["apiVersion"] = "batch/v1"
-            template["spec"]["restartPolicy"] = "Never"
-            del doc["spec"]["selector"]
-    return doc
 
 
 def the_pod(doc: dict[str, Any]) -> dict[str, Any]:
