@@ -15,6 +15,7 @@ from pathlib import Path
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy import logs
 from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
+from proxy.k8s import command as k8s_command
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
 
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--kafka-version", default=KAFKA_VERSION,
                      help=f"Kafka release to run (default {KAFKA_VERSION}; "
                           f"{KAFKA_LEGACY_VERSION} is also tested)")
+    k8s_command.add_parser(sub)
     return parser
 
 
@@ -94,6 +96,8 @@ def _serve(config: ProxyConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "k8s":
+        return k8s_command.run(args)
     try:
         config = load_config(args.config)
     except ConfigError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import yaml
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from proxy.env_expand import UnsetVariable, expand_env
 from proxy.security_config import (
     ClientTlsConfig,
     PassthroughSaslConfig,
@@ -88,14 +90,22 @@ class ProxyConfig:
     shutdown_grace_s: float = 10.0
     interceptors: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
+    instance_id: str | None = None  # None: a random herald-<8 hex> per process
+    reload_watch_s: float = 0.0  # 0: reload on SIGHUP only
 
     @property
     def advertised_bootstrap(self) -> str:
         return f"{self.listen.advertised_host}:{self.listen.bootstrap.port}"
 
 
-def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
-    """Validate a parsed YAML document into a `ProxyConfig`."""
+def parse_config(
+    data: Any, source: Path | None = None, environ: Mapping[str, str] | None = None
+) -> ProxyConfig:
+    """Validate a parsed YAML document into a `ProxyConfig`.
+
+    `environ` is what `${NAME}` references are expanded from (default: this process's
+    environment); a config checked for another process passes that process's variables.
+    """
     top = _Node(data if data is not None else {}, "")
 
     upstream = parse_upstream(top.child("upstream", required=True))
@@ -103,7 +113,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     ls = top.child("listen", required=True)
     listen = ListenConfig(
         bootstrap=parse_host_port(ls.get("bootstrap", required=True), ls.key_path("bootstrap")),
-        advertised_host=_string(ls, "advertised_host", "localhost"),
+        advertised_host=_expanded(ls, "advertised_host", "localhost", environ),
         broker_port_base=ls.number("broker_port_base", 19100, int, 1),
         tls=parse_server_tls(ls),
         sasl=parse_passthrough_sasl(ls),
@@ -151,6 +161,14 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     grace = sd.number("grace_s", 10.0, float, 0)
     sd.done()
 
+    inst = top.child("instance")
+    instance_id = _expanded(inst, "id", None, environ)
+    inst.done()
+
+    rl = top.child("reload")
+    watch_s = rl.number("watch_s", 0.0, float, 0)
+    rl.done()
+
     interceptors = top.get("interceptors", {})
     if not isinstance(interceptors, dict):
         raise ConfigError("interceptors: expected a mapping")
@@ -162,6 +180,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
+        instance_id=instance_id, reload_watch_s=watch_s,
     )
 
 
@@ -218,6 +237,22 @@ def _string(node: _Node, key: str, default: str) -> str:
     value = node.get(key, default)
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{node.key_path(key)}: expected a non-empty string")
+    return value
+
+
+def _expanded(
+    node: _Node, key: str, default: str | None, environ: Mapping[str, str] | None
+) -> Any:
+    """A string in which `${NAME}` is replaced by the environment variable (see env_expand)."""
+    if node.get(key) is None:
+        return default
+    text = _string(node, key, "")
+    try:
+        value = expand_env(text, environ)
+    except UnsetVariable as exc:
+        raise ConfigError(f"{node.key_path(key)}: {exc}") from None
+    if not value:
+        raise ConfigError(f"{node.key_path(key)}: {text!r} expands to an empty string")
     return value
 
 

@@ -102,6 +102,7 @@ class ExtraListener:
     port: int
     advertised_port: int
     protocol: str = "PLAINTEXT"
+    host: str = "127.0.0.1"  # the address it binds and advertises
 
 
 @dataclass
@@ -210,8 +211,9 @@ class KafkaCluster:
             "auto.create.topics.enable": "true",
         }
         for extra in self.extra_listeners:
-            props["listeners"] += f",{extra.name}://127.0.0.1:{extra.port}"
-            props["advertised.listeners"] += f",{extra.name}://127.0.0.1:{extra.advertised_port}"
+            props["listeners"] += f",{extra.name}://{extra.host}:{extra.port}"
+            props["advertised.listeners"] += (
+                f",{extra.name}://{extra.host}:{extra.advertised_port}")
             props["listener.security.protocol.map"] += f",{extra.name}:{extra.protocol}"
         props.update(self.extra_properties)
         return props

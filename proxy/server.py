@@ -24,6 +24,7 @@ from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
 from proxy.cluster import AuthRequired, UpstreamCluster
 from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
+from proxy.config_watch import watch_file
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
@@ -56,7 +57,9 @@ class Proxy:
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
         self.admin_tls = ReloadingContext(config.admin.tls) if config.admin.tls else None
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
-        self.proxy_info = ProxyInfo()
+        self.proxy_info = (
+            ProxyInfo() if config.instance_id is None else ProxyInfo(config.instance_id)
+        )
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
@@ -381,6 +384,8 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
         proxy = Proxy(config, tracing=tracing)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(proxy.handle_signals)
+            if config.reload_watch_s > 0 and config.source is not None:
+                nursery.start_soon(watch_file, config.source, config.reload_watch_s, proxy.reload)
             await proxy.serve(on_ready)
             nursery.cancel_scope.cancel()
 

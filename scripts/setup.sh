@@ -24,3 +24,32 @@ from protocol.kafka_versions import KAFKA_VERSION
 from proxy.kafka_dist import kafka_libs
 print(f"setup: Kafka {KAFKA_VERSION} jars in {kafka_libs(KAFKA_VERSION)}")
 PY
+
+# Tools the deploy/ tests use, versions in deploy/tools.env, cached under the cache folder:
+# helm built from the Go module proxy, checkov from PyPI in a virtualenv of its own (its pinned
+# dependencies would otherwise fight Herald's), iproute2 for the simulated pod.
+# shellcheck source=/dev/null
+. deploy/tools.env
+cache=${HERALD_CACHE_DIR:-$PWD/.cache}
+helm_bin="$cache/go/bin/helm-$HELM_VERSION"
+if [ ! -x "$helm_bin" ]; then
+  command -v go >/dev/null || { echo "setup: 'go' is required to build helm" >&2; exit 1; }
+  echo "setup: building helm $HELM_VERSION from the Go module proxy ..."
+  tmp_bin=$(mktemp -d)
+  GOPATH="$cache/go" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-modcacherw \
+    GOBIN="$tmp_bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  mkdir -p "$cache/go/bin"
+  mv "$tmp_bin/helm" "$helm_bin"
+  rmdir "$tmp_bin"
+fi
+checkov_venv="$cache/tools/checkov-$CHECKOV_VERSION"
+if [ ! -x "$checkov_venv/bin/checkov" ]; then
+  echo "setup: installing checkov $CHECKOV_VERSION ..."
+  "$PYTHON" -m venv "$checkov_venv"
+  "$checkov_venv/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
+fi
+if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get install -y -q iproute2 >/dev/null || { apt-get update -q >/dev/null &&
+    apt-get install -y -q iproute2 >/dev/null; }
+fi
+echo "setup: helm $HELM_VERSION, checkov $CHECKOV_VERSION in $cache"

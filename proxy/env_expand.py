@@ -1,0 +1,38 @@
+"""`${NAME}` in the few config values that differ from pod to pod.
+
+In Kubernetes the pod's name, namespace and node reach a container only as environment
+variables (the downward API), while the config file comes from a ConfigMap shared by every
+replica. Expanding `${NAME}` in a short, documented list of keys (`instance.id`,
+`listen.advertised_host`) lets one file serve them all; everywhere else a `$` is just a
+character, so no value can change meaning by accident. `$$` is a literal `$`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$|\$\{[^}]*\}?")
+
+
+class UnsetVariable(ValueError):
+    """A `${NAME}` names a variable that is not set, or is not a valid reference."""
+
+
+def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """`text` with every `${NAME}` replaced by that environment variable."""
+    env = os.environ if environ is None else environ
+
+    def replace(match: re.Match[str]) -> str:
+        whole, name = match.group(0), match.group(1)
+        if whole == "$$":
+            return "$"
+        if name is None:
+            raise UnsetVariable(f"{whole!r} is not a valid reference (expected ${{NAME}})")
+        value = env.get(name)
+        if value is None:
+            raise UnsetVariable(f"environment variable {name} is not set")
+        return value
+
+    return _REFERENCE.sub(replace, text)

@@ -1,0 +1,181 @@
+"""`herald k8s inject`: the command line of the injector."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from proxy.config import ConfigError, parse_config
+from proxy.k8s import sidecar
+from proxy.k8s.inject import InjectError, InjectOptions, inject
+from proxy.k8s.sidecar import SidecarSpec
+from proxy.k8s.sizing import CPU_MS_PER_MB, Throughput
+
+# What `${NAME}` may refer to in a sidecar's proxy.yaml: the variables the sidecar is given.
+_SIDECAR_ENV = {"POD_NAME": "pod", "POD_NAMESPACE": "namespace", "NODE_NAME": "node"}
+
+INJECT_HELP = f"""\
+Read Kubernetes manifests (multi-document YAML, from files or stdin) and write them to stdout
+with the Herald sidecar added to every workload (Deployment, StatefulSet, DaemonSet, ReplicaSet,
+Job, CronJob, Pod): by default a native sidecar (an init container with restartPolicy: Always,
+Kubernetes 1.29+), its ConfigMap (<workload>-herald), probes on /healthz and /readyz, the pod's
+name, namespace and node for the audit headers, and resource requests sized from the expected
+throughput. The application containers' bootstrap variable is set to Herald's loopback listener.
+
+Injecting twice changes nothing: pods marked {sidecar.INJECTED} are left as they are.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    k8s = sub.add_parser("k8s", help="Kubernetes: add the Herald sidecar to workload manifests")
+    k8s_sub = k8s.add_subparsers(dest="k8s_command", required=True, metavar="K8S_COMMAND")
+    p = k8s_sub.add_parser("inject", help="add the Herald sidecar to workload manifests",
+                           description=INJECT_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="*", type=Path, default=[],
+                   help="manifest files ('-' or none: stdin)")
+    p.add_argument("--upstream", default="kafka:9092",
+                   help="bootstrap HOST:PORT of the real cluster (default: kafka:9092)")
+    p.add_argument("--bootstrap-env", action="append", metavar="NAME",
+                   help="environment variable of the application that holds the Kafka "
+                        "bootstrap; repeatable (default: KAFKA_BOOTSTRAP_SERVERS)")
+    p.add_argument("--container", action="append", default=[], metavar="NAME",
+                   help="only this application container gets the bootstrap variable; "
+                        "repeatable (default: all)")
+    p.add_argument("--image", default=SidecarSpec.image, help="Herald's container image")
+    p.add_argument("--classic", action="store_true",
+                   help="a plain sidecar container (clusters before 1.29; not for Jobs)")
+    p.add_argument("--config", type=Path,
+                   help="the proxy.yaml to put in the ConfigMap (default: generated)")
+    p.add_argument("--config-map", metavar="NAME",
+                   help="use this existing ConfigMap for proxy.yaml; write none")
+    p.add_argument("--upstream-tls-secret", metavar="SECRET",
+                   help="Secret with ca.crt, tls.crt, tls.key for TLS to the brokers")
+    p.add_argument("--sasl-secret", metavar="SECRET",
+                   help="Secret with username and password Herald authenticates with")
+    p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
+                   choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--produce-mb-s", type=float, default=5.0,
+                   help="expected produce MB/s per pod, for the CPU request (default 5)")
+    p.add_argument("--consume-mb-s", type=float, default=5.0,
+                   help="expected consume MB/s per pod, for the CPU request (default 5)")
+    p.add_argument("--interceptors", choices=sorted(CPU_MS_PER_MB), default="trace_audit",
+                   help="which measured CPU figures size the request (default trace_audit)")
+    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+
+
+def _read(files: list[Path]) -> list[Any]:
+    docs: list[Any] = []
+    for path in files or [Path("-")]:
+        name = "stdin" if str(path) == "-" else str(path)
+        try:
+            text = sys.stdin.read() if str(path) == "-" else path.read_text()
+        except OSError as exc:
+            raise InjectError(f"{name}: cannot read ({exc.strerror})") from exc
+        try:
+            docs.extend(yaml.safe_load_all(text))
+        except yaml.YAMLError as exc:
+            raise InjectError(f"{name}: not valid YAML: {exc}") from exc
+    return docs
+
+
+def _options(args: argparse.Namespace) -> InjectOptions:
+    try:
+        load = Throughput(args.produce_mb_s, args.consume_mb_s, args.interceptors)
+    except ValueError as exc:
+        raise InjectError(str(exc)) from None
+    spec = SidecarSpec(
+        upstream=args.upstream, image=args.image, native=not args.classic, load=load,
+        upstream_tls_secret=args.upstream_tls_secret, sasl_secret=args.sasl_secret,
+        sasl_mechanism=args.sasl_mechanism,
+    )
+    proxy_yaml = None
+    if args.config is not None:
+        spec, proxy_yaml = _own_config(args.config, spec)
+    return InjectOptions(
+        spec=spec, bootstrap_env=tuple(args.bootstrap_env or ("KAFKA_BOOTSTRAP_SERVERS",)),
+        containers=tuple(args.container), config_map=args.config_map, proxy_yaml=proxy_yaml,
+    )
+
+
+# Sections that name files from Secrets: those exist only in the pod, so Herald checks them
+# when it starts there; the injector validates everything else.
+_POD_FILES = (("upstream", "tls"), ("upstream", "sasl"), ("listen", "tls"), ("admin", "tls"),
+              ("admin", "token"))
+
+
+def _without_pod_files(data: Any) -> Any:
+    if not isinstance(data, dict):
+        return data
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for section, key in _POD_FILES:
+        if isinstance(out.get(section), dict):
+            out[section].pop(key, None)
+    return out
+
+
+def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
+    """A user's proxy.yaml, validated as the sidecar will load it; the ports and drain time
+    the pod needs are taken from it."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InjectError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        data = yaml.safe_load(text)
+        config = parse_config(_without_pod_files(data), source=path, environ=_SIDECAR_ENV)
+    except (ConfigError, yaml.YAMLError) as exc:
+        raise InjectError(f"{path}: {exc}") from None
+    admin = config.admin.bind
+    if admin is None:
+        raise InjectError(f"{path}: admin.bind: required: the kubelet probes /healthz and "
+                          "/readyz there")
+    if admin.host.startswith("127.") or admin.host in ("localhost", "::1"):
+        raise InjectError(f"{path}: admin.bind: {admin} is loopback, where the kubelet's probes "
+                          "cannot reach it (use 0.0.0.0)")
+    return SidecarSpec(
+        upstream=spec.upstream, image=spec.image, native=spec.native, load=spec.load,
+        upstream_tls_secret=spec.upstream_tls_secret, sasl_secret=spec.sasl_secret,
+        sasl_mechanism=spec.sasl_mechanism, listen_port=config.listen.bootstrap.port,
+        broker_port_base=config.listen.broker_port_base, admin_port=admin.port,
+        shutdown_grace_s=config.shutdown_grace_s,
+    ), text
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (the embedded proxy.yaml) as readable block scalars."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_documents(docs: list[Any]) -> str:
+    return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, explicit_start=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = _options(args)
+        docs, report = inject(_read(args.files), options)
+    except InjectError as exc:
+        print(f"herald k8s inject: {exc}", file=sys.stderr)
+        return 2
+    text = dump_documents(docs)
+    if args.output is not None:
+        args.output.write_text(text)
+    else:
+        sys.stdout.write(text)
+    for name in report.injected:
+        print(f"herald k8s inject: {name}: sidecar added", file=sys.stderr)
+    for name in report.unchanged:
+        print(f"herald k8s inject: {name}: already injected, unchanged", file=sys.stderr)
+    return 0

@@ -1,0 +1,250 @@
+"""Add the Herald sidecar to the pod templates of Kubernetes workload manifests.
+
+Like a service mesh's injector, but offline: manifests in, manifests out. Every workload
+(Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, Pod, and those inside a `List`)
+gets one Herald container, the volume of its config, the pod's identity for the audit
+headers, and its applications' bootstrap variables pointed at Herald; a ConfigMap with the
+sidecar's proxy.yaml is written just before the workload. Anything else (Services, ConfigMaps,
+custom resources) passes through as it is.
+
+Injection is idempotent: a pod template that carries the `herald.io/injected` annotation is
+left exactly as it is. Whatever would give a pod that cannot work is refused with the document
+and the path of the field at fault, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from proxy.k8s import sidecar
+from proxy.k8s.sidecar import SidecarSpec
+
+# Where the pod template is, per kind; () means the document is the pod itself.
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+# Ports of the application containers that would collide with Herald's in the shared network
+# namespace: its listener, its admin endpoint, and this many broker ports above the base.
+BROKER_PORT_WINDOW = 256
+
+
+class InjectError(ValueError):
+    """A manifest Herald cannot add its sidecar to; the message names the document and path."""
+
+
+@dataclass(frozen=True)
+class InjectOptions:
+    spec: SidecarSpec = field(default_factory=SidecarSpec)
+    # Environment variables of the application containers that hold the Kafka bootstrap.
+    bootstrap_env: tuple[str, ...] = ("KAFKA_BOOTSTRAP_SERVERS",)
+    # Which containers get them (default: every application container).
+    containers: tuple[str, ...] = ()
+    # An existing ConfigMap with the sidecar's proxy.yaml: referenced, none is written.
+    config_map: str | None = None
+    # The proxy.yaml to write into the ConfigMap (default: `sidecar.proxy_config(spec)`).
+    proxy_yaml: str | None = None
+
+
+@dataclass
+class Report:
+    injected: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+class _Doc:
+    """Where errors point: the document's position and identity."""
+
+    def __init__(self, index: int, doc: dict[str, Any]) -> None:
+        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        self.kind = doc.get("kind")
+        self.name = meta.get("name")
+        self.where = f"document {index}"
+        if self.kind:
+            self.where += f" ({self.kind}/{self.name or '?'})"
+
+    def fail(self, path: str, reason: str) -> InjectError:
+        return InjectError(f"{self.where}: {path}: {reason}")
+
+
+def inject(documents: list[Any], options: InjectOptions) -> tuple[list[Any], Report]:
+    """The documents with the sidecar added, and which workloads were injected or left."""
+    report = Report()
+    out: list[Any] = []
+    for index, doc in enumerate(copy.deepcopy(documents), start=1):
+        if doc is None:  # an empty document between two `---`
+            continue
+        out.extend(_document(doc, _Doc(index, doc) if isinstance(doc, dict) else None,
+                             index, options, report))
+    return out, report
+
+
+def _document(doc: Any, where: _Doc | None, index: int, options: InjectOptions,
+              report: Report) -> Iterator[Any]:
+    if where is None:
+        raise InjectError(f"document {index}: expected a Kubernetes object (a mapping), "
+                          f"got {type(doc).__name__}")
+    for key in ("apiVersion", "kind"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise where.fail(key, "required: not a Kubernetes object")
+    if doc["kind"] == "List":
+        items = doc.get("items")
+        if not isinstance(items, list):
+            raise where.fail("items", "expected a list")
+        new_items: list[Any] = []
+        for i, item in enumerate(items):
+            inner = _Doc(index, item) if isinstance(item, dict) else None
+            if inner is not None:
+                inner.where = f"{where.where} items[{i}]" + (
+                    f" ({inner.kind}/{inner.name or '?'})" if inner.kind else "")
+            new_items.extend(_document(item, inner, index, options, report))
+        yield {**doc, "items": new_items}
+        return
+    path = TEMPLATE_PATHS.get(doc["kind"])
+    if path is None:
+        yield doc
+        return
+    yield from _workload(doc, path, where, options, report)
+
+
+def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: InjectOptions,
+              report: Report) -> Iterator[Any]:
+    template = doc
+    walked: list[str] = []
+    for key in path:
+        walked.append(key)
+        template = template.get(key)
+        if not isinstance(template, dict):
+            raise where.fail(".".join(walked), "expected a mapping")
+    prefix = ".".join(path) + "." if path else ""
+    meta = template.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise where.fail(prefix + "metadata", "expected a mapping")
+    pod = template.get("spec")
+    if not isinstance(pod, dict):
+        raise where.fail(prefix + "spec", "expected a mapping (the pod spec)")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict):
+        raise where.fail(prefix + "metadata.annotations", "expected a mapping")
+    label = f"{where.kind}/{where.name}"
+    if sidecar.INJECTED in annotations:
+        report.unchanged.append(label)
+        yield doc
+        return
+    _check_pod(pod, prefix + "spec", where, doc["kind"], options)
+    spec = options.spec
+    config_map = options.config_map
+    if config_map is None:
+        if not where.name:
+            raise where.fail("metadata.name", "required: it names the Herald ConfigMap "
+                                              "(or give an existing one with --config-map)")
+        config_map = f"{where.name}-herald"
+        namespace = (doc.get("metadata") or {}).get("namespace")
+        text = options.proxy_yaml or sidecar.dump_config(sidecar.proxy_config(spec))
+        yield sidecar.config_map(config_map, namespace, text)
+
+    apps = pod["containers"]
+    targets = set(options.containers) or {c["name"] for c in apps}
+    for c in apps:
+        if c["name"] in targets:
+            _point_at_herald(c, options.bootstrap_env, spec.listen_port)
+    if spec.native:
+        pod["initContainers"] = [sidecar.container(spec), *(pod.get("initContainers") or [])]
+    else:
+        apps.append(sidecar.container(spec))
+    pod["volumes"] = [*(pod.get("volumes") or []), *sidecar.volumes(spec, config_map)]
+    pod["terminationGracePeriodSeconds"] = max(
+        pod.get("terminationGracePeriodSeconds") or 30, sidecar.termination_grace_s(spec))
+    meta["annotations"] = {
+        **annotations, sidecar.INJECTED: "native" if spec.native else "classic",
+    }
+    meta["annotations"].setdefault("kubectl.kubernetes.io/default-container", apps[0]["name"])
+    labels = meta.get("labels") or {}
+    meta["labels"] = {**labels, sidecar.SIDECAR_LABEL: "true"}
+    report.injected.append(label)
+    yield doc
+
+
+def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: int) -> None:
+    env = container.get("env") or []
+    value = f"localhost:{port}"
+    for name in names:
+        for i, entry in enumerate(env):
+            if entry.get("name") == name:
+                env[i] = {"name": name, "value": value}
+                break
+        else:
+            env.append({"name": name, "value": value})
+    if env:
+        container["env"] = env
+
+
+def _check_pod(pod: dict[str, Any], path: str, where: _Doc, kind: str,
+               options: InjectOptions) -> None:
+    """Refuse what would give a pod that cannot work, before anything is changed."""
+    spec = options.spec
+    apps = pod.get("containers")
+    if not isinstance(apps, list) or not apps:
+        raise where.fail(f"{path}.containers", "expected a non-empty list of containers")
+    inits = pod.get("initContainers") or []
+    if not isinstance(inits, list):
+        raise where.fail(f"{path}.initContainers", "expected a list")
+    for key, group in (("containers", apps), ("initContainers", inits)):
+        for i, c in enumerate(group):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+                raise where.fail(f"{path}.{key}[{i}]", "expected a container with a name")
+            if c["name"] == sidecar.NAME:
+                raise where.fail(f"{path}.{key}[{i}].name",
+                                 f"a container named {sidecar.NAME!r} already exists but the pod "
+                                 f"is not marked {sidecar.INJECTED}")
+            env = c.get("env") or []
+            if not isinstance(env, list) or not all(isinstance(e, dict) for e in env):
+                raise where.fail(f"{path}.{key}[{i}].env", "expected a list of mappings")
+            _check_ports(c, f"{path}.{key}[{i}]", where, spec)
+    volumes = pod.get("volumes") or []
+    if not isinstance(volumes, list):
+        raise where.fail(f"{path}.volumes", "expected a list")
+    taken = {v.get("name") for v in volumes if isinstance(v, dict)}
+    ours = {v["name"] for v in sidecar.volumes(spec, "-")}
+    if taken & ours:
+        raise where.fail(f"{path}.volumes", f"volume {sorted(taken & ours)[0]!r} already exists")
+    missing = set(options.containers) - {c["name"] for c in apps}
+    if missing:
+        raise where.fail(f"{path}.containers",
+                         f"no container named {sorted(missing)[0]!r} (given with --container)")
+    if pod.get("hostNetwork"):
+        raise where.fail(f"{path}.hostNetwork",
+                         "Herald's ports would be opened on the node, shared by every pod there; "
+                         "run it in gateway mode instead")
+    if not spec.native:
+        restart = pod.get("restartPolicy", "Always")
+        if kind in ("Job", "CronJob") or restart != "Always":
+            raise where.fail(f"{path}.restartPolicy" if restart != "Always" else "kind",
+                             "a classic sidecar never exits, so this pod would never complete: "
+                             "use the native sidecar (Kubernetes 1.29+)")
+
+
+def _check_ports(c: dict[str, Any], path: str, where: _Doc, spec: SidecarSpec) -> None:
+    ports = c.get("ports") or []
+    if not isinstance(ports, list):
+        raise where.fail(f"{path}.ports", "expected a list")
+    reserved = {spec.listen_port: "its listener", spec.admin_port: "its admin endpoint"}
+    for j, p in enumerate(ports):
+        number = p.get("containerPort") if isinstance(p, dict) else None
+        if not isinstance(number, int):
+            raise where.fail(f"{path}.ports[{j}].containerPort", "expected a port number")
+        why = reserved.get(number)
+        if why is None and spec.broker_port_base <= number < (
+                spec.broker_port_base + BROKER_PORT_WINDOW):
+            why = "its broker ports"
+        if why is not None:
+            raise where.fail(f"{path}.ports[{j}].containerPort",
+                             f"port {number} is Herald's ({why}) in the pod's shared network")

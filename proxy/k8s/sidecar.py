@@ -1,0 +1,177 @@
+"""The Herald sidecar: its container, its volumes, and the ConfigMap holding its proxy.yaml.
+
+One place builds these, so the injector, the example manifests in `deploy/kubernetes/` (made
+by the injector) and the tests all agree on names, paths and ports. The Helm chart renders the
+same shapes from its own templates; the tests compare the two.
+
+Paths are those `proxy.yaml` refers to: the config at /etc/herald/config/proxy.yaml, TLS and
+SASL material from Secrets under /etc/herald/. The config folder is not /etc/herald itself
+because a ConfigMap volume is read-only and the Secret mounts need mount points of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from proxy.k8s.sizing import Throughput, resources
+
+NAME = "herald"
+CONFIG_VOLUME = "herald-config"
+CONFIG_DIR = "/etc/herald/config"
+CONFIG_PATH = f"{CONFIG_DIR}/proxy.yaml"
+UPSTREAM_TLS_DIR = "/etc/herald/upstream-tls"
+SASL_DIR = "/etc/herald/sasl"
+ADMIN_PORT_NAME = "herald-admin"
+LISTEN_PORT = 19092
+BROKER_PORT_BASE = 19100
+ADMIN_PORT = 9464
+RUN_AS = 10001  # the image's user (deploy/Dockerfile)
+INSTANCE_ID = "${POD_NAMESPACE}/${POD_NAME}@${NODE_NAME}"
+SHUTDOWN_GRACE_S = 20
+RELOAD_WATCH_S = 5
+# The annotation that marks a pod template as injected, and the label PodMonitors select on.
+INJECTED = "herald.io/injected"
+SIDECAR_LABEL = "herald.io/sidecar"
+PRE_STOP_S = 5
+
+_DOWNWARD = (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
+             ("NODE_NAME", "spec.nodeName"))
+
+
+@dataclass(frozen=True)
+class SidecarSpec:
+    """What differs between injections; everything else is fixed by this module."""
+
+    upstream: str = "kafka:9092"
+    image: str = "herald:0.1.0"
+    native: bool = True  # restartable init container (Kubernetes 1.29+); else a plain container
+    load: Throughput = field(default_factory=Throughput)
+    upstream_tls_secret: str | None = None
+    sasl_secret: str | None = None
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    # Taken from the proxy.yaml in use (a user's own file may choose other ports).
+    listen_port: int = LISTEN_PORT
+    broker_port_base: int = BROKER_PORT_BASE
+    admin_port: int = ADMIN_PORT
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S
+
+
+def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
+    """The proxy.yaml of a sidecar: loopback listeners for the application, the admin endpoint
+    on every address for the kubelet's probes and Prometheus, the pod's identity in audit."""
+    upstream: dict[str, Any] = {"bootstrap": spec.upstream}
+    if spec.upstream_tls_secret:
+        upstream["tls"] = {
+            "ca_file": f"{UPSTREAM_TLS_DIR}/ca.crt",
+            "cert_file": f"{UPSTREAM_TLS_DIR}/tls.crt",
+            "key_file": f"{UPSTREAM_TLS_DIR}/tls.key",
+        }
+    if spec.sasl_secret:
+        upstream["sasl"] = {
+            "mechanism": spec.sasl_mechanism,
+            "username": {"file": f"{SASL_DIR}/username"},
+            "password": {"file": f"{SASL_DIR}/password"},
+        }
+    return {
+        "upstream": upstream,
+        "listen": {
+            "bootstrap": f"127.0.0.1:{spec.listen_port}",
+            "advertised_host": "localhost",
+            "broker_port_base": spec.broker_port_base,
+        },
+        "admin": {"bind": f"0.0.0.0:{spec.admin_port}"},
+        "instance": {"id": INSTANCE_ID},
+        "reload": {"watch_s": RELOAD_WATCH_S},
+        "shutdown": {"grace_s": spec.shutdown_grace_s},
+        "logging": {"level": "warning", "format": "json"},
+        "interceptors": {
+            "produce": [{"type": "trace_context"}, {"type": "audit"}],
+            "fetch": [],
+        },
+    }
+
+
+def config_map(name: str, namespace: str | None, proxy_yaml: str) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "proxy"}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata,
+            "data": {"proxy.yaml": proxy_yaml}}
+
+
+def dump_config(config: dict[str, Any]) -> str:
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": ADMIN_PORT_NAME}, "periodSeconds": period,
+            "timeoutSeconds": 2, "failureThreshold": failures}
+
+
+def container(spec: SidecarSpec) -> dict[str, Any]:
+    """The sidecar container.
+
+    Probes: startup and liveness on /healthz (the event loop answers), readiness on /readyz
+    (listening, upstream answered lately, not draining). Startup does not wait for the
+    upstream: with a native sidecar it gates the application's start, and an application
+    should start (and report its own state) while Kafka is away.
+    """
+    c: dict[str, Any] = {
+        "name": NAME,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["run", "--config", CONFIG_PATH],
+    }
+    if spec.native:
+        c["restartPolicy"] = "Always"
+    c["ports"] = [{"name": ADMIN_PORT_NAME, "containerPort": spec.admin_port, "protocol": "TCP"}]
+    c["env"] = [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+                for var, path in _DOWNWARD]
+    c["resources"] = resources(spec.load)
+    c["startupProbe"] = _probe("/healthz", 1, 30)
+    c["readinessProbe"] = _probe("/readyz", 5, 2)
+    c["livenessProbe"] = _probe("/healthz", 10, 3)
+    if not spec.native:
+        # A plain container gets SIGTERM together with the application: wait before it, so
+        # the application's last requests still find Herald listening. (A native sidecar is
+        # only stopped once the application containers have exited.) Exec, not a shell: the
+        # image has none.
+        c["lifecycle"] = {"preStop": {"exec": {"command": [
+            "python3", "-c", f"import time; time.sleep({PRE_STOP_S})"]}}}
+    c["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS,
+        "runAsGroup": RUN_AS,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    mounts = [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}]
+    if spec.upstream_tls_secret:
+        mounts.append({"name": "herald-upstream-tls", "mountPath": UPSTREAM_TLS_DIR,
+                       "readOnly": True})
+    if spec.sasl_secret:
+        mounts.append({"name": "herald-sasl", "mountPath": SASL_DIR, "readOnly": True})
+    c["volumeMounts"] = mounts
+    return c
+
+
+def volumes(spec: SidecarSpec, config_map_name: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, "configMap": {"name": config_map_name}}]
+    if spec.upstream_tls_secret:
+        out.append({"name": "herald-upstream-tls",
+                    "secret": {"secretName": spec.upstream_tls_secret}})
+    if spec.sasl_secret:
+        out.append({"name": "herald-sasl",
+                    "secret": {"secretName": spec.sasl_secret}})
+    return out
+
+
+def termination_grace_s(spec: SidecarSpec) -> int:
+    """Time the pod needs after SIGTERM: Herald's drain, the classic pre-stop wait, margin."""
+    return int(spec.shutdown_grace_s) + (0 if spec.native else PRE_STOP_S) + 10
