@@ -15,7 +15,7 @@ import yaml
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from proxy.limits import LimitsConfig, parse_limits
 
 
 class ConfigError(ValueError):
@@ -47,12 +47,6 @@ class ListenConfig:
     bootstrap: HostPort
     advertised_host: str
     broker_port_base: int
-
-
-@dataclass(frozen=True)
-class LimitsConfig:
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_in_flight: int = 1000
 
 
 @dataclass(frozen=True)
@@ -165,12 +159,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
         raise ConfigError(f"{ls.key_path('broker_port_base')}: must be <= 65535")
     ls.done()
 
-    lim = top.child("limits")
-    limits = LimitsConfig(
-        max_frame_bytes=lim.number("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES, int, 1024),
-        max_in_flight=lim.number("max_in_flight", 1000, int, 1),
-    )
-    lim.done()
+    limits = parse_limits(top.child("limits"))
 
     adm = top.child("admin")
     bind = adm.get("bind")

@@ -25,6 +25,7 @@ from interceptors import Chains, ChainStats
 from protocol.api_keys import API_KEYS
 from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
+from proxy.connection_guard import LIMITS as CONNECTION_LIMITS
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -237,6 +238,12 @@ class Metrics:
             "herald_tracing_spans_skipped",
             "Trace contexts Herald wrote but exported no span for (per-partition span limit)",
             registry=r)
+        self.connection_limit_hits = Counter(
+            "herald_connection_limit_hits",
+            "Client connections refused (max_connections, max_connections_per_source) or "
+            "closed (idle_timeout, frame_timeout) by a limit", ["limit"], registry=r)
+        for limit in CONNECTION_LIMITS:
+            self.connection_limit_hits.labels(limit)
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_children: dict[tuple[str, str], ApiMetrics] = {}

@@ -23,6 +23,7 @@ from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
 from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
+from proxy.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
@@ -66,6 +67,11 @@ class Proxy:
             *traced,
         ])
         self.sessions: set[Session] = set()
+        limits = config.limits
+        self.guard = ConnectionGuard(
+            limits.max_connections, limits.max_connections_per_source,
+            lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
+        )
         self.admin_port: int | None = None
         self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
@@ -206,12 +212,17 @@ class Proxy:
 
     async def _handle(self, client: trio.SocketStream, target: str) -> None:
         m = self.metrics
+        source = _peer(client).rpartition(":")[0]
+        if self.guard.admit(source) is not None:
+            await client.aclose()
+            return
         m.connections_total.labels("client").inc()
         m.connections_active.labels("client").inc()
         try:
             await self._serve_client(client, target)
         finally:
             m.connections_active.labels("client").dec()
+            self.guard.release(source)
 
     async def _serve_client(self, client: trio.SocketStream, target: str) -> None:
         peer = _peer(client)
@@ -232,6 +243,7 @@ class Proxy:
         session = Session(
             client, stream, ctx, self.chain,
             self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
+            ClientDeadlines(self.config.limits.idle_timeout_s, self.config.limits.frame_timeout_s),
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

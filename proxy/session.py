@@ -22,6 +22,7 @@ from protocol.errors import CodecError
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
 from protocol.framing import FrameDecoder, FrameTooLarge
 from proxy import sockio, wire
+from proxy.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.filters import Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import ApiMetrics, Metrics
@@ -70,8 +71,10 @@ class Session:
         max_frame_bytes: int,
         max_in_flight: int,
         metrics: Metrics,
+        deadlines: ClientDeadlines | None = None,
     ) -> None:
         self.client = client
+        self.deadlines = deadlines
         self.metrics = metrics
         self._bytes_in = metrics.bytes.labels("client_to_proxy")
         self._bytes_up = metrics.bytes.labels("proxy_to_upstream")
@@ -98,6 +101,8 @@ class Session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._guard, self._pump_requests, nursery)
                 nursery.start_soon(self._guard, self._pump_responses, nursery)
+                if self.deadlines is not None:
+                    nursery.start_soon(self._guard, self._watch_deadlines, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await _close(self.client)
@@ -184,6 +189,8 @@ class Session:
             except CodecError as exc:
                 self.metrics.frames_refused.labels("malformed").inc()
                 raise SessionClosed(f"malformed frame: {exc}", "warning") from None
+            if self.deadlines is not None:
+                self.deadlines.received(len(frames), decoder.buffered)
             out: list[bytes] = []
             entries: list[InFlight] = []
             for payload in frames:
@@ -203,6 +210,12 @@ class Session:
                 await self._send_upstream(out, entries)
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
+
+    async def _watch_deadlines(self) -> None:
+        assert self.deadlines is not None
+        limit, reason = await self.deadlines.expired(lambda: bool(self.in_flight))
+        self.metrics.connection_limit_hits.labels(limit).inc()
+        raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
 
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
         data = b"".join(out)
