@@ -26,6 +26,7 @@ from protocol.api_keys import API_KEYS
 from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
 from proxy.connection_guard import LIMITS as CONNECTION_LIMITS
+from proxy.limit_stats import LimitCollector, LimitStats
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -206,6 +207,8 @@ class Metrics:
     def __init__(self, topic_allowlist: frozenset[str] = frozenset()) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.codec = CodecStats()
+        self.limits = LimitStats()
+        r.register(LimitCollector(self.limits))
         self.topics = TopicTally(topic_allowlist)
         self.interceptor_collector: InterceptorCollector | None = None
         self.connections_active = Gauge(

@@ -30,6 +30,7 @@ from proxy.logs import get_logger
 from proxy.metrics import Metrics
 from proxy.session import Session
 from proxy.topic_ids import TopicIdLearner, TopicIds
+from proxy.topic_limits import TopicLimits
 from proxy.tracing import Tracing, TracingFilter, tracing_from_env
 
 log = get_logger("server")
@@ -49,9 +50,12 @@ class Proxy:
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
         self.proxy_info = ProxyInfo()
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
+        self.topic_limits = TopicLimits(config.upstream.bootstrap,
+                                        config.upstream.connect_timeout_s)
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
+            config.limits, self.topic_limits, self.metrics.limits,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.
@@ -99,6 +103,7 @@ class Proxy:
                     self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
+                nursery.start_soon(self.topic_limits.run)
                 self.ready.set()
                 if on_ready is not None:
                     on_ready(self)

@@ -125,7 +125,13 @@ async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
     out = bytearray()
     encode_request_header(header, out)
     request.encode_into(out, version)
-    payload = bytes(out)
+    response = await request_once(host, port, bytes(out))
+    _, msg = decode_response(ApiKey.METADATA, version, response)
+    return [(b.node_id, b.host, b.port) for b in msg.brokers]
+
+
+async def request_once(host: str, port: int, payload: bytes) -> bytes:
+    """Herald's own request to a broker, on a connection of its own: the response payload."""
     stream = await trio.open_tcp_stream(host, port)
     async with stream:
         await stream.send_all(frame(payload))
@@ -133,10 +139,8 @@ async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
         while True:
             data = await stream.receive_some(65536)
             if not data:
-                raise ValueError("broker closed the connection during Metadata")
+                raise ValueError("broker closed the connection before answering")
             decoder.feed(data)
             frames = decoder.frames()
             if frames:
-                break
-    _, msg = decode_response(ApiKey.METADATA, version, frames[0])
-    return [(b.node_id, b.host, b.port) for b in msg.brokers]
+                return frames[0]
