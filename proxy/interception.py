@@ -40,6 +40,7 @@ from proxy.filters import Exchange, Filter, SessionContext
 from proxy.limit_stats import (
     BATCH_DECOMPRESSED,
     BATCH_RECORDS,
+    MEMORY,
     REQUEST_DECOMPRESSED,
     REQUEST_RECORDS,
     TOPIC_SIZE,
@@ -47,6 +48,7 @@ from proxy.limit_stats import (
 )
 from proxy.limits import LimitsConfig
 from proxy.logs import get_logger
+from proxy.memory_budget import MemoryBudget
 from proxy.metrics import CodecStats, TopicTally
 from proxy.topic_ids import TopicIds
 from proxy.topic_limits import TopicLimits
@@ -85,7 +87,8 @@ class RequestAllowance:
 def _decompress(batches: list[Any], per_batch: int, allowance: RequestAllowance | None,
                 cap: int | None = None) -> dict[int, float]:
     """Decompress every compressed batch now, each bounded while it decompresses (by
-    `per_batch`, what is left of the request's allowance, and `cap`); seconds per codec.
+    `per_batch`, what is left of the request's allowance, and `cap` for all of them);
+    seconds per codec.
 
     Raises `DecompressedTooLarge` when `cap` was the bound that stopped it, `_Refused`
     when a limit was.
@@ -113,6 +116,8 @@ def _decompress(batches: list[Any], per_batch: int, allowance: RequestAllowance 
                     f"limits.max_batch_decompressed_bytes ({per_batch} bytes)")) from None
             seconds[b.compression] = seconds.get(b.compression, 0.0) + perf_counter() - start
             left -= end - begin
+            if cap is not None:
+                cap -= end - begin
         else:
             left -= len(b)
     if allowance is not None:
@@ -217,6 +222,7 @@ class InterceptorFilter(Filter):
         self.topic_limits = topic_limits
         self.limit_stats = limit_stats if limit_stats is not None else LimitStats()
         self._big_work = trio.CapacityLimiter(self.limits.big_batch_workers)
+        self.memory: MemoryBudget | None = None  # set by the proxy
         # Held while a chain runs in a worker thread: chain members are not thread-safe, so
         # a chain run on the loop waits for it (other traffic does not).
         self._chain_busy = trio.Lock()
@@ -279,7 +285,36 @@ class InterceptorFilter(Filter):
         allowance: RequestAllowance | None, version: int,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         per_batch = self.limits.max_batch_decompressed_bytes
-        seconds = await trio.to_thread.run_sync(_decompress, batches, per_batch, allowance)
+        held = None
+        cap = None
+        if self.memory is not None:
+            # The decompressed records are booked in the memory budget before they exist:
+            # as much as the limits allow, at most a share of the budget per worker.
+            compressed = sum(1 for b in batches if not isinstance(b, _BYTES) and b.compression)
+            cap = min(per_batch * compressed,
+                      allowance.decompressed if allowance is not None else per_batch * compressed,
+                      self.memory.limit // (2 * self.limits.big_batch_workers))
+            held = self.memory.holder()
+            await held.take(cap)
+        try:
+            return await self._run_big_held(chain, topic, index, batches, conn, allowance,
+                                            version, cap)
+        finally:
+            if held is not None:
+                held.release()
+
+    async def _run_big_held(
+        self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
+        allowance: RequestAllowance | None, version: int, cap: int | None,
+    ) -> tuple[PartitionOutcome | None, bytes | None]:
+        per_batch = self.limits.max_batch_decompressed_bytes
+        try:
+            seconds = await trio.to_thread.run_sync(
+                _decompress, batches, per_batch, allowance, cap)
+        except DecompressedTooLarge:
+            raise _Refused(MEMORY, "the records of this Produce request decompress to more "
+                           "than the share of limits.memory_budget_bytes a batch may use"
+                           ) from None
         self._add_seconds(self.codec.decompress_seconds, seconds)
         async with self._chain_busy:
             outcome = await trio.to_thread.run_sync(

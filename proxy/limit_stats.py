@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protocol.compression import CODEC_NAMES
+from proxy.memory_budget import MemoryBudget
 
 # Why a partition of a Produce request was refused by a limit rather than by the chain.
 BATCH_RECORDS = "max_batch_records"
@@ -19,7 +20,9 @@ REQUEST_RECORDS = "max_request_records"
 BATCH_DECOMPRESSED = "max_batch_decompressed_bytes"
 REQUEST_DECOMPRESSED = "max_request_decompressed_bytes"
 TOPIC_SIZE = "topic_max_message_bytes"
-REASONS = (BATCH_RECORDS, REQUEST_RECORDS, BATCH_DECOMPRESSED, REQUEST_DECOMPRESSED, TOPIC_SIZE)
+MEMORY = "memory_budget_bytes"
+REASONS = (BATCH_RECORDS, REQUEST_RECORDS, BATCH_DECOMPRESSED, REQUEST_DECOMPRESSED, TOPIC_SIZE,
+           MEMORY)
 
 
 class LimitStats:
@@ -34,12 +37,20 @@ class LimitStats:
 class LimitCollector(Collector):
     def __init__(self, stats: LimitStats) -> None:
         self.stats = stats
+        self.memory: MemoryBudget | None = None
 
-    def describe(self) -> Iterator[CounterMetricFamily]:
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         return iter(self._families())
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
-        fitted, refused, offloaded = families = self._families()
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        families = self._families()
+        fitted, refused, offloaded, budget, waits = families
+        memory = self.memory
+        if memory is not None:
+            for kind, value in (("limit", memory.limit), ("used", memory.used),
+                                ("peak", memory.peak)):
+                budget.add_metric([kind], value)
+            waits.add_metric([], memory.waits)
         stats = self.stats
         for cid, name in CODEC_NAMES.items():
             if cid:
@@ -50,7 +61,7 @@ class LimitCollector(Collector):
         return iter(families)
 
     @staticmethod
-    def _families() -> list[CounterMetricFamily]:
+    def _families() -> list[CounterMetricFamily | GaugeMetricFamily]:
         return [
             CounterMetricFamily(
                 "herald_batches_fitted",
@@ -64,4 +75,13 @@ class LimitCollector(Collector):
             CounterMetricFamily(
                 "herald_big_batches_offloaded",
                 "Partitions whose batches were processed off the event loop"),
+            GaugeMetricFamily(
+                "herald_memory_budget_bytes",
+                "The global memory budget for buffered frames, responses and decompressed "
+                "batches: its limit, what is used now, and the most ever used",
+                labels=["kind"]),
+            CounterMetricFamily(
+                "herald_memory_budget_waits",
+                "Times a connection or a batch waited for room in the memory budget "
+                "(reading from that client paused)"),
         ]

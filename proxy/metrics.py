@@ -27,6 +27,7 @@ from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
 from proxy.connection_guard import LIMITS as CONNECTION_LIMITS
 from proxy.limit_stats import LimitCollector, LimitStats
+from proxy.memory_budget import MemoryBudget
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -208,7 +209,8 @@ class Metrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.codec = CodecStats()
         self.limits = LimitStats()
-        r.register(LimitCollector(self.limits))
+        self.limit_collector = LimitCollector(self.limits)
+        r.register(self.limit_collector)
         self.topics = TopicTally(topic_allowlist)
         self.interceptor_collector: InterceptorCollector | None = None
         self.connections_active = Gauge(
@@ -256,6 +258,10 @@ class Metrics:
         if self.interceptor_collector is None:
             self.interceptor_collector = InterceptorCollector(source, self.codec, self.topics)
             self.registry.register(self.interceptor_collector)
+
+    def watch_memory(self, budget: MemoryBudget) -> None:
+        """Export the memory budget's limit, use, peak and waits on scrape."""
+        self.limit_collector.memory = budget
 
     def retire_chains(self, chains: Chains) -> None:
         """`chains` are being replaced: keep their totals so the counters stay monotonic."""

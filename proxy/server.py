@@ -27,6 +27,7 @@ from proxy.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
+from proxy.memory_budget import MemoryBudget
 from proxy.metrics import Metrics
 from proxy.session import Session
 from proxy.topic_ids import TopicIdLearner, TopicIds
@@ -72,6 +73,9 @@ class Proxy:
         ])
         self.sessions: set[Session] = set()
         limits = config.limits
+        self.memory = MemoryBudget(limits.memory_budget_bytes)
+        self.metrics.watch_memory(self.memory)
+        self.interceptors.memory = self.memory
         self.guard = ConnectionGuard(
             limits.max_connections, limits.max_connections_per_source,
             lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
@@ -249,6 +253,7 @@ class Proxy:
             client, stream, ctx, self.chain,
             self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
             ClientDeadlines(self.config.limits.idle_timeout_s, self.config.limits.frame_timeout_s),
+            self.memory,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

@@ -25,6 +25,7 @@ from proxy import sockio, wire
 from proxy.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.filters import Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
+from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
 from proxy.splice import SpliceEOF, Splicer
 
@@ -72,9 +73,14 @@ class Session:
         max_in_flight: int,
         metrics: Metrics,
         deadlines: ClientDeadlines | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.client = client
         self.deadlines = deadlines
+        # What this connection holds of the global memory budget: request bytes read and
+        # not yet forwarded, response bytes read and not yet sent on.
+        self._held_in = memory.holder() if memory is not None else None
+        self._held_out = Holder(memory, always_small=True) if memory is not None else None
         self.metrics = metrics
         self._bytes_in = metrics.bytes.labels("client_to_proxy")
         self._bytes_up = metrics.bytes.labels("proxy_to_upstream")
@@ -109,6 +115,9 @@ class Session:
                 await _close(self.upstream)
             if self._splicer is not None:
                 self._splicer.close()
+            if self._held_in is not None:
+                self._held_in.release()
+                self._held_out.release()
             self._abandon()
         reason = self._reason
         if reason is not None:
@@ -169,7 +178,10 @@ class Session:
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
-                    data, waited = await sockio.receive(self._client_sock, _RECV)
+                    if self._held_in is None:
+                        data, waited = await sockio.receive(self._client_sock, _RECV)
+                    else:
+                        data, waited = await self._held_in.receive(self._client_sock, _RECV)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -208,6 +220,8 @@ class Session:
                     entries.append(entry)
             if out:
                 await self._send_upstream(out, entries)
+            if self._held_in is not None:
+                self._held_in.set(decoder.buffered)
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
 
@@ -268,7 +282,10 @@ class Session:
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         while True:
-            data, waited = await sockio.receive(self._upstream_sock, _RECV)
+            if self._held_out is None:
+                data, waited = await sockio.receive(self._upstream_sock, _RECV)
+            else:
+                data, waited = await self._held_out.receive(self._upstream_sock, _RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -285,6 +302,8 @@ class Session:
                     stream = await self._stream_start(decoder)
                     if stream is not None:
                         data = await self._stream_rest(stream)
+            if self._held_out is not None:
+                self._held_out.set(decoder.buffered)
             if not self.in_flight:
                 self._idle.set()
             if not waited:
