@@ -96,7 +96,27 @@ class LatencyProbe:
             time.sleep(0.005)
 
     def p99(self) -> float:
-        return statistics.quantiles(self.latencies, n=100)[98]
+        return statistics.quantiles(self.latencies, n=100, method="inclusive")[98]
+
+    def median(self) -> float:
+        return statistics.median(self.latencies)
+
+
+def baseline(proc: HeraldProcess) -> LatencyProbe:
+    """The probe's latency with nothing else going on, on this machine, now."""
+    with LatencyProbe(proc.bootstrap) as probe:
+        time.sleep(1.0)
+    return probe
+
+
+def assert_kept_latency(probe: LatencyProbe, quiet: LatencyProbe) -> None:
+    """Sub-50 ms for the other client; on a machine so loaded that even the quiet p99 is
+    above that, no worse than twice the quiet p99."""
+    print(f"other client: median {probe.median() * 1000:.1f} ms, p99 {probe.p99() * 1000:.1f} "
+          f"ms, max {max(probe.latencies) * 1000:.1f} ms (quiet: median "
+          f"{quiet.median() * 1000:.1f} ms, p99 {quiet.p99() * 1000:.1f} ms)")
+    assert probe.median() < 0.05
+    assert probe.p99() < max(0.05, 2 * quiet.p99())
 
 
 def send_and_answer(proc: HeraldProcess, request: bytes) -> tuple[object, float]:
@@ -119,6 +139,7 @@ def test_a_million_tiny_records_are_refused_before_decompressing(
     records = tiny_records_batch(1_000_000, hostile=True)
     assert len(records) < 16 * 1024  # a few KiB of zstd (the issue's attack)
     peak_before = herald_chain.memory("VmHWM")
+    quiet = baseline(herald_chain)
     with LatencyProbe(herald_chain.bootstrap) as probe:
         time.sleep(0.3)
         partition, took = send_and_answer(herald_chain, produce_request(1, topic_name, records))
@@ -127,7 +148,7 @@ def test_a_million_tiny_records_are_refused_before_decompressing(
     assert "limits.max_batch_records (200000)" in partition.error_message
     assert took < 1.0
     assert herald_chain.memory("VmHWM") - peak_before < 50 * MIB
-    assert probe.p99() < 0.05, probe.p99()
+    assert_kept_latency(probe, quiet)
     assert "partition_refused" in herald_chain.logs()
 
 
@@ -141,6 +162,7 @@ def test_a_large_batch_within_the_limits_is_processed_off_the_event_loop(
         f.result(timeout=30)
     records = tiny_records_batch(150_000)
     peak_before = herald_chain.memory("VmHWM")
+    quiet = baseline(herald_chain)
     with LatencyProbe(herald_chain.bootstrap) as probe:
         time.sleep(0.3)
         # Herald learns the topic's limit on first sight: the first attempt may be refused
@@ -156,6 +178,5 @@ def test_a_large_batch_within_the_limits_is_processed_off_the_event_loop(
     assert partition.base_offset >= 0
     peak_growth = herald_chain.memory("VmHWM") - peak_before
     assert peak_growth < 400 * MIB, peak_growth
-    assert probe.p99() < 0.05, (probe.p99(), max(probe.latencies))
-    print(f"processed in {took:.3f} s; probe p99 {probe.p99() * 1000:.1f} ms, "
-          f"max {max(probe.latencies) * 1000:.1f} ms; peak RSS growth {peak_growth / MIB:.0f} MiB")
+    print(f"processed in {took:.3f} s; peak RSS growth {peak_growth / MIB:.0f} MiB")
+    assert_kept_latency(probe, quiet)
