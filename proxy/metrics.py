@@ -252,6 +252,7 @@ class Metrics:
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_children: dict[tuple[str, str], ApiMetrics] = {}
+        self._by_pair: dict[tuple[int, int], ApiMetrics] = {}
 
     def watch_interceptors(self, source: Callable[[], Chains]) -> None:
         """Export the counters of the chains `source()` returns (the current ones) on scrape."""
@@ -271,9 +272,12 @@ class Metrics:
     def for_api(self, api_key: int, version: int) -> ApiMetrics:
         """The per-(API, version) metric children, resolved once (label lookups cost).
 
-        Cached by label values, not by what the client sent, so hostile keys and versions
-        cost one entry in all, like the series they are counted in.
+        Cached by label values, and by (key, version) only for pairs some release defines, so
+        hostile keys and versions cost one entry in all, like the series they are counted in.
         """
+        found = self._by_pair.get((api_key, version))
+        if found is not None:
+            return found
         labels = bounded_api_labels(api_key, version)
         found = self._api_children.get(labels)
         if found is None:
@@ -283,6 +287,8 @@ class Metrics:
                 self.request_latency.labels(api),
                 self.upstream_latency.labels(api),
             )
+        if UNKNOWN_LABEL not in labels:
+            self._by_pair[(api_key, version)] = found  # bounded by the table, like the labels
         return found
 
 
