@@ -360,6 +360,10 @@ static PyObject *append(PyObject *self, PyObject *args) {
         goto done;
     }
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    /* Copying touches only the fresh `out`, the buffer held by `view`, and bytes objects the
+     * caller keeps alive and no other thread can reach: other threads (the event loop) may
+     * run meanwhile, so a large batch stamped in a worker does not stall them. */
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         rec_pos *r = &recs[i];
         uint64_t headers = zigzag((int64_t)r->count + added);
@@ -373,6 +377,7 @@ static PyObject *append(PyObject *self, PyObject *args) {
         w += r->end - r->first;
         w = put_tail(w, columns, i);
     }
+    Py_END_ALLOW_THREADS
 done:
     PyMem_Free(recs);
     PyBuffer_Release(&view);

@@ -23,6 +23,10 @@ import cramjam
 
 from protocol.errors import CodecError
 
+
+class DecompressedTooLarge(CodecError):
+    """The data decompresses to more than the caller's limit (found while decompressing)."""
+
 NONE = 0
 GZIP = 1
 SNAPPY = 2
@@ -115,7 +119,7 @@ def decompress(codec: int, data: Buffer, max_size: int = DEFAULT_MAX_DECOMPRESSE
     """Decompress one batch's records section; raise CodecError on bad or oversized input."""
     if codec == NONE:
         if len(data) > max_size:
-            raise CodecError("records section exceeds the size limit")
+            raise DecompressedTooLarge("records section exceeds the size limit")
         return bytes(data)
     try:
         if codec == GZIP:
@@ -144,7 +148,7 @@ def _gunzip(data: Buffer, max_size: int) -> bytes:
         d = zlib.decompressobj(wbits=31)
         chunk = d.decompress(rest, room + 1)
         if len(chunk) > room:
-            raise CodecError("gzip data exceeds the decompressed size limit")
+            raise DecompressedTooLarge("gzip data exceeds the decompressed size limit")
         room -= len(chunk)
         out.append(chunk)
         if not d.eof:
@@ -172,7 +176,7 @@ def _snappy_raw(block: Buffer, room: int) -> bytes:
     if len(block) == 0:
         raise CodecError("empty snappy block")
     if cramjam.snappy.decompress_raw_len(block) > room:
-        raise CodecError("snappy data exceeds the decompressed size limit")
+        raise DecompressedTooLarge("snappy data exceeds the decompressed size limit")
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
@@ -270,7 +274,7 @@ def _lz4_decompress(data: Buffer, max_size: int) -> bytes:
             n = cramjam.lz4.decompress_block_into(block, scratch)
             chunk = bytes(scratch_view[:n])
         if len(chunk) > room:
-            raise CodecError("lz4 data exceeds the decompressed size limit")
+            raise DecompressedTooLarge("lz4 data exceeds the decompressed size limit")
         room -= len(chunk)
         out.append(chunk)
     return b"".join(out)
@@ -336,8 +340,8 @@ def _zstd_decompress(data: Buffer, max_size: int) -> bytes:
         n = cramjam.zstd.decompress_into(view, out)
     except cramjam.DecompressionError:
         if bound > max_size:
-            raise CodecError("zstd data exceeds the decompressed size limit") from None
+            raise DecompressedTooLarge("zstd data exceeds the decompressed size limit") from None
         raise
     if n > max_size:
-        raise CodecError("zstd data exceeds the decompressed size limit")
+        raise DecompressedTooLarge("zstd data exceeds the decompressed size limit")
     return bytes(memoryview(out)[:n])

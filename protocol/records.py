@@ -904,12 +904,14 @@ class RecordBatch:
             self._removed = True
         return dropped
 
-    def to_bytes(self, *, level: int | None = None) -> bytes:
+    def to_bytes(self, *, level: int | None = None, codec: int | None = None) -> bytes:
         """The batch on the wire: the original bytes when nothing changed, else re-encoded.
 
-        Re-encoding keeps the codec and every header field, recomputes batchLength and CRC.
+        Re-encoding keeps the codec (unless `codec` names another one: consumers read any,
+        and no record, offset or sequence moves) and every header field, and recomputes
+        batchLength and CRC.
         """
-        parts = self._reencode(level)
+        parts = self._reencode(level, codec)
         return self.raw if parts is None else b"".join(parts)
 
     def _wire(self, out: list) -> None:
@@ -920,7 +922,7 @@ class RecordBatch:
         else:
             out += parts
 
-    def _reencode(self, level: int | None) -> list | None:
+    def _reencode(self, level: int | None, codec: int | None = None) -> list | None:
         """The re-encoded batch as pieces to join, or None when it is unchanged."""
         records = self._records
         if records is None:
@@ -940,6 +942,8 @@ class RecordBatch:
         if changed and self.is_control:
             raise ReadOnlyRecordError("records of a control batch cannot be changed")
         attributes = self.attributes
+        if codec is not None:
+            attributes = (attributes & ~_CODEC_MASK) | codec
         codec = attributes & _CODEC_MASK
         if not count:
             # Like the log cleaner's empty batches: no payload, so no codec to apply.

@@ -205,6 +205,26 @@ class UpstreamCluster:
             )
         return bytes(reply.auth_bytes), reply.session_lifetime_ms
 
+    async def request_once(self, payload: bytes) -> bytes:
+        """One of Herald's own requests (a complete request payload) on a fresh, ready
+        connection to the first bootstrap address that answers; the response payload."""
+        errors: list[str] = []
+        for addr in self.bootstrap:
+            try:
+                with trio.fail_after(self.config.connect_timeout_s):
+                    transport, _ = await self._open(addr)
+                    try:
+                        io = TransportIO(transport)
+                        await io.send_all(frame(payload))
+                        return await io.next_frame()
+                    finally:
+                        await transport.aclose()
+            except (OSError, EOFError, trio.TooSlowError, trio.BrokenResourceError,
+                    trio.ClosedResourceError, CodecError, UpstreamAuthError, SaslError,
+                    ConfigError) as exc:
+                errors.append(f"{addr}: {_describe(exc)}")
+        raise ConnectionError("; ".join(errors) or "no bootstrap address")
+
     async def fetch_brokers(self) -> list[tuple[int, str, int]]:
         """The cluster's brokers from a Metadata request on a fresh connection.
 

@@ -17,8 +17,8 @@ import yaml
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 from proxy.env_expand import UnsetVariable, expand_env
+from proxy.limits import LimitsConfig, parse_limits
 from proxy.security_config import (
     ClientTlsConfig,
     PassthroughSaslConfig,
@@ -58,12 +58,6 @@ class ListenConfig:
     tls: ServerTlsConfig | None = None
     sasl: PassthroughSaslConfig = field(default_factory=PassthroughSaslConfig)
     allow_unauthenticated_clients: bool = False
-
-
-@dataclass(frozen=True)
-class LimitsConfig:
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_in_flight: int = 1000
 
 
 @dataclass(frozen=True)
@@ -131,12 +125,7 @@ def parse_config(
         raise ConfigError(f"{ls.key_path('broker_port_base')}: must be <= 65535")
     ls.done()
 
-    lim = top.child("limits")
-    limits = LimitsConfig(
-        max_frame_bytes=lim.number("max_frame_bytes", DEFAULT_MAX_FRAME_BYTES, int, 1024),
-        max_in_flight=lim.number("max_in_flight", 1000, int, 1),
-    )
-    lim.done()
+    limits = parse_limits(top.child("limits"))
 
     adm = top.child("admin")
     bind = adm.get("bind")

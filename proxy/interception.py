@@ -26,7 +26,10 @@ import trio
 
 from interceptors import Chains, ConnectionInfo, PartitionOutcome
 from interceptors.api import PRODUCE
+from interceptors.batch_fit import MESSAGE_TOO_LARGE, TooLarge, fit
 from protocol.api_keys import ApiKey
+from protocol.compression import DecompressedTooLarge
+from protocol.errors import CodecError
 from protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
     PartitionProduceResponse,
@@ -34,8 +37,23 @@ from protocol.messages.produce_response import (
 )
 from protocol.records import join_batches, split_batches
 from proxy.filters import Exchange, Filter, SessionContext
+from proxy.limit_stats import (
+    BATCH_DECOMPRESSED,
+    BATCH_RECORDS,
+    MEMORY,
+    REQUEST_DECOMPRESSED,
+    REQUEST_RECORDS,
+    TOPIC_SIZE,
+    LimitStats,
+)
+from proxy.limits import LimitsConfig
+from proxy.logs import get_logger
+from proxy.memory_budget import MemoryBudget
 from proxy.metrics import CodecStats, TopicTally
 from proxy.topic_ids import TopicIds
+from proxy.topic_limits import TopicLimits
+
+log = get_logger("interception")
 
 _BYTES = (bytes, bytearray, memoryview)
 
@@ -43,39 +61,126 @@ UNKNOWN_TOPIC_ID = 100  # retriable: clients refresh metadata and retry
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
 
 OFFLOAD_BYTES = 256 * 1024
-"""Compressed partitions at least this large are (de)compressed in a worker thread."""
+"""Partitions at least this large are processed in a worker thread."""
+OFFLOAD_RECORDS = 10_000
+"""So are partitions of at least this many records (a chain costs about 1 us a record)."""
+ON_LOOP_DECOMPRESSED = 4 * 1024 * 1024
+"""Smaller partitions are decompressed on the loop up to this size; one that turns out to be
+larger is finished in a worker thread (a few KiB of zstd can hold megabytes)."""
 
 
-def _decompress(batches: list[Any]) -> dict[int, float]:
-    """Decompress every compressed batch now; seconds spent per codec."""
+class _Refused(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.outcome = PartitionOutcome(MESSAGE_TOO_LARGE, message)
+
+
+@dataclass(slots=True)
+class RequestAllowance:
+    """What is left of one Produce request's record and decompressed-byte allowance."""
+
+    records: int
+    decompressed: int
+
+
+def _decompress(batches: list[Any], per_batch: int, allowance: RequestAllowance | None,
+                cap: int | None = None) -> dict[int, float]:
+    """Decompress every compressed batch now, each bounded while it decompresses (by
+    `per_batch`, what is left of the request's allowance, and `cap` for all of them);
+    seconds per codec.
+
+    Raises `DecompressedTooLarge` when `cap` was the bound that stopped it, `_Refused`
+    when a limit was.
+    """
     seconds: dict[int, float] = {}
+    left = allowance.decompressed if allowance is not None else per_batch * len(batches)
     for b in batches:
-        if not isinstance(b, _BYTES) and b.compression and b.record_count and not b.is_control:
+        if isinstance(b, _BYTES) or b.is_control:
+            continue
+        if b.compression and b.record_count:
+            bound = min(per_batch, left)
+            b.max_decompressed = bound if cap is None else min(bound, cap)
             start = perf_counter()
-            b.decompress()
+            try:
+                _, begin, end = b.records_section()
+            except DecompressedTooLarge:
+                if cap is not None and cap < bound:
+                    raise
+                if bound < per_batch:
+                    raise _Refused(REQUEST_DECOMPRESSED, (
+                        "the records of this Produce request decompress to more than "
+                        "limits.max_request_decompressed_bytes")) from None
+                raise _Refused(BATCH_DECOMPRESSED, (
+                    "a record batch decompresses to more than "
+                    f"limits.max_batch_decompressed_bytes ({per_batch} bytes)")) from None
             seconds[b.compression] = seconds.get(b.compression, 0.0) + perf_counter() - start
+            left -= end - begin
+            if cap is not None:
+                cap -= end - begin
+        else:
+            left -= len(b)
+    if allowance is not None:
+        allowance.decompressed = left
     return seconds
 
 
-def _join(batches: list[Any]) -> tuple[bytes | None, list[int], dict[int, float]]:
-    """The records field after the chain (None when no batch changed), the codecs of the
-    re-encoded batches, and seconds spent re-encoding compressed ones per codec."""
+def _count_records(batches: list[Any], per_batch: int, allowance: RequestAllowance) -> int:
+    """Check record counts against the limits before anything is decompressed."""
+    total = 0
+    for b in batches:
+        if isinstance(b, _BYTES):
+            continue
+        if b.record_count > per_batch:
+            raise _Refused(BATCH_RECORDS, (
+                f"a record batch of {b.record_count} records is over "
+                f"limits.max_batch_records ({per_batch})"))
+        total += b.record_count
+    if total > allowance.records:
+        raise _Refused(REQUEST_RECORDS, "the Produce request has more records than "
+                       "limits.max_request_records")
+    allowance.records -= total
+    return total
+
+
+@dataclass(slots=True)
+class _Joined:
+    records: bytes | None  # the new records field, None when no batch changed
+    reencoded: list[int]  # codec ids of the re-encoded batches
+    seconds: dict[int, float]  # compressing, per codec
+    fitted: list[int]  # codec ids batches were re-encoded with to fit the topic's limit
+    too_large: TooLarge | None = None
+
+
+def _join(batches: list[Any], limit: int | None = None, version: int = 0) -> _Joined:
+    """Re-encode the batches the chain changed; with a `limit` (the produce path), make each
+    fit it as `batch_fit` does."""
     parts = batches
-    reencoded: list[int] = []
-    seconds: dict[int, float] = {}
+    out = _Joined(None, [], {}, [])
+    seconds = out.seconds
     for i, b in enumerate(batches):
         if isinstance(b, _BYTES) or not b.modified:
             continue
         cid = b.compression
-        reencoded.append(cid)
-        if cid:
+        out.reencoded.append(cid)
+        if cid or limit is not None:
             start = perf_counter()
             data = b.to_bytes()
+            if limit is not None:
+                fitted = fit(b, data, limit, version)
+                if isinstance(fitted, TooLarge):
+                    out.too_large = fitted
+                    return out
+                data, codec = fitted
+                if codec is not None:
+                    out.fitted.append(codec)
             seconds[cid] = seconds.get(cid, 0.0) + perf_counter() - start
             if parts is batches:
                 parts = list(batches)
             parts[i] = data
-    return (join_batches(parts) if reencoded else None), reencoded, seconds
+    if out.reencoded:
+        out.records = join_batches(parts)
+    return out
 
 
 @dataclass(slots=True)
@@ -105,31 +210,131 @@ class InterceptorFilter(Filter):
         topics: TopicIds,
         codec: CodecStats | None = None,
         tally: TopicTally | None = None,
+        limits: LimitsConfig | None = None,
+        topic_limits: TopicLimits | None = None,
+        limit_stats: LimitStats | None = None,
     ) -> None:
         self.chains = chains
         self.topics = topics
         self.codec = codec if codec is not None else CodecStats()
         self.tally = tally if tally is not None and tally.allowlist else None
         self.report_traces = False  # set by the proxy when tracing is on
+        self.limits = limits if limits is not None else LimitsConfig()
+        self.topic_limits = topic_limits
+        self.limit_stats = limit_stats if limit_stats is not None else LimitStats()
+        self._big_work = trio.CapacityLimiter(self.limits.big_batch_workers)
+        self.memory: MemoryBudget | None = None  # set by the proxy
+        # Held while a chain runs in a worker thread: chain members are not thread-safe, so
+        # a chain run on the loop waits for it (other traffic does not).
+        self._chain_busy = trio.Lock()
+
+    def allowance(self) -> RequestAllowance:
+        limits = self.limits
+        return RequestAllowance(limits.max_request_records, limits.max_request_decompressed_bytes)
 
     async def _run_partition(
-        self, chain: Any, topic: str, index: int, records: Any, conn: ConnectionInfo
+        self, chain: Any, topic: str, index: int, records: Any, conn: ConnectionInfo,
+        allowance: RequestAllowance | None = None, version: int = 0,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         """Run `chain` over one partition: (its outcome, the new records field or None).
 
-        Decompression and re-compression of large partitions run in a worker thread, so the
-        event loop keeps serving other connections meanwhile; the chain itself always runs
-        on the loop (its members are not thread-safe).
+        `allowance` is given on the produce path: the limits on records and decompressed
+        bytes are checked (record counts before decompressing, sizes while decompressing),
+        and changed batches are made to fit the topic's size limit. Large partitions are
+        processed in a worker thread, at most `limits.big_batch_workers` at a time, so the
+        event loop keeps serving other connections meanwhile.
         """
-        batches = split_batches(records)
-        offload = len(records) >= OFFLOAD_BYTES and any(
-            not isinstance(b, _BYTES) and b.compression for b in batches
-        )
-        if offload:
-            seconds = await trio.to_thread.run_sync(_decompress, batches)
-        else:
-            seconds = _decompress(batches)
+        limits = self.limits
+        per_batch = limits.max_batch_decompressed_bytes
+        batches = split_batches(records, max_decompressed=per_batch)
+        try:
+            count = _count_records(batches, limits.max_batch_records, allowance) \
+                if allowance is not None else 0
+            big = len(records) >= OFFLOAD_BYTES or count >= OFFLOAD_RECORDS
+            if not big:
+                try:
+                    seconds = _decompress(batches, per_batch, allowance, ON_LOOP_DECOMPRESSED)
+                except DecompressedTooLarge:
+                    big = True
+            if big:
+                async with self._big_work:
+                    self.limit_stats.offloaded += 1
+                    return await self._run_big(chain, topic, index, batches, conn, allowance,
+                                               version)
+        except _Refused as refused:
+            if allowance is None:
+                # The fetch path: records that cannot be run through the chain are not
+                # handed out unfiltered.
+                raise CodecError(f"fetched records refused: {refused}") from None
+            self.limit_stats.refused[refused.reason] += 1
+            log.warning("partition_refused", topic=topic, partition=index,
+                        limit=refused.reason, error=str(refused))
+            return refused.outcome, None
         self._add_seconds(self.codec.decompress_seconds, seconds)
+        if self._chain_busy.locked():
+            async with self._chain_busy:
+                outcome = self._run_chain(chain, topic, index, batches, conn)
+        else:
+            outcome = self._run_chain(chain, topic, index, batches, conn)
+        if outcome is not None and not outcome.ok:
+            return outcome, None
+        return self._finish(topic, outcome, _join(batches, *self._fit_to(topic, allowance,
+                                                                          version)))
+
+    async def _run_big(
+        self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
+        allowance: RequestAllowance | None, version: int,
+    ) -> tuple[PartitionOutcome | None, bytes | None]:
+        per_batch = self.limits.max_batch_decompressed_bytes
+        held = None
+        cap = None
+        if self.memory is not None:
+            # The decompressed records are booked in the memory budget before they exist:
+            # as much as the limits allow, at most a share of the budget per worker.
+            compressed = sum(1 for b in batches if not isinstance(b, _BYTES) and b.compression)
+            cap = min(per_batch * compressed,
+                      allowance.decompressed if allowance is not None else per_batch * compressed,
+                      self.memory.limit // (2 * self.limits.big_batch_workers))
+            held = self.memory.holder()
+            await held.take(cap)
+        try:
+            return await self._run_big_held(chain, topic, index, batches, conn, allowance,
+                                            version, cap)
+        finally:
+            if held is not None:
+                held.release()
+
+    async def _run_big_held(
+        self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
+        allowance: RequestAllowance | None, version: int, cap: int | None,
+    ) -> tuple[PartitionOutcome | None, bytes | None]:
+        per_batch = self.limits.max_batch_decompressed_bytes
+        try:
+            seconds = await trio.to_thread.run_sync(
+                _decompress, batches, per_batch, allowance, cap)
+        except DecompressedTooLarge:
+            raise _Refused(MEMORY, "the records of this Produce request decompress to more "
+                           "than the share of limits.memory_budget_bytes a batch may use"
+                           ) from None
+        self._add_seconds(self.codec.decompress_seconds, seconds)
+        async with self._chain_busy:
+            outcome = await trio.to_thread.run_sync(
+                self._run_chain, chain, topic, index, batches, conn)
+        if outcome is not None and not outcome.ok:
+            return outcome, None
+        joined = await trio.to_thread.run_sync(
+            _join, batches, *self._fit_to(topic, allowance, version))
+        return self._finish(topic, outcome, joined)
+
+    def _fit_to(self, topic: str, allowance: RequestAllowance | None, version: int
+                ) -> tuple[int | None, int]:
+        """(size limit, Produce version) for `_join`: a limit only on the produce path."""
+        if allowance is None or self.topic_limits is None:
+            return None, version
+        return self.topic_limits.limit(topic), version
+
+    def _run_chain(self, chain: Any, topic: str, index: int, batches: list[Any],
+                   conn: ConnectionInfo) -> PartitionOutcome | None:
         tally = self.tally
         before = tally.before(chain.stats) if tally and topic in tally.allowlist else None
         if chain.path == PRODUCE:
@@ -138,16 +343,23 @@ class InterceptorFilter(Filter):
             outcome = chain.process(topic, index, batches, conn)
         if before is not None:
             tally.after(chain.stats, topic, before)
-        if outcome is not None and not outcome.ok:
-            return outcome, None
-        if offload:
-            joined, reencoded, seconds = await trio.to_thread.run_sync(_join, batches)
-        else:
-            joined, reencoded, seconds = _join(batches)
-        for cid in reencoded:
+        return outcome
+
+    def _finish(self, topic: str, outcome: PartitionOutcome | None, joined: _Joined
+                ) -> tuple[PartitionOutcome | None, bytes | None]:
+        if joined.too_large is not None:
+            self.limit_stats.refused[TOPIC_SIZE] += 1
+            message = joined.too_large.message(topic)
+            log.warning("batch_too_large", topic=topic, limit=joined.too_large.limit,
+                        before=joined.too_large.before, after=joined.too_large.after,
+                        best=joined.too_large.best)
+            return PartitionOutcome(MESSAGE_TOO_LARGE, message), None
+        for cid in joined.reencoded:
             self.codec.reencoded[cid] += 1
-        self._add_seconds(self.codec.compress_seconds, seconds)
-        return outcome, joined
+        for cid in joined.fitted:
+            self.limit_stats.fitted[cid] += 1
+        self._add_seconds(self.codec.compress_seconds, joined.seconds)
+        return outcome, joined.records
 
     @staticmethod
     def _add_seconds(into: Any, seconds: dict[int, float]) -> None:
@@ -168,6 +380,7 @@ class InterceptorFilter(Filter):
     ) -> bool:
         chain = self.chains.produce
         conn = connection_info(ctx)
+        allowance = self.allowance()
         changed = False
         rejected: list[Rejected] = []
         kept_topics = []
@@ -189,7 +402,7 @@ class InterceptorFilter(Filter):
                     kept.append(p)
                     continue
                 outcome, records = await self._run_partition(
-                    chain, topic, p.index, p.records, conn
+                    chain, topic, p.index, p.records, conn, allowance, version
                 )
                 if not outcome.ok:
                     rejected.append(Rejected(t.name, t.topic_id, p.index, outcome))

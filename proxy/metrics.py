@@ -1,8 +1,9 @@
 """Prometheus metrics, in a registry of their own (one per proxy instance).
 
-Label sets are bounded: API names come from the fixed table of Kafka API keys, versions are
-small integers, interceptor labels are the configured member names, and a topic label is only
-ever a topic on the configured allowlist (everything else is counted under `other`).
+Label sets are bounded: API names and versions come from the fixed table of Kafka API keys
+(anything else a client sends is counted as `unknown`), interceptor labels are the configured
+member names, and a topic label is only ever a topic on the configured allowlist (everything
+else is counted under `other`). Client ids never become label values.
 
 Two kinds of metrics live here. Per-request ones (requests, latency, bytes) are ordinary
 prometheus_client objects updated by the sessions. Everything the interceptor layer counts is
@@ -21,14 +22,19 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from interceptors import Chains, ChainStats
-from protocol.api_keys import api_name
+from protocol.api_keys import API_KEYS
 from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
+from proxy.connection_guard import LIMITS as CONNECTION_LIMITS
+from proxy.limit_stats import LimitCollector, LimitStats
+from proxy.memory_budget import MemoryBudget
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
 OTHER_TOPIC = "other"
+UNKNOWN_LABEL = "unknown"
+"""The one label value that API keys and versions no Kafka release defines fold into."""
 
 try:
     from importlib.metadata import version as _dist_version
@@ -202,6 +208,9 @@ class Metrics:
     def __init__(self, topic_allowlist: frozenset[str] = frozenset()) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.codec = CodecStats()
+        self.limits = LimitStats()
+        self.limit_collector = LimitCollector(self.limits)
+        r.register(self.limit_collector)
         self.topics = TopicTally(topic_allowlist)
         self.interceptor_collector: InterceptorCollector | None = None
         self.connections_active = Gauge(
@@ -246,10 +255,16 @@ class Metrics:
             "herald_tracing_spans_skipped",
             "Trace contexts Herald wrote but exported no span for (per-partition span limit)",
             registry=r)
+        self.connection_limit_hits = Counter(
+            "herald_connection_limit_hits",
+            "Client connections refused (max_connections, max_connections_per_source) or "
+            "closed (idle_timeout, frame_timeout) by a limit", ["limit"], registry=r)
+        for limit in CONNECTION_LIMITS:
+            self.connection_limit_hits.labels(limit)
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
-        self._api_labels: dict[tuple[int, int], tuple[str, str]] = {}
-        self._api_children: dict[tuple[int, int], ApiMetrics] = {}
+        self._api_children: dict[tuple[str, str], ApiMetrics] = {}
+        self._by_pair: dict[tuple[int, int], ApiMetrics] = {}
 
     def watch_interceptors(self, source: Callable[[], Chains]) -> None:
         """Export the counters of the chains `source()` returns (the current ones) on scrape."""
@@ -257,30 +272,63 @@ class Metrics:
             self.interceptor_collector = InterceptorCollector(source, self.codec, self.topics)
             self.registry.register(self.interceptor_collector)
 
+    def watch_memory(self, budget: MemoryBudget) -> None:
+        """Export the memory budget's limit, use, peak and waits on scrape."""
+        self.limit_collector.memory = budget
+
     def retire_chains(self, chains: Chains) -> None:
         """`chains` are being replaced: keep their totals so the counters stay monotonic."""
         if self.interceptor_collector is not None:
             self.interceptor_collector.retire(chains)
 
-    def api_labels(self, api_key: int, version: int) -> tuple[str, str]:
-        key = (api_key, version)
-        labels = self._api_labels.get(key)
-        if labels is None:
-            labels = self._api_labels[key] = (api_name(api_key), str(version))
-        return labels
-
     def for_api(self, api_key: int, version: int) -> ApiMetrics:
-        """The per-(API, version) metric children, resolved once (label lookups cost)."""
-        key = (api_key, version)
-        found = self._api_children.get(key)
+        """The per-(API, version) metric children, resolved once (label lookups cost).
+
+        Cached by label values, and by (key, version) only for pairs some release defines, so
+        hostile keys and versions cost one entry in all, like the series they are counted in.
+        """
+        found = self._by_pair.get((api_key, version))
+        if found is not None:
+            return found
+        labels = bounded_api_labels(api_key, version)
+        found = self._api_children.get(labels)
         if found is None:
-            api, ver = self.api_labels(api_key, version)
-            found = self._api_children[key] = ApiMetrics(
+            api, ver = labels
+            found = self._api_children[labels] = ApiMetrics(
                 self.requests.labels(api, ver),
                 self.request_latency.labels(api),
                 self.upstream_latency.labels(api),
             )
+        if UNKNOWN_LABEL not in labels:
+            self._by_pair[(api_key, version)] = found  # bounded by the table, like the labels
         return found
+
+
+def _known_versions() -> dict[int, range]:
+    """Every version of every API key some Kafka release Herald knows defines."""
+    out = {}
+    for key, info in API_KEYS.items():
+        lows = [v for v in (info.min_version, info.legacy_min_version) if v is not None]
+        highs = [v for v in (info.max_version, info.legacy_max_version) if v is not None]
+        if lows and highs:
+            out[key] = range(min(lows), max(highs) + 1)
+    return out
+
+
+_KNOWN_VERSIONS = _known_versions()
+
+
+def bounded_api_labels(api_key: int, version: int) -> tuple[str, str]:
+    """(api, version) label values from a request header, which the client chose.
+
+    An API key outside the table, or a version no release defines, folds into `unknown`: the
+    label set is bounded by the table, whatever clients send.
+    """
+    versions = _KNOWN_VERSIONS.get(api_key)
+    if versions is None:
+        return UNKNOWN_LABEL, UNKNOWN_LABEL
+    name = API_KEYS[api_key].name
+    return name, (str(version) if version in versions else UNKNOWN_LABEL)
 
 
 class ApiMetrics:

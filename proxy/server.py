@@ -25,15 +25,18 @@ from proxy.brokers import BrokerDirectory
 from proxy.cluster import AuthRequired, UpstreamCluster
 from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
 from proxy.config_watch import watch_file
+from proxy.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.filters import Filter, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
+from proxy.memory_budget import MemoryBudget
 from proxy.metrics import Metrics
 from proxy.principal import NoRuleMatched, tls_principal
 from proxy.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.session import Session
 from proxy.tls import ReloadingContext
 from proxy.topic_ids import TopicIdLearner, TopicIds
+from proxy.topic_limits import TopicLimits
 from proxy.tracing import Tracing, TracingFilter, tracing_from_env
 from proxy.transport import PlainTransport, TlsTransport, Transport
 
@@ -61,9 +64,11 @@ class Proxy:
             ProxyInfo() if config.instance_id is None else ProxyInfo(config.instance_id)
         )
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
+        self.topic_limits = TopicLimits(self.cluster.request_once)
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
+            config.limits, self.topic_limits, self.metrics.limits,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.
@@ -80,6 +85,14 @@ class Proxy:
             *traced,
         ])
         self.sessions: set[Session] = set()
+        limits = config.limits
+        self.memory = MemoryBudget(limits.memory_budget_bytes)
+        self.metrics.watch_memory(self.memory)
+        self.interceptors.memory = self.memory
+        self.guard = ConnectionGuard(
+            limits.max_connections, limits.max_connections_per_source,
+            lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
+        )
         self.admin_port: int | None = None
         self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
@@ -119,6 +132,7 @@ class Proxy:
                 nursery.start_soon(self._watch_upstream)
                 if self._tls_contexts():
                     nursery.start_soon(self._watch_certificates)
+                nursery.start_soon(self.topic_limits.run)
                 self.ready.set()
                 if on_ready is not None:
                     on_ready(self)
@@ -249,12 +263,17 @@ class Proxy:
 
     async def _handle(self, client: trio.SocketStream, target: str) -> None:
         m = self.metrics
+        source = _peer(client).rpartition(":")[0]
+        if self.guard.admit(source) is not None:
+            await client.aclose()
+            return
         m.connections_total.labels("client").inc()
         m.connections_active.labels("client").inc()
         try:
             await self._serve_client(client, target)
         finally:
             m.connections_active.labels("client").dec()
+            self.guard.release(source)
 
     async def _serve_client(self, client: trio.SocketStream, target: str) -> None:
         peer = _peer(client)
@@ -283,6 +302,9 @@ class Proxy:
             reauthenticate=self.cluster.authenticate,
             session_lifetime_ms=upstream.session_lifetime_ms,
             reauth_timeout_s=self.config.upstream.connect_timeout_s,
+            deadlines=ClientDeadlines(self.config.limits.idle_timeout_s,
+                                      self.config.limits.frame_timeout_s),
+            memory=self.memory,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

@@ -25,8 +25,10 @@ from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from proxy import wire
 from proxy.cluster import FrameIO, UpstreamAuthError
+from proxy.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
+from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
 from proxy.sasl import SaslError
 from proxy.splice import SpliceEOF, Splicer
@@ -80,8 +82,15 @@ class Session:
         reauthenticate: Callable[[FrameIO], Awaitable[int]] | None = None,
         session_lifetime_ms: int = 0,
         reauth_timeout_s: float = 10.0,
+        deadlines: ClientDeadlines | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self.client = client
+        self.deadlines = deadlines
+        # What this connection holds of the global memory budget: request bytes read and
+        # not yet forwarded, response bytes read and not yet sent on.
+        self._held_in = memory.holder() if memory is not None else None
+        self._held_out = Holder(memory, always_small=True) if memory is not None else None
         self.metrics = metrics
         self._bytes_in = metrics.bytes.labels("client_to_proxy")
         self._bytes_up = metrics.bytes.labels("proxy_to_upstream")
@@ -117,12 +126,17 @@ class Session:
                 nursery.start_soon(self._guard, self._pump_responses, nursery)
                 if self._turn is not None:
                     nursery.start_soon(self._guard, self._renew_upstream_session, nursery)
+                if self.deadlines is not None:
+                    nursery.start_soon(self._guard, self._watch_deadlines, nursery)
         finally:
             with trio.CancelScope(shield=True):
                 await self.client.aclose()
                 await self.upstream.aclose()
             if self._splicer is not None:
                 self._splicer.close()
+            if self._held_in is not None:
+                self._held_in.release()
+                self._held_out.release()
             self._abandon()
         reason = self._reason
         if reason is not None:
@@ -183,7 +197,10 @@ class Session:
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
-                    data, waited = await self.client.receive(_RECV)
+                    if self._held_in is None:
+                        data, waited = await self.client.receive(_RECV)
+                    else:
+                        data, waited = await self._held_in.receive(self.client, _RECV)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -203,6 +220,8 @@ class Session:
             except CodecError as exc:
                 self.metrics.frames_refused.labels("malformed").inc()
                 raise SessionClosed(f"malformed frame: {exc}", "warning") from None
+            if self.deadlines is not None:
+                self.deadlines.received(len(frames), decoder.buffered)
             if frames:
                 turn = self._turn
                 if turn is None:
@@ -217,6 +236,8 @@ class Session:
                         await self._forward_requests(frames)
                     finally:
                         turn.release()
+            if self._held_in is not None:
+                self._held_in.set(decoder.buffered)
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
 
@@ -280,6 +301,12 @@ class Session:
             await self.client.send_all(frame(bytes(payload)))
         raise SessionClosed(answer.reason, "warning")
 
+    async def _watch_deadlines(self) -> None:
+        assert self.deadlines is not None
+        limit, reason = await self.deadlines.expired(lambda: bool(self.in_flight))
+        self.metrics.connection_limit_hits.labels(limit).inc()
+        raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
+
     async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
         data = b"".join(out)
         # Stamped before sending: the response may be read while send_all is still yielding.
@@ -335,7 +362,10 @@ class Session:
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
         while True:
-            data, waited = await self.upstream.receive(_RECV)
+            if self._held_out is None:
+                data, waited = await self.upstream.receive(_RECV)
+            else:
+                data, waited = await self._held_out.receive(self.upstream, _RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
             self._bytes_down.inc(len(data))
@@ -357,6 +387,8 @@ class Session:
                     stream = await self._stream_start(decoder)
                     if stream is not None:
                         data = await self._stream_rest(stream)
+            if self._held_out is not None:
+                self._held_out.set(decoder.buffered)
             if not self.in_flight:
                 self._idle.set()
             if not waited:

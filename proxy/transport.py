@@ -9,6 +9,7 @@ to become readable or writable, and cannot splice (the bytes are encrypted).
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
 
@@ -29,6 +30,16 @@ class PlainTransport:
     async def receive(self, max_bytes: int) -> tuple[bytes, bool]:
         return await sockio.receive(self.sock, max_bytes)
 
+    def receive_nowait(self, max_bytes: int) -> bytes | None:
+        """What has arrived (b"" at the end), or None when nothing has."""
+        try:
+            return os.read(self.sock.fileno(), max_bytes)
+        except BlockingIOError:
+            return None
+
+    async def wait_receivable(self) -> None:
+        await trio.lowlevel.wait_readable(self.sock)
+
     async def send_all(self, data: bytes) -> None:
         await sockio.send_all(self.sock, data)
 
@@ -45,7 +56,7 @@ class PlainTransport:
 class TlsTransport:
     """TLS on a connected socket; `handshake` must finish before anything else."""
 
-    __slots__ = ("sock", "_ssl", "_closed")
+    __slots__ = ("sock", "_ssl", "_closed", "_wants_write")
     spliceable = False
     tls = True
 
@@ -61,6 +72,7 @@ class TlsTransport:
         )
         self.sock = self._ssl
         self._closed = False
+        self._wants_write = False
 
     async def handshake(self) -> None:
         await self._retry(self._ssl.do_handshake)
@@ -86,6 +98,24 @@ class TlsTransport:
             except ssl.SSLZeroReturnError:
                 return b"", waited
             waited = True
+
+    def receive_nowait(self, max_bytes: int) -> bytes | None:
+        """What has arrived and decrypted (b"" at the end), or None when nothing has."""
+        try:
+            return self._ssl.recv(max_bytes)
+        except ssl.SSLWantReadError:
+            self._wants_write = False
+        except ssl.SSLWantWriteError:
+            self._wants_write = True
+        except ssl.SSLZeroReturnError:
+            return b""
+        return None
+
+    async def wait_receivable(self) -> None:
+        if self._wants_write:
+            await trio.lowlevel.wait_writable(self._ssl)
+        else:
+            await trio.lowlevel.wait_readable(self._ssl)
 
     async def send_all(self, data: bytes) -> None:
         view = memoryview(data)

@@ -11,20 +11,15 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-import trio
-
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
-from protocol.framing import FrameDecoder, frame
 from protocol.headers import (
     decode_request_header,
     decode_response_header,
-    encode_request_header,
     peek_correlation_id,
     peek_request_header,
 )
 from protocol.messages import REQUESTS, RESPONSES
-from protocol.messages.request_header import RequestHeader
 from protocol.peek import produce_acks
 
 _INT16 = struct.Struct(">h")
@@ -112,31 +107,3 @@ class _Version0:
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self.inner, name, value)
-
-
-async def fetch_brokers(host: str, port: int) -> list[tuple[int, str, int]]:
-    """Herald's own Metadata request (no topics) to learn the cluster's brokers."""
-    version = 12  # accepted by Kafka 3.x and 4.x alike
-    request = REQUESTS[ApiKey.METADATA](topics=[], allow_auto_topic_creation=False)
-    header = RequestHeader(
-        request_api_key=ApiKey.METADATA, request_api_version=version,
-        correlation_id=1, client_id="herald",
-    )
-    out = bytearray()
-    encode_request_header(header, out)
-    request.encode_into(out, version)
-    payload = bytes(out)
-    stream = await trio.open_tcp_stream(host, port)
-    async with stream:
-        await stream.send_all(frame(payload))
-        decoder = FrameDecoder()
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                raise ValueError("broker closed the connection during Metadata")
-            decoder.feed(data)
-            frames = decoder.frames()
-            if frames:
-                break
-    _, msg = decode_response(ApiKey.METADATA, version, frames[0])
-    return [(b.node_id, b.host, b.port) for b in msg.brokers]

@@ -126,6 +126,15 @@ class HeraldProcess:
         except OSError:
             return ""
 
+    def memory(self, field: str = "VmRSS") -> int:
+        """Bytes of a memory figure of the process from /proc (VmRSS now, VmHWM peak)."""
+        assert self.process is not None
+        with open(f"/proc/{self.process.pid}/status") as f:
+            for line in f:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+        raise ValueError(f"no {field} in /proc/{self.process.pid}/status")
+
     def signal(self, sig: int = signal.SIGTERM) -> None:
         assert self.process is not None
         self.process.send_signal(sig)
