@@ -17,6 +17,7 @@ import yaml
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
 from proxy.security_config import (
     ClientTlsConfig,
     PassthroughSaslConfig,
@@ -88,6 +89,8 @@ class ProxyConfig:
     shutdown_grace_s: float = 10.0
     interceptors: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
+    clusters: dict[str, UpstreamConfig] = field(default_factory=dict)  # named, for routing
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     @property
     def advertised_bootstrap(self) -> str:
@@ -158,10 +161,13 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
         build_chains(interceptors)  # validation only; the proxy builds its own chains
     except InterceptorConfigError as exc:
         raise ConfigError(str(exc)) from None
+    clusters = parse_clusters(top.child("clusters"), parse_upstream)
+    routing = parse_routing(top.child("routing"), set(clusters))
     top.done()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
+        clusters=clusters, routing=routing,
     )
 
 
