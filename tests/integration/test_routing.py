@@ -6,17 +6,16 @@ say it goes (key, value, headers, order per source partition), and nowhere else.
 
 from __future__ import annotations
 
-import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from proxy.embedded_kafka import KafkaCluster
-from proxy.routing.partitioner import key_partition
 from proxy.routing.rules import ORIGIN_HEADER
 from tests.conftest import kafka_version
 from tests.support.clients import consume_all, create_topic
@@ -39,8 +38,10 @@ def routing_herald(kafka: KafkaCluster, kafka_b: KafkaCluster, rules: list[dict]
     return HeraldProcess(config)
 
 
-def produce(bootstrap: str, topic: str, records: list[dict], **conf: Any) -> list[str]:
-    """Produce through `bootstrap`; the delivery errors (empty when all were acknowledged)."""
+def produce(bootstrap: str, topic: str, records: list[dict], pause_every: int = 0,
+            **conf: Any) -> list[str]:
+    """Produce through `bootstrap` with one producer; the delivery errors (empty when all were
+    acknowledged). `pause_every` N records it sleeps half a second, to spread the writes."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 20, **conf})
     errors: list[str] = []
@@ -49,7 +50,9 @@ def produce(bootstrap: str, topic: str, records: list[dict], **conf: Any) -> lis
         if err is not None:
             errors.append(str(err))
 
-    for r in records:
+    for n, r in enumerate(records, 1):
+        if pause_every and n % pause_every == 0:
+            producer.poll(0.5)
         while True:
             try:
                 producer.produce(topic, key=r["key"], value=r["value"],
@@ -184,3 +187,50 @@ def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
             rows.append((key, value, headers[:-1] + ((ORIGIN_HEADER, None),)))
         out[p] = rows
     return out
+
+
+def test_idempotent_producer_through_a_destination_restart(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """The destination broker is killed and restarted while an idempotent producer writes,
+    then the primary's broker is restarted (the client's connections drop and it retries
+    through Herald): every record ends up once, in order, where the rules say."""
+    create_topic(kafka.bootstrap, topic_name, 2)
+    create_topic(kafka_b.bootstrap, topic_name, 2)
+    rules = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
+              "cluster": "b"}]
+    records = mixed_records(3000, 2)
+    with routing_herald(kafka, kafka_b, rules) as herald:
+
+        result: dict[str, Any] = {}
+
+        def run() -> None:
+            result["errors"] = produce(herald.bootstrap, topic_name, records[:1000])
+            time.sleep(1.0)
+            result["errors"] += produce(herald.bootstrap, topic_name, records[1000:],
+                                        pause_every=50)
+
+        writer = threading.Thread(target=run)
+        writer.start()
+        time.sleep(4.0)
+        kafka_b.stop_node(1)
+        assert writer.is_alive()
+        time.sleep(5.0)
+        kafka_b.restart_node(1)
+        assert writer.is_alive()
+        kafka.restart_node(1)
+        writer.join(timeout=300)
+        assert not writer.is_alive()
+        assert "errors" in result, herald.logs()[-5000:]
+        assert result["errors"] == []
+        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
+        stay = expect(records, lambda r: not is_eu(r))
+        moved = expect(records, is_eu, ((ORIGIN_HEADER, None),))
+        got_stay = by_partition(consume_all(kafka.bootstrap, topic_name,
+                                            sum(map(len, stay.values())) + 1, timeout=20))
+        got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name,
+                                         sum(map(len, moved.values())) + 1, timeout=20))
+        assert got_stay == stay
+        assert _strip_origin(got_b) == moved
+        assert "routing_destination_down cluster=b" in herald.logs()
+        assert "OUT_OF_ORDER" not in herald.logs()
