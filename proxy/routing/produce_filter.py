@@ -176,27 +176,40 @@ class RoutingFilter(Filter):
                 continue
             if b.compression:
                 b.decompress()
-            idempotent = b.producer_id >= 0 and not b.is_transactional
+            tracked = b.producer_id >= 0  # idempotent or transactional: sequences checked
             seq_key = (b.producer_id, topic, index)
             attempt = None
-            if idempotent:
+            if tracked:
                 attempt = self.sequences.retry(seq_key, b.producer_epoch, b.base_sequence,
                                                b.record_count)
                 if attempt is None and self.sequences.is_stale(
                         seq_key, b.producer_epoch, b.base_sequence):
                     raise _Refuse(PartitionOutcome(46, "duplicate of an earlier batch"))
-            plan = attempt.plan if attempt is not None else self._plan(b, candidates)
-            if plan.routed and b.is_transactional:
-                self._count_plan(plan, REFUSED)
-                raise _Refuse(PartitionOutcome(
-                    INVALID_RECORD,
-                    f"routing rule {plan.routed[0].rule.name!r} would send records of a "
-                    "transactional producer elsewhere; Herald refuses this so that no "
-                    "transaction commits in part",
-                ))
+            if attempt is not None:
+                plan = attempt.plan
+            else:
+                try:
+                    plan = self._plan(b, candidates)
+                    if plan.routed and b.is_transactional:
+                        self._count_plan(plan, REFUSED)
+                        raise _Refuse(PartitionOutcome(
+                            INVALID_RECORD,
+                            f"routing rule {plan.routed[0].rule.name!r} would send records of "
+                            "a transactional producer elsewhere; Herald refuses this so that "
+                            "no transaction commits in part",
+                        ))
+                except _Refuse as refused:
+                    if tracked:
+                        # None of it reaches the broker: later batches are renumbered as if
+                        # its records had left, so the producer's next batch is in sequence.
+                        self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
+                                              b.record_count, 0, refused)
+                    raise
+            if isinstance(plan, _Refuse):
+                raise plan  # a retry of a refused batch is refused again
             if plan.routed:
                 waits |= self._send(topic, index, b, plan, acks)
-            if idempotent:
+            if tracked:
                 if attempt is None:
                     attempt = self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
                                                     b.record_count,

@@ -6,6 +6,7 @@ say it goes (key, value, headers, order per source partition), and nowhere else.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from proxy.embedded_kafka import KafkaCluster
 from proxy.routing.rules import ORIGIN_HEADER
@@ -234,3 +235,148 @@ def test_idempotent_producer_through_a_destination_restart(
         assert _strip_origin(got_b) == moved
         assert "routing_destination_down cluster=b" in herald.logs()
         assert "OUT_OF_ORDER" not in herald.logs()
+
+
+EU_TO_B = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
+            "cluster": "b"}]
+
+
+def test_reject_refuses_the_partition_with_its_message(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    create_topic(kafka.bootstrap, topic_name, 1)
+    rules = [{"name": "no-pii", "match": {"headers": {"header": "pii", "eq": True}},
+              "reject": "records marked pii may not be written here"}]
+    with routing_herald(kafka, kafka_b, rules) as herald:
+        records = mixed_records(20, 1)
+        records[5]["headers"].append(("pii", b"true"))
+        errors = produce(herald.bootstrap, topic_name, records, **{"linger.ms": 500})
+        assert errors and all("INVALID_RECORD" in e or "Broker: Invalid record" in e
+                              for e in errors), errors
+        assert len(errors) == 20  # one batch: the whole partition refused
+        assert consume_all(kafka.bootstrap, topic_name, 1, timeout=5) == []
+        assert metric(herald, "herald_routing_records_total", rule="no-pii",
+                      outcome="rejected") == 20
+        clean = mixed_records(10, 1)
+        assert produce(herald.bootstrap, topic_name, clean) == []
+        assert len(consume_all(kafka.bootstrap, topic_name, 10, timeout=30)) == 10
+
+
+def test_transactional_producers_are_refused_where_records_would_move(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """Never a partial commit: the transaction cannot commit, nothing of it is written on
+    either cluster; a transaction whose records all stay commits as usual."""
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    with routing_herald(kafka, kafka_b, EU_TO_B) as herald:
+        producer = Producer({"bootstrap.servers": herald.bootstrap,
+                             "transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+        producer.init_transactions(60)
+        producer.begin_transaction()
+        producer.produce(topic_name, key=b"a", value=b"stays", headers=[("region", b"us")])
+        producer.produce(topic_name, key=b"b", value=b"moves", headers=[("region", b"eu")])
+        with pytest.raises(KafkaException) as info:
+            producer.commit_transaction(60)
+        assert info.value.args[0].txn_requires_abort()
+        producer.abort_transaction(60)
+        producer.begin_transaction()
+        producer.produce(topic_name, key=b"c", value=b"stays", headers=[("region", b"us")])
+        producer.commit_transaction(60)
+        got = consume_all(kafka.bootstrap, topic_name, 2, timeout=10,
+                          conf={"isolation.level": "read_uncommitted"})
+        assert [m.value() for m in got] == [b"stays"]
+        assert got[0].key() == b"c"
+        assert consume_all(kafka_b.bootstrap, topic_name, 1, timeout=5) == []
+        assert metric(herald, "herald_routing_records_total", rule="eu",
+                      outcome="refused_transactional") >= 1
+
+
+def test_shadow_changes_nothing_and_counts_what_the_live_rule_then_does(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    second = f"{topic_name}-2"
+    for name in (topic_name, second):
+        create_topic(kafka.bootstrap, name, 2)
+        create_topic(kafka_b.bootstrap, name, 2)
+    shadow = [dict(EU_TO_B[0], shadow=True)]
+    records = mixed_records(300, 2)
+    with routing_herald(kafka, kafka_b, shadow) as herald:
+        assert produce(herald.bootstrap, topic_name, records) == []
+        assert by_partition(consume_all(kafka.bootstrap, topic_name, 300)) == expect(
+            records, lambda r: True)
+        assert consume_all(kafka_b.bootstrap, topic_name, 1, timeout=5) == []
+        would = metric(herald, "herald_routing_records_total", rule="eu", outcome="shadow")
+        assert would == 100
+
+        import yaml
+
+        herald.config["routing"]["rules"] = EU_TO_B  # promote: SIGHUP
+        herald.config_path.write_text(yaml.safe_dump(herald.config))
+        herald.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while "config_reloaded" not in herald.logs() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert produce(herald.bootstrap, second, records) == []
+        moved = consume_all(kafka_b.bootstrap, second, 101, timeout=20)
+        assert len(moved) == would
+        assert metric(herald, "herald_routing_records_total", rule="eu",
+                      outcome="delivered") == would
+
+
+def test_a_forged_origin_header_keeps_a_record_where_it_was_sent(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    with routing_herald(kafka, kafka_b, EU_TO_B) as herald:
+        records = mixed_records(30, 1)
+        for r in records:
+            r["headers"].append((ORIGIN_HEADER, b"forged"))
+        assert produce(herald.bootstrap, topic_name, records) == []
+        assert by_partition(consume_all(kafka.bootstrap, topic_name, 30)) == expect(
+            records, lambda r: True)
+        assert consume_all(kafka_b.bootstrap, topic_name, 1, timeout=5) == []
+
+
+def test_mirror_copies_arrive_and_originals_equal_a_run_without_rules(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    plain = f"{topic_name}-plain"
+    for name in (topic_name, plain):
+        create_topic(kafka.bootstrap, name, 2)
+    create_topic(kafka_b.bootstrap, topic_name, 2)
+    rules = [{"name": "copy", "match": {"topics": [topic_name],
+                                        "headers": {"header": "debug", "present": True}},
+              "mirror": {"cluster": "b"}}]
+    records = mixed_records(400, 2)
+    with routing_herald(kafka, kafka_b, rules) as herald:
+        for name in (topic_name, plain):
+            assert produce(herald.bootstrap, name, records) == []
+        mirrored = by_partition(consume_all(kafka.bootstrap, topic_name, 400))
+        unrouted = by_partition(consume_all(kafka.bootstrap, plain, 400))
+        assert mirrored == unrouted == expect(records, lambda r: True)
+        copies = consume_all(kafka_b.bootstrap, topic_name, 400, timeout=10)
+        is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
+        assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
+                                                             ((ORIGIN_HEADER, None),))
+
+
+def test_acks_zero_routing_is_best_effort_and_counted(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    with routing_herald(kafka, kafka_b, EU_TO_B) as herald:
+        records = mixed_records(300, 1)
+        assert produce(herald.bootstrap, topic_name, records, acks=0,
+                       **{"enable.idempotence": False}) == []
+        moved = consume_all(kafka_b.bootstrap, topic_name, 100, timeout=30)
+        assert len(moved) == 100
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and metric(
+                herald, "herald_routing_records_total", rule="eu", outcome="best_effort") < 100:
+            time.sleep(0.2)
+        assert metric(herald, "herald_routing_records_total", rule="eu",
+                      outcome="best_effort") == 100
+        assert len(consume_all(kafka.bootstrap, topic_name, 200, timeout=30)) == 200
