@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 
 from proxy.embedded_kafka import KafkaCluster
+from proxy.routing.partitioner import key_partition
 from proxy.routing.rules import ORIGIN_HEADER
 from tests.conftest import kafka_version
 from tests.support.clients import consume_all, create_topic
@@ -380,3 +381,47 @@ def test_acks_zero_routing_is_best_effort_and_counted(
         assert metric(herald, "herald_routing_records_total", rule="eu",
                       outcome="best_effort") == 100
         assert len(consume_all(kafka.bootstrap, topic_name, 200, timeout=30)) == 200
+
+
+def test_java_producer_routes_by_key_and_java_consumer_reads_what_stayed(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """The Java console producer (idempotent by default since Kafka 3.0) through Herald:
+    eu records go to b, partitioned by key as the Java client would; the Java consumer reads
+    the rest through Herald; kafka-python's producer, which is not idempotent, routes too."""
+    from kafka import KafkaProducer
+
+    from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
+
+    create_topic(kafka.bootstrap, topic_name, 2)
+    create_topic(kafka_b.bootstrap, topic_name, 3)
+    rules = [dict(EU_TO_B[0], partition="key")]
+    lines = []
+    for i in range(200):
+        region = "eu" if i % 2 else "us"
+        lines.append(f"region:{region},seq:{i}\tkey-{i}\tvalue-{i}\n")
+    with routing_herald(kafka, kafka_b, rules) as herald:
+        run_tool(CONSOLE_PRODUCER, "--bootstrap-server", herald.bootstrap, "--topic", topic_name,
+                 "--reader-property", "parse.key=true", "--reader-property", "parse.headers=true",
+                 input="".join(lines), timeout=120)
+        producer = KafkaProducer(bootstrap_servers=herald.bootstrap, acks="all")
+        for i in range(200, 260):
+            producer.send(topic_name, key=f"key-{i}".encode(), value=f"value-{i}".encode(),
+                          headers=[("region", b"eu"), ("seq", str(i).encode())])
+        producer.flush(60)
+        producer.close()
+        moved = consume_all(kafka_b.bootstrap, topic_name, 161, timeout=20)
+        assert len(moved) == 160
+        for m in moved:
+            assert m.partition() == key_partition(m.key(), 3), m.key()
+            headers = dict(m.headers())
+            assert headers["region"] == b"eu" and headers[ORIGIN_HEADER]
+            assert m.value() == b"value-" + headers["seq"]
+        seqs = sorted(int(dict(m.headers())["seq"]) for m in moved)
+        assert seqs == [*range(1, 200, 2), *range(200, 260)]
+        result = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", herald.bootstrap,
+                          "--topic", topic_name, "--from-beginning", "--max-messages", "100",
+                          "--timeout-ms", "30000", "--property", "print.key=true")
+        stayed = sorted(line.split("\t")[0] for line in result.stdout.splitlines()
+                        if line.startswith("key-"))  # 4.x also prints a deprecation note
+        assert stayed == sorted(f"key-{i}" for i in range(0, 200, 2))
