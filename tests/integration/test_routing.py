@@ -425,3 +425,49 @@ def test_java_producer_routes_by_key_and_java_consumer_reads_what_stayed(
         stayed = sorted(line.split("\t")[0] for line in result.stdout.splitlines()
                         if line.startswith("key-"))  # 4.x also prints a deprecation note
         assert stayed == sorted(f"key-{i}" for i in range(0, 200, 2))
+
+
+def test_a_failed_destination_fails_the_partition_and_client_retries_deliver_once(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """With the destination down longer than Herald's delivery timeout, the client gets a
+    retriable error and retries; once the destination is back, every record is there once,
+    and the records that stayed were not written twice either."""
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    admin = f"127.0.0.1:{free_port_block(1)}"
+    config = herald_config(kafka.bootstrap, admin={"bind": admin},
+                           clusters={"b": {"bootstrap": kafka_b.bootstrap}},
+                           routing={"rules": EU_TO_B, "delivery_timeout_s": 2})
+    records = mixed_records(300, 1)
+    with HeraldProcess(config) as herald:
+        assert "b=up" in _readyz(herald)
+        assert metric(herald, "herald_cluster_up", cluster="b") == 1
+        kafka_b.stop_node(1)
+        result: dict[str, Any] = {}
+        writer = threading.Thread(target=lambda: result.update(
+            errors=produce(herald.bootstrap, topic_name, records, pause_every=100)))
+        writer.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and metric(
+                herald, "herald_routing_records_total", rule="eu", outcome="failed") == 0:
+            time.sleep(0.5)
+        assert metric(herald, "herald_routing_records_total", rule="eu", outcome="failed") > 0
+        assert "b=down" in _readyz(herald)
+        kafka_b.restart_node(1)
+        writer.join(timeout=300)
+        assert result.get("errors") == []
+        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
+        got_stay = by_partition(consume_all(kafka.bootstrap, topic_name, 201, timeout=20))
+        got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name, 101, timeout=20))
+        assert got_stay == expect(records, lambda r: not is_eu(r))
+        assert _strip_origin(got_b) == expect(records, is_eu, ((ORIGIN_HEADER, None),))
+        logs = herald.logs()
+        assert logs.count("routing_destination_down cluster=b") == 1
+        assert logs.count("routing_destination_up cluster=b") == 2  # at start, and back
+
+
+def _readyz(herald: HeraldProcess) -> str:
+    import urllib.request
+
+    return urllib.request.urlopen(f"{herald.admin_url}/readyz", timeout=10).read().decode()
