@@ -52,6 +52,9 @@ def producer_settings(config: UpstreamConfig, delivery_timeout_s: float) -> dict
         "socket.connection.setup.timeout.ms": max(1000, int(config.connect_timeout_s * 1000)),
         "partitioner": "murmur2_random",  # the Java client's choice for keyed records
         "client.id": "herald-router",
+        # librdkafka's own log goes to stderr unstructured, a line per reconnect attempt:
+        # Herald logs a destination going down and coming back once, itself.
+        "log_level": 2,
     }
     if tls is not None:
         if tls.ca_file is not None:
@@ -223,7 +226,9 @@ class Destination:
                 up = False
                 reason = str(exc)
             if up != self.reachable:
-                if up:
+                if up and self.reachable is None:
+                    log.info("routing_destination_up", cluster=self.name)
+                elif up:
                     log.warning("routing_destination_up", cluster=self.name)
                 else:
                     log.warning("routing_destination_down", cluster=self.name, error=reason)

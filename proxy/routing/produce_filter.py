@@ -28,7 +28,7 @@ from interceptors import PartitionOutcome
 from protocol.api_keys import ApiKey
 from protocol.records import RecordBatch, build_batch, join_batches, split_batches
 from proxy.filters import Exchange, Filter, SessionContext
-from proxy.interception import Rejected, merge_answers
+from proxy.interception import OFFLOAD_BYTES, Rejected, merge_answers
 from proxy.logs import get_logger
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
@@ -168,6 +168,10 @@ class RoutingFilter(Filter):
         """(the new records field: None unchanged, b"" nothing left; the plans; whether any
         delivery must be waited for)."""
         batches = split_batches(records)
+        if len(records) >= OFFLOAD_BYTES:
+            # As in the interceptor filter: large compressed partitions are decompressed in a
+            # worker thread, so the loop keeps serving other connections meanwhile.
+            await trio.to_thread.run_sync(_decompress_all, batches)
         plans: list[Plan] = []
         changed = False
         waits = False
@@ -351,6 +355,12 @@ async def _outcome(plans: list[Plan]) -> str | None:
             if d.error is not None and error is None:
                 error = f"routing to cluster {routed.cluster} failed: {d.error}"
     return error
+
+
+def _decompress_all(batches: list[Any]) -> None:
+    for b in batches:
+        if isinstance(b, RecordBatch) and b.compression and b.record_count:
+            b.decompress()
 
 
 def _kept_batch(batch: RecordBatch, moved: frozenset[int], attempt: Attempt | None) -> bytes:

@@ -288,3 +288,45 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
     assert s["security.protocol"] == "SASL_PLAINTEXT" and s["sasl.mechanism"] == "OAUTHBEARER"
     assert s["oauth_cb"](None) == (token, 2000000000.0)
     Producer(s).flush(0)  # librdkafka accepts every setting as given
+
+
+# --- the produce filter on bytes ------------------------------------------------------------
+
+def _filter(rules: list) -> object:
+    from prometheus_client import CollectorRegistry
+
+    from proxy.routing.produce_filter import RoutingFilter
+    from proxy.routing.stats import RoutingStats
+    from proxy.topic_ids import TopicIds
+
+    table = RoutingTable(config(rules).routing)
+    return RoutingFilter(table, TopicIds(), {}, RoutingStats(CollectorRegistry()))
+
+
+async def test_a_batch_no_rule_touches_is_left_as_it_came() -> None:
+    f = _filter([{"match": {"headers": {"header": "region", "equals": "eu"}},
+                  "cluster": "eu"}])
+    raw = build_batch([Record(b"k", b"v", [("region", b"us")])], producer_id=3,
+                      producer_epoch=0, base_sequence=0, compression=1)
+    candidates = f.table.candidates("t", None)
+    records, plans, waits = await f._partition("t", 0, raw, candidates, -1)
+    assert (records, plans, waits) == (None, [], False)
+
+
+async def test_a_rejected_batch_is_refused_and_later_ones_stay_in_sequence() -> None:
+    from proxy.routing.produce_filter import _Refuse
+
+    f = _filter([{"name": "no", "match": {"headers": {"header": "pii", "present": True}},
+                  "reject": "no pii"}])
+    candidates = f.table.candidates("t", None)
+    bad = build_batch([Record(b"k", b"v", [("pii", b"")]), Record(b"k", b"w")],
+                      producer_id=3, producer_epoch=0, base_sequence=0)
+    with pytest.raises(_Refuse) as info:
+        await f._partition("t", 0, bad, candidates, -1)
+    assert (info.value.outcome.error_code, info.value.outcome.error_message) == (87, "no pii")
+    with pytest.raises(_Refuse):  # the client's retry of it: refused again
+        await f._partition("t", 0, bad, candidates, -1)
+    good = build_batch([Record(b"k", b"x")], producer_id=3, producer_epoch=0, base_sequence=2)
+    records, _, _ = await f._partition("t", 0, good, candidates, -1)
+    assert RecordBatch(records).base_sequence == 0  # the broker never saw sequences 0-1
+    assert RecordBatch(records).raw[61:] == good[61:]
