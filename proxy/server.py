@@ -78,6 +78,7 @@ class Proxy:
             RoutingTable(config.routing), self.topic_ids, self.destinations, self.routing_stats,
             origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(),
         )
+        self.routing.tracing = tracing
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             self._sasl_member(),

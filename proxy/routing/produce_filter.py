@@ -42,6 +42,7 @@ from proxy.routing.rules import (
     Rule,
 )
 from proxy.routing.sequences import Attempt, SequenceMap
+from proxy.routing.spans import end_span, start_span
 from proxy.routing.stats import (
     BEST_EFFORT,
     DELIVERED,
@@ -112,6 +113,7 @@ class RoutingFilter(Filter):
         self.stats = stats
         self.sequences = SequenceMap()
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
+        self.tracing: Any = None  # proxy.tracing.Tracing when tracing is on: a span per batch
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.PRODUCE and bool(self.table.rules)
@@ -272,9 +274,10 @@ class RoutingFilter(Filter):
             assert target is not None
             dest = self.destinations[routed.cluster]
             delivery = Delivery(len(routed.indexes), token)
-            delivery.on_done = self._finished(rule, routed.cluster, acks)
-            routed.delivery = delivery
             out_topic = target.topic or topic
+            span = self._span(rule, routed, out_topic, records) if self.tracing else None
+            delivery.on_done = self._finished(rule, routed.cluster, acks, span)
+            routed.delivery = delivery
             size = 0
             for i in routed.indexes:
                 rec = records[i]
@@ -294,7 +297,7 @@ class RoutingFilter(Filter):
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
-    def _finished(self, rule: Rule, cluster: str, acks: int) -> Any:
+    def _finished(self, rule: Rule, cluster: str, acks: int, span: Any) -> Any:
         stats = self.stats
 
         def done(delivery: Delivery, records: int) -> None:
@@ -304,8 +307,20 @@ class RoutingFilter(Filter):
             else:
                 outcome = FAILED
             stats.count(rule.name, rule.action, cluster, outcome, records)
+            if span is not None:
+                end_span(span, delivery.error)
 
         return done
+
+    def _span(self, rule: Rule, routed: Routed, out_topic: str, records: list) -> Any:
+        """A producer span for one routed batch, linked to its records' trace contexts."""
+        try:
+            return start_span(self.tracing, rule.name, routed.cluster, out_topic,
+                              [records[i].headers for i in routed.indexes])
+        except Exception as exc:  # tracing never breaks traffic
+            log.warning("routing_span_failed", error=repr(exc))
+            self.tracing = None
+            return None
 
     def _count_plan(self, plan: Plan, outcome: str) -> None:
         for r in plan.routed:

@@ -20,8 +20,11 @@ from proxy.embedded_kafka import KafkaCluster
 from proxy.routing.partitioner import key_partition
 from proxy.routing.rules import ORIGIN_HEADER
 from tests.conftest import kafka_version
+from tests.integration import test_tracing
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
+
+receiver = test_tracing.receiver  # the OTLP/HTTP receiver fixture, shared
 
 
 @pytest.fixture(scope="module")
@@ -471,3 +474,33 @@ def _readyz(herald: HeraldProcess) -> str:
     import urllib.request
 
     return urllib.request.urlopen(f"{herald.admin_url}/readyz", timeout=10).read().decode()
+
+
+def test_a_span_per_routed_batch_links_the_records_trace_contexts(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str, request: pytest.FixtureRequest
+) -> None:
+    collected, port = request.getfixturevalue("receiver")
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    config = herald_config(kafka.bootstrap, clusters={"b": {"bootstrap": kafka_b.bootstrap}},
+                           routing={"rules": EU_TO_B},
+                           interceptors={"produce": [{"type": "trace_context",
+                                                      "mode": "record"}]})
+    env = {"OTEL_TRACES_EXPORTER": "otlp",
+           "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+           "OTEL_BSP_SCHEDULE_DELAY": "200"}
+    with HeraldProcess(config, env=env):
+        records = [r for r in mixed_records(30, 1) if header(r, "region") == b"eu"]
+        assert produce(config["listen"]["bootstrap"], topic_name, records) == []
+        moved = consume_all(kafka_b.bootstrap, topic_name, 10)
+        contexts = set()
+        for m in moved:
+            _, trace_id, span_id, _ = dict(m.headers())["traceparent"].decode().split("-")
+            contexts.add((trace_id, span_id))
+        name = f"send {topic_name}"
+        spans = collected.wait(lambda spans: {link for s in spans if s.name == name
+                                              for link in s.links} >= contexts)
+        routed = [s for s in spans if s.name == name]
+        assert routed and all(s.attributes["herald.route.cluster"] == "b" for s in routed)
+        assert {link for s in routed for link in s.links} == contexts
+        assert sum(s.attributes["messaging.batch.message_count"] for s in routed) == 10
