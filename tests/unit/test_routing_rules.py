@@ -330,3 +330,40 @@ async def test_a_rejected_batch_is_refused_and_later_ones_stay_in_sequence() -> 
     records, _, _ = await f._partition("t", 0, good, candidates, -1)
     assert RecordBatch(records).base_sequence == 0  # the broker never saw sequences 0-1
     assert RecordBatch(records).raw[61:] == good[61:]
+
+
+# --- reload -----------------------------------------------------------------------------------
+
+def test_sighup_reload_swaps_rules_and_refuses_a_cluster_that_needs_a_restart(
+    tmp_path: object,
+) -> None:
+    import yaml
+
+    from proxy.config import load_config
+    from proxy.server import Proxy
+
+    path = tmp_path / "proxy.yaml"  # type: ignore[operator]
+    data = dict(BASE, clusters={"eu": {"bootstrap": "127.0.0.1:1"}},
+                routing={"rules": [{"name": "eu", "match": {}, "cluster": "eu",
+                                    "shadow": True}]})
+    path.write_text(yaml.safe_dump(data))
+    proxy = Proxy(load_config(path))
+    assert set(proxy.destinations) == {"eu"}
+    assert proxy.routing.table.rules[0].shadow
+
+    data["routing"]["rules"][0]["shadow"] = False  # promote
+    path.write_text(yaml.safe_dump(data))
+    assert proxy.reload()
+    assert not proxy.routing.table.rules[0].shadow
+
+    data["clusters"]["us"] = {"bootstrap": "127.0.0.1:2"}
+    data["routing"]["rules"].append({"match": {}, "cluster": "us"})
+    path.write_text(yaml.safe_dump(data))
+    assert not proxy.reload()  # a new cluster needs a restart: nothing changes
+    assert len(proxy.routing.table.rules) == 1
+
+    data["routing"]["rules"] = [{"match": {"headers": {"header": "x", "gt": "soon"}},
+                                 "cluster": "eu"}]
+    path.write_text(yaml.safe_dump(data))
+    assert not proxy.reload()
+    assert proxy.routing.table.rules[0].name == "eu"
