@@ -212,8 +212,9 @@ class Proxy:
             chains = build_chains(fresh.interceptors, self.proxy_info)
             missing = fresh.routing.clusters() - set(self.destinations)
             if missing:
-                raise ConfigError(f"routing.rules: cluster {sorted(missing)[0]!r} is new "
-                                  "since the start; routing to it needs a restart")
+                raise ConfigError(f"routing.rules: no rule wrote to cluster "
+                                  f"{sorted(missing)[0]!r} at start, so Herald has no producer "
+                                  "for it; routing there needs a restart")
         except (ConfigError, InterceptorConfigError) as exc:
             self.metrics.config_reloads.labels("rejected").inc()
             log.error("config_reload_rejected", path=str(source), error=str(exc))
