@@ -44,7 +44,7 @@ def routing_herald(kafka: KafkaCluster, kafka_b: KafkaCluster, rules: list[dict]
 
 
 def produce(bootstrap: str, topic: str, records: list[dict], pause_every: int = 0,
-            **conf: Any) -> list[str]:
+            progress: list[int] | None = None, **conf: Any) -> list[str]:
     """Produce through `bootstrap` with one producer; the delivery errors (empty when all were
     acknowledged). `pause_every` N records it sleeps half a second, to spread the writes."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
@@ -67,6 +67,8 @@ def produce(bootstrap: str, topic: str, records: list[dict], pause_every: int = 
             except BufferError:
                 producer.poll(0.1)
         producer.poll(0)
+        if progress is not None:
+            progress.append(n)
     left = producer.flush(120)
     assert left == 0, f"{left} records not delivered"
     return errors
@@ -197,37 +199,38 @@ def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
 def test_idempotent_producer_through_a_destination_restart(
     kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
 ) -> None:
-    """The destination broker is killed and restarted while an idempotent producer writes,
-    then the primary's broker is restarted (the client's connections drop and it retries
-    through Herald): every record ends up once, in order, where the rules say."""
+    """The destination broker is killed and restarted while one idempotent producer writes:
+    every record ends up once, in order, where the rules say, and the producer sees no error
+    (no sequence error, no duplicate from its own retries)."""
     create_topic(kafka.bootstrap, topic_name, 2)
     create_topic(kafka_b.bootstrap, topic_name, 2)
-    rules = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
-              "cluster": "b"}]
     records = mixed_records(3000, 2)
-    with routing_herald(kafka, kafka_b, rules) as herald:
-
+    with routing_herald(kafka, kafka_b, EU_TO_B) as herald:
+        progress: list[int] = []
         result: dict[str, Any] = {}
 
         def run() -> None:
-            result["errors"] = produce(herald.bootstrap, topic_name, records[:1000])
-            time.sleep(1.0)
-            result["errors"] += produce(herald.bootstrap, topic_name, records[1000:],
-                                        pause_every=50)
+            try:
+                result["errors"] = produce(herald.bootstrap, topic_name, records,
+                                           pause_every=50, progress=progress)
+            except Exception as exc:  # shown by the assertion below
+                result["exception"] = repr(exc)
 
         writer = threading.Thread(target=run)
         writer.start()
-        time.sleep(4.0)
-        kafka_b.stop_node(1)
-        assert writer.is_alive()
-        time.sleep(5.0)
-        kafka_b.restart_node(1)
-        assert writer.is_alive()
-        kafka.restart_node(1)
+        try:
+            deadline = time.monotonic() + 120
+            while len(progress) < 1000 and time.monotonic() < deadline and writer.is_alive():
+                time.sleep(0.1)
+            assert writer.is_alive(), result
+            kafka_b.stop_node(1)
+            time.sleep(5.0)
+            assert writer.is_alive(), result  # the restart falls in the middle of the run
+        finally:
+            kafka_b.restart_node(1)
         writer.join(timeout=300)
         assert not writer.is_alive()
-        assert "errors" in result, herald.logs()[-5000:]
-        assert result["errors"] == []
+        assert result.get("errors") == [], (result, herald.logs()[-3000:])
         is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
         stay = expect(records, lambda r: not is_eu(r))
         moved = expect(records, is_eu, ((ORIGIN_HEADER, None),))
@@ -238,7 +241,6 @@ def test_idempotent_producer_through_a_destination_restart(
         assert got_stay == stay
         assert _strip_origin(got_b) == moved
         assert "routing_destination_down cluster=b" in herald.logs()
-        assert "OUT_OF_ORDER" not in herald.logs()
 
 
 EU_TO_B = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
