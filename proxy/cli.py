@@ -8,13 +8,21 @@ broker (KRaft; jars fetched once with Maven and cached) and the proxy in front o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 from pathlib import Path
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy import logs
-from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
+from proxy.config import (
+    ConfigError,
+    HostPort,
+    ListenError,
+    ProxyConfig,
+    UpstreamConfig,
+    load_config,
+)
 from proxy.k8s import command as k8s_command
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
@@ -26,8 +34,9 @@ listen.broker_port_base + N) and runs the interceptor chains of the config file.
 When clients can connect, Herald prints one line:
   herald ready: bootstrap=HOST:PORT upstream=HOST:PORT
 SIGTERM or Ctrl-C stops accepting, lets in-flight requests finish within shutdown.grace_s, and
-exits. SIGHUP reloads the interceptor chains from the config file (an invalid file is refused
-and the running chains stay) and re-reads certificate files that changed.
+exits. SIGHUP reloads the interceptor chains and routing rules from the config file (an
+invalid file is refused and the running ones stay) and re-reads certificate files that
+changed.
 
 Secured clusters: listen.tls, upstream.tls, upstream.sasl (Herald authenticates for its
 clients), admin.tls and admin.token; see docs/security.md.
@@ -55,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Start a local single-node KRaft Apache Kafka broker (jars from Maven Central, "
             "cached in .cache/) on a free loopback port, and Herald in front of it, configured "
-            "by the config file; its upstream.bootstrap is replaced by the local broker."
+            "by the config file; its upstream.bootstrap is replaced by the local broker. Each "
+            "cluster named under `clusters:` (routing destinations) gets a local broker too."
         ),
     )
     dev.add_argument("--config", "-c", type=Path, default=Path("proxy.yaml"),
@@ -109,22 +119,35 @@ def main(argv: list[str] | None = None) -> int:
     from proxy.embedded_kafka import KafkaCluster, KafkaStartError
     from proxy.kafka_dist import KafkaDistError
 
-    print(f"herald dev: starting Apache Kafka {args.kafka_version} ...", file=sys.stderr)
-    cluster = KafkaCluster(size=1, version=args.kafka_version)
-    try:
-        cluster.start()
-    except (KafkaStartError, KafkaDistError) as exc:
-        print(f"herald dev: could not start Kafka: {exc}", file=sys.stderr)
-        return 1
-    try:
-        node = cluster.nodes[0]
-        upstream = dataclasses.replace(
-            config.upstream, bootstrap=[HostPort("127.0.0.1", node.port)]
-        )
-        return _serve(dataclasses.replace(config, upstream=upstream))
-    finally:
-        cluster.stop()
+    names = ["upstream", *config.clusters]
+    print(f"herald dev: starting Apache Kafka {args.kafka_version} "
+          f"({len(names)} local cluster{'s' if len(names) > 1 else ''}) ...", file=sys.stderr)
+    with contextlib.ExitStack() as stack:
+        local: dict[str, HostPort] = {}
+        for name in names:
+            cluster = KafkaCluster(size=1, version=args.kafka_version)
+            try:
+                cluster.start()
+            except (KafkaStartError, KafkaDistError) as exc:
+                print(f"herald dev: could not start Kafka: {exc}", file=sys.stderr)
+                return 1
+            stack.callback(cluster.stop)
+            local[name] = HostPort("127.0.0.1", cluster.nodes[0].port)
+            if name != "upstream":
+                print(f"herald dev: cluster {name} is at {local[name]}", file=sys.stderr)
+        return _serve(_local(config, local))
+    return 1  # not reached: the with block returns
 
+
+def _local(config: ProxyConfig, local: dict[str, HostPort]) -> ProxyConfig:
+    """The config with every cluster's bootstrap replaced by its local broker (plaintext)."""
+    def here(cfg: UpstreamConfig, name: str) -> UpstreamConfig:
+        return dataclasses.replace(cfg, bootstrap=[local[name]], tls=None, sasl=None)
+
+    return dataclasses.replace(
+        config, upstream=dataclasses.replace(config.upstream, bootstrap=[local["upstream"]]),
+        clusters={name: here(c, name) for name, c in config.clusters.items()},
+    )
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,6 +19,7 @@ from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
 from proxy.env_expand import UnsetVariable, expand_env
 from proxy.limits import LimitsConfig, parse_limits
+from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
 from proxy.security_config import (
     ClientTlsConfig,
     PassthroughSaslConfig,
@@ -86,6 +87,8 @@ class ProxyConfig:
     source: Path | None = None
     instance_id: str | None = None  # None: a random herald-<8 hex> per process
     reload_watch_s: float = 0.0  # 0: reload on SIGHUP only
+    clusters: dict[str, UpstreamConfig] = field(default_factory=dict)  # named, for routing
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
     @property
     def advertised_bootstrap(self) -> str:
@@ -165,11 +168,14 @@ def parse_config(
         build_chains(interceptors)  # validation only; the proxy builds its own chains
     except InterceptorConfigError as exc:
         raise ConfigError(str(exc)) from None
+    clusters = parse_clusters(top.child("clusters"), parse_upstream)
+    routing = parse_routing(top.child("routing"), set(clusters))
     top.done()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
         instance_id=instance_id, reload_watch_s=watch_s,
+        clusters=clusters, routing=routing,
     )
 
 

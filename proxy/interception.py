@@ -459,23 +459,29 @@ class InterceptorFilter(Filter):
 
     @staticmethod
     def _merge_rejections(rejected: list[Rejected], version: int, msg: Any) -> bool:
-        by_id = version >= 13
-        topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
-        for r in rejected:
-            key = r.topic_id if by_id else r.name
-            entry = topics.get(key)
-            if entry is None:
-                entry = TopicProduceResponse(name=r.name, topic_id=r.topic_id)
-                topics[key] = entry
-                msg.responses.append(entry)
-            entry.partition_responses.append(PartitionProduceResponse(
-                index=r.partition,
-                error_code=r.outcome.error_code,
-                base_offset=-1,
-                error_message=r.outcome.error_message if version >= 8 else None,
-                record_errors=[
-                    BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                    for i, m in r.outcome.record_errors
-                ] if version >= 8 else [],
-            ))
-        return bool(rejected)
+        return merge_answers(rejected, version, msg)
+
+
+def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
+    """Put the partitions Herald answered itself into the broker's Produce response (their
+    topic entry is made when the broker saw none of the topic); True when there were any."""
+    by_id = version >= 13
+    topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
+    for r in answers:
+        key = r.topic_id if by_id else r.name
+        entry = topics.get(key)
+        if entry is None:
+            entry = TopicProduceResponse(name=r.name, topic_id=r.topic_id)
+            topics[key] = entry
+            msg.responses.append(entry)
+        entry.partition_responses.append(PartitionProduceResponse(
+            index=r.partition,
+            error_code=r.outcome.error_code,
+            base_offset=-1,
+            error_message=r.outcome.error_message if version >= 8 else None,
+            record_errors=[
+                BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
+                for i, m in r.outcome.record_errors
+            ] if version >= 8 else [],
+        ))
+    return bool(answers)

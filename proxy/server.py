@@ -32,6 +32,10 @@ from proxy.logs import get_logger
 from proxy.memory_budget import MemoryBudget
 from proxy.metrics import Metrics
 from proxy.principal import NoRuleMatched, tls_principal
+from proxy.routing.destinations import Destination
+from proxy.routing.produce_filter import RoutingFilter
+from proxy.routing.rules import PRIMARY, RoutingTable
+from proxy.routing.stats import RoutingStats
 from proxy.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.session import Session
 from proxy.tls import ReloadingContext
@@ -76,12 +80,20 @@ class Proxy:
         if tracing is not None:
             self.interceptors.report_traces = True
             traced.append(TracingFilter(tracing, self.topic_ids, self.metrics.spans_skipped.inc))
+        self.routing_stats = RoutingStats(self.metrics.registry)
+        self.destinations = self._destinations(config)
+        self.routing = RoutingFilter(
+            RoutingTable(config.routing), self.topic_ids, self.destinations, self.routing_stats,
+            origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(),
+        )
+        self.routing.tracing = tracing
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             self._sasl_member(),
             AddressRewriter(self.directory),
             TopicIdLearner(self.topic_ids),
             self.interceptors,
+            self.routing,  # after the chains: routed records carry what enrichment added
             *traced,
         ])
         self.sessions: set[Session] = set()
@@ -99,6 +111,17 @@ class Proxy:
         self._sessions_nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
+
+    def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
+        """A producer per named cluster, and one for the primary when a rule writes there."""
+        timeout = config.routing.delivery_timeout_s
+        gauge = self.routing_stats.cluster_up
+        on_state = lambda name, up: gauge.labels(name).set(1 if up else 0)  # noqa: E731
+        out = {name: Destination(name, c, timeout, on_state)
+               for name, c in config.clusters.items()}
+        if PRIMARY in config.routing.clusters():
+            out[PRIMARY] = Destination(PRIMARY, config.upstream, timeout)
+        return out
 
     def _sasl_member(self) -> Filter:
         if self.config.upstream.sasl is not None:
@@ -130,6 +153,10 @@ class Proxy:
                     self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
+                for destination in self.destinations.values():
+                    destination.start()
+                    if destination.name != PRIMARY:
+                        nursery.start_soon(destination.watch)
                 if self._tls_contexts():
                     nursery.start_soon(self._watch_certificates)
                 nursery.start_soon(self.topic_limits.run)
@@ -146,6 +173,8 @@ class Proxy:
             if self.sessions:
                 log.warning("shutdown_grace_expired", open_sessions=len(self.sessions))
             sessions.cancel_scope.cancel()
+        for destination in self.destinations.values():
+            await destination.close()
 
     def readiness(self) -> tuple[bool, str]:
         """Ready: listeners bound, the upstream cluster answered lately, and not draining."""
@@ -155,7 +184,9 @@ class Proxy:
             return False, "starting"
         if not self.upstream_reachable:
             return False, "upstream unreachable"
-        return True, "ready"
+        states = [f"{d.name}={'up' if d.reachable else 'down'}"
+                  for d in self.destinations.values() if d.name != PRIMARY]
+        return True, f"ready (clusters: {', '.join(states)})" if states else "ready"
 
     async def _watch_upstream(self, period: float = 2.0) -> None:
         while True:
@@ -187,8 +218,8 @@ class Proxy:
     def reload(self) -> bool:
         """Re-read the config file: new requests use the new interceptor chains.
 
-        Only `interceptors` is reloaded; listeners, upstream and limits need a restart, and a
-        change to them is logged. An invalid file changes nothing.
+        Only `interceptors` and `routing` are reloaded; listeners, upstream, clusters and
+        limits need a restart, and a change to them is logged. An invalid file changes nothing.
         """
         source = self.config.source
         if source is None:
@@ -196,18 +227,27 @@ class Proxy:
         try:
             fresh = load_config(source)
             chains = build_chains(fresh.interceptors, self.proxy_info)
+            missing = fresh.routing.clusters() - set(self.destinations)
+            if missing:
+                raise ConfigError(f"routing.rules: no rule wrote to cluster "
+                                  f"{sorted(missing)[0]!r} at start, so Herald has no producer "
+                                  "for it; routing there needs a restart")
         except (ConfigError, InterceptorConfigError) as exc:
             self.metrics.config_reloads.labels("rejected").inc()
             log.error("config_reload_rejected", path=str(source), error=str(exc))
             return False
-        kept = dataclasses.replace(fresh, interceptors=self.config.interceptors)
+        kept = dataclasses.replace(fresh, interceptors=self.config.interceptors,
+                                   routing=self.config.routing)
         if kept != self.config:
             log.warning("config_reload_partial", path=str(source),
-                        note="only interceptors are reloaded; restart for the other changes")
+                        note="only interceptors and routing are reloaded; restart for the "
+                        "other changes")
         self.metrics.retire_chains(self.interceptors.chains)
         self.interceptors.chains = chains
+        self.routing.table = RoutingTable(fresh.routing)
         self.chain.reset()
-        self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors)
+        self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors,
+                                          routing=fresh.routing)
         self.metrics.config_reloads.labels("applied").inc()
         log.info("config_reloaded", path=str(source))
         return True

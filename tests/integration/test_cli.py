@@ -91,3 +91,39 @@ def test_dev_runs_a_broker_with_herald_in_front_and_stops_both(tmp_path: Path) -
     assert code == 0
     assert len(lines) == 1  # exactly one line on stdout
     assert not Path(f"/proc/{brokers[0]}").exists(), "the broker outlived herald dev"
+
+
+def test_dev_starts_a_local_cluster_for_each_named_one_and_routes_there(
+    tmp_path: Path,
+) -> None:
+    config = herald_config("127.0.0.1:9092")
+    config["clusters"] = {"eu": {"bootstrap": "kafka-eu.example:9092"}}  # replaced too
+    config["routing"] = {"rules": [{"match": {"headers": {"header": "region", "equals": "eu"}},
+                                    "cluster": "eu"}]}
+    path = tmp_path / "proxy.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen([*HERALD, "dev", "--config", str(path)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    errors: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
+    try:
+        deadline = time.monotonic() + 240
+        while not lines and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        assert lines, "herald dev printed nothing:\n" + "".join(errors)
+        bootstrap = re.match(r"herald ready: bootstrap=(\S+)", lines[0]).group(1)
+        eu = next(re.search(r"cluster eu is at (\S+)", e).group(1) for e in errors
+                  if "cluster eu is at" in e)
+        assert len([p for p, cmd in _children(proc.pid) if "kafka.Kafka" in cmd]) == 2
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce("dev-orders", b"to-eu", headers=[("region", b"eu")])
+        producer.produce("dev-orders", b"home", headers=[("region", b"us")])
+        assert producer.flush(60) == 0
+        assert [m.value() for m in consume_all(eu, "dev-orders", 1)] == [b"to-eu"]
+        assert [m.value() for m in consume_all(bootstrap, "dev-orders", 1)] == [b"home"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0

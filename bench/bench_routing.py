@@ -1,0 +1,177 @@
+"""What routing costs: produce through Herald with half the records moved to a second cluster,
+against the same Herald with no rules.
+
+    python bench/bench_routing.py [--records 200000] [--record-size 1024] [--rounds 3]
+                                  [--rate 2000] [--seconds 10]
+
+It starts two one-broker clusters (the primary and the destination) and two Heralds in front
+of the primary: one with no routing rules, one with a rule that moves records whose `region`
+header is `eu` to the second cluster. Every record carries a `region` header and every other
+one is `eu`, so the routed Herald moves 50% of them.
+
+The load is a librdkafka producer in this process (idempotent, acks=all: the Java client's
+defaults), since Kafka's ProducerPerformance cannot set headers. Per round and target:
+
+* full speed: `--records` records as fast as they go; records/s and Herald's CPU seconds
+  (user + system, from /proc/<pid>/stat) per MB of record values;
+* fixed rate: `--rate` records/s for `--seconds`; the p50/p99 from `produce()` to the
+  delivery report, i.e. what the producing application waits.
+
+The two targets alternate and swap order every round; the table shows medians over rounds.
+The figures depend on the machine: on a shared one, say so beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from bench.bench_proxy import CpuClock, create_topic, data_dir, log, median  # noqa: E402
+from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
+
+RULES = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
+          "cluster": "b"}]
+
+
+def producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                     "acks": "all", "linger.ms": 5, "queue.buffering.max.messages": 200000})
+
+
+def full_speed(bootstrap: str, topic: str, records: int, size: int) -> float:
+    """Records per second for `records` records, from the first produce() to the last ack."""
+    p = producer(bootstrap)
+    value = b"x" * size
+    regions = ([("region", b"eu")], [("region", b"us")])
+    failed = []
+    report = lambda err, _msg: failed.append(err) if err else None  # noqa: E731
+    start = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % 2, headers=regions[i % 2],
+                          on_delivery=report)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 1000 == 0:
+            p.poll(0)
+    if p.flush(300):
+        raise RuntimeError("records left undelivered")
+    seconds = time.perf_counter() - start
+    if failed:
+        raise RuntimeError(f"{len(failed)} records failed: {failed[0]}")
+    return records / seconds
+
+
+def fixed_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int
+               ) -> tuple[float, float]:
+    """(p50, p99) in ms from produce() to the delivery report, at `rate` records/s; the first
+    second is warm-up and not counted."""
+    p = producer(bootstrap)
+    value = b"y" * size
+    latencies: list[float] = []
+    warm_until = time.perf_counter() + 1.0
+
+    def report_at(sent: float) -> object:
+        def report(err: object, _msg: object) -> None:
+            if err is None and sent >= warm_until:
+                latencies.append(time.perf_counter() - sent)
+        return report
+
+    total = int(rate * (seconds + 1.0))
+    start = time.perf_counter()
+    for i in range(total):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            p.poll(min(due - now, 0.001))
+        region = b"eu" if i % 2 else b"us"
+        p.produce(topic, value, partition=i % 2, headers=[("region", region)],
+                  on_delivery=report_at(now))
+        p.poll(0)
+    p.flush(60)
+    q = statistics.quantiles(latencies, n=100)
+    return q[49] * 1000, q[98] * 1000
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--record-size", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    need = 4 * args.rounds * args.records * (args.record_size + 256) + (512 << 20)
+    with data_dir(None, need) as folder:
+        a_dir, b_dir = folder / "a", folder / "b"
+        a_dir.mkdir()
+        b_dir.mkdir()
+        with KafkaCluster(size=1, workdir=a_dir) as a, KafkaCluster(size=1, workdir=b_dir) as b:
+            clusters = {"b": {"bootstrap": b.bootstrap}}
+            plain = herald_config(a.bootstrap, logging={"level": "warning"}, clusters=clusters)
+            routed = herald_config(a.bootstrap, logging={"level": "warning"},
+                                   clusters=clusters, routing={"rules": RULES})
+            with HeraldProcess(plain) as h_plain, HeraldProcess(routed) as h_routed:
+                targets = {"no rules": h_plain, "50% routed": h_routed}
+                rows = run(args, a.bootstrap, b.bootstrap, targets)
+    report(rows, args)
+    return 0
+
+
+def run(args: argparse.Namespace, a: str, b: str, targets: dict[str, HeraldProcess]
+        ) -> dict[str, dict[str, list[float]]]:
+    rows = {name: {"rate": [], "cpu_per_mb": [], "p50": [], "p99": []} for name in targets}
+    mb = args.records * args.record_size / 1e6
+    log("warm-up (not measured)")
+    for herald in targets.values():
+        topic = f"warm-{uuid.uuid4().hex[:6]}"
+        create_topic(a, topic, 2)
+        create_topic(b, topic, 2)
+        full_speed(herald.bootstrap, topic, min(args.records, 50_000), args.record_size)
+    for n in range(args.rounds):
+        order = list(targets) if n % 2 == 0 else list(reversed(targets))
+        log(f"round {n + 1}/{args.rounds} ({' then '.join(order)})")
+        for name in order:
+            herald = targets[name]
+            topic = f"bench-{uuid.uuid4().hex[:6]}"
+            create_topic(a, topic, 2)
+            create_topic(b, topic, 2)
+            clock = CpuClock(herald.process.pid)
+            before = sum(clock.read())
+            rate = full_speed(herald.bootstrap, topic, args.records, args.record_size)
+            cpu = sum(clock.read()) - before
+            p50, p99 = fixed_rate(herald.bootstrap, topic, args.rate, args.seconds,
+                                  args.record_size)
+            rows[name]["rate"].append(rate)
+            rows[name]["cpu_per_mb"].append(cpu / mb)
+            rows[name]["p50"].append(p50)
+            rows[name]["p99"].append(p99)
+            log(f"  {name}: {rate:,.0f} records/s, Herald {cpu / mb * 1000:.1f} ms CPU/MB, "
+                f"p50 {p50:.2f} ms, p99 {p99:.2f} ms at {args.rate}/s")
+    return rows
+
+
+def report(rows: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> None:
+    print(f"\n{args.records} x {args.record_size} B records, {args.rounds} rounds, medians; "
+          f"latency at {args.rate} records/s")
+    print(f"{'target':<12} {'records/s':>11} {'CPU ms/MB':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, r in rows.items():
+        print(f"{name:<12} {median(r['rate']):>11,.0f} {median(r['cpu_per_mb']) * 1000:>10.1f} "
+              f"{median(r['p50']):>8.2f} {median(r['p99']):>8.2f}")
+    base, routed = rows["no rules"], rows["50% routed"]
+    print(f"\nrouted / no rules throughput: {median(routed['rate']) / median(base['rate']):.1%}; "
+          f"added p99: {median(routed['p99']) - median(base['p99']):+.2f} ms")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

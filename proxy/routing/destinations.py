@@ -1,0 +1,238 @@
+"""The clusters routed records are written to, each with a real Kafka producer.
+
+Records that leave their partition are written by librdkafka (confluent-kafka), not by a
+producer of Herald's own: it batches, retries, keeps order per partition and is idempotent,
+so a destination broker that restarts costs a delay, not a duplicate or a reordering.
+
+librdkafka is driven from trio without blocking the event loop: `produce()` only enqueues (it
+is called on the loop, in record order, which is what keeps per-partition order), and a
+thread of the destination's own calls `poll()`, which runs the delivery callbacks. Those
+count down a `Delivery` per routed batch under a lock, and the last one wakes the waiting
+task through the trio token: one cross-thread call per batch, none per record.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from proxy.cluster import AuthRequired, UpstreamCluster
+from proxy.config import UpstreamConfig
+from proxy.logs import get_logger
+
+log = get_logger("routing")
+
+PROBE_PERIOD_S = 2.0
+_POLL_S = 0.05
+
+
+def producer_settings(config: UpstreamConfig, delivery_timeout_s: float) -> dict[str, Any]:
+    """librdkafka settings for a cluster section: its bootstrap, TLS and SASL, plus what
+    routing needs (idempotence, acks=all, a bounded delivery time).
+
+    Secrets are read from their files or variables now (a rotated secret is picked up when
+    the producer is made again, at restart); OAUTHBEARER tokens are read on every refresh
+    through `oauth_cb`.
+    """
+    tls, sasl = config.tls, config.sasl
+    protocol = ("SASL_" if sasl else "") + ("SSL" if tls else "PLAINTEXT")
+    settings: dict[str, Any] = {
+        "bootstrap.servers": ",".join(str(hp) for hp in config.bootstrap),
+        "security.protocol": protocol,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "message.timeout.ms": int(delivery_timeout_s * 1000),
+        "socket.connection.setup.timeout.ms": max(1000, int(config.connect_timeout_s * 1000)),
+        "partitioner": "murmur2_random",  # the Java client's choice for keyed records
+        "client.id": "herald-router",
+        # librdkafka's own log goes to stderr unstructured, a line per reconnect attempt:
+        # Herald logs a destination going down and coming back once, itself.
+        "log_level": 2,
+    }
+    if tls is not None:
+        if tls.ca_file is not None:
+            settings["ssl.ca.location"] = str(tls.ca_file)
+        if tls.cert_file is not None and tls.key_file is not None:
+            settings["ssl.certificate.location"] = str(tls.cert_file)
+            settings["ssl.key.location"] = str(tls.key_file)
+        settings["ssl.endpoint.identification.algorithm"] = (
+            "https" if tls.verify_hostname else "none"
+        )
+    if sasl is not None:
+        settings["sasl.mechanism"] = sasl.mechanism
+        if sasl.mechanism == "OAUTHBEARER":
+            token = sasl.token
+            assert token is not None
+            settings["oauth_cb"] = lambda _config: _oauth_token(token.read())
+        else:
+            assert sasl.username is not None and sasl.password is not None
+            settings["sasl.username"] = sasl.username.read()
+            settings["sasl.password"] = sasl.password.read()
+    return settings
+
+
+def _oauth_token(token: str) -> tuple[str, float]:
+    """(token, expiry in seconds since the epoch) for librdkafka's oauth_cb: the JWT's `exp`
+    claim when it has one, else an hour from now (the secret is read again then)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        exp = float(claims["exp"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        exp = time.time() + 3600
+    return token, exp
+
+
+class Delivery:
+    """The outcome of one routed batch: done when every record is acknowledged or failed."""
+
+    __slots__ = ("_left", "_lock", "_token", "error", "event", "started", "seconds", "records",
+                 "on_done")
+
+    def __init__(self, records: int, token: trio.lowlevel.TrioToken) -> None:
+        self.records = records
+        self.on_done: Callable[[Delivery, int], None] | None = None  # called on the loop
+        self._left = records
+        self._lock = threading.Lock()
+        self._token = token
+        self.error: str | None = None
+        self.event = trio.Event()
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        if records == 0:
+            self.event.set()
+
+    @property
+    def done(self) -> bool:
+        return self.event.is_set()
+
+    @property
+    def ok(self) -> bool:
+        return self.event.is_set() and self.error is None
+
+    def on_delivery(self, err: Any, _msg: Any) -> None:
+        """librdkafka's delivery callback (the poll thread)."""
+        self._settle(1, None if err is None else str(err))
+
+    def give_up(self, records: int, error: str) -> None:
+        """Records that never reached the producer (on the loop)."""
+        self._settle(records, error)
+
+    def _settle(self, records: int, error: str | None) -> None:
+        with self._lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self._left -= records
+            last = self._left == 0
+        if last:
+            self.seconds = time.monotonic() - self.started
+            try:
+                trio.lowlevel.current_trio_token()
+                on_loop = True
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                self._finish()
+            else:
+                try:
+                    self._token.run_sync_soon(self._finish)
+                except trio.RunFinishedError:
+                    pass
+
+    def _finish(self) -> None:
+        self.event.set()
+        if self.on_done is not None:
+            self.on_done(self, self.records)
+
+
+class Destination:
+    """One cluster routed records go to: its probe (for /readyz) and its producer."""
+
+    def __init__(self, name: str, config: UpstreamConfig, delivery_timeout_s: float,
+                 on_state: Callable[[str, bool], None] | None = None) -> None:
+        self.name = name
+        self.cluster = UpstreamCluster(config, name)
+        self.settings = producer_settings(config, delivery_timeout_s)
+        self.reachable: bool | None = None
+        self._on_state = on_state
+        self._producer: Any = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+
+    def start(self) -> None:
+        """Make the producer and its poll thread (on the loop: both return at once)."""
+        from confluent_kafka import Producer
+
+        self._token = trio.lowlevel.current_trio_token()
+        self._producer = Producer(self.settings)
+        self._thread = threading.Thread(target=self._poll, name=f"herald-route-{self.name}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        producer = self._producer
+        while not self._stop.is_set():
+            producer.poll(_POLL_S)
+
+    async def close(self, flush_s: float = 5.0) -> None:
+        """Deliver what is queued (up to `flush_s`), then stop the poll thread."""
+        if self._producer is None:
+            return
+        producer = self._producer
+        left = await trio.to_thread.run_sync(producer.flush, flush_s)
+        if left:
+            log.warning("routing_flush_incomplete", cluster=self.name, records=left)
+        self._stop.set()
+        if self._thread is not None:
+            await trio.to_thread.run_sync(self._thread.join)
+        self._producer = None
+
+    def delivery(self, records: int) -> Delivery:
+        assert self._token is not None
+        return Delivery(records, self._token)
+
+    def send(self, delivery: Delivery, topic: str, partition: int, key: bytes | None,
+             value: bytes | None, headers: list, timestamp: int) -> bool:
+        """Enqueue one record (on the loop; never blocks). False when the producer refused
+        it at once (queue full, unknown partition): the delivery is then failed for it."""
+        try:
+            self._producer.produce(topic, value=value, key=key, partition=partition,
+                                   headers=headers, timestamp=timestamp,
+                                   on_delivery=delivery.on_delivery)
+            return True
+        except BufferError:
+            delivery.give_up(1, f"{self.name}: local queue full")
+        except Exception as exc:  # KafkaException, or a bad argument: fail this record only
+            delivery.give_up(1, f"{self.name}: {exc}")
+        return False
+
+    async def watch(self) -> None:
+        """Probe the cluster; log once when it goes down and once when it comes back."""
+        while True:
+            try:
+                await self.cluster.fetch_brokers()
+                up = True
+            except AuthRequired:
+                up = True
+            except ConnectionError as exc:
+                up = False
+                reason = str(exc)
+            if up != self.reachable:
+                if up and self.reachable is None:
+                    log.info("routing_destination_up", cluster=self.name)
+                elif up:
+                    log.warning("routing_destination_up", cluster=self.name)
+                else:
+                    log.warning("routing_destination_down", cluster=self.name, error=reason)
+                self.reachable = up
+                if self._on_state is not None:
+                    self._on_state(self.name, up)
+            await trio.sleep(PROBE_PERIOD_S)

@@ -1,0 +1,411 @@
+"""Routing on the produce path: a filter-chain member after the interceptor chains.
+
+Per record, in config order, the first live rule that matches decides (shadow rules are
+counted and passed over). A partition no rule touches is forwarded as the bytes that arrived.
+Otherwise:
+
+* records that move are handed to the destination's producer, in record order, and removed
+  from the batch, which is re-encoded with the records that stay (renumbered, and for
+  idempotent producers under the rewritten sequence of `sequences.SequenceMap`);
+* mirrored records are copied to their destination and stay;
+* a partition with a record that a `reject` rule matches is refused whole, nothing written;
+* a transactional batch that would lose or copy records is refused whole: the copies could
+  not be part of the transaction, and a silent partial commit is the one outcome not allowed.
+
+The client's response waits for every destination (`on_response`); a destination that failed
+turns the partition's answer into REQUEST_TIMED_OUT, which every client retries. With acks=0
+nothing waits: the records are sent once, best effort, and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from interceptors import PartitionOutcome
+from protocol.api_keys import ApiKey
+from protocol.records import RecordBatch, build_batch, join_batches, split_batches
+from proxy.filters import Exchange, Filter, SessionContext
+from proxy.interception import OFFLOAD_BYTES, Rejected, merge_answers
+from proxy.logs import get_logger
+from proxy.routing.destinations import Delivery, Destination
+from proxy.routing.rules import (
+    KEY,
+    MOVE,
+    ORIGIN_HEADER,
+    PRIMARY,
+    REJECT,
+    SAME,
+    RoutingTable,
+    Rule,
+)
+from proxy.routing.sequences import Attempt, SequenceMap
+from proxy.routing.spans import end_span, start_span
+from proxy.routing.stats import (
+    BEST_EFFORT,
+    DELIVERED,
+    DUPLICATE,
+    FAILED,
+    REFUSED,
+    REJECTED,
+    SHADOW,
+    RoutingStats,
+)
+from proxy.topic_ids import TopicIds
+
+log = get_logger("routing")
+
+INVALID_RECORD = 87  # not retriable: the client's application sees the message
+REQUEST_TIMED_OUT = 7  # retriable: every client retries it
+_BASE_SEQUENCE_AT = 53  # offset of baseSequence in a batch header
+_CRC_AT, _CRC_FROM = 17, 21
+
+
+@dataclass(slots=True)
+class Routed:
+    """The records of one batch sent to one destination for one rule."""
+
+    rule: Rule
+    cluster: str
+    indexes: list[int]
+    delivery: Delivery | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    """Which records of a batch leave it, and where; reused when the client retries."""
+
+    routed: list[Routed] = field(default_factory=list)
+    moved: frozenset[int] = frozenset()
+
+
+@dataclass(slots=True)
+class Waiting:
+    name: str
+    topic_id: bytes
+    partition: int
+    plans: list[Plan]
+    answer_ok: bool  # True: the broker saw nothing of it, Herald answers success itself
+
+
+@dataclass(slots=True)
+class Note:
+    waiting: list[Waiting] = field(default_factory=list)
+    answers: list[Rejected] = field(default_factory=list)
+
+
+class _Refuse(Exception):
+    def __init__(self, outcome: PartitionOutcome) -> None:
+        self.outcome = outcome
+
+
+class RoutingFilter(Filter):
+    name = "routing"
+
+    def __init__(self, table: RoutingTable, topics: TopicIds,
+                 destinations: dict[str, Destination], stats: RoutingStats,
+                 origin: Any = lambda: PRIMARY) -> None:
+        self.table = table
+        self.topics = topics
+        self.destinations = destinations
+        self.stats = stats
+        self.sequences = SequenceMap()
+        self.origin = origin  # the primary cluster's id once known, recorded on routed records
+        self.tracing: Any = None  # proxy.tracing.Tracing when tracing is on: a span per batch
+
+    def wants_request(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.PRODUCE and bool(self.table.rules)
+
+    async def on_request(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        table = self.table
+        note = Note()
+        changed = False
+        kept_topics = []
+        for t in msg.topic_data:
+            topic = t.name if version < 13 else self.topics.name(t.topic_id)
+            candidates = table.candidates(topic, ctx.client_id) if topic else ()
+            if not candidates:
+                kept_topics.append(t)
+                continue
+            kept = []
+            for p in t.partition_data:
+                if p.records is None:
+                    kept.append(p)
+                    continue
+                try:
+                    records, plans, waits = await self._partition(
+                        topic, p.index, p.records, candidates, msg.acks
+                    )
+                except _Refuse as refused:
+                    note.answers.append(Rejected(t.name, t.topic_id, p.index, refused.outcome))
+                    changed = True
+                    continue
+                if waits and msg.acks != 0:
+                    note.waiting.append(Waiting(t.name, t.topic_id, p.index, plans,
+                                                records == b""))
+                if records == b"":  # every record left: the broker gets nothing of it
+                    changed = True
+                    continue
+                if records is not None:
+                    p.records = records
+                    changed = True
+                kept.append(p)
+            if len(kept) != len(t.partition_data):
+                t.partition_data = kept
+            if kept:
+                kept_topics.append(t)
+        if changed:
+            msg.topic_data = kept_topics
+        if note.waiting or note.answers:
+            exchange.notes[self] = note
+        return changed
+
+    async def _partition(
+        self, topic: str, index: int, records: Any, candidates: tuple[Rule, ...], acks: int
+    ) -> tuple[bytes | None, list[Plan], bool]:
+        """(the new records field: None unchanged, b"" nothing left; the plans; whether any
+        delivery must be waited for)."""
+        batches = split_batches(records)
+        if len(records) >= OFFLOAD_BYTES:
+            # As in the interceptor filter: large compressed partitions are decompressed in a
+            # worker thread, so the loop keeps serving other connections meanwhile.
+            await trio.to_thread.run_sync(_decompress_all, batches)
+        plans: list[Plan] = []
+        changed = False
+        waits = False
+        for i, b in enumerate(batches):
+            if not isinstance(b, RecordBatch) or b.is_control or not b.record_count:
+                continue
+            if b.compression:
+                b.decompress()
+            tracked = b.producer_id >= 0  # idempotent or transactional: sequences checked
+            seq_key = (b.producer_id, topic, index)
+            attempt = None
+            if tracked:
+                attempt = self.sequences.retry(seq_key, b.producer_epoch, b.base_sequence,
+                                               b.record_count)
+                if attempt is None and self.sequences.is_stale(
+                        seq_key, b.producer_epoch, b.base_sequence):
+                    raise _Refuse(PartitionOutcome(46, "duplicate of an earlier batch"))
+            if attempt is not None:
+                plan = attempt.plan
+            else:
+                try:
+                    plan = self._plan(b, candidates)
+                    if plan.routed and b.is_transactional:
+                        self._count_plan(plan, REFUSED)
+                        raise _Refuse(PartitionOutcome(
+                            INVALID_RECORD,
+                            f"routing rule {plan.routed[0].rule.name!r} would send records of "
+                            "a transactional producer elsewhere; Herald refuses this so that "
+                            "no transaction commits in part",
+                        ))
+                except _Refuse as refused:
+                    if tracked:
+                        # None of it reaches the broker: later batches are renumbered as if
+                        # its records had left, so the producer's next batch is in sequence.
+                        self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
+                                              b.record_count, 0, refused)
+                    raise
+            if isinstance(plan, _Refuse):
+                raise plan  # a retry of a refused batch is refused again
+            if plan.routed:
+                waits |= self._send(topic, index, b, plan, acks)
+            if tracked:
+                if attempt is None:
+                    attempt = self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
+                                                    b.record_count,
+                                                    b.record_count - len(plan.moved), plan)
+                if plan.moved or attempt.upstream_base != b.base_sequence:
+                    batches[i] = _kept_batch(b, plan.moved, attempt)
+                    changed = True
+            elif plan.moved:
+                batches[i] = _kept_batch(b, plan.moved, None)
+                changed = True
+            if plan.routed:
+                plans.append(plan)
+        if not changed:
+            return None, plans, waits
+        return join_batches(batches), plans, waits
+
+    def _plan(self, batch: RecordBatch, candidates: tuple[Rule, ...]) -> Plan:
+        decide = self.table.decide
+        by_rule: dict[int, Routed] = {}
+        moved: set[int] = set()
+        for i, headers in enumerate(batch.iter_headers()):
+            decision = decide(candidates, headers)
+            for rule in decision.shadowed:
+                cluster = rule.target.cluster if rule.target else ""
+                self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
+            rule = decision.rule
+            if rule is None:
+                continue
+            if rule.action == REJECT:
+                self.stats.count(rule.name, REJECT, "", REJECTED, batch.record_count)
+                raise _Refuse(PartitionOutcome(INVALID_RECORD, rule.message))
+            routed = by_rule.get(rule.index)
+            if routed is None:
+                assert rule.target is not None
+                routed = by_rule[rule.index] = Routed(rule, rule.target.cluster, [])
+            routed.indexes.append(i)
+            if rule.action == MOVE:
+                moved.add(i)
+        return Plan(list(by_rule.values()), frozenset(moved))
+
+    def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int) -> bool:
+        """Hand the routed records to their producers, unless an earlier attempt of this
+        batch delivered them; True when some delivery is to be waited for."""
+        records = batch.records
+        origin = self.origin()
+        base_ts = batch.base_timestamp
+        token = trio.lowlevel.current_trio_token()
+        for routed in plan.routed:
+            d = routed.delivery
+            if d is not None and (not d.done or d.ok):
+                if d.ok:
+                    self.stats.count(routed.rule.name, routed.rule.action, routed.cluster,
+                                     DUPLICATE, len(routed.indexes))
+                continue  # pending or delivered: a retry waits for it, sends nothing again
+            rule, target = routed.rule, routed.rule.target
+            assert target is not None
+            dest = self.destinations[routed.cluster]
+            delivery = Delivery(len(routed.indexes), token)
+            out_topic = target.topic or topic
+            span = self._span(rule, routed, out_topic, records) if self.tracing else None
+            delivery.on_done = self._finished(rule, routed.cluster, acks, span)
+            routed.delivery = delivery
+            size = 0
+            for i in routed.indexes:
+                rec = records[i]
+                key, value = rec.key, rec.value
+                if target.partition == SAME:
+                    partition = index
+                elif target.partition == KEY:
+                    partition = -1  # librdkafka's murmur2_random: the Java client's choice
+                else:
+                    partition = target.partition
+                headers = rec.headers
+                if not any(k == ORIGIN_HEADER for k, _ in headers):
+                    headers = [*headers, (ORIGIN_HEADER, origin)]
+                size += (len(key) if key else 0) + (len(value) if value else 0)
+                dest.send(delivery, out_topic, partition, key, value, headers,
+                          base_ts + rec.timestamp_delta)
+            self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
+        return True
+
+    def _finished(self, rule: Rule, cluster: str, acks: int, span: Any) -> Any:
+        stats = self.stats
+
+        def done(delivery: Delivery, records: int) -> None:
+            if delivery.error is None:
+                outcome = BEST_EFFORT if acks == 0 else DELIVERED
+                stats.ack_seconds.labels(cluster).observe(delivery.seconds)
+            else:
+                outcome = FAILED
+            stats.count(rule.name, rule.action, cluster, outcome, records)
+            if span is not None:
+                end_span(span, delivery.error)
+
+        return done
+
+    def _span(self, rule: Rule, routed: Routed, out_topic: str, records: list) -> Any:
+        """A producer span for one routed batch, linked to its records' trace contexts."""
+        try:
+            return start_span(self.tracing, rule.name, routed.cluster, out_topic,
+                              [records[i].headers for i in routed.indexes])
+        except Exception as exc:  # tracing never breaks traffic
+            log.warning("routing_span_failed", error=repr(exc))
+            self.tracing = None
+            return None
+
+    def _count_plan(self, plan: Plan, outcome: str) -> None:
+        for r in plan.routed:
+            self.stats.count(r.rule.name, r.rule.action, r.cluster, outcome, len(r.indexes))
+
+    async def on_response(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        note: Note | None = exchange.notes.get(self)
+        if note is None:
+            return False
+        answers = list(note.answers)
+        by_id = version >= 13
+        responses = {(t.topic_id if by_id else t.name): t for t in msg.responses}
+        changed = False
+        for w in note.waiting:
+            error = await _outcome(w.plans)
+            if w.answer_ok:
+                outcome = PartitionOutcome(REQUEST_TIMED_OUT, error) if error else OK_ANSWER
+                answers.append(Rejected(w.name, w.topic_id, w.partition, outcome))
+                continue
+            if error is None:
+                continue
+            entry = responses.get(w.topic_id if by_id else w.name)
+            for p in entry.partition_responses if entry is not None else ():
+                if p.index == w.partition and p.error_code == 0:
+                    p.error_code = REQUEST_TIMED_OUT
+                    p.base_offset = -1
+                    if version >= 8:
+                        p.error_message = error
+                    changed = True
+        return merge_answers(answers, version, msg) or changed
+
+
+OK_ANSWER = PartitionOutcome()
+
+
+async def _outcome(plans: list[Plan]) -> str | None:
+    """Wait for every delivery of a partition; the first error, or None when all arrived."""
+    error = None
+    for plan in plans:
+        for routed in plan.routed:
+            d = routed.delivery
+            if d is None:
+                continue
+            await d.event.wait()
+            if d.error is not None and error is None:
+                error = f"routing to cluster {routed.cluster} failed: {d.error}"
+    return error
+
+
+def _decompress_all(batches: list[Any]) -> None:
+    for b in batches:
+        if isinstance(b, RecordBatch) and b.compression and b.record_count:
+            b.decompress()
+
+
+def _kept_batch(batch: RecordBatch, moved: frozenset[int], attempt: Attempt | None) -> bytes:
+    """The batch with the moved records taken out, renumbered, under the upstream sequence."""
+    base_sequence = attempt.upstream_base if attempt is not None else batch.base_sequence
+    if not moved:
+        return _with_base_sequence(batch.raw, base_sequence)
+    kept = [r for i, r in enumerate(batch.records) if i not in moved]
+    if not kept:
+        return b""
+    return build_batch(
+        kept,
+        compression=batch.compression,
+        base_offset=batch.base_offset,
+        base_timestamp=batch.base_timestamp,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=batch.is_transactional,
+        timestamp_type=batch.timestamp_type,
+    )
+
+
+def _with_base_sequence(raw: bytes, base_sequence: int) -> bytes:
+    """The same batch bytes under another base sequence (CRC recomputed, records as they
+    were: a compressed batch is not recompressed)."""
+    from crc32c import crc32c
+
+    data = bytearray(raw)
+    data[_BASE_SEQUENCE_AT:_BASE_SEQUENCE_AT + 4] = base_sequence.to_bytes(4, "big", signed=True)
+    data[_CRC_AT:_CRC_AT + 4] = crc32c(bytes(data[_CRC_FROM:])).to_bytes(4, "big")
+    return bytes(data)

@@ -1,0 +1,106 @@
+"""Sequence numbers of idempotent producers whose batches lose records to routing.
+
+The broker checks each idempotent batch against the producer's last sequence on that
+partition: the next batch must start where the last one ended. When Herald moves records out
+of a batch, the client's sequences count records the upstream partition never receives, so
+Herald rewrites them: per (producer id, epoch, topic, partition) it keeps `shift`, how many
+records it has taken out so far, and sends each batch with `base_sequence - shift` and its
+kept records renumbered from zero. Upstream, the partition then sees a gapless sequence, and
+the broker's own duplicate check keeps working for the records that stay.
+
+Client retries reuse the first attempt's plan: the last `WINDOW` batches per partition are
+remembered by their base sequence, with which records moved and how their delivery went, so a
+retry sends the same kept batch under the same upstream sequence (the broker recognises the
+duplicate) and routes the moved records again only if their first delivery failed. This is
+the broker's own bookkeeping (it remembers five batches per producer) done for the records
+that leave.
+
+What Herald cannot know: the shift of a producer it did not see from its first batch (Herald
+restarted while the producer kept going). It then assumes no shift; if records had moved, the
+broker answers OUT_OF_ORDER_SEQUENCE_NUMBER, and the Java and librdkafka idempotent producers
+recover by bumping their epoch, which starts a fresh, correctly numbered state here.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+SEQUENCE_MODULUS = 1 << 31  # sequences wrap after Integer.MAX_VALUE, as in the Java client
+WINDOW = 8  # more than the five in-flight batches an idempotent producer may have
+MAX_PARTITIONS = 200_000  # producer partitions remembered (least recently used go first)
+
+Key = tuple[int, str, int]  # producer id, topic, partition
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One client batch as Herald handled it the first time."""
+
+    base: int  # the client's base sequence
+    count: int  # the client's record count
+    upstream_base: int  # the sequence its kept records carry upstream
+    plan: Any  # which records went where (the produce filter's own object)
+    delivery: Any = None  # the routed records' delivery, reused or redone on a retry
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    epoch: int
+    next_base: int
+    shift: int = 0
+    window: OrderedDict[int, Attempt] = field(default_factory=OrderedDict)
+
+
+class SequenceMap:
+    def __init__(self, max_partitions: int = MAX_PARTITIONS) -> None:
+        self._states: OrderedDict[Key, _PartitionState] = OrderedDict()
+        self._max = max_partitions
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def retry(self, key: Key, epoch: int, base: int, count: int) -> Attempt | None:
+        """The earlier attempt of this very batch, if it is a retry Herald remembers."""
+        state = self._states.get(key)
+        if state is None or state.epoch != epoch:
+            return None
+        attempt = state.window.get(base)
+        if attempt is None or attempt.count != count:
+            return None
+        self._states.move_to_end(key)
+        return attempt
+
+    def is_stale(self, key: Key, epoch: int, base: int) -> bool:
+        """A batch from before the remembered window: already written, a duplicate."""
+        state = self._states.get(key)
+        if state is None or state.epoch != epoch or not state.window:
+            return False
+        oldest = next(iter(state.window))
+        behind = (oldest - base) % SEQUENCE_MODULUS
+        return 0 < behind < SEQUENCE_MODULUS // 2
+
+    def record(self, key: Key, epoch: int, base: int, count: int, kept: int,
+               plan: Any) -> Attempt:
+        """Book a new batch of which `kept` records stay; its attempt (with the upstream
+        base sequence) is returned."""
+        state = self._states.get(key)
+        if state is None or state.epoch != epoch:
+            state = _PartitionState(epoch, base)
+            self._states[key] = state
+            if len(self._states) > self._max:
+                self._states.popitem(last=False)
+        else:
+            self._states.move_to_end(key)
+        attempt = Attempt(base, count, (base - state.shift) % SEQUENCE_MODULUS, plan)
+        state.shift = (state.shift + count - kept) % SEQUENCE_MODULUS
+        state.next_base = (base + count) % SEQUENCE_MODULUS
+        state.window[base] = attempt
+        if len(state.window) > WINDOW:
+            state.window.popitem(last=False)
+        return attempt
+
+    def shift(self, key: Key, epoch: int) -> int:
+        state = self._states.get(key)
+        return state.shift if state is not None and state.epoch == epoch else 0
