@@ -198,6 +198,7 @@ def parse_config(data: Any, source: Path | None = None) -> ProxyConfig:
         build_chains(interceptors)  # validation only; the proxy builds its own chains
     except InterceptorConfigError as exc:
         raise ConfigError(str(exc)) from None
+    top.get("pipeline")  # the analytics pipeline's section, validated by pipeline/config.py
     top.done()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,

@@ -16,7 +16,7 @@ stamp=.venv/.herald-installed
 want=$(cat pyproject.toml setup.py protocol/_stamp.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,pipeline]'
   echo "$want" > "$stamp"
 fi
 .venv/bin/python - <<'PY'

@@ -1,0 +1,53 @@
+"""Where Spark's Kafka connector comes from: Maven Central, through Spark's own package
+mechanism (`spark.jars.packages`), resolved by Ivy into the project's cache folder.
+
+The connector must match the installed PySpark exactly (same Spark and Scala versions), so
+its coordinate is derived from `pyspark.__version__` rather than written down twice.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SCALA_BINARY = "2.13"  # PySpark 4 is built for Scala 2.13
+
+
+def cache_root() -> Path:
+    """The project's cache folder: `$HERALD_CACHE_DIR`, else `.cache/` of the checkout.
+
+    The same rule as the proxy's Kafka jar cache, so one export covers both.
+    """
+    env = os.environ.get("HERALD_CACHE_DIR")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").exists():
+        return checkout / ".cache"
+    return Path.home() / ".cache" / "herald"
+
+
+def spark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def connector_coordinate(version: str | None = None) -> str:
+    """`group:artifact:version` of the spark-sql-kafka connector for this PySpark."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{version or spark_version()}"
+
+
+def ivy_dir() -> Path:
+    """Ivy's home for `spark.jars.ivy`: resolved jars land in `<ivy>/jars`, reused offline."""
+    return cache_root() / "spark-ivy"
+
+
+def connector_jar(version: str | None = None) -> Path:
+    """Where Ivy puts the connector jar once resolved."""
+    v = version or spark_version()
+    return ivy_dir() / "jars" / f"org.apache.spark_spark-sql-kafka-0-10_{SCALA_BINARY}-{v}.jar"
+
+
+def connector_cached() -> bool:
+    return connector_jar().exists()
