@@ -51,3 +51,20 @@ def connector_jar(version: str | None = None) -> Path:
 
 def connector_cached() -> bool:
     return connector_jar().exists()
+
+
+def ensure_connector() -> Path:
+    """Resolve the connector into the Ivy cache once (setup runs this); later Spark sessions
+    find every jar there. Resolution needs a JVM, so a throwaway local session does it."""
+    jar = connector_jar()
+    if not jar.exists():
+        from pipeline.session import SparkSettings, spark_session
+
+        spark_session(SparkSettings(master="local[1]", driver_memory="512m")).stop()
+    if not jar.exists():
+        raise RuntimeError(f"{connector_coordinate()} was not resolved into {ivy_dir()}")
+    return jar
+
+
+if __name__ == "__main__":
+    print(f"setup: Spark {spark_version()} Kafka connector in {ensure_connector().parent}")

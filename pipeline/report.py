@@ -64,6 +64,11 @@ def fmt_bytes(value: int | None) -> str:
     return f"{size:.1f} TiB"
 
 
+def _short_ms(ms: int) -> str:
+    """A histogram bucket's bound, short enough to sit under a narrow bar."""
+    return f"{ms}ms" if ms < 1000 else f"{ms // 1000}s"
+
+
 def _utc(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
 
@@ -102,7 +107,7 @@ def pathway_graph(summary: dict[str, Any]) -> str:
     columns: dict[int, list[str]] = {}
     for t in topics:
         columns.setdefault(depth[t], []).append(t)
-    box_w, box_h, col_gap, row_gap = 170, 58, 150, 34
+    box_w, box_h, col_gap, row_gap = 200, 58, 200, 34
     pos: dict[str, tuple[float, float]] = {}
     rows = max(len(c) for c in columns.values())
     height = rows * (box_h + row_gap) + 40
@@ -115,9 +120,9 @@ def pathway_graph(summary: dict[str, Any]) -> str:
     most = max((e["count"] for e in edges), default=1)
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
              f"viewBox='0 0 {width} {height}' role='img' aria-label='pathway graph'>",
-             "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='7' "
-             "markerHeight='7' orient='auto-start-reverse'><path d='M0,0L10,5L0,10z' "
-             "fill='#5b6775'/></marker></defs>"]
+             "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='12' "
+             "markerHeight='12' markerUnits='userSpaceOnUse' orient='auto-start-reverse'>"
+             "<path d='M0,0L10,5L0,10z' fill='#5b6775'/></marker></defs>"]
     for e in edges:
         a, b = pos[e["from_topic"]], pos[e["to_topic"]]
         x1, y1 = a[0] + box_w, a[1] + box_h / 2
@@ -149,8 +154,10 @@ def pathway_graph(summary: dict[str, Any]) -> str:
         fill = "#1f3a5f" if t in terminal else "#2e86c1"
         parts.append(f"<rect x='{x}' y='{y}' width='{box_w}' height='{box_h}' rx='8' "
                      f"fill='{fill}'/>")
+        name = t if len(t) <= 24 else t[:23] + "…"
+        font = 15 if len(name) <= 18 else 12
         parts.append(f"<text x='{x + box_w / 2}' y='{y + 24}' text-anchor='middle' "
-                     f"font-size='15' font-weight='bold' fill='#fff'>{escape(t)}</text>")
+                     f"font-size='{font}' font-weight='bold' fill='#fff'>{escape(name)}</text>")
         extra = f" · {fmt_count(info['untraced'])} untraced" if info["untraced"] else ""
         parts.append(f"<text x='{x + box_w / 2}' y='{y + 44}' text-anchor='middle' "
                      f"font-size='11' fill='#dbe7f3'>{fmt_count(info['records'])} records"
@@ -180,7 +187,7 @@ def histogram(edge: dict[str, Any], bounds: list[int]) -> str:
             parts.append(f"<text x='{x + bar / 2:.1f}' y='{h - bh - 4:.1f}' font-size='10' "
                          f"text-anchor='middle' fill='#1d2733'>{c}</text>")
         k = lo + i
-        label = f"≤{fmt_ms(bounds[k])}" if k < len(bounds) else f">{fmt_ms(bounds[-1])}"
+        label = f"≤{_short_ms(bounds[k])}" if k < len(bounds) else f">{_short_ms(bounds[-1])}"
         parts.append(f"<text x='{x + bar / 2:.1f}' y='{h + 14}' font-size='9' "
                      f"text-anchor='middle' fill='#5b6775'>{escape(label)}</text>")
     parts.append(f"<line x1='{pad}' y1='{h}' x2='{w}' y2='{h}' stroke='#aab2bd'/>")
@@ -233,16 +240,16 @@ def bars(rows: list[dict[str, Any]], key: str) -> str:
     """Horizontal bars of records per `key`, with bytes beside them."""
     if not rows:
         return "<p class='sub'>None.</p>"
-    w, row_h, label_w = 560, 24, 170
+    w, row_h, label_w = 380, 24, 130
     most = max(r["records"] for r in rows) or 1
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' "
              f"height='{len(rows) * row_h + 4}'>"]
     for i, r in enumerate(rows):
         y = i * row_h + 2
-        name = r[key] if r[key] is not None else "(not through Herald)"
-        bw = (w - label_w - 150) * r["records"] / most
+        name = r[key] if r[key] is not None else "(not via Herald)"
+        bw = (w - label_w - 100) * r["records"] / most
         parts.append(f"<text x='{label_w - 6}' y='{y + 15}' font-size='12' text-anchor='end' "
-                     f"fill='#1d2733'>{escape(str(name))[:26]}</text>")
+                     f"fill='#1d2733'>{escape(str(name)[:18])}</text>")
         parts.append(f"<rect x='{label_w}' y='{y + 3}' width='{max(bw, 1):.1f}' height='16' "
                      f"rx='3' fill='{'#2e86c1' if r[key] is not None else '#95a5a6'}'/>")
         parts.append(f"<text x='{label_w + bw + 6:.1f}' y='{y + 15}' font-size='11' "

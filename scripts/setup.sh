@@ -24,3 +24,17 @@ from protocol.kafka_versions import KAFKA_VERSION
 from proxy.kafka_dist import kafka_libs
 print(f"setup: Kafka {KAFKA_VERSION} jars in {kafka_libs(KAFKA_VERSION)}")
 PY
+# The analytics pipeline: Spark's Kafka connector, resolved from Maven Central by Spark's own
+# package mechanism into the Ivy cache (pipeline/deps.py), and Chromium (Debian's package),
+# which the tests use to render the HTML report.
+.venv/bin/python -m pipeline.deps
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null \
+      || apt-get install -y -q -f --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  else
+    echo "setup: chromium is missing; install Debian's 'chromium' package (report tests)" >&2
+  fi
+fi

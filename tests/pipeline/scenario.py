@@ -11,9 +11,11 @@ as a separate consumer reads them back from the broker, in plain Python.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,16 +63,17 @@ def _consumer(bootstrap: str, group: str, topic: str, partitions: int) -> Consum
     return c
 
 
-def _take(consumer: Consumer, count: int, timeout: float = 60.0) -> list[Any]:
-    out: list[Any] = []
+def _each(consumer: Consumer, count: int, timeout: float = 60.0) -> Iterator[Any]:
+    """Yield `count` records as they arrive (a service handles each one at once)."""
+    got = 0
     deadline = time.monotonic() + timeout
-    while len(out) < count and time.monotonic() < deadline:
+    while got < count and time.monotonic() < deadline:
         msg = consumer.poll(0.2)
         if msg is None or msg.error():
             continue
-        out.append(msg)
-    assert len(out) == count, f"got {len(out)} of {count}"
-    return out
+        got += 1
+        yield msg
+    assert got == count, f"got {got} of {count}"
 
 
 def _header(msg: Any, key: str) -> bytes | None:
@@ -92,6 +95,23 @@ def _continue(msg: Any) -> list[tuple[str, bytes]]:
     return [("traceparent", f"00-{tp.trace_id}-{os.urandom(8).hex()}-01".encode())]
 
 
+def _service_c(herald: str, c_in: Consumer, topics: dict[str, str], count: int,
+               delivered: set, errors: list[BaseException]) -> None:
+    try:
+        c = _producer(herald, "svc-c")
+        for msg in _each(c_in, count, timeout=90):
+            if msg.value().endswith(STOP_AT_PAYMENTS.encode()):
+                continue
+            _send(c, delivered, topics["shipments"],
+                  msg.value().replace(b"payment", b"shipment"), msg.key(), _continue(msg))
+            c.poll(0)
+        assert c.flush(30) == 0
+    except BaseException as exc:  # reported by the caller
+        errors.append(exc)
+    finally:
+        c_in.close()
+
+
 def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) -> Played:
     for name in topics.values():
         create_topic(broker, name, partitions)
@@ -100,6 +120,12 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) 
     c_in = _consumer(herald, "svc-c", topics["payments"], partitions)
     for c in (b_in, c_in):
         c.poll(0.5)  # connected and assigned before the first order
+
+    errors: list[BaseException] = []
+    forwarded = PLAN.count(FULL) + PLAN.count(STOP_AT_PAYMENTS) + PLAN.count(SLOW)
+    service_c = threading.Thread(target=_service_c, daemon=True,
+                                 args=(herald, c_in, topics, forwarded, delivered, errors))
+    service_c.start()  # C runs beside B, so a payment moves on as soon as it is written
 
     a = _producer(herald, "svc-a")
     for i, plan in enumerate(PLAN):
@@ -112,7 +138,7 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) 
 
     b = _producer(herald, "svc-b")
     held = []
-    for msg in _take(b_in, len(PLAN) + LEGACY_RECORDS):
+    for msg in _each(b_in, len(PLAN) + LEGACY_RECORDS):
         value = msg.value().decode()
         if value.startswith("legacy") or value.endswith(STOP_AT_ORDERS):
             continue
@@ -121,6 +147,7 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) 
             continue
         _send(b, delivered, topics["payments"], value.replace("order", "payment").encode(),
               msg.key(), _continue(msg))
+        b.poll(0)
     assert b.flush(30) == 0
     for msg in held:  # forwarded after waiting longer than the threshold
         due = int(_header(msg, "herald.time")) + MAX_WAIT_MS + 600
@@ -130,15 +157,8 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) 
     assert b.flush(30) == 0
     b_in.close()
 
-    c = _producer(herald, "svc-c")
-    forwarded = PLAN.count(FULL) + PLAN.count(STOP_AT_PAYMENTS) + PLAN.count(SLOW)
-    for msg in _take(c_in, forwarded):
-        if msg.value().endswith(STOP_AT_PAYMENTS.encode()):
-            continue
-        _send(c, delivered, topics["shipments"], msg.value().replace(b"payment", b"shipment"),
-              msg.key(), _continue(msg))
-    assert c.flush(30) == 0
-    c_in.close()
+    service_c.join(90)
+    assert not service_c.is_alive() and errors == [], errors
     return read_back(broker, topics, partitions, delivered)
 
 
@@ -151,7 +171,7 @@ def read_back(broker: str, topics: dict[str, str], partitions: int,
     for name in topics.values():
         consumer = _consumer(broker, f"check-{uuid.uuid4().hex[:6]}", name, partitions)
         try:
-            msgs = _take(consumer, counts[name])
+            msgs = list(_each(consumer, counts[name]))
         finally:
             consumer.close()
         for m in msgs:
