@@ -61,7 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="available_now: read what is there and stop (default); "
                              "processing_time: a micro-batch every --interval-s")
     stream.add_argument("--interval-s", type=float, help="processing-time trigger period")
-    stream.add_argument("--watermark-s", type=float, help="event-time lateness allowed")
+    stream.add_argument("--watermark-s", type=float,
+                        help="an unfinished flow whose last hop is within this many seconds "
+                             "(event time) of the newest hop is open, not stopped")
     report = sub.add_parser("report", help="redraw report.html from summary.json (no Spark)",
                             description="Write report.html from the summary.json of an "
                                         "output folder.")

@@ -27,7 +27,7 @@ class StreamConfig:
     checkpoint: str = ""                # folder of the query's checkpoint (offsets, state)
     trigger: Literal["available_now", "processing_time"] = "available_now"
     interval_s: float = 10.0            # the processing-time trigger's period
-    watermark_s: float = 600.0          # how late (event time) a replayed record may arrive
+    watermark_s: float = 600.0          # unfinished flows this close to the newest hop are open
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0:

@@ -49,20 +49,44 @@ def connector_jar(version: str | None = None) -> Path:
     return ivy_dir() / "jars" / f"org.apache.spark_spark-sql-kafka-0-10_{SCALA_BINARY}-{v}.jar"
 
 
-def connector_cached() -> bool:
-    return connector_jar().exists()
+def manifest(version: str | None = None) -> Path:
+    """The list of jars one resolution of the connector gave (it and its dependencies)."""
+    return ivy_dir() / f"herald-connector-{version or spark_version()}.txt"
+
+
+def cached_jars() -> list[str] | None:
+    """The connector's resolved jars, if every one of them is in the cache.
+
+    Sessions then name the jars (`spark.jars`) instead of asking Ivy again, which would look
+    each of them up in its remote resolvers on every start.
+    """
+    try:
+        jars = manifest().read_text().split()
+    except OSError:
+        return None
+    if not jars or not all(Path(j).is_file() for j in jars):
+        return None
+    return jars
 
 
 def ensure_connector() -> Path:
     """Resolve the connector into the Ivy cache once (setup runs this); later Spark sessions
     find every jar there. Resolution needs a JVM, so a throwaway local session does it."""
     jar = connector_jar()
-    if not jar.exists():
+    if cached_jars() is None:
         from pipeline.session import SparkSettings, spark_session
 
-        spark_session(SparkSettings(master="local[1]", driver_memory="512m")).stop()
-    if not jar.exists():
-        raise RuntimeError(f"{connector_coordinate()} was not resolved into {ivy_dir()}")
+        spark = spark_session(SparkSettings(master="local[1]", driver_memory="512m"),
+                              resolve=True)
+        try:
+            resolved = spark.sparkContext.getConf().get("spark.jars", "")
+        finally:
+            spark.stop()
+        jars = [j.removeprefix("file://").removeprefix("file:") for j in resolved.split(",")
+                if j.strip()]
+        if str(jar) not in jars:
+            raise RuntimeError(f"{connector_coordinate()} was not resolved into {ivy_dir()}")
+        manifest().write_text("\n".join(jars) + "\n")
     return jar
 
 

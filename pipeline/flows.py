@@ -9,7 +9,10 @@ Definitions (docs/pipeline.md):
 * a *pathway* is a flow's whole sequence of topics; its latency is the flow's duration;
 * a flow is *broken* when it stops before a terminal topic (`stopped`) or one of its hops
   waited longer than `max_wait_ms` (`slow`). With no terminal topics configured, no flow is
-  `stopped`.
+  `stopped`;
+* in a stream, a flow that has not reached a terminal topic but whose last hop is later than
+  the event-time *watermark* (the latest hop time seen minus `stream.watermark_s`) is `open`,
+  not stopped: it may still move on. A batch has no watermark: every flow is settled.
 
 Percentiles are exact (Spark's `percentile`, linear interpolation between ranks), so results
 can be checked to the millisecond.
@@ -67,7 +70,8 @@ def steps_of(hops: DataFrame) -> DataFrame:
     )
 
 
-def flows_of(steps: DataFrame, config: PipelineConfig) -> DataFrame:
+def flows_of(steps: DataFrame, config: PipelineConfig, watermark_ms: int | None = None
+             ) -> DataFrame:
     from pyspark.sql import functions as F
 
     hop = F.struct("event_ms", "topic", "partition", "offset", "wait_ms", "client_id")
@@ -86,10 +90,13 @@ def flows_of(steps: DataFrame, config: PipelineConfig) -> DataFrame:
         .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
     )
     terminal = list(config.terminal_topics)
-    stopped = (~F.col("last_topic").isin(terminal)) if terminal else F.lit(False)
+    unfinished = (~F.col("last_topic").isin(terminal)) if terminal else F.lit(False)
+    is_open = unfinished & (F.lit(False) if watermark_ms is None
+                            else F.col("end_ms") > F.lit(watermark_ms))
     slow = F.coalesce(F.col("max_wait_ms") > config.max_wait_ms, F.lit(False))
     return (
-        flows.withColumn("stopped", stopped).withColumn("slow", slow)
+        flows.withColumn("open", is_open).withColumn("stopped", unfinished & ~is_open)
+        .withColumn("slow", slow)
         .withColumn("broken", F.col("stopped") | F.col("slow"))
     )
 
@@ -128,9 +135,10 @@ def audit_of(hops: DataFrame) -> DataFrame:
     )
 
 
-def analyze(hops: DataFrame, config: PipelineConfig) -> Tables:
+def analyze(hops: DataFrame, config: PipelineConfig, watermark_ms: int | None = None
+            ) -> Tables:
     steps = steps_of(hops)
-    flows = flows_of(steps, config)
+    flows = flows_of(steps, config, watermark_ms)
     return Tables(hops=hops, steps=steps, flows=flows, edges=edges_of(steps),
                   pathways=pathways_of(flows), audit=audit_of(hops))
 

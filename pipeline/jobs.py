@@ -7,8 +7,10 @@ summary and the HTML report, all under one output folder:
 
 The stream appends hops per micro-batch, each batch into its own folder written with
 overwrite, so a batch that Spark replays after a crash replaces itself instead of adding its
-records twice; after each batch the tables are recomputed from all hops with the same
-functions the batch job uses.
+records twice (the checkpoint holds the offsets of every batch, so none is read twice or
+skipped); after each batch the tables are recomputed from all hops with the same functions the
+batch job uses, the event-time watermark deciding which unfinished flows are still open.
+Nothing is dropped for being late: a late hop joins its flow in the next recomputation.
 """
 
 from __future__ import annotations
@@ -41,11 +43,21 @@ def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 
 def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
-                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Analyse the hops stored at `hops_path`; write the tables, summary and report."""
+                  extra: dict[str, Any] | None = None, streaming: bool = False
+                  ) -> dict[str, Any]:
+    """Analyse the hops stored at `hops_path`; write the tables, summary and report.
+
+    `streaming`: flows later than the event-time watermark are open, not stopped.
+    """
+    from pyspark.sql import functions as F
+
     out = Path(config.output)
     hops = spark.read.parquet(hops_path)
-    tables = analyze(hops, config)
+    watermark_ms = None
+    if streaming:
+        latest = hops.agg(F.max("event_ms")).first()[0]
+        watermark_ms = None if latest is None else latest - int(config.stream.watermark_s * 1000)
+    tables = analyze(hops, config, watermark_ms)
     tables.steps.cache()
     try:
         for name in TABLES:
@@ -54,6 +66,7 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
     finally:
         tables.steps.unpersist()
     summary.update(extra or {})
+    summary["watermark_ms"] = watermark_ms
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     write_report(summary, out / "report.html")
     return summary
@@ -80,15 +93,9 @@ def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
         folder = hops_root / f"batch_id={batch_id}"
         batch.write.mode("overwrite").parquet(str(folder))
         write_outputs(spark, str(hops_root), config,
-                      {"mode": "stream", "last_batch_id": batch_id})
+                      {"mode": "stream", "last_batch_id": batch_id}, streaming=True)
 
-    hops = (
-        to_hops(read_stream(spark, config), config)
-        # Records replayed within the watermark (say, after a checkpoint was moved back)
-        # are the same offsets: keep one row per offset.
-        .withWatermark("event_time", f"{int(config.stream.watermark_s)} seconds")
-        .dropDuplicatesWithinWatermark(["topic", "partition", "offset"])
-    )
+    hops = to_hops(read_stream(spark, config), config)
     writer = (hops.writeStream.foreachBatch(each_batch)
               .option("checkpointLocation", config.stream.checkpoint))
     if config.stream.trigger == "available_now":

@@ -282,6 +282,8 @@ def render(summary: dict[str, Any]) -> str:
                      "bad" if flows["stopped"] else ""))
     out.append(_card(fmt_count(flows["slow"]), "waited too long",
                      "bad" if flows["slow"] else ""))
+    if flows.get("open"):
+        out.append(_card(fmt_count(flows["open"]), "open (within the watermark)"))
     out.append("</div>")
 
     out.append("<h2>Pathways</h2><div class='panel'>")

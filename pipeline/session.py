@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline.deps import connector_coordinate, ivy_dir
+from pipeline.deps import cached_jars, connector_coordinate, ivy_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,23 +24,33 @@ class SparkSettings:
     log_level: str = "ERROR"
 
 
-def spark_session(settings: SparkSettings | None = None) -> SparkSession:
+def spark_session(settings: SparkSettings | None = None, resolve: bool = False
+                  ) -> SparkSession:
     """Start (or reuse) the SparkSession with the Kafka connector on its classpath.
 
+    The connector's jars come from the cache once `deps.ensure_connector` resolved them;
+    before that (or with `resolve`), Spark resolves the package from Maven Central itself.
     The driver's JVM is launched by this call, so driver memory is taken from `settings`. The
-    executors run this same Python (`PYSPARK_PYTHON`), which matters on a cluster.
+    executors run this same Python (`PYSPARK_PYTHON`), which matters on a cluster; everything
+    binds to loopback unless a cluster master says otherwise.
     """
     from pyspark.sql import SparkSession
 
     s = settings or SparkSettings()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     ivy = ivy_dir()
     ivy.mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master(s.master).appName(s.app_name)
+    jars = None if resolve else cached_jars()
+    if jars is None:
+        builder = (builder.config("spark.jars.packages", connector_coordinate())
+                   .config("spark.jars.ivy", str(ivy)))
+    else:
+        builder = builder.config("spark.jars", ",".join(jars))
     builder = (
-        SparkSession.builder.master(s.master).appName(s.app_name)
-        .config("spark.jars.packages", connector_coordinate())
-        .config("spark.jars.ivy", str(ivy))
+        builder
         .config("spark.driver.memory", s.driver_memory)
         .config("spark.executor.memory", s.executor_memory)
         .config("spark.sql.shuffle.partitions", str(s.shuffle_partitions))

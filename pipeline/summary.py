@@ -57,9 +57,10 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         F.sum(F.col("broken").cast("long")).alias("broken"),
         F.sum(F.col("stopped").cast("long")).alias("stopped"),
         F.sum(F.col("slow").cast("long")).alias("slow"),
+        F.sum(F.col("open").cast("long")).alias("open"),
     ).first().asDict()
     counts = {k: int(v or 0) for k, v in counts.items()}
-    counts["complete"] = counts["total"] - counts["broken"]
+    counts["complete"] = counts["total"] - counts["broken"] - counts["open"]
 
     edges = _rows(tables.edges, ["from_topic", "to_topic"])
     hist: dict[tuple[str, str], list[int]] = {}

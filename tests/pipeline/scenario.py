@@ -112,9 +112,15 @@ def _service_c(herald: str, c_in: Consumer, topics: dict[str, str], count: int,
         c_in.close()
 
 
-def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2) -> Played:
+def create_topics(broker: str, topics: dict[str, str], partitions: int = 2) -> None:
     for name in topics.values():
         create_topic(broker, name, partitions)
+
+
+def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
+         create: bool = True) -> Played:
+    if create:
+        create_topics(broker, topics, partitions)
     delivered: set[tuple[str, int, int]] = set()
     b_in = _consumer(herald, "svc-b", topics["orders"], partitions)
     c_in = _consumer(herald, "svc-c", topics["payments"], partitions)
