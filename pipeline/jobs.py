@@ -59,11 +59,13 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
         watermark_ms = None if latest is None else latest - int(config.stream.watermark_s * 1000)
     tables = analyze(hops, config, watermark_ms)
     tables.steps.cache()
+    tables.flows.cache()
     try:
         for name in TABLES:
             getattr(tables, name).write.mode("overwrite").parquet(str(out / name))
         summary = summarize(tables, config)
     finally:
+        tables.flows.unpersist()
         tables.steps.unpersist()
     summary.update(extra or {})
     summary["watermark_ms"] = watermark_ms

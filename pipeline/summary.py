@@ -7,6 +7,7 @@ Everything in it is bounded by the number of topics, edges, pathways, time bucke
 from __future__ import annotations
 
 import time
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
@@ -27,29 +28,35 @@ def _rows(df: DataFrame, order: list[str] | None = None) -> list[dict[str, Any]]
     return [row.asDict(recursive=True) for row in df.collect()]
 
 
-def _rollup(audit: DataFrame, key: str, top: int) -> list[dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    agg = audit.groupBy(key).agg(F.sum("records").alias("records"),
-                                 F.sum("bytes").alias("bytes"))
-    return _rows(agg.orderBy(F.desc("records"), F.asc_nulls_last(key)).limit(top))
+def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, Any]]:
+    totals: dict[Any, list[int]] = {}
+    for row in audit:
+        t = totals.setdefault(row[key], [0, 0])
+        t[0] += row["records"]
+        t[1] += row["bytes"] or 0
+    ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0] is None, str(kv[0])))
+    return [{key: k, "records": r, "bytes": b} for k, (r, b) in ranked[:top]]
 
 
 def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    hops = tables.hops
-    by_topic = _rows(hops.groupBy("topic").agg(
+    # One pass over the hops for everything per topic and partition.
+    offsets = _rows(tables.hops.groupBy("topic", "partition").agg(
+        F.min("offset").alias("first"), F.max("offset").alias("last"),
         F.count(F.lit(1)).alias("records"),
         F.sum(F.col("trace_id").isNull().cast("long")).alias("untraced"),
         F.sum("size").alias("bytes"),
-    ), ["topic"])
-    offsets = _rows(hops.groupBy("topic", "partition").agg(
-        F.min("offset").alias("first"), F.max("offset").alias("last"),
-        F.count(F.lit(1)).alias("records"),
     ), ["topic", "partition"])
-    total = sum(t["records"] for t in by_topic)
-    untraced = sum(t["untraced"] for t in by_topic)
+    by_topic: dict[str, dict[str, Any]] = {}
+    for o in offsets:
+        t = by_topic.setdefault(o["topic"], {"topic": o["topic"], "records": 0, "untraced": 0,
+                                             "bytes": 0})
+        t["records"] += o["records"]
+        t["untraced"] += o.pop("untraced")  # kept per topic only
+        t["bytes"] += o.pop("bytes") or 0
+    total = sum(t["records"] for t in by_topic.values())
+    untraced = sum(t["untraced"] for t in by_topic.values())
 
     flows = tables.flows
     counts = flows.agg(
@@ -76,7 +83,13 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         .select("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
                 "stopped", "slow")
     )
-    audit = tables.audit
+    audit = [dict(r, hour_ms=int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000))
+             for r in _rows(tables.audit)]
+    by_hour: dict[int, list[int]] = {}
+    for r in audit:
+        h = by_hour.setdefault(r["hour_ms"], [0, 0])
+        h[0] += r["records"]
+        h[1] += r["bytes"] or 0
     return {
         "generated_ms": int(time.time() * 1000),
         "config": {
@@ -85,7 +98,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
             "time_bucket_s": config.time_bucket_s,
         },
         "records": {"total": total, "traced": total - untraced, "untraced": untraced,
-                    "by_topic": by_topic},
+                    "by_topic": [by_topic[t] for t in sorted(by_topic)]},
         "offsets": offsets,
         "flows": counts,
         "edges": edges,
@@ -98,9 +111,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
             "by_client_id": _rollup(audit, "client_id", config.top),
             "by_principal": _rollup(audit, "principal", config.top),
             "by_origin": _rollup(audit, "origin", config.top),
-            "by_hour": _rows(
-                audit.groupBy(F.unix_millis("hour").alias("hour_ms"))
-                .agg(F.sum("records").alias("records"), F.sum("bytes").alias("bytes")),
-                ["hour_ms"]),
+            "by_hour": [{"hour_ms": h, "records": r, "bytes": b}
+                        for h, (r, b) in sorted(by_hour.items())],
         },
     }
