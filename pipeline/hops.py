@@ -32,7 +32,7 @@ def _header(name: str) -> Column:
     from pyspark.sql import functions as F
 
     escaped = name.replace("'", "\\'")
-    return F.expr(f"element_at(filter(headers, h -> h.key = '{escaped}'), 1).value")
+    return F.expr(f"try_element_at(filter(headers, h -> h.key = '{escaped}'), 1).value")
 
 
 def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
