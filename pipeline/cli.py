@@ -36,6 +36,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-source", choices=("herald", "broker"),
                    help="hop time: Herald's receive time (herald.time) or the broker timestamp")
     p.add_argument("--starting-offsets", help="earliest (default), latest, or Spark's JSON form")
+    p.add_argument("--fetch-topic", help="fetch_log observations topic: transit latency")
     p.add_argument("--output", "-o", help="output folder (default pipeline-out)")
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--driver-memory", help="Spark driver memory (default 1g)")
@@ -80,7 +81,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "bootstrap": args.bootstrap, "topics": split(args.topics),
         "terminal_topics": split(args.terminal_topics), "max_wait_ms": args.max_wait_ms,
         "time_source": args.time_source, "starting_offsets": args.starting_offsets,
-        "output": args.output, "master": args.master, "driver_memory": args.driver_memory,
+        "output": args.output, "fetch_topic": args.fetch_topic, "master": args.master,
+        "driver_memory": args.driver_memory,
     }
     if args.command == "batch":
         out["ending_offsets"] = args.ending_offsets

@@ -53,6 +53,7 @@ class PipelineConfig:
     time_bucket_s: int = 60             # percentiles over time: one point per bucket
     top: int = 20                       # rows of the report's lists (broken flows, producers)
     kafka: dict[str, str] = field(default_factory=dict)  # extra kafka.* source options
+    fetch_topic: str = ""               # fetch_log observations: produce-to-consume latency
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
@@ -65,12 +66,14 @@ class PipelineConfig:
                 raise InvalidConfig(key, "must be > 0")
         if not self.bootstrap:
             raise InvalidConfig("bootstrap", "must not be empty")
+        if self.fetch_topic and not _TOPIC.fullmatch(self.fetch_topic):
+            raise InvalidConfig("fetch_topic", f"not a topic name: {self.fetch_topic!r}")
 
-    def source_options(self) -> dict[str, str]:
+    def source_options(self, topics: list[str] | None = None) -> dict[str, str]:
         """Options of Spark's Kafka source common to batch and streaming reads."""
         opts = {
             "kafka.bootstrap.servers": self.bootstrap,
-            "subscribe": ",".join(self.topics),
+            "subscribe": ",".join(topics or self.topics),
             "includeHeaders": "true",
             "startingOffsets": self.starting_offsets,
             "failOnDataLoss": "false",

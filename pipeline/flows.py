@@ -42,6 +42,20 @@ class Tables:
     edges: DataFrame
     pathways: DataFrame
     audit: DataFrame
+    transit: DataFrame | None = None  # with fetch observations only
+
+
+def transit_of(hops: DataFrame, fetches: DataFrame) -> DataFrame:
+    """Produce-to-consume latency per topic and consumer (client id, group): the first fetch
+    of each record by each consumer, minus the record's hop time (Herald's receive time)."""
+    from pyspark.sql import functions as F
+
+    first = fetches.groupBy("topic", "partition", "offset", "consumer", "group").agg(
+        F.min("fetched_ms").alias("fetched_ms"))
+    joined = first.join(hops.select("topic", "partition", "offset", "event_ms"),
+                        ["topic", "partition", "offset"])
+    return (joined.withColumn("transit_ms", F.col("fetched_ms") - F.col("event_ms"))
+            .groupBy("topic", "consumer", "group").agg(*_latency_stats("transit_ms")))
 
 
 def _latency_stats(col: str) -> list[Column]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
-from pipeline.flows import analyze
+from pipeline.flows import analyze, transit_of
 from pipeline.hops import to_hops
 from pipeline.report import write_report
 from pipeline.summary import summarize
@@ -42,6 +42,19 @@ def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
     return spark.readStream.format("kafka").options(**config.source_options()).load()
 
 
+def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
+    """The `fetch_log` observations (compact JSON records), one row per fetched record."""
+    from pyspark.sql import functions as F
+
+    schema = "tr string, t string, p int, o long, c string, g string, f long"
+    raw = (spark.read.format("kafka").options(**config.source_options([config.fetch_topic]))
+           .option("endingOffsets", "latest").load())
+    obs = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("x")).select("x.*")
+    return obs.where(F.col("t").isNotNull()).select(
+        F.col("t").alias("topic"), F.col("p").alias("partition"), F.col("o").alias("offset"),
+        F.col("c").alias("consumer"), F.col("g").alias("group"), F.col("f").alias("fetched_ms"))
+
+
 def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
                   extra: dict[str, Any] | None = None, streaming: bool = False
                   ) -> dict[str, Any]:
@@ -58,11 +71,15 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
         latest = hops.agg(F.max("event_ms")).first()[0]
         watermark_ms = None if latest is None else latest - int(config.stream.watermark_s * 1000)
     tables = analyze(hops, config, watermark_ms)
+    if config.fetch_topic:
+        tables.transit = transit_of(hops, read_fetches(spark, config))
     tables.steps.cache()
     tables.flows.cache()
     try:
-        for name in TABLES:
-            getattr(tables, name).write.mode("overwrite").parquet(str(out / name))
+        for name in TABLES + ("transit",):
+            table = getattr(tables, name)
+            if table is not None:
+                table.write.mode("overwrite").parquet(str(out / name))
         summary = summarize(tables, config)
     finally:
         tables.flows.unpersist()

@@ -329,6 +329,18 @@ def render(summary: dict[str, Any]) -> str:
         out.append("<p class='sub'>None.</p>")
     out.append("</div>")
 
+    if summary.get("transit"):
+        out.append("<h2>Produce-to-consume latency</h2><div class='panel'><table><tr>"
+                   "<th>topic</th><th>consumer</th><th>group</th><th>records</th><th>p50</th>"
+                   "<th>p90</th><th>p99</th><th>max</th></tr>")
+        for t in summary["transit"]:
+            out.append(f"<tr><td>{escape(t['topic'])}</td><td>{escape(str(t['consumer']))}</td>"
+                       f"<td>{escape(str(t['group'] or '–'))}</td>"
+                       f"<td class='n'>{fmt_count(t['count'])}</td>"
+                       + "".join(f"<td class='n'>{fmt_ms(t[k])}</td>"
+                                 for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
+        out.append("</table></div>")
+
     audit = summary["audit"]
     out.append("<h2>Top producers</h2><div class='grid'>")
     for key, title in (("client_id", "client id"), ("principal", "principal"),

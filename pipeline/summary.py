@@ -107,6 +107,8 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         "over_time": _rows(edge_percentiles_over_time(tables.steps, config.time_bucket_s),
                            ["from_topic", "to_topic", "bucket_ms"]),
         "broken_flows": broken,
+        "transit": ([] if tables.transit is None
+                    else _rows(tables.transit, ["topic", "consumer", "group"])),
         "audit": {
             "by_client_id": _rollup(audit, "client_id", config.top),
             "by_principal": _rollup(audit, "principal", config.top),

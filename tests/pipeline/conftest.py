@@ -4,6 +4,8 @@ one played three-service flow that several tests read."""
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,9 +14,10 @@ import pytest
 from pipeline.config import PipelineConfig
 from proxy.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import MAX_WAIT_MS, Played, play, topic_names
+from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 
-TRACE_AUDIT = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}
+FETCH_TOPIC = f"herald-fetches-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(scope="session")
@@ -29,13 +32,27 @@ def spark() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 def herald_traced(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=TRACE_AUDIT)) as proc:
+    """Herald stamping trace context and audit headers, and publishing what consumers fetch
+    (`fetch_log`) to FETCH_TOPIC."""
+    create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
+    chains = {"produce": [{"type": "trace_context"}, {"type": "audit"}],
+              "fetch": [{"type": "fetch_log", "bootstrap": kafka.bootstrap,
+                         "topic": FETCH_TOPIC}]}
+    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=chains)) as proc:
         yield proc
 
 
 @pytest.fixture(scope="session")
 def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
-    return play(herald_traced.bootstrap, kafka.bootstrap, topic_names())
+    played = play(herald_traced.bootstrap, kafka.bootstrap, topic_names())
+    # B fetched every order and C every payment through Herald: wait for their observations.
+    fetched = sum(1 for t, _, _ in played.delivered
+                  if t in (played.topics["orders"], played.topics["payments"]))
+    played.fetches = [json.loads(m.value()) for m in consume_all(
+        kafka.bootstrap, FETCH_TOPIC, fetched)
+        if json.loads(m.value())["t"] in played.topics.values()]
+    assert len(played.fetches) == fetched
+    return played
 
 
 def pipeline_config(played: Played, bootstrap: str, output: Path, **more: object
@@ -44,7 +61,8 @@ def pipeline_config(played: Played, bootstrap: str, output: Path, **more: object
     return PipelineConfig(bootstrap=bootstrap, topics=[t["orders"], t["payments"],
                                                        t["shipments"]],
                           terminal_topics=[t["shipments"]], max_wait_ms=MAX_WAIT_MS,
-                          output=str(output), shuffle_partitions=2, **more)
+                          output=str(output), shuffle_partitions=2,
+                          fetch_topic=FETCH_TOPIC, **more)
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,7 @@ class Played:
     hops: list[dict[str, Any]]             # one per record, as read back from the broker
     plan_of_trace: dict[str, str]          # trace id -> plan
     delivered: set[tuple[str, int, int]] = field(default_factory=set)
+    fetches: list[dict[str, Any]] = field(default_factory=list)  # fetch_log observations
 
 
 def topic_names(tag: str | None = None) -> dict[str, str]:
@@ -57,7 +58,7 @@ def _send(producer: Producer, delivered: set, topic: str, value: bytes, key: byt
 
 
 def _consumer(bootstrap: str, group: str, topic: str, partitions: int) -> Consumer:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     return c

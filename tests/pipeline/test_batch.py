@@ -125,3 +125,23 @@ def test_audit_summaries_count_records_and_bytes(spark, played: Played, batch_ru
     assert by_client == {"svc-a": len(PLAN), None: LEGACY_RECORDS,
                          "svc-b": len(PLAN) - PLAN.count(STOP_AT_ORDERS),
                          "svc-c": PLAN.count(FULL) + PLAN.count(SLOW)}
+
+
+def test_transit_latency_per_topic_and_consumer(spark, played: Played, batch_run) -> None:
+    """fetch_log observations joined to the hops: fetch time minus Herald's receive time."""
+    config, summary = batch_run
+    hop_time = {(h["topic"], h["partition"], h["offset"]):
+                h["herald_time_ms"] or h["timestamp_ms"] for h in played.hops}
+    transit: dict[tuple, list[int]] = defaultdict(list)
+    for o in played.fetches:
+        transit[(o["t"], o["c"], o["g"])].append(o["f"] - hop_time[(o["t"], o["p"], o["o"])])
+    t = played.topics
+    assert set(transit) == {(t["orders"], "svc-b", None), (t["payments"], "svc-c", None)}
+    got = {(r["topic"], r["consumer"], r["group"]): r for r in _table(spark, config, "transit")}
+    assert set(got) == set(transit)
+    for key, values in transit.items():
+        assert min(values) >= 0
+        for k, v in stats(values).items():
+            assert got[key][k] == pytest.approx(v), (key, k)
+    assert [(r["topic"], r["count"]) for r in summary["transit"]] == sorted(
+        (k[0], len(v)) for k, v in transit.items())
