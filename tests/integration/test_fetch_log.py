@@ -5,11 +5,16 @@ fetch time."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 
+import pytest
 from confluent_kafka import Producer
 
+from interceptors.builtin.fetch_log import FetchLogConfig, Publisher
+from interceptors.config import build_chains
+from interceptors.errors import ConfigError
 from proxy.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -42,3 +47,24 @@ def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
         assert o["c"] == "reader" and o["g"] == "billing"
         assert before - 1000 <= o["f"] <= after
         assert o["f"] >= int(dict(record.headers())["herald.time"])
+
+
+def test_missing_bootstrap_names_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.bootstrap: required"):
+        build_chains({"fetch": [{"type": "fetch_log", "topic": "x"}]})
+
+
+def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
+    # Nothing listens on this loopback port: the producer can deliver nothing.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pub = Publisher(FetchLogConfig(bootstrap=f"127.0.0.1:{port}", queue_size=10))
+    try:
+        started = time.monotonic()
+        accepted = sum(pub.offer((None, "t", 0, i, "c", 0)) for i in range(5000))
+        assert time.monotonic() - started < 1.0
+        assert accepted + pub.dropped == 5000 and pub.dropped > 0 and accepted >= 10
+    finally:
+        pub._stop = True
+        pub._wake.set()
