@@ -141,7 +141,7 @@ def pathway_graph(summary: dict[str, Any]) -> str:
         parts.append(f"<path d='{path}' fill='none' stroke='{colour}' stroke-width='{stroke:.1f}'"
                      f" stroke-opacity='.75' marker-end='url(#arrow)'/>")
         label = f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}"
-        parts.append(f"<rect x='{lx - 78}' y='{ly - 24}' width='156' height='36' rx='5' "
+        parts.append(f"<rect x='{lx - 88}' y='{ly - 24}' width='176' height='36' rx='5' "
                      f"fill='#fff' stroke='{colour}'/>")
         parts.append(f"<text x='{lx}' y='{ly - 9}' text-anchor='middle' font-size='12' "
                      f"font-weight='bold' fill='#1d2733'>{escape(label)}</text>")
