@@ -55,9 +55,10 @@ def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
     return played
 
 
-def pipeline_config(played: Played, bootstrap: str, output: Path, **more: object
+def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
                     ) -> PipelineConfig:
-    t = played.topics
+    """The pipeline over the three services' topics, with the scenario's threshold."""
+    t = topics
     return PipelineConfig(bootstrap=bootstrap, topics=[t["orders"], t["payments"],
                                                        t["shipments"]],
                           terminal_topics=[t["shipments"]], max_wait_ms=MAX_WAIT_MS,
@@ -71,5 +72,5 @@ def batch_run(spark: object, played: Played, kafka: KafkaCluster,
     """The batch job over the played topics (read from the broker directly)."""
     from pipeline.jobs import run_batch
 
-    config = pipeline_config(played, kafka.bootstrap, tmp_path_factory.mktemp("batch"))
+    config = pipeline_config(played.topics, kafka.bootstrap, tmp_path_factory.mktemp("batch"))
     return config, run_batch(spark, config)

@@ -28,7 +28,7 @@ def _rows(spark, path: str, keys: list[str]) -> list[dict]:
     return [r.asDict(recursive=True) for r in df.orderBy(*keys).collect()]
 
 
-def _streamed_hops(spark, output: Path) -> int:
+def _streamed_hops(output: Path) -> int:
     if not (output / "summary.json").exists():
         return 0
     return json.loads((output / "summary.json").read_text())["records"]["total"]
@@ -53,7 +53,7 @@ def test_stream_matches_batch_and_resumes_from_its_checkpoint(
     topics = topic_names()
     create_topics(kafka.bootstrap, topics)
     config = pipeline_config(
-        type("P", (), {"topics": topics})(), kafka.bootstrap, tmp_path / "stream",
+        topics, kafka.bootstrap, tmp_path / "stream",
         stream=StreamConfig(checkpoint=str(tmp_path / "checkpoint"), trigger="processing_time",
                             interval_s=1.0, watermark_s=0.0),
     )
@@ -61,7 +61,7 @@ def test_stream_matches_batch_and_resumes_from_its_checkpoint(
 
     def caught_up(query, count: int) -> None:
         deadline = time.monotonic() + 180
-        while _streamed_hops(spark, output) < count:
+        while _streamed_hops(output) < count:
             assert time.monotonic() < deadline, "the stream did not catch up"
             assert query.exception() is None, query.exception()
             time.sleep(1)
