@@ -5,16 +5,18 @@ one played three-service flow that several tests read."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 from pipeline.config import PipelineConfig
 from proxy.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import MAX_WAIT_MS, Played, play, topic_names
-from tests.support.clients import consume_all, create_topic
+from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 
 FETCH_TOPIC = f"herald-fetches-{uuid.uuid4().hex[:8]}"
@@ -48,11 +50,28 @@ def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
     # B fetched every order and C every payment through Herald: wait for their observations.
     fetched = sum(1 for t, _, _ in played.delivered
                   if t in (played.topics["orders"], played.topics["payments"]))
-    played.fetches = [json.loads(m.value()) for m in consume_all(
-        kafka.bootstrap, FETCH_TOPIC, fetched)
-        if json.loads(m.value())["t"] in played.topics.values()]
+    played.fetches = _observations(kafka.bootstrap, set(played.topics.values()), fetched)
     assert len(played.fetches) == fetched
     return played
+
+
+def _observations(bootstrap: str, topics: set[str], count: int) -> list[dict]:
+    """The fetch_log observations of `topics` (other tests' fetches share the topic)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([FETCH_TOPIC])
+    found: list[dict] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                obs = json.loads(msg.value())
+                if obs["t"] in topics:
+                    found.append(obs)
+    finally:
+        consumer.close()
+    return found
 
 
 def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
