@@ -16,7 +16,10 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, Union
+
+import yaml
 
 from interceptors.errors import ConfigError, InvalidConfig
 
@@ -134,3 +137,16 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             raise ConfigError(f"{path}: expected null, got {_kind(value)}")
         return None
     raise TypeError(f"{path}: unsupported config field type {hint!r}")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """A YAML file's document; errors name the file (read, then parse: both can fail)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc

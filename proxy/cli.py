@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
                      help=f"Kafka release to run (default {KAFKA_VERSION}; "
                           f"{KAFKA_LEGACY_VERSION} is also tested)")
     k8s_command.add_parser(sub)
+    sub.add_parser("pipeline", add_help=False,
+                   help="the analytics pipeline on Spark (herald pipeline --help)")
     return parser
 
 
@@ -105,6 +107,11 @@ def _serve(config: ProxyConfig) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["pipeline"]:  # imported only here: Herald itself never loads Spark
+        from pipeline.cli import main as pipeline_main
+
+        return pipeline_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.command == "k8s":
         return k8s_command.run(args)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
+from interceptors.schema import read_yaml
 from proxy.env_expand import UnsetVariable, expand_env
 from proxy.limits import LimitsConfig, parse_limits
 from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
@@ -170,6 +169,7 @@ def parse_config(
         raise ConfigError(str(exc)) from None
     clusters = parse_clusters(top.child("clusters"), parse_upstream)
     routing = parse_routing(top.child("routing"), set(clusters))
+    top.get("pipeline")  # the analytics pipeline's section, validated by pipeline/config.py
     top.done()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
@@ -255,11 +255,7 @@ def load_config(path: str | Path) -> ProxyConfig:
     """Read and validate a YAML config file."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        data = read_yaml(path)
+    except InterceptorConfigError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_config(data, source=path)

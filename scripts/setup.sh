@@ -16,7 +16,7 @@ stamp=.venv/.herald-installed
 want=$(cat pyproject.toml setup.py protocol/_stamp.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,pipeline]'
   echo "$want" > "$stamp"
 fi
 .venv/bin/python - <<'PY'
@@ -53,3 +53,18 @@ if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
     apt-get install -y -q iproute2 >/dev/null; }
 fi
 echo "setup: helm $HELM_VERSION, checkov $CHECKOV_VERSION in $cache"
+
+# The analytics pipeline: Spark's Kafka connector, resolved from Maven Central by Spark's own
+# package mechanism into the Ivy cache (pipeline/deps.py), and Chromium (Debian's package),
+# which the tests use to render the HTML report.
+.venv/bin/python -m pipeline.deps
+if ! command -v chromium >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -q --no-install-recommends chromium fonts-dejavu-core >/dev/null \
+      || apt-get install -y -q -f --no-install-recommends chromium fonts-dejavu-core >/dev/null
+  else
+    echo "setup: chromium is missing; install Debian's 'chromium' package (report tests)" >&2
+  fi
+fi

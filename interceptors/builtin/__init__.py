@@ -5,6 +5,7 @@ from __future__ import annotations
 from interceptors.api import Interceptor
 from interceptors.builtin.audit import Audit
 from interceptors.builtin.drop_headers import DropHeaders
+from interceptors.builtin.fetch_log import FetchLog
 from interceptors.builtin.filter import Filter
 from interceptors.builtin.header_from import HeaderFrom
 from interceptors.builtin.header_limits import HeaderLimits
@@ -25,4 +26,5 @@ BUILTINS: dict[str, type[Interceptor]] = {
     "require_headers": RequireHeaders,
     "header_limits": HeaderLimits,
     "filter": Filter,
+    "fetch_log": FetchLog,
 }

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from interceptors.errors import ConfigError as InterceptorConfigError
+from interceptors.schema import read_yaml
 from proxy.config import ConfigError, parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions, inject
@@ -122,13 +124,13 @@ def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     """A user's proxy.yaml, validated as the sidecar will load it; the ports and drain time
     the pod needs are taken from it."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InjectError(f"{path}: cannot read ({exc.strerror})") from exc
+        data = read_yaml(path)
+        text = path.read_text()  # carried into the ConfigMap as the user wrote it
+    except (InterceptorConfigError, OSError) as exc:
+        raise InjectError(str(exc)) from None
     try:
-        data = yaml.safe_load(text)
         config = parse_config(_without_pod_files(data), source=path, environ=_SIDECAR_ENV)
-    except (ConfigError, yaml.YAMLError) as exc:
+    except ConfigError as exc:
         raise InjectError(f"{path}: {exc}") from None
     admin = config.admin.bind
     if admin is None:

@@ -1,0 +1,161 @@
+"""``fetch_log``: publish what the fetch path hands to consumers, for produce-to-consume latency
+(fetch path; off unless configured).
+
+For every record a consumer fetches through Herald, one compact JSON record goes to `topic`:
+
+    {"tr": trace id or null, "t": topic, "p": partition, "o": offset,
+     "c": consumer client id, "g": group or null, "f": fetch time, ms since the epoch}
+
+keyed by the trace id. The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
+and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
+consumer. A Fetch request does not name the consumer group, so ``g`` is filled only from the
+`group` setting (one Herald per application, as a sidecar); otherwise the consumer is known by
+its client id.
+
+Cost is bounded: `on_record` only appends a tuple to a bounded queue (no I/O, nothing that can
+block the event loop); a thread of its own drains the queue into a confluent-kafka producer
+and serves its delivery callbacks (`poll`). When the queue is full, observations are dropped
+and counted (``fetch_log_dropped``), never waited for; ``fetch_log_queued`` counts what was
+accepted. The publisher itself counts deliveries and delivery failures (`Publisher.delivered`,
+`Publisher.failed`).
+
+The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
+observations are not themselves intercepted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from interceptors.api import FETCH, Interceptor
+from interceptors.context import ProxyInfo, RecordContext
+from interceptors.errors import InvalidConfig
+from interceptors.headers import Headers
+from interceptors.tracing import parse_traceparent
+
+
+@dataclass
+class FetchLogConfig:
+    bootstrap: str = ""             # the cluster the observations are written to
+    topic: str = "herald.fetches"
+    group: str = ""                 # the consumer group of the application behind this Herald
+    queue_size: int = 100_000       # observations waiting for the producer; more are dropped
+    linger_ms: int = 50
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap:
+            raise InvalidConfig("bootstrap", "required")
+        if not self.topic:
+            raise InvalidConfig("topic", "must not be empty")
+        if self.queue_size < 1:
+            raise InvalidConfig("queue_size", "must be >= 1")
+
+
+class Publisher:
+    """A bounded queue drained by a thread into a confluent-kafka producer."""
+
+    def __init__(self, config: FetchLogConfig) -> None:
+        self.config = config
+        self.queue: deque[tuple] = deque()
+        self.limit = config.queue_size
+        self.dropped = 0
+        self.delivered = 0
+        self.failed = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="herald-fetch-log", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def offer(self, item: tuple) -> bool:
+        """Queue one observation without ever blocking; False (and counted) when full."""
+        if len(self.queue) >= self.limit:
+            self.dropped += 1
+            return False
+        self.queue.append(item)
+        if len(self.queue) == 1:
+            self._wake.set()
+        return True
+
+    def _delivered(self, err: Any, _msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self.failed += 1
+
+    def _run(self) -> None:
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": self.config.bootstrap,
+                             "client.id": "herald-fetch-log", "linger.ms": self.config.linger_ms,
+                             "enable.idempotence": False, "acks": 1})
+        queue, topic, group = self.queue, self.config.topic, self.config.group or None
+        while True:
+            self._wake.wait(0.1)
+            self._wake.clear()
+            while queue:
+                trace, t, p, o, c, f = queue.popleft()
+                value = json.dumps({"tr": trace, "t": t, "p": p, "o": o, "c": c, "g": group,
+                                    "f": f}, separators=(",", ":")).encode()
+                while True:
+                    try:
+                        producer.produce(topic, value, trace.encode() if trace else None,
+                                         on_delivery=self._delivered)
+                        break
+                    except BufferError:  # librdkafka's own queue is full: let it drain
+                        producer.poll(0.05)
+                producer.poll(0)
+            producer.poll(0.05)
+            if self._stop and not queue:
+                break
+        producer.flush(10)
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(15)
+
+
+_publishers: dict[tuple[str, str, str, int, int], Publisher] = {}
+_lock = threading.Lock()
+
+
+def publisher_for(config: FetchLogConfig) -> Publisher:
+    """One publisher per distinct setting, kept across chain reloads (SIGHUP)."""
+    key = (config.bootstrap, config.topic, config.group, config.queue_size, config.linger_ms)
+    with _lock:
+        pub = _publishers.get(key)
+        if pub is None:
+            pub = _publishers[key] = Publisher(config)
+        return pub
+
+
+class FetchLog(Interceptor):
+    Config = FetchLogConfig
+    paths = frozenset({FETCH})
+
+    def __init__(self, config: FetchLogConfig, env: ProxyInfo) -> None:
+        super().__init__(config, env)
+        self._publisher: Publisher | None = None
+        self._now = 0
+
+    def on_batch(self, ctx: RecordContext) -> None:
+        if self._publisher is None:  # started on first use, not when the config is checked
+            self._publisher = publisher_for(self.config)
+        self._now = self.env.time_ms()
+
+    def on_record(self, ctx: RecordContext, headers: Headers) -> None:
+        tp = parse_traceparent(headers.first("traceparent"))
+        offset = ctx.batch.base_offset + ctx.record.offset_delta
+        assert self._publisher is not None
+        if self._publisher.offer((tp.trace_id if tp else None, ctx.topic, ctx.partition, offset,
+                                  ctx.conn.client_id, self._now)):
+            self.stats.count("fetch_log_queued")
+        else:
+            self.stats.count("fetch_log_dropped")
+        return None

@@ -1,0 +1,117 @@
+"""The pipeline's settings: a `pipeline:` section of a YAML file of the proxy.yaml family
+(Herald itself ignores that section), then command-line flags on top.
+
+Validation goes through `interceptors.schema.build_config`, so a bad value is refused with
+its YAML path (`pipeline.stream.trigger: expected one of ...`), the same way Herald's own
+configuration is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from interceptors.errors import ConfigError, InvalidConfig
+from interceptors.schema import build_config, read_yaml
+
+SECTION = "pipeline"
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+@dataclass
+class StreamConfig:
+    checkpoint: str = ""                # folder of the query's checkpoint (offsets, state)
+    trigger: Literal["available_now", "processing_time"] = "available_now"
+    interval_s: float = 10.0            # the processing-time trigger's period
+    watermark_s: float = 600.0          # unfinished flows this close to the newest hop are open
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise InvalidConfig("interval_s", "must be > 0")
+        if self.watermark_s < 0:
+            raise InvalidConfig("watermark_s", "must be >= 0")
+
+
+@dataclass
+class PipelineConfig:
+    bootstrap: str = "127.0.0.1:9092"   # Kafka bootstrap servers (the brokers or Herald)
+    topics: list[str] = field(default_factory=list)
+    terminal_topics: list[str] = field(default_factory=list)  # where a flow is meant to end
+    max_wait_ms: int = 60_000           # a hop that waited longer breaks its flow
+    time_source: Literal["herald", "broker"] = "herald"  # herald.time, else broker timestamp
+    header_prefix: str = "herald."      # the audit interceptor's prefix
+    starting_offsets: str = "earliest"  # Spark's Kafka source syntax: earliest, or JSON
+    ending_offsets: str = "latest"      # batch only
+    output: str = "pipeline-out"
+    master: str = "local[*]"
+    driver_memory: str = "1g"
+    shuffle_partitions: int = 4
+    time_bucket_s: int = 60             # percentiles over time: one point per bucket
+    top: int = 20                       # rows of the report's lists (broken flows, producers)
+    kafka: dict[str, str] = field(default_factory=dict)  # extra kafka.* source options
+    fetch_topic: str = ""               # fetch_log observations: produce-to-consume latency
+    stream: StreamConfig = field(default_factory=StreamConfig)
+
+    def __post_init__(self) -> None:
+        for key in ("topics", "terminal_topics"):
+            for i, name in enumerate(getattr(self, key)):
+                if not _TOPIC.fullmatch(name):
+                    raise InvalidConfig(f"{key}[{i}]", f"not a topic name: {name!r}")
+        for key in ("max_wait_ms", "shuffle_partitions", "time_bucket_s", "top"):
+            if getattr(self, key) <= 0:
+                raise InvalidConfig(key, "must be > 0")
+        if not self.bootstrap:
+            raise InvalidConfig("bootstrap", "must not be empty")
+        if self.fetch_topic and not _TOPIC.fullmatch(self.fetch_topic):
+            raise InvalidConfig("fetch_topic", f"not a topic name: {self.fetch_topic!r}")
+
+    def source_options(self, topics: list[str] | None = None) -> dict[str, str]:
+        """Options of Spark's Kafka source common to batch and streaming reads."""
+        opts = {
+            "kafka.bootstrap.servers": self.bootstrap,
+            "subscribe": ",".join(topics or self.topics),
+            "includeHeaders": "true",
+            "startingOffsets": self.starting_offsets,
+            "failOnDataLoss": "false",
+        }
+        for key, value in self.kafka.items():
+            opts[key if key.startswith("kafka.") else f"kafka.{key}"] = str(value)
+        return opts
+
+
+def parse_pipeline_config(data: Any, path: str = SECTION) -> PipelineConfig:
+    return build_config(PipelineConfig, data, path)
+
+
+def load_pipeline_config(file: str | Path | None, overrides: dict[str, Any] | None = None,
+                         ) -> PipelineConfig:
+    """The `pipeline:` section of `file` (if given) with `overrides` (flags) applied on top.
+
+    Overrides are applied before validation, so a bad flag is reported like a bad key.
+    """
+    data: dict[str, Any] = {}
+    if file is not None:
+        file = Path(file)
+        doc = read_yaml(file)
+        if doc is not None and not isinstance(doc, dict):
+            raise ConfigError(f"{file}: expected a mapping at the top level")
+        section = (doc or {}).get(SECTION, {})
+        if section is None:
+            section = {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{SECTION}: expected a mapping")
+        data = dict(section)
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if "." in key:  # stream.checkpoint and the like
+            outer, inner = key.split(".", 1)
+            data[outer] = {**(data.get(outer) or {}), inner: value}
+        else:
+            data[key] = value
+    config = parse_pipeline_config(data)
+    if not config.topics:
+        raise ConfigError(f"{SECTION}.topics: required (or --topics)")
+    return config

@@ -1,0 +1,94 @@
+"""Where Spark's Kafka connector comes from: Maven Central, through Spark's own package
+mechanism (`spark.jars.packages`), resolved by Ivy into the project's cache folder.
+
+The connector must match the installed PySpark exactly (same Spark and Scala versions), so
+its coordinate is derived from `pyspark.__version__` rather than written down twice.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SCALA_BINARY = "2.13"  # PySpark 4 is built for Scala 2.13
+
+
+def cache_root() -> Path:
+    """The project's cache folder: `$HERALD_CACHE_DIR`, else `.cache/` of the checkout.
+
+    The same rule as the proxy's Kafka jar cache, so one export covers both.
+    """
+    env = os.environ.get("HERALD_CACHE_DIR")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").exists():
+        return checkout / ".cache"
+    return Path.home() / ".cache" / "herald"
+
+
+def spark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def connector_coordinate(version: str | None = None) -> str:
+    """`group:artifact:version` of the spark-sql-kafka connector for this PySpark."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_{SCALA_BINARY}:{version or spark_version()}"
+
+
+def ivy_dir() -> Path:
+    """Ivy's home for `spark.jars.ivy`: resolved jars land in `<ivy>/jars`, reused offline."""
+    return cache_root() / "spark-ivy"
+
+
+def connector_jar(version: str | None = None) -> Path:
+    """Where Ivy puts the connector jar once resolved."""
+    v = version or spark_version()
+    return ivy_dir() / "jars" / f"org.apache.spark_spark-sql-kafka-0-10_{SCALA_BINARY}-{v}.jar"
+
+
+def manifest(version: str | None = None) -> Path:
+    """The list of jars one resolution of the connector gave (it and its dependencies)."""
+    return ivy_dir() / f"herald-connector-{version or spark_version()}.txt"
+
+
+def cached_jars() -> list[str] | None:
+    """The connector's resolved jars, if every one of them is in the cache.
+
+    Sessions then name the jars (`spark.jars`) instead of asking Ivy again, which would look
+    each of them up in its remote resolvers on every start.
+    """
+    try:
+        jars = manifest().read_text().split()
+    except OSError:
+        return None
+    if not jars or not all(Path(j).is_file() for j in jars):
+        return None
+    return jars
+
+
+def ensure_connector() -> Path:
+    """Resolve the connector into the Ivy cache once (setup runs this); later Spark sessions
+    find every jar there. Resolution needs a JVM, so a throwaway local session does it."""
+    jar = connector_jar()
+    if cached_jars() is None:
+        from pipeline.session import SparkSettings, spark_session
+
+        spark = spark_session(SparkSettings(master="local[1]", driver_memory="512m"),
+                              resolve=True)
+        try:
+            resolved = spark.sparkContext.getConf().get("spark.jars", "")
+        finally:
+            spark.stop()
+        jars = [j.removeprefix("file://").removeprefix("file:") for j in resolved.split(",")
+                if j.strip()]
+        if str(jar) not in jars:
+            raise RuntimeError(f"{connector_coordinate()} was not resolved into {ivy_dir()}")
+        manifest().write_text("\n".join(jars) + "\n")
+    return jar
+
+
+if __name__ == "__main__":
+    print(f"setup: Spark {spark_version()} Kafka connector in {ensure_connector().parent}")

@@ -1,0 +1,66 @@
+"""The one place a SparkSession is made, so the CLI, the tests and the benchmark agree on
+its settings (connector, Ivy cache, quiet logs, UTC, small shuffles)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pipeline.deps import cached_jars, connector_coordinate, ivy_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class SparkSettings:
+    master: str = "local[*]"
+    app_name: str = "herald-pipeline"
+    driver_memory: str = "1g"
+    executor_memory: str = "1g"
+    shuffle_partitions: int = 4  # the tables are small aggregates: a few tasks suffice
+    log_level: str = "ERROR"
+
+
+def spark_session(settings: SparkSettings | None = None, resolve: bool = False
+                  ) -> SparkSession:
+    """Start (or reuse) the SparkSession with the Kafka connector on its classpath.
+
+    The connector's jars come from the cache once `deps.ensure_connector` resolved them;
+    before that (or with `resolve`), Spark resolves the package from Maven Central itself.
+    The driver's JVM is launched by this call, so driver memory is taken from `settings`. The
+    executors run this same Python (`PYSPARK_PYTHON`), which matters on a cluster; everything
+    binds to loopback unless a cluster master says otherwise.
+    """
+    from pyspark.sql import SparkSession
+
+    s = settings or SparkSettings()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    ivy = ivy_dir()
+    ivy.mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master(s.master).appName(s.app_name)
+    jars = None if resolve else cached_jars()
+    if jars is None:
+        builder = (builder.config("spark.jars.packages", connector_coordinate())
+                   .config("spark.jars.ivy", str(ivy)))
+    else:
+        builder = builder.config("spark.jars", ",".join(jars))
+    builder = (
+        builder
+        .config("spark.driver.memory", s.driver_memory)
+        .config("spark.executor.memory", s.executor_memory)
+        .config("spark.sql.shuffle.partitions", str(s.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(s.log_level)
+    return spark

@@ -1,0 +1,70 @@
+"""`fetch_log` through Herald, with a real broker and real clients: every record a consumer
+fetches is published once to the observations topic, with its trace id, offset, client id and
+fetch time."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from interceptors.builtin.fetch_log import FetchLogConfig, Publisher
+from interceptors.config import build_chains
+from interceptors.errors import ConfigError
+from proxy.embedded_kafka import KafkaCluster
+from tests.support.clients import consume_all, create_topic
+from tests.support.herald_process import HeraldProcess, herald_config
+
+
+def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
+                                                       topic_name: str) -> None:
+    observations = f"fetches-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic_name, 2)
+    create_topic(kafka.bootstrap, observations, 1)
+    chains = {"produce": [{"type": "trace_context"}, {"type": "audit"}],
+              "fetch": [{"type": "fetch_log", "bootstrap": kafka.bootstrap,
+                         "topic": observations, "group": "billing"}]}
+    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=chains)) as herald:
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "client.id": "writer"})
+        for i in range(20):
+            producer.produce(topic_name, f"r{i}".encode(), f"k{i}".encode())
+        assert producer.flush(30) == 0
+        before = int(time.time() * 1000)
+        got = consume_all(herald.bootstrap, topic_name, 20, conf={"client.id": "reader"})
+        after = int(time.time() * 1000)
+        seen = consume_all(kafka.bootstrap, observations, 20)
+    fetched = {(m.topic(), m.partition(), m.offset()): m for m in got}
+    obs = [json.loads(m.value()) for m in seen]
+    assert {(o["t"], o["p"], o["o"]) for o in obs} == set(fetched)
+    for o, m in zip(obs, seen, strict=True):
+        record = fetched[(o["t"], o["p"], o["o"])]
+        tp = dict(record.headers())["traceparent"].decode()
+        assert o["tr"] == tp.split("-")[1] and m.key() == o["tr"].encode()
+        assert o["c"] == "reader" and o["g"] == "billing"
+        assert before - 1000 <= o["f"] <= after
+        assert o["f"] >= int(dict(record.headers())["herald.time"])
+
+
+def test_missing_bootstrap_names_its_path() -> None:
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.bootstrap: required"):
+        build_chains({"fetch": [{"type": "fetch_log", "topic": "x"}]})
+
+
+def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
+    # Nothing listens on this loopback port: the producer can deliver nothing.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pub = Publisher(FetchLogConfig(bootstrap=f"127.0.0.1:{port}", queue_size=10))
+    try:
+        started = time.monotonic()
+        accepted = sum(pub.offer((None, "t", 0, i, "c", 0)) for i in range(5000))
+        assert time.monotonic() - started < 1.0
+        assert accepted + pub.dropped == 5000 and pub.dropped > 0 and accepted >= 10
+    finally:
+        pub._stop = True
+        pub._wake.set()

@@ -1,0 +1,95 @@
+"""Shared by the pipeline tests: one SparkSession for the whole test session (small driver,
+two local cores), Herald with `trace_context` and `audit` in front of the session broker, and
+one played three-service flow that several tests read."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer
+
+from pipeline.config import PipelineConfig
+from proxy.embedded_kafka import KafkaCluster
+from tests.pipeline.scenario import MAX_WAIT_MS, Played, play, topic_names
+from tests.support.clients import create_topic
+from tests.support.herald_process import HeraldProcess, herald_config
+
+FETCH_TOPIC = f"herald-fetches-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pipeline.session import SparkSettings, spark_session
+
+    session = spark_session(SparkSettings(master="local[2]", driver_memory="768m",
+                                          shuffle_partitions=2))
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def herald_traced(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    """Herald stamping trace context and audit headers, and publishing what consumers fetch
+    (`fetch_log`) to FETCH_TOPIC."""
+    create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
+    chains = {"produce": [{"type": "trace_context"}, {"type": "audit"}],
+              "fetch": [{"type": "fetch_log", "bootstrap": kafka.bootstrap,
+                         "topic": FETCH_TOPIC}]}
+    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=chains)) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="session")
+def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
+    played = play(herald_traced.bootstrap, kafka.bootstrap, topic_names())
+    # B fetched every order and C every payment through Herald: wait for their observations.
+    fetched = sum(1 for t, _, _ in played.delivered
+                  if t in (played.topics["orders"], played.topics["payments"]))
+    played.fetches = _observations(kafka.bootstrap, set(played.topics.values()), fetched)
+    assert len(played.fetches) == fetched
+    return played
+
+
+def _observations(bootstrap: str, topics: set[str], count: int) -> list[dict]:
+    """The fetch_log observations of `topics` (other tests' fetches share the topic)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([FETCH_TOPIC])
+    found: list[dict] = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                obs = json.loads(msg.value())
+                if obs["t"] in topics:
+                    found.append(obs)
+    finally:
+        consumer.close()
+    return found
+
+
+def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
+                    ) -> PipelineConfig:
+    """The pipeline over the three services' topics, with the scenario's threshold."""
+    t = topics
+    return PipelineConfig(bootstrap=bootstrap, topics=[t["orders"], t["payments"],
+                                                       t["shipments"]],
+                          terminal_topics=[t["shipments"]], max_wait_ms=MAX_WAIT_MS,
+                          output=str(output), shuffle_partitions=2,
+                          fetch_topic=FETCH_TOPIC, **more)
+
+
+@pytest.fixture(scope="session")
+def batch_run(spark: object, played: Played, kafka: KafkaCluster,
+              tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineConfig, dict]:
+    """The batch job over the played topics (read from the broker directly)."""
+    from pipeline.jobs import run_batch
+
+    config = pipeline_config(played.topics, kafka.bootstrap, tmp_path_factory.mktemp("batch"))
+    return config, run_batch(spark, config)

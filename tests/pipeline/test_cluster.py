@@ -1,0 +1,38 @@
+"""The same job, submitted unchanged through `herald pipeline batch --master spark://...` to a
+standalone cluster started from the PySpark distribution, gives the local run's results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.pipeline.test_stream import TABLE_KEYS, _rows
+from tests.support.herald_process import REPO
+from tests.support.spark_standalone import SparkStandalone
+
+
+def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: Path) -> None:
+    config, local = batch_run
+    output = tmp_path / "cluster"
+    with SparkStandalone(worker_cores=2, worker_memory="1536m") as cluster:
+        cmd = [sys.executable, "-m", "proxy", "pipeline", "batch",
+               "--master", cluster.master_url, "--driver-memory", "768m",
+               "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
+               "--terminal-topics", ",".join(config.terminal_topics),
+               "--max-wait-ms", str(config.max_wait_ms), "--output", str(output)]
+        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
+        # The work ran in the worker's executor, not in the driver.
+        app_logs = list((cluster.folder / "work").glob("app-*/*/stderr"))
+        assert app_logs, cluster.logs()
+        assert any("Running task" in p.read_text(errors="replace") for p in app_logs)
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert printed["records"] == local["records"]["total"]
+    for name, keys in {"hops": ["topic", "partition", "offset"], **TABLE_KEYS}.items():
+        assert _rows(spark, str(output / name), keys) == \
+            _rows(spark, str(Path(config.output) / name), keys), name
+    summary = json.loads((output / "summary.json").read_text())
+    for key in ("records", "flows", "edges", "pathways", "offsets", "broken_flows", "audit"):
+        assert summary[key] == local[key], key

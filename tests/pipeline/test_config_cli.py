@@ -1,0 +1,149 @@
+"""Configuration (YAML-path errors, flags over the file), the `herald pipeline` command, and
+the header parsing rules against Herald's own traceparent check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from interceptors.errors import ConfigError
+from interceptors.tracing import parse_traceparent
+from pipeline.config import load_pipeline_config
+from pipeline.hops import to_hops
+from proxy.config import load_config
+from tests.support.herald_process import REPO
+
+HERALD = [sys.executable, "-m", "proxy"]
+
+
+def _write(tmp_path: Path, doc: object) -> Path:
+    path = tmp_path / "herald.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_pipeline_section_and_flags(tmp_path: Path) -> None:
+    herald = yaml.safe_load((REPO / "proxy.yaml").read_text())
+    path = _write(tmp_path, {**herald, "pipeline": {
+        "topics": ["orders", "payments"], "terminal_topics": ["payments"],
+        "max_wait_ms": 500, "stream": {"trigger": "processing_time", "interval_s": 2}}})
+    config = load_pipeline_config(path, {"bootstrap": "k:9092", "stream.checkpoint": "/c",
+                                         "max_wait_ms": None})
+    assert config.topics == ["orders", "payments"] and config.max_wait_ms == 500
+    assert config.bootstrap == "k:9092" and config.master == "local[*]"
+    assert (config.stream.trigger, config.stream.interval_s, config.stream.checkpoint) == (
+        "processing_time", 2, "/c")
+    # The same file still configures Herald: it leaves the pipeline section alone.
+    assert load_config(path).listen.bootstrap.port == 19092
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"topics": ["a"], "stream": {"trigger": "sometimes"}}, "pipeline.stream.trigger:"),
+    ({"topics": ["a", "b c"]}, "pipeline.topics[1]: not a topic name"),
+    ({"topics": ["a"], "max_wait_ms": "soon"}, "pipeline.max_wait_ms:"),
+    ({"topics": ["a"], "max_wait_ms": 0}, "pipeline.max_wait_ms: must be > 0"),
+    ({"topics": ["a"], "terminal": ["b"]}, "pipeline.terminal"),
+    ({}, "pipeline.topics: required"),
+])
+def test_bad_settings_name_their_yaml_path(tmp_path: Path, section: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_pipeline_config(_write(tmp_path, {"pipeline": section}))
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_unreadable_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
+        load_pipeline_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pipeline: [")
+    with pytest.raises(ConfigError, match=r"bad\.yaml: not valid YAML"):
+        load_pipeline_config(bad)
+
+
+def test_cli_help_errors_and_report(tmp_path: Path, batch_run) -> None:
+    run = lambda *a: subprocess.run([*HERALD, *a], cwd=REPO, capture_output=True,  # noqa: E731
+                                    text=True, timeout=120)
+    top = run("--help")
+    assert top.returncode == 0 and "pipeline" in top.stdout
+    helps = run("pipeline", "--help")
+    assert helps.returncode == 0
+    for word in ("batch", "stream", "report", "local[*]"):
+        assert word in helps.stdout
+    assert "--checkpoint" in run("pipeline", "stream", "--help").stdout
+    bad = run("pipeline", "batch", "--config", str(_write(tmp_path, {"pipeline": {
+        "topics": ["a"], "time_source": "sundial"}})))
+    assert bad.returncode == 2 and "pipeline.time_source:" in bad.stderr
+    missing = run("pipeline", "stream", "--topics", "a")
+    assert missing.returncode == 2 and "pipeline.stream.checkpoint: required" in missing.stderr
+    # `report` redraws the HTML from summary.json alone.
+    config, _ = batch_run
+    html = tmp_path / "again.html"
+    done = run("pipeline", "report", config.output, "--html", str(html))
+    assert done.returncode == 0, done.stderr
+    assert html.read_text() == (Path(config.output) / "report.html").read_text()
+
+
+def test_herald_itself_never_imports_spark() -> None:
+    code = ("import sys; from proxy import cli; cli._parser().parse_args(['run', '-c', 'x']); "
+            "import proxy.server; print('pyspark' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+TRACEPARENTS = [
+    b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+    b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",  # uppercase
+    b"00-00000000000000000000000000000000-00f067aa0ba902b7-01",  # zero trace id
+    b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",  # zero parent
+    b"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",  # version ff
+    b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",  # v00 has no more
+    b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future",  # later versions may
+    b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x",
+    b"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",  # short
+    b"garbage", b"", None,
+]
+
+
+def test_hops_read_traceparent_as_herald_does(spark) -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    schema = StructType([
+        StructField("key", BinaryType()), StructField("value", BinaryType()),
+        StructField("topic", StringType()), StructField("partition", IntegerType()),
+        StructField("offset", LongType()), StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField("headers", ArrayType(header)),
+    ])
+    when = datetime(2026, 1, 2, 3, 4, 5)
+    rows = [(b"k", b"v", "t", 0, i, when, 0, [("x", b"1"), ("traceparent", tp),
+                                             ("traceparent", TRACEPARENTS[0])])
+            for i, tp in enumerate(TRACEPARENTS)]
+    rows.append((None, b"v", "t", 0, 99, when, 1, None))  # no headers at all
+    cfg = load_pipeline_config(None, {"topics": ["t"]})
+    hops = {r.offset: r for r in to_hops(spark.createDataFrame(rows, schema), cfg).collect()}
+    for i, tp in enumerate(TRACEPARENTS):
+        want = parse_traceparent(tp)  # the first traceparent counts, as OpenTelemetry reads
+        assert (hops[i].trace_id, hops[i].parent_span) == (
+            (want.trace_id, want.parent_id) if want else (None, None)), tp
+        assert hops[i].size == 1 + 1 + 2 + 11 + len(tp or b"") + 11 + 55  # key, value, headers
+    assert hops[99].trace_id is None and hops[99].size == 1
+    assert hops[99].timestamp_type == "log_append" and hops[0].timestamp_type == "create"
+    assert hops[0].timestamp_ms == int(when.replace(tzinfo=UTC)
+                                       .timestamp() * 1000)
