@@ -248,8 +248,10 @@ def bars(rows: list[dict[str, Any]], key: str) -> str:
         y = i * row_h + 2
         name = r[key] if r[key] is not None else "(not via Herald)"
         bw = (w - label_w - 100) * r["records"] / most
+        text = str(name)
+        short = text if len(text) <= 16 else text[:15] + "\u2026"  # fits the label column
         parts.append(f"<text x='{label_w - 6}' y='{y + 15}' font-size='12' text-anchor='end' "
-                     f"fill='#1d2733'>{escape(str(name)[:18])}</text>")
+                     f"fill='#1d2733'><title>{escape(text)}</title>{escape(short)}</text>")
         parts.append(f"<rect x='{label_w}' y='{y + 3}' width='{max(bw, 1):.1f}' height='16' "
                      f"rx='3' fill='{'#2e86c1' if r[key] is not None else '#95a5a6'}'/>")
         parts.append(f"<text x='{label_w + bw + 6:.1f}' y='{y + 15}' font-size='11' "
