@@ -477,6 +477,9 @@ class ModuleEmitter:
         if kind == "struct":
             assert f.struct is not None
             fn = self.decoder(f.struct, version)
+            if f.nullable:  # an int8 marker first: negative for null, 1 for present
+                return ["pos += 1", "if buf[pos - 1] >= 0x80:", f"    {target} = None",
+                        "else:", f"    {target}, pos = {fn}(buf, pos)"]
             return [f"{target}, pos = {fn}(buf, pos)"]
         if kind in ("string", "bytes", "records"):
             return self._read_blob(layout, f, kind, target)
@@ -748,6 +751,9 @@ class ModuleEmitter:
         if kind == "struct":
             assert f.struct is not None
             fn = self.encoder(f.struct, version)
+            if f.nullable:
+                return [f"v = {expr}", "if v is None:", f"    {out_var}.append(0xFF)",
+                        "else:", f"    {out_var}.append(1)", f"    {fn}(v, {out_var})"]
             return [f"{fn}({expr}, {out_var})"]
         out = [f"v = {expr}", "if v is None:"]
         out += ["    " + b for b in self._write_null(layout, f, out_var)]
@@ -861,7 +867,8 @@ def _wrap_long_lines(text: str) -> str:
         inner = indent + "    "
         if stripped.startswith(("raise CodecError(\"", "raise CodecError(f\"")):
             f = "f" if stripped.startswith("raise CodecError(f") else ""
-            message = stripped[len("raise CodecError(") + len(f) + 1 : -2]
+            suffix = " from None" if stripped.endswith(" from None") else ""
+            message = stripped[len("raise CodecError(") + len(f) + 1 : -2 - len(suffix)]
             pieces = textwrap.wrap(
                 message,
                 _WIDTH - len(inner) - 3,
@@ -870,7 +877,7 @@ def _wrap_long_lines(text: str) -> str:
             )
             out.append(indent + "raise CodecError(")
             out += [f'{inner}{f if "{" in p else ""}"{p}"' for p in pieces]
-            out.append(indent + ")")
+            out.append(indent + ")" + suffix)
         elif " = _u_" in stripped and stripped.startswith("o."):
             targets, call = stripped.split(" = ", 1)
             out.append(indent + "(")

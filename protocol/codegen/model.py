@@ -30,6 +30,14 @@ APIS = (
     "DescribeCluster",
     "SaslHandshake",
     "SaslAuthenticate",
+    # The consumer-group APIs: read (never changed) to learn which group a client belongs to.
+    "OffsetCommit",
+    "OffsetFetch",
+    "JoinGroup",
+    "Heartbeat",
+    "LeaveGroup",
+    "SyncGroup",
+    "ConsumerGroupHeartbeat",
 )
 HEADERS = ("RequestHeader", "ResponseHeader")
 
@@ -288,6 +296,8 @@ def _default_value(f: FieldSpec, tagged_any: bool) -> Any:
             return None
         raise SpecError(f"{f.name}: unsupported array default {d!r}")
     if f.struct is not None:
+        if d == "null" and not f.nullable.empty:  # a nullable struct: absent is None
+            return None
         if d is not None:
             raise SpecError(f"{f.name}: struct fields cannot have a default")
         return None if tagged_any else StructDefault(f.struct.name)
@@ -513,8 +523,8 @@ class Message:
             else:
                 kind = "struct" if f.struct else f.type
                 element = None
-                if kind == "struct" and nullable:
-                    raise SpecError(f"{name}.{f.name}: nullable structs are not supported")
+                if kind == "struct" and nullable and tag is not None:
+                    raise SpecError(f"{name}.{f.name}: tagged nullable structs are not supported")
             present.append(FieldLayout(cf, kind, element, sub, nullable, tag, compact))
         absent = []
         other_struct = None

@@ -15,14 +15,26 @@ Do not edit by hand: change the generator and regenerate.
 
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from protocol.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_cluster_response import DescribeClusterResponse
 from protocol.messages.fetch_request import FetchRequest
 from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.find_coordinator_response import FindCoordinatorResponse
+from protocol.messages.heartbeat_request import HeartbeatRequest
+from protocol.messages.heartbeat_response import HeartbeatResponse
+from protocol.messages.join_group_request import JoinGroupRequest
+from protocol.messages.join_group_response import JoinGroupResponse
+from protocol.messages.leave_group_request import LeaveGroupRequest
+from protocol.messages.leave_group_response import LeaveGroupResponse
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.messages.metadata_response import MetadataResponse
+from protocol.messages.offset_commit_request import OffsetCommitRequest
+from protocol.messages.offset_commit_response import OffsetCommitResponse
+from protocol.messages.offset_fetch_request import OffsetFetchRequest
+from protocol.messages.offset_fetch_response import OffsetFetchResponse
 from protocol.messages.produce_request import ProduceRequest
 from protocol.messages.produce_response import ProduceResponse
 from protocol.messages.request_header import RequestHeader
@@ -31,26 +43,42 @@ from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
 from protocol.messages.sasl_authenticate_response import SaslAuthenticateResponse
 from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
 from protocol.messages.sasl_handshake_response import SaslHandshakeResponse
+from protocol.messages.sync_group_request import SyncGroupRequest
+from protocol.messages.sync_group_response import SyncGroupResponse
 
 REQUESTS: dict[int, type] = {
     0: ProduceRequest,
     1: FetchRequest,
     3: MetadataRequest,
+    8: OffsetCommitRequest,
+    9: OffsetFetchRequest,
     10: FindCoordinatorRequest,
+    11: JoinGroupRequest,
+    12: HeartbeatRequest,
+    13: LeaveGroupRequest,
+    14: SyncGroupRequest,
     17: SaslHandshakeRequest,
     18: ApiVersionsRequest,
     36: SaslAuthenticateRequest,
     60: DescribeClusterRequest,
+    68: ConsumerGroupHeartbeatRequest,
 }
 RESPONSES: dict[int, type] = {
     0: ProduceResponse,
     1: FetchResponse,
     3: MetadataResponse,
+    8: OffsetCommitResponse,
+    9: OffsetFetchResponse,
     10: FindCoordinatorResponse,
+    11: JoinGroupResponse,
+    12: HeartbeatResponse,
+    13: LeaveGroupResponse,
+    14: SyncGroupResponse,
     17: SaslHandshakeResponse,
     18: ApiVersionsResponse,
     36: SaslAuthenticateResponse,
     60: DescribeClusterResponse,
+    68: ConsumerGroupHeartbeatResponse,
 }
 
 __all__ = [
@@ -58,14 +86,26 @@ __all__ = [
     "RESPONSES",
     "ApiVersionsRequest",
     "ApiVersionsResponse",
+    "ConsumerGroupHeartbeatRequest",
+    "ConsumerGroupHeartbeatResponse",
     "DescribeClusterRequest",
     "DescribeClusterResponse",
     "FetchRequest",
     "FetchResponse",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
     "MetadataRequest",
     "MetadataResponse",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
     "ProduceRequest",
     "ProduceResponse",
     "RequestHeader",
@@ -74,4 +114,6 @@ __all__ = [
     "SaslAuthenticateResponse",
     "SaslHandshakeRequest",
     "SaslHandshakeResponse",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
 ]

@@ -163,8 +163,8 @@ def to_json(obj: Any, layout: StructLayout) -> dict[str, Any]:
     node: dict[str, Any] = {}
     for f in layout.fields:
         value = getattr(obj, f.cf.py_name)
-        if value is None and f.kind == "struct":
-            continue  # an absent tagged struct
+        if value is None and f.kind == "struct" and f.tag is not None:
+            continue  # an absent tagged struct (a null nullable struct is written as null)
         node[f.cf.json_name] = _value_to_json(value, f)
     return node
 

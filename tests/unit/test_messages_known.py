@@ -32,7 +32,8 @@ from protocol.primitives import ZERO_UUID
 
 
 def test_registry() -> None:
-    assert set(REQUESTS) == set(RESPONSES) == {0, 1, 3, 10, 17, 18, 36, 60}
+    assert set(REQUESTS) == set(RESPONSES) == {0, 1, 3, 8, 9, 10, 11, 12, 13, 14, 17, 18, 36, 60,
+                                                68}
     for key, cls in REQUESTS.items():
         assert cls.API_KEY == key
         assert cls.__name__.endswith("Request")
