@@ -7,24 +7,11 @@ its coordinate is derived from `pyspark.__version__` rather than written down tw
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from interceptors.cache import cache_root
+
 SCALA_BINARY = "2.13"  # PySpark 4 is built for Scala 2.13
-
-
-def cache_root() -> Path:
-    """The project's cache folder: `$HERALD_CACHE_DIR`, else `.cache/` of the checkout.
-
-    The same rule as the proxy's Kafka jar cache, so one export covers both.
-    """
-    env = os.environ.get("HERALD_CACHE_DIR")
-    if env:
-        return Path(env)
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():
-        return checkout / ".cache"
-    return Path.home() / ".cache" / "herald"
 
 
 def spark_version() -> str:

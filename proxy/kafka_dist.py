@@ -8,13 +8,13 @@ otherwise the broker would run without any log output.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from interceptors.cache import cache_root
 from protocol.kafka_versions import KAFKA_VERSION
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -36,17 +36,6 @@ _DEP = (
 
 class KafkaDistError(RuntimeError):
     """The Kafka jars could not be resolved (Maven missing, offline, or an unknown version)."""
-
-
-def cache_root() -> Path:
-    """The project's cache folder: `$HERALD_CACHE_DIR`, else `.cache/` of the checkout."""
-    env = os.environ.get("HERALD_CACHE_DIR")
-    if env:
-        return Path(env)
-    checkout = Path(__file__).resolve().parent.parent
-    if (checkout / "pyproject.toml").exists():
-        return checkout / ".cache"
-    return Path.home() / ".cache" / "herald"
 
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
