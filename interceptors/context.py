@@ -38,12 +38,14 @@ class ProxyInfo:
 
     The proxy sets `cluster_id` when it learns it from a Metadata response; members read it
     per batch, so a late value is picked up without rebuilding the chains. `clock` returns
-    seconds since the epoch and exists so tests can pin time.
+    seconds since the epoch and exists so tests can pin time. `groups` is the consumer groups
+    the proxy learned (`fetch_log_groups.ConsumerGroups`), None where nothing learns them.
     """
 
     instance_id: str = field(default_factory=_instance_id)
     cluster_id: str | None = None
     clock: Callable[[], float] = time.time
+    groups: Any = None
 
     def time_ms(self) -> int:
         return int(self.clock() * 1000)

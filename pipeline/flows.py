@@ -46,16 +46,26 @@ class Tables:
 
 
 def transit_of(hops: DataFrame, fetches: DataFrame) -> DataFrame:
-    """Produce-to-consume latency per topic and consumer (client id, group): the first fetch
-    of each record by each consumer, minus the record's hop time (Herald's receive time)."""
+    """Produce-to-consume latency per topic and consumer group: each record's first fetch by
+    each group, minus the record's hop time (Herald's receive time).
+
+    A group reads a record once, whichever member fetched it (a record fetched again after a
+    rebalance counts once, at its first fetch). Consumers without a group (`assign()`) each
+    read on their own: their first fetch per consumer counts, and they share the row whose
+    `group` is null. `consumers` lists the client ids that fetched for the row.
+    """
     from pyspark.sql import functions as F
 
-    first = fetches.groupBy("topic", "partition", "offset", "consumer", "group").agg(
-        F.min("fetched_ms").alias("fetched_ms"))
+    reader = F.when(F.col("group").isNull(), F.col("consumer"))  # a group-less reader
+    first = fetches.groupBy("topic", "partition", "offset", "group", reader.alias("solo")).agg(
+        F.min("fetched_ms").alias("fetched_ms"), F.collect_set("consumer").alias("consumers"))
     joined = first.join(hops.select("topic", "partition", "offset", "event_ms"),
                         ["topic", "partition", "offset"])
     return (joined.withColumn("transit_ms", F.col("fetched_ms") - F.col("event_ms"))
-            .groupBy("topic", "consumer", "group").agg(*_latency_stats("transit_ms")))
+            .groupBy("topic", "group")
+            .agg(*_latency_stats("transit_ms"),
+                 F.array_sort(F.array_distinct(F.flatten(F.collect_list("consumers"))))
+                 .alias("consumers")))
 
 
 def _latency_stats(col: str) -> list[Column]:

@@ -333,11 +333,14 @@ def render(summary: dict[str, Any]) -> str:
 
     if summary.get("transit"):
         out.append("<h2>Produce-to-consume latency</h2><div class='panel'><table><tr>"
-                   "<th>topic</th><th>consumer</th><th>group</th><th>records</th><th>p50</th>"
-                   "<th>p90</th><th>p99</th><th>max</th></tr>")
+                   "<th>topic</th><th>consumer group</th><th>consumers</th><th>records</th>"
+                   "<th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>")
         for t in summary["transit"]:
-            out.append(f"<tr><td>{escape(t['topic'])}</td><td>{escape(str(t['consumer']))}</td>"
-                       f"<td>{escape(str(t['group'] or '–'))}</td>"
+            group = (escape(t["group"]) if t["group"] is not None
+                     else "<span class='sub'>no group (assign)</span>")
+            consumers = ", ".join(escape(str(c)) for c in t.get("consumers") or [])
+            out.append(f"<tr><td>{escape(t['topic'])}</td><td>{group}</td>"
+                       f"<td class='mono'>{consumers}</td>"
                        f"<td class='n'>{fmt_count(t['count'])}</td>"
                        + "".join(f"<td class='n'>{fmt_ms(t[k])}</td>"
                                  for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")

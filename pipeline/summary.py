@@ -108,7 +108,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
                            ["from_topic", "to_topic", "bucket_ms"]),
         "broken_flows": broken,
         "transit": ([] if tables.transit is None
-                    else _rows(tables.transit, ["topic", "consumer", "group"])),
+                    else _rows(tables.transit.orderBy("topic", F.col("group").asc_nulls_last()))),
         "audit": {
             "by_client_id": _rollup(audit, "client_id", config.top),
             "by_principal": _rollup(audit, "principal", config.top),

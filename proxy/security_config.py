@@ -9,9 +9,13 @@ the value.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.principal import PrincipalMapper, PrincipalRuleError
 from proxy.yamlconf import ConfigError, Node
@@ -102,6 +106,55 @@ class PassthroughSaslConfig:
     """How Herald reads the principal of clients that authenticate through it."""
 
     oauthbearer_principal_claim: str = "sub"
+
+
+# ---- librdkafka ----------------------------------------------------------------------------
+
+
+def librdkafka_security(tls: ClientTlsConfig | None, sasl: SaslClientConfig | None
+                        ) -> dict[str, Any]:
+    """librdkafka settings for a cluster's TLS and SASL sections: the clients Herald makes
+    itself (routing destinations, fetch_log) reach a secured cluster as `upstream` does.
+
+    Secrets are read from their files or variables now (a rotated secret is picked up when
+    the client is made again); OAUTHBEARER tokens are read on every refresh through
+    `oauth_cb`.
+    """
+    settings: dict[str, Any] = {
+        "security.protocol": ("SASL_" if sasl else "") + ("SSL" if tls else "PLAINTEXT"),
+    }
+    if tls is not None:
+        if tls.ca_file is not None:
+            settings["ssl.ca.location"] = str(tls.ca_file)
+        if tls.cert_file is not None and tls.key_file is not None:
+            settings["ssl.certificate.location"] = str(tls.cert_file)
+            settings["ssl.key.location"] = str(tls.key_file)
+        settings["ssl.endpoint.identification.algorithm"] = (
+            "https" if tls.verify_hostname else "none"
+        )
+    if sasl is not None:
+        settings["sasl.mechanism"] = sasl.mechanism
+        if sasl.mechanism == "OAUTHBEARER":
+            token = sasl.token
+            assert token is not None
+            settings["oauth_cb"] = lambda _config: _oauth_token(token.read())
+        else:
+            assert sasl.username is not None and sasl.password is not None
+            settings["sasl.username"] = sasl.username.read()
+            settings["sasl.password"] = sasl.password.read()
+    return settings
+
+
+def _oauth_token(token: str) -> tuple[str, float]:
+    """(token, expiry in seconds since the epoch) for librdkafka's oauth_cb: the JWT's `exp`
+    claim when it has one, else an hour from now (the secret is read again then)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        exp = float(claims["exp"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        exp = time.time() + 3600
+    return token, exp
 
 
 # ---- parsing ------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_c
 from proxy.config_watch import watch_file
 from proxy.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.filters import Filter, FilterChain, SessionContext
+from proxy.group_learner import ConsumerGroupLearner
 from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.memory_budget import MemoryBudget
@@ -92,6 +93,7 @@ class Proxy:
             self._sasl_member(),
             AddressRewriter(self.directory),
             TopicIdLearner(self.topic_ids),
+            ConsumerGroupLearner(lambda: self.interceptors.chains, self.proxy_info),
             self.interceptors,
             self.routing,  # after the chains: routed records carry what enrichment added
             *traced,

@@ -8,9 +8,10 @@ For every record a consumer fetches through Herald, one compact JSON record goes
 
 keyed by the trace id. The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
 and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
-consumer. A Fetch request does not name the consumer group, so ``g`` is filled only from the
-`group` setting (one Herald per application, as a sidecar); otherwise the consumer is known by
-its client id.
+consumer group. A Fetch request does not name the consumer group: Herald learns it from the
+group requests the same client sends (`fetch_log_groups`), and ``g`` is null for a consumer
+that reads without a group (`assign()`). The `group` setting, when given, is stamped instead
+of what was learned (one application per Herald, as a sidecar).
 
 Cost is bounded: `on_record` only appends a tuple to a bounded queue (no I/O, nothing that can
 block the event loop); a thread of its own drains the queue into a confluent-kafka producer
@@ -20,7 +21,12 @@ accepted. The publisher itself counts deliveries and delivery failures (`Publish
 `Publisher.failed`).
 
 The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
-observations are not themselves intercepted.
+observations are not themselves intercepted. Towards a secured cluster it takes `tls` and
+`sasl` sections with the keys of `upstream.tls` / `upstream.sasl` (secrets named by file or
+environment variable), parsed and mapped to librdkafka settings by the same proxy functions
+that serve `upstream` and the routing destinations. This member is the one that imports from
+`proxy` (lazily, only when those sections are set): it is a proxy feature that happens to be
+configured as a chain member, and a second parser of the same sections would drift.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import atexit
 import json
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from interceptors.api import FETCH, Interceptor
@@ -43,9 +49,13 @@ from interceptors.tracing import parse_traceparent
 class FetchLogConfig:
     bootstrap: str = ""             # the cluster the observations are written to
     topic: str = "herald.fetches"
-    group: str = ""                 # the consumer group of the application behind this Herald
+    group: str = ""                 # stamped instead of the learned group when set
     queue_size: int = 100_000       # observations waiting for the producer; more are dropped
     linger_ms: int = 50
+    tls: Any = None                 # TLS towards `bootstrap`: the keys of `upstream.tls`
+    sasl: Any = None                # SASL towards `bootstrap`: the keys of `upstream.sasl`
+    # `tls` and `sasl` as parsed (ClientTlsConfig, SaslClientConfig), or None.
+    security: tuple[Any, Any] = field(init=False, default=(None, None))
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -54,6 +64,36 @@ class FetchLogConfig:
             raise InvalidConfig("topic", "must not be empty")
         if self.queue_size < 1:
             raise InvalidConfig("queue_size", "must be >= 1")
+        if self.tls is not None or self.sasl is not None:
+            self.security = _parse_security(self.tls, self.sasl)
+
+    def producer_settings(self) -> dict[str, Any]:
+        """librdkafka settings of the observations' producer (secrets are read now)."""
+        settings: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap, "client.id": "herald-fetch-log",
+            "linger.ms": self.linger_ms, "enable.idempotence": False, "acks": 1,
+        }
+        if self.security != (None, None):
+            from proxy.security_config import librdkafka_security
+
+            settings.update(librdkafka_security(*self.security))
+        return settings
+
+
+def _parse_security(tls: Any, sasl: Any) -> tuple[Any, Any]:
+    """`tls` and `sasl` through the parsers of `upstream.tls` / `upstream.sasl`; their errors
+    name the key below this member (`tls.ca_file: ...`), which the loader prefixes with the
+    member's own path."""
+    from proxy.security_config import parse_client_tls, parse_sasl_client
+    from proxy.yamlconf import ConfigError as SectionError
+    from proxy.yamlconf import Node
+
+    node = Node({"tls": tls, "sasl": sasl}, "")
+    try:
+        return parse_client_tls(node, "tls"), parse_sasl_client(node, "sasl")
+    except SectionError as exc:
+        where, _, message = str(exc).partition(": ")
+        raise InvalidConfig(where, message) from None
 
 
 class Publisher:
@@ -66,6 +106,7 @@ class Publisher:
         self.dropped = 0
         self.delivered = 0
         self.failed = 0
+        self.settings = config.producer_settings()  # before the thread: errors surface here
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="herald-fetch-log", daemon=True)
@@ -91,15 +132,13 @@ class Publisher:
     def _run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.config.bootstrap,
-                             "client.id": "herald-fetch-log", "linger.ms": self.config.linger_ms,
-                             "enable.idempotence": False, "acks": 1})
-        queue, topic, group = self.queue, self.config.topic, self.config.group or None
+        producer = Producer(self.settings)
+        queue, topic = self.queue, self.config.topic
         while True:
             self._wake.wait(0.1)
             self._wake.clear()
             while queue:
-                trace, t, p, o, c, f = queue.popleft()
+                trace, t, p, o, c, group, f = queue.popleft()
                 value = json.dumps({"tr": trace, "t": t, "p": p, "o": o, "c": c, "g": group,
                                     "f": f}, separators=(",", ":")).encode()
                 while True:
@@ -121,13 +160,13 @@ class Publisher:
         self._thread.join(15)
 
 
-_publishers: dict[tuple[str, str, str, int, int], Publisher] = {}
+_publishers: dict[tuple, Publisher] = {}
 _lock = threading.Lock()
 
 
 def publisher_for(config: FetchLogConfig) -> Publisher:
     """One publisher per distinct setting, kept across chain reloads (SIGHUP)."""
-    key = (config.bootstrap, config.topic, config.group, config.queue_size, config.linger_ms)
+    key = (config.bootstrap, config.topic, config.queue_size, config.linger_ms, config.security)
     with _lock:
         pub = _publishers.get(key)
         if pub is None:
@@ -143,18 +182,25 @@ class FetchLog(Interceptor):
         super().__init__(config, env)
         self._publisher: Publisher | None = None
         self._now = 0
+        self._group: str | None = None
 
     def on_batch(self, ctx: RecordContext) -> None:
         if self._publisher is None:  # started on first use, not when the config is checked
             self._publisher = publisher_for(self.config)
         self._now = self.env.time_ms()
+        if self.config.group:
+            self._group = self.config.group
+        else:
+            groups = self.env.groups
+            self._group = None if groups is None else groups.group_of(ctx.conn.address,
+                                                                      ctx.conn.client_id)
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         tp = parse_traceparent(headers.first("traceparent"))
         offset = ctx.batch.base_offset + ctx.record.offset_delta
         assert self._publisher is not None
         if self._publisher.offer((tp.trace_id if tp else None, ctx.topic, ctx.partition, offset,
-                                  ctx.conn.client_id, self._now)):
+                                  ctx.conn.client_id, self._group, self._now)):
             self.stats.count("fetch_log_queued")
         else:
             self.stats.count("fetch_log_dropped")

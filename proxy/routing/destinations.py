@@ -13,8 +13,6 @@ task through the trio token: one cross-thread call per batch, none per record.
 
 from __future__ import annotations
 
-import base64
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +23,7 @@ import trio
 from proxy.cluster import AuthRequired, UpstreamCluster
 from proxy.config import UpstreamConfig
 from proxy.logs import get_logger
+from proxy.security_config import librdkafka_security
 
 log = get_logger("routing")
 
@@ -36,15 +35,10 @@ def producer_settings(config: UpstreamConfig, delivery_timeout_s: float) -> dict
     """librdkafka settings for a cluster section: its bootstrap, TLS and SASL, plus what
     routing needs (idempotence, acks=all, a bounded delivery time).
 
-    Secrets are read from their files or variables now (a rotated secret is picked up when
-    the producer is made again, at restart); OAUTHBEARER tokens are read on every refresh
-    through `oauth_cb`.
+    TLS and SASL map as for every client Herald makes (`librdkafka_security`).
     """
-    tls, sasl = config.tls, config.sasl
-    protocol = ("SASL_" if sasl else "") + ("SSL" if tls else "PLAINTEXT")
     settings: dict[str, Any] = {
         "bootstrap.servers": ",".join(str(hp) for hp in config.bootstrap),
-        "security.protocol": protocol,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 5,
@@ -56,38 +50,8 @@ def producer_settings(config: UpstreamConfig, delivery_timeout_s: float) -> dict
         # Herald logs a destination going down and coming back once, itself.
         "log_level": 2,
     }
-    if tls is not None:
-        if tls.ca_file is not None:
-            settings["ssl.ca.location"] = str(tls.ca_file)
-        if tls.cert_file is not None and tls.key_file is not None:
-            settings["ssl.certificate.location"] = str(tls.cert_file)
-            settings["ssl.key.location"] = str(tls.key_file)
-        settings["ssl.endpoint.identification.algorithm"] = (
-            "https" if tls.verify_hostname else "none"
-        )
-    if sasl is not None:
-        settings["sasl.mechanism"] = sasl.mechanism
-        if sasl.mechanism == "OAUTHBEARER":
-            token = sasl.token
-            assert token is not None
-            settings["oauth_cb"] = lambda _config: _oauth_token(token.read())
-        else:
-            assert sasl.username is not None and sasl.password is not None
-            settings["sasl.username"] = sasl.username.read()
-            settings["sasl.password"] = sasl.password.read()
+    settings.update(librdkafka_security(config.tls, config.sasl))
     return settings
-
-
-def _oauth_token(token: str) -> tuple[str, float]:
-    """(token, expiry in seconds since the epoch) for librdkafka's oauth_cb: the JWT's `exp`
-    claim when it has one, else an hour from now (the secret is read again then)."""
-    try:
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        exp = float(claims["exp"])
-    except (IndexError, ValueError, KeyError, TypeError):
-        exp = time.time() + 3600
-    return token, exp
 
 
 class Delivery:

@@ -54,6 +54,28 @@ def test_missing_bootstrap_names_its_path() -> None:
         build_chains({"fetch": [{"type": "fetch_log", "topic": "x"}]})
 
 
+def test_security_sections_are_checked_like_upstreams(tmp_path) -> None:
+    member = {"type": "fetch_log", "bootstrap": "127.0.0.1:9093"}
+    missing = tmp_path / "nope.pem"
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.tls\.ca_file: .*nope\.pem"):
+        build_chains({"fetch": [{**member, "tls": {"ca_file": str(missing)}}]})
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.sasl\.mechanism: "):
+        build_chains({"fetch": [{**member, "sasl": {"mechanism": "MD5"}}]})
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.sasl\.password: "):
+        build_chains({"fetch": [{**member, "sasl": {"mechanism": "PLAIN",
+                                                    "username": {"env": "HOME"}}}]})
+    secret = tmp_path / "password"
+    secret.write_text("hunter2\n")
+    chains = build_chains({"fetch": [{**member, "sasl": {
+        "mechanism": "SCRAM-SHA-256", "username": {"env": "HOME"},
+        "password": {"file": str(secret)}}}]})
+    config = chains.fetch.members[0].interceptor.config
+    settings = config.producer_settings()
+    assert settings["security.protocol"] == "SASL_PLAINTEXT"
+    assert settings["sasl.mechanism"] == "SCRAM-SHA-256" and settings["sasl.password"] == "hunter2"
+    assert "hunter2" not in repr(config)
+
+
 def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     # Nothing listens on this loopback port: the producer can deliver nothing.
     with socket.socket() as s:
@@ -62,7 +84,7 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     pub = Publisher(FetchLogConfig(bootstrap=f"127.0.0.1:{port}", queue_size=10))
     try:
         started = time.monotonic()
-        accepted = sum(pub.offer((None, "t", 0, i, "c", 0)) for i in range(5000))
+        accepted = sum(pub.offer((None, "t", 0, i, "c", None, 0)) for i in range(5000))
         assert time.monotonic() - started < 1.0
         assert accepted + pub.dropped == 5000 and pub.dropped > 0 and accepted >= 10
     finally:

@@ -29,7 +29,7 @@ from kafka import KafkaProducer
 from tests.conftest import kafka_version
 from tests.support import raw_client as raw
 from tests.support.certs import CertificateAuthority, Issued
-from tests.support.clients import consume_all
+from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
 from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster, start_secure_cluster
@@ -222,6 +222,37 @@ def test_credential_injection(
             assert headers["herald.principal"] == principal.encode()
             assert headers["herald.client_id"] == b"app-7"
         _assert_no_secrets(herald)
+
+
+@pytest.mark.parametrize("mode", ["SCRAM-SHA-512", "mtls"])
+def test_fetch_log_writes_to_a_secured_cluster(
+    secure: SecureCluster, certs: dict[str, Issued], tmp_path: Path, mode: str
+) -> None:
+    """fetch_log's producer takes the `tls` and `sasl` sections `upstream` takes: SCRAM over
+    TLS with secrets from files, or a client certificate (mTLS)."""
+    topic, fetches = f"fl-{uuid.uuid4().hex[:8]}", f"fl-obs-{uuid.uuid4().hex[:8]}"
+    create_topic(secure.plaintext, fetches)
+    tls: dict[str, Any] = {"ca_file": str(secure.ca.pem)}
+    if mode == "mtls":
+        tls.update(cert_file=str(certs["herald-upstream"].cert),
+                   key_file=str(certs["herald-upstream"].key))
+        sink: dict[str, Any] = {"bootstrap": secure.ssl_address, "tls": tls}
+    else:
+        (tmp_path / "user").write_text("herald\n")
+        (tmp_path / "password").write_text(USERS["herald"] + "\n")
+        sink = {"bootstrap": secure.sasl_address, "tls": tls, "sasl": {
+            "mechanism": mode, "username": {"file": str(tmp_path / "user")},
+            "password": {"file": str(tmp_path / "password")}}}
+    chains = {**CHAINS, "fetch": [{"type": "fetch_log", "topic": fetches, **sink}]}
+    config = herald_config(secure.plaintext, interceptors=chains)
+    with HeraldProcess(config) as herald:
+        _produce(herald.bootstrap, {"client.id": "app-8"}, topic)
+        got = consume_all(herald.bootstrap, topic, 5, conf={"client.id": "reader-8"})
+        seen = consume_all(secure.plaintext, fetches, 5)
+        _assert_no_secrets(herald)
+    assert sorted((o["t"], o["p"], o["o"], o["c"]) for o in map(json.loads,
+                                                                (m.value() for m in seen))) \
+        == sorted((m.topic(), m.partition(), m.offset(), "reader-8") for m in got)
 
 
 def test_client_sasl_on_an_injection_listener_gets_a_clear_error(

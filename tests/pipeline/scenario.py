@@ -238,3 +238,19 @@ def expected_flows(played: Played, max_wait_ms: int, terminal: str) -> dict[str,
             "slow": any(w > max_wait_ms for w in waits),
         }
     return flows
+
+
+def expected_transit(fetches: list[dict[str, Any]], hop_time: dict[tuple[str, int, int], int]
+                     ) -> dict[tuple[str, str | None], dict[str, Any]]:
+    """(topic, group) -> transit statistics and consumers, from fetch_log observations: each
+    record's first fetch by each group (by each consumer, for consumers without a group)."""
+    first: dict[tuple, int] = {}
+    consumers: dict[tuple[str, str | None], set[str]] = defaultdict(set)
+    for o in fetches:
+        reader = (o["t"], o["g"], None if o["g"] else o["c"], o["p"], o["o"])
+        first[reader] = min(first.get(reader, o["f"]), o["f"])
+        consumers[(o["t"], o["g"])].add(o["c"])
+    values: dict[tuple[str, str | None], list[int]] = defaultdict(list)
+    for (topic, group, _solo, p, offset), fetched in first.items():
+        values[(topic, group)].append(fetched - hop_time[(topic, p, offset)])
+    return {key: {**stats(v), "consumers": sorted(consumers[key])} for key, v in values.items()}

@@ -19,6 +19,7 @@ from tests.pipeline.scenario import (
     STOP_AT_PAYMENTS,
     Played,
     expected_flows,
+    expected_transit,
     stats,
 )
 
@@ -127,21 +128,21 @@ def test_audit_summaries_count_records_and_bytes(spark, played: Played, batch_ru
                          "svc-c": PLAN.count(FULL) + PLAN.count(SLOW)}
 
 
-def test_transit_latency_per_topic_and_consumer(spark, played: Played, batch_run) -> None:
+def test_transit_latency_per_topic_and_group(spark, played: Played, batch_run) -> None:
     """fetch_log observations joined to the hops: fetch time minus Herald's receive time."""
     config, summary = batch_run
     hop_time = {(h["topic"], h["partition"], h["offset"]):
                 h["herald_time_ms"] or h["timestamp_ms"] for h in played.hops}
-    transit: dict[tuple, list[int]] = defaultdict(list)
-    for o in played.fetches:
-        transit[(o["t"], o["c"], o["g"])].append(o["f"] - hop_time[(o["t"], o["p"], o["o"])])
+    want = expected_transit(played.fetches, hop_time)
     t = played.topics
-    assert set(transit) == {(t["orders"], "svc-b", None), (t["payments"], "svc-c", None)}
-    got = {(r["topic"], r["consumer"], r["group"]): r for r in _table(spark, config, "transit")}
-    assert set(got) == set(transit)
-    for key, values in transit.items():
-        assert min(values) >= 0
-        for k, v in stats(values).items():
-            assert got[key][k] == pytest.approx(v), (key, k)
+    # B and C read assigned partitions without committing: Herald saw no group requests.
+    assert set(want) == {(t["orders"], None), (t["payments"], None)}
+    assert [w["consumers"] for w in want.values()] == [["svc-b"], ["svc-c"]]
+    got = {(r["topic"], r["group"]): r for r in _table(spark, config, "transit")}
+    assert set(got) == set(want)
+    for key, exp in want.items():
+        assert exp["count"] > 0 and got[key]["consumers"] == exp["consumers"]
+        for k in ("count", "p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            assert got[key][k] == pytest.approx(exp[k]), (key, k)
     assert [(r["topic"], r["count"]) for r in summary["transit"]] == sorted(
-        (k[0], len(v)) for k, v in transit.items())
+        (k[0], w["count"]) for k, w in want.items())
