@@ -133,22 +133,30 @@ class Publisher:
         from confluent_kafka import Producer
 
         producer = Producer(self.settings)
-        queue, topic = self.queue, self.config.topic
+        queue, topic, dumps = self.queue, self.config.topic, json.dumps
+        where, suffix, sent = None, "", 0
         while True:
             self._wake.wait(0.1)
             self._wake.clear()
             while queue:
-                trace, t, p, o, c, group, f = queue.popleft()
-                value = json.dumps({"tr": trace, "t": t, "p": p, "o": o, "c": c, "g": group,
-                                    "f": f}, separators=(",", ":")).encode()
+                trace, offset, batch = queue.popleft()
+                if batch is not where:  # once per fetched batch: what its records share
+                    where = batch
+                    t, p, c, g, f = batch
+                    suffix = f',"t":{dumps(t)},"p":{p},"c":{dumps(c)},"g":{dumps(g)},"f":{f}}}'
+                # a trace id is 32 hex digits (parse_traceparent checked it): nothing to escape
+                text = (f'{{"tr":"{trace}","o":{offset}{suffix}' if trace
+                        else f'{{"tr":null,"o":{offset}{suffix}')
                 while True:
                     try:
-                        producer.produce(topic, value, trace.encode() if trace else None,
+                        producer.produce(topic, text.encode(), trace.encode() if trace else None,
                                          on_delivery=self._delivered)
                         break
                     except BufferError:  # librdkafka's own queue is full: let it drain
                         producer.poll(0.05)
-                producer.poll(0)
+                sent += 1
+                if not sent & 1023:  # serve delivery reports now and then, not per record
+                    producer.poll(0)
             producer.poll(0.05)
             if self._stop and not queue:
                 break
@@ -181,26 +189,24 @@ class FetchLog(Interceptor):
     def __init__(self, config: FetchLogConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
         self._publisher: Publisher | None = None
-        self._now = 0
-        self._group: str | None = None
+        self._batch: tuple = ()  # (topic, partition, client id, group, fetch time)
 
     def on_batch(self, ctx: RecordContext) -> None:
         if self._publisher is None:  # started on first use, not when the config is checked
             self._publisher = publisher_for(self.config)
-        self._now = self.env.time_ms()
         if self.config.group:
-            self._group = self.config.group
+            group: str | None = self.config.group
         else:
             groups = self.env.groups
-            self._group = None if groups is None else groups.group_of(ctx.conn.address,
-                                                                      ctx.conn.client_id)
+            group = None if groups is None else groups.group_of(ctx.conn.address,
+                                                                ctx.conn.client_id)
+        self._batch = (ctx.topic, ctx.partition, ctx.conn.client_id, group, self.env.time_ms())
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         tp = parse_traceparent(headers.first("traceparent"))
         offset = ctx.batch.base_offset + ctx.record.offset_delta
         assert self._publisher is not None
-        if self._publisher.offer((tp.trace_id if tp else None, ctx.topic, ctx.partition, offset,
-                                  ctx.conn.client_id, self._group, self._now)):
+        if self._publisher.offer((tp.trace_id if tp else None, offset, self._batch)):
             self.stats.count("fetch_log_queued")
         else:
             self.stats.count("fetch_log_dropped")

@@ -84,7 +84,7 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     pub = Publisher(FetchLogConfig(bootstrap=f"127.0.0.1:{port}", queue_size=10))
     try:
         started = time.monotonic()
-        accepted = sum(pub.offer((None, "t", 0, i, "c", None, 0)) for i in range(5000))
+        accepted = sum(pub.offer((None, i, ("t", 0, "c", None, 0))) for i in range(5000))
         assert time.monotonic() - started < 1.0
         assert accepted + pub.dropped == 5000 and pub.dropped > 0 and accepted >= 10
     finally:
