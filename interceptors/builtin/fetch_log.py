@@ -18,7 +18,8 @@ block the event loop); a thread of its own drains the queue into a confluent-kaf
 and serves its delivery callbacks (`poll`). When the queue is full, observations are dropped
 and counted (``fetch_log_dropped``), never waited for; ``fetch_log_queued`` counts what was
 accepted. The publisher itself counts deliveries and delivery failures (`Publisher.delivered`,
-`Publisher.failed`).
+`Publisher.failed`); librdkafka reports failures only (`delivery.report.only.error`), so no
+Python callback runs per delivered observation.
 
 The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
 observations are not themselves intercepted. Towards a secured cluster it takes `tls` and
@@ -72,6 +73,7 @@ class FetchLogConfig:
         settings: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap, "client.id": "herald-fetch-log",
             "linger.ms": self.linger_ms, "enable.idempotence": False, "acks": 1,
+            "delivery.report.only.error": True,
         }
         if self.security != (None, None):
             from proxy.security_config import librdkafka_security
@@ -123,10 +125,8 @@ class Publisher:
             self._wake.set()
         return True
 
-    def _delivered(self, err: Any, _msg: Any) -> None:
-        if err is None:
-            self.delivered += 1
-        else:
+    def _failed(self, err: Any, _msg: Any) -> None:
+        if err is not None:
             self.failed += 1
 
     def _run(self) -> None:
@@ -150,7 +150,7 @@ class Publisher:
                 while True:
                     try:
                         producer.produce(topic, text.encode(), trace.encode() if trace else None,
-                                         on_delivery=self._delivered)
+                                         on_delivery=self._failed)
                         break
                     except BufferError:  # librdkafka's own queue is full: let it drain
                         producer.poll(0.05)
@@ -158,9 +158,11 @@ class Publisher:
                 if not sent & 1023:  # serve delivery reports now and then, not per record
                     producer.poll(0)
             producer.poll(0.05)
+            self.delivered = sent - self.failed - len(producer)
             if self._stop and not queue:
                 break
         producer.flush(10)
+        self.delivered = sent - self.failed - len(producer)
 
     def close(self) -> None:
         self._stop = True

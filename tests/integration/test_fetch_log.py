@@ -76,6 +76,21 @@ def test_security_sections_are_checked_like_upstreams(tmp_path) -> None:
     assert "hunter2" not in repr(config)
 
 
+def test_the_publisher_counts_what_the_broker_acknowledged(kafka: KafkaCluster) -> None:
+    topic = f"fetches-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    pub = Publisher(FetchLogConfig(bootstrap=kafka.bootstrap, topic=topic))
+    batch = ("orders", 3, "reader", "billing", 1234)
+    for i in range(50):
+        assert pub.offer(("0af7651916cd43dd8448eb211c80319c" if i % 2 else None, i, batch))
+    pub.close()
+    assert (pub.delivered, pub.failed, pub.dropped) == (50, 0, 0)
+    seen = [json.loads(m.value()) for m in consume_all(kafka.bootstrap, topic, 50)]
+    assert sorted(o["o"] for o in seen) == list(range(50))
+    assert {(o["t"], o["p"], o["c"], o["g"], o["f"]) for o in seen} == {batch}
+    assert {o["tr"] for o in seen} == {None, "0af7651916cd43dd8448eb211c80319c"}
+
+
 def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     # Nothing listens on this loopback port: the producer can deliver nothing.
     with socket.socket() as s:
