@@ -185,13 +185,21 @@ def publisher_for(config: FetchLogConfig) -> Publisher:
 
 
 class FetchLog(Interceptor):
+    """Reads headers only (`needs = "read"`), so a chain of read-only members builds no
+    record objects for it. A record's offset is then the batch's base offset plus the
+    record's index, which is its offset delta whenever the deltas run 0..n-1 (the last delta
+    is n-1); a batch with gaps (compacted) has its deltas read once in `on_batch`."""
+
     Config = FetchLogConfig
     paths = frozenset({FETCH})
+    needs = "read"
 
     def __init__(self, config: FetchLogConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
         self._publisher: Publisher | None = None
         self._batch: tuple = ()  # (topic, partition, client id, group, fetch time)
+        self._base = 0
+        self._deltas: list[int] | None = None  # a batch's offset deltas when they have gaps
 
     def on_batch(self, ctx: RecordContext) -> None:
         if self._publisher is None:  # started on first use, not when the config is checked
@@ -203,10 +211,16 @@ class FetchLog(Interceptor):
             group = None if groups is None else groups.group_of(ctx.conn.address,
                                                                 ctx.conn.client_id)
         self._batch = (ctx.topic, ctx.partition, ctx.conn.client_id, group, self.env.time_ms())
+        batch = ctx.batch
+        self._base = batch.base_offset
+        self._deltas = (None if batch.last_offset_delta == batch.record_count - 1
+                        else [r.offset_delta for r in batch.records])
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         tp = parse_traceparent(headers.first("traceparent"))
-        offset = ctx.batch.base_offset + ctx.record.offset_delta
+        record, deltas = ctx.record, self._deltas
+        offset = self._base + (record.offset_delta if record is not None
+                               else ctx.index if deltas is None else deltas[ctx.index])
         assert self._publisher is not None
         if self._publisher.offer((tp.trace_id if tp else None, offset, self._batch)):
             self.stats.count("fetch_log_queued")

@@ -104,3 +104,47 @@ async def test_the_learner_reads_group_requests_only_with_fetch_log() -> None:
     old = _decoded(ApiKey.OFFSET_FETCH, 7, group_id="classic")
     await learner.on_request(ctx, ex, ApiKey.OFFSET_FETCH, 7, old)
     assert learner.groups.group_of("10.1.1.1:1", "app-1") == "classic"
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.offered: list[tuple] = []
+
+    def offer(self, item: tuple) -> bool:
+        self.offered.append(item)
+        return True
+
+
+def _observed(records: list, assign_offsets: bool, other_members: list[dict]) -> list[tuple]:
+    from interceptors import ConnectionInfo
+    from protocol.records import build_batch, split_batches
+
+    info = ProxyInfo()
+    info.groups = ConsumerGroups()
+    info.groups.learn("10.0.0.9:1", "reader", "billing")
+    chains = build_chains({"fetch": [*other_members, {"type": "fetch_log",
+                                                      "bootstrap": "127.0.0.1:1"}]}, info)
+    member = chains.fetch.members[-1].interceptor
+    member._publisher = recorder = _Recorder()
+    data = build_batch(records, base_offset=500, assign_offsets=assign_offsets)
+    chains.fetch.process("orders", 2, split_batches(data), ConnectionInfo("reader", "10.0.0.9:7"))
+    return [(trace, offset, batch[:4]) for trace, offset, batch in recorder.offered]
+
+
+def test_fetch_log_observes_exact_offsets_with_and_without_record_objects() -> None:
+    """fetch_log reads headers only; offsets stay exact in batches with gaps (compacted) and
+    when another member makes the engine build record objects."""
+    from protocol.records import Record
+
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    records = [Record(None, b"v", [("traceparent", tp.encode())] if i % 2 else [],
+                      offset_delta=d) for i, d in enumerate((0, 3, 4, 9))]
+    where = ("orders", 2, "reader", "billing")
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    contiguous = [(None, 500, where), (trace, 501, where), (None, 502, where),
+                  (trace, 503, where)]
+    gaps = [(None, 500, where), (trace, 503, where), (None, 504, where), (trace, 509, where)]
+    writer = [{"type": "insert_header", "header": "x", "value": "1"}]
+    assert _observed(records, True, []) == contiguous
+    assert _observed(records, False, []) == gaps
+    assert _observed(records, False, writer) == gaps
