@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,15 +55,18 @@ def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
     return played
 
 
-def _observations(bootstrap: str, topics: set[str], count: int) -> list[dict]:
-    """The fetch_log observations of `topics` (other tests' fetches share the topic)."""
+def _observations(bootstrap: str, topics: set[str], count: int,
+                  done: Callable[[list[dict]], bool] | None = None) -> list[dict]:
+    """The fetch_log observations of `topics` (other tests' fetches share the topic): at
+    least `count`, and until `done` says the list is complete when it is given."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                          "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([FETCH_TOPIC])
     found: list[dict] = []
     deadline = time.monotonic() + 60
     try:
-        while len(found) < count and time.monotonic() < deadline:
+        while (len(found) < count or (done is not None and not done(found))) \
+                and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and not msg.error():
                 obs = json.loads(msg.value())

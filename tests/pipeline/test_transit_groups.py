@@ -73,8 +73,14 @@ def test_transit_is_reported_per_consumer_group(spark, herald_traced: HeraldProc
     hop_time = {(topic, m.partition(), m.offset()): int(dict(m.headers())["herald.time"])
                 for m in got_alpha}
 
-    fetches = _observations(kafka.bootstrap, {topic}, 3 * RECORDS)
     group_of = {"reader-alpha": alpha, "reader-beta": beta, "reader-solo": None}
+
+    def every_reader_seen_every_record(found: list[dict]) -> bool:
+        return all({(o["p"], o["o"]) for o in found if o["c"] == c} == offsets
+                   for c in group_of)
+
+    fetches = _observations(kafka.bootstrap, {topic}, 3 * RECORDS,
+                            every_reader_seen_every_record)
     by_consumer: dict[str, set[tuple[int, int]]] = {c: set() for c in group_of}
     for o in fetches:
         assert o["g"] == group_of[o["c"]], o
