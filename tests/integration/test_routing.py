@@ -184,6 +184,24 @@ def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaC
                       outcome="delivered") == sum(map(len, moved_b.values()))
 
 
+def is_eu(r: dict) -> bool:
+    return header(r, "region") == b"eu"
+
+
+def assert_where_rules_say(primary: str, destination: str, topic: str, records: list[dict],
+                           moves: Any) -> None:
+    """The records `moves` selects are on the destination (with the origin header), the others
+    on the primary: each once, in order per source partition, and nothing else."""
+    stay = expect(records, lambda r: not moves(r))
+    moved = expect(records, moves, ((ORIGIN_HEADER, None),))
+    got_stay = by_partition(consume_all(primary, topic, sum(map(len, stay.values())) + 1,
+                                        timeout=20))
+    got_moved = by_partition(consume_all(destination, topic, sum(map(len, moved.values())) + 1,
+                                         timeout=20))
+    assert got_stay == stay, topic
+    assert _strip_origin(got_moved) == moved, topic
+
+
 def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
     """The origin header's value is the primary's cluster id: checked present, then blanked."""
     out = {}
@@ -231,15 +249,7 @@ def test_idempotent_producer_through_a_destination_restart(
         writer.join(timeout=300)
         assert not writer.is_alive()
         assert result.get("errors") == [], (result, herald.logs()[-3000:])
-        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
-        stay = expect(records, lambda r: not is_eu(r))
-        moved = expect(records, is_eu, ((ORIGIN_HEADER, None),))
-        got_stay = by_partition(consume_all(kafka.bootstrap, topic_name,
-                                            sum(map(len, stay.values())) + 1, timeout=20))
-        got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name,
-                                         sum(map(len, moved.values())) + 1, timeout=20))
-        assert got_stay == stay
-        assert _strip_origin(got_b) == moved
+        assert_where_rules_say(kafka.bootstrap, kafka_b.bootstrap, topic_name, records, is_eu)
         assert "routing_destination_down cluster=b" in herald.logs()
 
 
@@ -462,7 +472,6 @@ def test_a_failed_destination_fails_the_partition_and_client_retries_deliver_onc
         kafka_b.restart_node(1)
         writer.join(timeout=300)
         assert result.get("errors") == []
-        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
         got_stay = by_partition(consume_all(kafka.bootstrap, topic_name, 201, timeout=20))
         got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name, 101, timeout=20))
         assert got_stay == expect(records, lambda r: not is_eu(r))
