@@ -58,6 +58,7 @@ from proxy.topic_ids import TopicIds
 log = get_logger("routing")
 
 INVALID_RECORD = 87  # not retriable: the client's application sees the message
+UNKNOWN_PRODUCER_ID = 59  # idempotent producers bump their epoch and send the batch again
 REQUEST_TIMED_OUT = 7  # retriable: every client retries it
 _BASE_SEQUENCE_AT = 53  # offset of baseSequence in a batch header
 _CRC_AT, _CRC_FROM = 17, 21
@@ -191,6 +192,12 @@ class RoutingFilter(Filter):
                 if attempt is None and self.sequences.is_stale(
                         seq_key, b.producer_epoch, b.base_sequence):
                     raise _Refuse(PartitionOutcome(46, "duplicate of an earlier batch"))
+                if attempt is None and not b.is_transactional and not self.sequences.knows(
+                        seq_key, b.producer_epoch, b.base_sequence):
+                    log.info("routing_sequence_unknown", producer_id=b.producer_id,
+                             epoch=b.producer_epoch, topic=topic, partition=index,
+                             base_sequence=b.base_sequence)
+                    raise _Refuse(PartitionOutcome(UNKNOWN_PRODUCER_ID, SEQUENCE_UNKNOWN))
             if attempt is not None:
                 plan = attempt.plan
             else:
@@ -352,10 +359,28 @@ class RoutingFilter(Filter):
                     if version >= 8:
                         p.error_message = error
                     changed = True
-        return merge_answers(answers, version, msg) or changed
+        merged = merge_answers(answers, version, msg)
+        _log_start_known(answers, version, msg)
+        return merged or changed
 
 
 OK_ANSWER = PartitionOutcome()
+SEQUENCE_UNKNOWN = ("Herald has not seen this producer epoch's first batch on this partition "
+                    "(it restarted, or routing began later), so it cannot number the records "
+                    "that stay; bump the epoch and send again")
+
+
+def _log_start_known(answers: list[Rejected], version: int, msg: Any) -> None:
+    """UNKNOWN_PRODUCER_ID answers carry a log start offset: the Java client retries without
+    bumping its epoch, forever, while it is -1 (unknown)."""
+    unknown = {(r.topic_id if version >= 13 else r.name, r.partition) for r in answers
+               if r.outcome.error_code == UNKNOWN_PRODUCER_ID}
+    if not unknown:
+        return
+    for t in msg.responses:
+        for p in t.partition_responses:
+            if ((t.topic_id if version >= 13 else t.name), p.index) in unknown:
+                p.log_start_offset = 0
 
 
 async def _outcome(plans: list[Plan]) -> str | None:

@@ -161,6 +161,68 @@ def wait_for(check: Callable[[], bool], what: str, timeout: float = 120) -> None
         time.sleep(0.2)
 
 
+def routed_topics(kafka: KafkaCluster, destination: KafkaCluster, topic_name: str,
+                  replicas: int = -1) -> tuple[dict[str, str], dict]:
+    """A librdkafka and a Java topic with two partitions on both clusters, and the Herald
+    config whose rules move their eu records to `destination` (cluster "dest")."""
+    topics = {"lib": f"{topic_name}-lib", "java": f"{topic_name}-java"}
+    for name in topics.values():
+        create_topic(kafka.bootstrap, name, 2)
+        create_topic(destination.bootstrap, name, 2, replicas=replicas)
+    rules = [{"name": f"eu-{kind}", "match": {"topics": [name],
+                                              "headers": {"header": "region", "equals": "eu"}},
+              "cluster": "dest"}
+             for kind, name in topics.items()]
+    config = herald_config(kafka.bootstrap, admin={"bind": f"127.0.0.1:{free_port_block(1)}"},
+                           clusters={"dest": {"bootstrap": destination.bootstrap}},
+                           routing={"rules": rules, "delivery_timeout_s": 120})
+    return topics, config
+
+
+def run_through(herald: HeraldProcess, topics: dict[str, str], records: dict[str, list[dict]],
+                fail: Callable[[], None], recover: Callable[[], None]
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both producers write their first phase, which is delivered; `fail()`; they hand over the
+    second phase; three seconds later `recover()`; they write the third and finish. The
+    results of the librdkafka and of the Java writer."""
+    steps = Steps(writers=2)
+    lib: dict[str, Any] = {}
+    java: dict[str, Any] = {}
+    writers = [
+        threading.Thread(target=write_librdkafka,
+                         args=(herald.bootstrap, topics["lib"], records["lib"], steps, lib)),
+        threading.Thread(target=write_java,
+                         args=(herald.bootstrap, topics["java"], records["java"], steps, java)),
+    ]
+    for w in writers:
+        w.start()
+    try:
+        steps.wait_handed(0)
+        for kind, recs in records.items():  # both are flowing before the failure
+            count = sum(map(is_eu, phases(recs)[0]))
+            wait_for(lambda k=kind, c=count: metric(
+                herald, "herald_routing_records_total", rule=f"eu-{k}",
+                outcome="delivered") >= c, f"the first {kind} phase")
+        fail()
+        steps.go(1)
+        steps.wait_handed(1)
+        time.sleep(3.0)  # records of the second phase in flight meanwhile
+    finally:
+        recover()
+        steps.go(2)
+    for w in writers:
+        w.join(timeout=420)
+    assert not any(w.is_alive() for w in writers)
+    return lib, java
+
+
+def assert_clean(lib: dict[str, Any], java: dict[str, Any], herald: HeraldProcess) -> None:
+    """Neither producer saw an error."""
+    assert lib.get("errors") == [], (lib, herald.logs()[-3000:])
+    assert java.get("returncode") == 0, java
+    assert "Error when sending message" not in java["stderr"], java["stderr"]
+
+
 def test_three_broker_destination_loses_a_partition_leader_mid_run(
     kafka: KafkaCluster, kafka_cluster: KafkaCluster, topic_name: str
 ) -> None:
@@ -168,56 +230,56 @@ def test_three_broker_destination_loses_a_partition_leader_mid_run(
     move to a 3-broker cluster (topics replicated three times); the leader of one destination
     partition is killed with records in flight and restarted later. Every record is where the
     rules say, once, in order per source partition, and neither producer saw an error."""
-    lib_topic, java_topic = f"{topic_name}-lib", f"{topic_name}-java"
-    for name in (lib_topic, java_topic):
-        create_topic(kafka.bootstrap, name, 2)
-        create_topic(kafka_cluster.bootstrap, name, 2, replicas=3)
-    rules = [{"name": f"eu-{kind}", "match": {"topics": [name],
-                                              "headers": {"header": "region", "equals": "eu"}},
-              "cluster": "three"}
-             for kind, name in (("lib", lib_topic), ("java", java_topic))]
-    config = herald_config(kafka.bootstrap, admin={"bind": f"127.0.0.1:{free_port_block(1)}"},
-                           clusters={"three": {"bootstrap": kafka_cluster.bootstrap}},
-                           routing={"rules": rules, "delivery_timeout_s": 120})
-    lib = mixed_records(900, 2)
-    java = java_records(600, 2)
-    first_eu = {kind: sum(map(is_eu, phases(records)[0]))
-                for kind, records in (("lib", lib), ("java", java))}
-    victim = leader_of(kafka_cluster.bootstrap, lib_topic, 0)
+    topics, config = routed_topics(kafka, kafka_cluster, topic_name, replicas=3)
+    records = {"lib": mixed_records(900, 2), "java": java_records(600, 2)}
+    victim = leader_of(kafka_cluster.bootstrap, topics["lib"], 0)
     with HeraldProcess(config) as herald:
-        steps = Steps(writers=2)
-        lib_result: dict[str, Any] = {}
-        java_result: dict[str, Any] = {}
-        writers = [
-            threading.Thread(target=write_librdkafka,
-                             args=(herald.bootstrap, lib_topic, lib, steps, lib_result)),
-            threading.Thread(target=write_java,
-                             args=(herald.bootstrap, java_topic, java, steps, java_result)),
-        ]
-        for w in writers:
-            w.start()
-        try:
-            steps.wait_handed(0)
-            for kind, count in first_eu.items():  # both are flowing before the kill
-                wait_for(lambda k=kind, c=count: metric(
-                    herald, "herald_routing_records_total", rule=f"eu-{k}",
-                    outcome="delivered") >= c, f"the first {kind} phase")
-            kill_node(kafka_cluster, victim)
-            steps.go(1)
-            steps.wait_handed(1)
-            time.sleep(3.0)  # records of phase 2 in flight towards a dead leader
-        finally:
-            kafka_cluster.restart_node(victim)
-            steps.go(2)
-        for w in writers:
-            w.join(timeout=420)
-        assert not any(w.is_alive() for w in writers)
-        assert lib_result.get("errors") == [], (lib_result, herald.logs()[-3000:])
-        assert java_result.get("returncode") == 0, java_result
-        assert "Error when sending message" not in java_result["stderr"], java_result["stderr"]
-        for topic, records in ((lib_topic, lib), (java_topic, java)):
-            assert_where_rules_say(kafka.bootstrap, kafka_cluster.bootstrap, topic, records,
-                                   is_eu)
-        for kind, records in (("lib", lib), ("java", java)):
+        lib, java = run_through(herald, topics, records,
+                                fail=lambda: kill_node(kafka_cluster, victim),
+                                recover=lambda: kafka_cluster.restart_node(victim))
+        assert_clean(lib, java, herald)
+        for kind, topic in topics.items():
+            assert_where_rules_say(kafka.bootstrap, kafka_cluster.bootstrap, topic,
+                                   records[kind], is_eu)
             assert metric(herald, "herald_routing_records_total", rule=f"eu-{kind}",
-                          outcome="delivered") == sum(map(is_eu, records))
+                          outcome="delivered") == sum(map(is_eu, records[kind]))
+
+
+def test_primary_broker_restart_mid_run(
+    kafka: KafkaCluster, kafka_cluster: KafkaCluster, topic_name: str
+) -> None:
+    """The primary (its only broker) is killed with routed batches in flight and restarted:
+    the producers retry through Herald, which sends the kept records again under the same
+    rewritten sequences (the broker deduplicates them) and does not route the moved ones
+    twice. No sequence error, no duplicate, nothing lost."""
+    topics, config = routed_topics(kafka, kafka_cluster, topic_name)
+    records = {"lib": mixed_records(900, 2), "java": java_records(600, 2)}
+    with HeraldProcess(config) as herald:
+        lib, java = run_through(herald, topics, records,
+                                fail=lambda: kill_node(kafka, 1),
+                                recover=lambda: kafka.restart_node(1))
+        assert_clean(lib, java, herald)
+        for kind, topic in topics.items():
+            assert_where_rules_say(kafka.bootstrap, kafka_cluster.bootstrap, topic,
+                                   records[kind], is_eu)
+
+
+def test_herald_restart_mid_run(
+    kafka: KafkaCluster, kafka_cluster: KafkaCluster, topic_name: str
+) -> None:
+    """Herald restarts between two batches of idempotent producers that had records moved: the
+    new process does not know how far their sequences were shifted, so it refuses their next
+    batch with UNKNOWN_PRODUCER_ID before writing anything; both clients bump their epoch and
+    send it again, numbered afresh. No error reaches the producers, nothing is lost, nothing
+    is written twice."""
+    topics, config = routed_topics(kafka, kafka_cluster, topic_name)
+    records = {"lib": mixed_records(900, 2), "java": java_records(600, 2)}
+    with HeraldProcess(config) as herald:
+        lib, java = run_through(herald, topics, records, fail=herald.stop,
+                                recover=herald.start)
+        assert_clean(lib, java, herald)
+        for kind, topic in topics.items():
+            assert_where_rules_say(kafka.bootstrap, kafka_cluster.bootstrap, topic,
+                                   records[kind], is_eu)
+        refused = herald.logs().count("event=routing_sequence_unknown")
+        assert refused >= 4, herald.logs()[-3000:]  # each producer, each of its partitions

@@ -196,6 +196,18 @@ def test_upstream_sequences_stay_gapless_when_records_leave() -> None:
     assert d.upstream_base == 0 and seqs.shift(key, 1) == 0
 
 
+def test_a_shift_is_known_only_from_the_epochs_first_batch() -> None:
+    seqs = SequenceMap()
+    key = (7, "t", 0)
+    assert seqs.knows(key, 0, 0)  # a producer's first batch: nothing shifted yet
+    assert not seqs.knows(key, 0, 40)  # seen first mid-way (Herald restarted): unknown
+    seqs.record(key, 0, 0, 10, 6, None)
+    assert seqs.knows(key, 0, 10)
+    assert not seqs.knows(key, 1, 10)  # another epoch Herald did not see start
+    assert seqs.knows(key, 1, 0)
+    assert not seqs.knows((7, "t", 1), 0, 10)  # per partition
+
+
 def test_batches_older_than_the_window_are_duplicates() -> None:
     seqs = SequenceMap()
     key = (1, "t", 0)
