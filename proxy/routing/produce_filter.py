@@ -38,6 +38,7 @@ from proxy.routing.rules import (
     PRIMARY,
     REJECT,
     SAME,
+    STAY,
     RoutingTable,
     Rule,
 )
@@ -243,8 +244,11 @@ class RoutingFilter(Filter):
         decide = self.table.decide
         by_rule: dict[int, Routed] = {}
         moved: set[int] = set()
+        stay = STAY
         for i, headers in enumerate(batch.iter_headers()):
             decision = decide(candidates, headers)
+            if decision is stay:  # the common case: no rule, nothing shadowed
+                continue
             for rule in decision.shadowed:
                 cluster = rule.target.cluster if rule.target else ""
                 self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
@@ -285,22 +289,16 @@ class RoutingFilter(Filter):
             span = self._span(rule, routed, out_topic, records) if self.tracing else None
             delivery.on_done = self._finished(rule, routed.cluster, acks, span)
             routed.delivery = delivery
-            size = 0
-            for i in routed.indexes:
-                rec = records[i]
-                key, value = rec.key, rec.value
-                if target.partition == SAME:
-                    partition = index
-                elif target.partition == KEY:
-                    partition = -1  # librdkafka's murmur2_random: the Java client's choice
-                else:
-                    partition = target.partition
-                headers = rec.headers
-                if not any(k == ORIGIN_HEADER for k, _ in headers):
-                    headers = [*headers, (ORIGIN_HEADER, origin)]
-                size += (len(key) if key else 0) + (len(value) if value else 0)
-                dest.send(delivery, out_topic, partition, key, value, headers,
-                          base_ts + rec.timestamp_delta)
+            if target.partition == SAME:
+                partition = index
+            elif target.partition == KEY:
+                partition = -1  # librdkafka's murmur2_random: the Java client's choice
+            else:
+                partition = target.partition
+            # Routed records never carry the origin header (`decide` keeps those in place).
+            size = dest.send_records(delivery, out_topic, partition,
+                                     [records[i] for i in routed.indexes],
+                                     (ORIGIN_HEADER, origin), base_ts)
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
