@@ -515,3 +515,58 @@ def test_a_span_per_routed_batch_links_the_records_trace_contexts(
         assert routed and all(s.attributes["herald.route.cluster"] == "b" for s in routed)
         assert {link for s in routed for link in s.links} == contexts
         assert sum(s.attributes["messaging.batch.message_count"] for s in routed) == 10
+
+
+def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """A batch whose records a mirror rule copies and a shadow rule would move is written to
+    the primary as the bytes the client sent (everything the CRC covers, and the CRC), while
+    the copies arrive on the destination."""
+    from protocol.api_keys import ApiKey
+    from protocol.messages.produce_request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from protocol.records import Record, build_batch
+    from proxy.wire import decode_response
+    from tests.support.raw_client import SocketRawClient, fetch, request_frame
+
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    rules = [dict(EU_TO_B[0], shadow=True),
+             {"name": "copy", "match": {"headers": {"header": "debug", "present": True}},
+              "mirror": {"cluster": "b"}}]
+    records = mixed_records(60, 1)
+    batch = build_batch([Record(r["key"], r["value"], r["headers"], offset_delta=i)
+                         for i, r in enumerate(records)], base_timestamp=int(time.time() * 1000))
+    request = ProduceRequest(acks=-1, timeout_ms=30000, topic_data=[TopicProduceData(
+        name=topic_name, partition_data=[PartitionProduceData(index=0, records=batch)])])
+    with routing_herald(kafka, kafka_b, rules) as herald:
+        client = SocketRawClient(herald.bootstrap, timeout=60)
+        try:
+            client.send(request_frame(ApiKey.PRODUCE, 9, 1, request))
+            answer = client.recv()
+        finally:
+            client.close()
+        assert answer is not None
+        _, produced = decode_response(ApiKey.PRODUCE, 9, answer)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        broker = SocketRawClient(kafka.bootstrap)
+        try:
+            broker.send(fetch(2, topic_name))
+            body = broker.recv()
+        finally:
+            broker.close()
+        assert body is not None
+        _, fetched = decode_response(ApiKey.FETCH, 12, body)
+        stored = bytes(fetched.responses[0].partitions[0].records)
+        # The broker sets the base offset and the leader epoch (bytes 0-16, outside the CRC).
+        assert len(stored) == len(batch) and stored[16:] == batch[16:]
+        copies = consume_all(kafka_b.bootstrap, topic_name, 10, timeout=30)
+        is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
+        assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
+                                                             ((ORIGIN_HEADER, None),))
+        assert metric(herald, "herald_routing_records_total", rule="eu",
+                      outcome="shadow") == sum(map(is_eu, records))
