@@ -524,14 +524,14 @@ def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
     the primary as the bytes the client sent (everything the CRC covers, and the CRC), while
     the copies arrive on the destination."""
     from protocol.api_keys import ApiKey
+    from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
     from protocol.messages.produce_request import (
         PartitionProduceData,
         ProduceRequest,
         TopicProduceData,
     )
     from protocol.records import Record, build_batch
-    from proxy.wire import decode_response
-    from tests.support.raw_client import SocketRawClient, fetch, request_frame
+    from tests.support.raw_client import round_trip
 
     create_topic(kafka.bootstrap, topic_name, 1)
     create_topic(kafka_b.bootstrap, topic_name, 1)
@@ -544,23 +544,12 @@ def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
     request = ProduceRequest(acks=-1, timeout_ms=30000, topic_data=[TopicProduceData(
         name=topic_name, partition_data=[PartitionProduceData(index=0, records=batch)])])
     with routing_herald(kafka, kafka_b, rules) as herald:
-        client = SocketRawClient(herald.bootstrap, timeout=60)
-        try:
-            client.send(request_frame(ApiKey.PRODUCE, 9, 1, request))
-            answer = client.recv()
-        finally:
-            client.close()
-        assert answer is not None
-        _, produced = decode_response(ApiKey.PRODUCE, 9, answer)
+        produced = round_trip(herald.bootstrap, ApiKey.PRODUCE, 9, request, timeout=60)
         assert produced.responses[0].partition_responses[0].error_code == 0
-        broker = SocketRawClient(kafka.bootstrap)
-        try:
-            broker.send(fetch(2, topic_name))
-            body = broker.recv()
-        finally:
-            broker.close()
-        assert body is not None
-        _, fetched = decode_response(ApiKey.FETCH, 12, body)
+        fetched = round_trip(kafka.bootstrap, ApiKey.FETCH, 12, FetchRequest(
+            max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, topics=[FetchTopic(
+                topic=topic_name, partitions=[FetchPartition(
+                    partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]))
         stored = bytes(fetched.responses[0].partitions[0].records)
         # The broker sets the base offset and the leader epoch (bytes 0-16, outside the CRC).
         assert len(stored) == len(batch) and stored[16:] == batch[16:]
