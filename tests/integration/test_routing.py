@@ -180,8 +180,12 @@ def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaC
         for source in (0, 1):
             assert [c for c in copies if c in mirrored[source]] == mirrored[source]
         assert sorted(copies) == sorted(mirrored[0] + mirrored[1])
+        moved = [r for part in moved_b.values() for r in part]
         assert metric(herald, "herald_routing_records_total", rule="eu",
-                      outcome="delivered") == sum(map(len, moved_b.values()))
+                      outcome="delivered") == len(moved)
+        assert metric(herald, "herald_routing_bytes_total", rule="eu", cluster="b") == sum(
+            len(key) + len(value) for key, value, _ in moved)
+        assert metric(herald, "herald_routing_ack_seconds_count", cluster="b") >= 1
 
 
 def is_eu(r: dict) -> bool:
