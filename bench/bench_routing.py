@@ -26,8 +26,9 @@ measures Herald's own share without brokers or network, so that it stays compara
 machine: the routing filter alone plans batches of 500 records (`--record-size` each) and
 hands the moved ones to a librdkafka producer with no cluster to reach (they are queued, then
 purged). It prints the CPU milliseconds per MB of record values, the best of `--rounds`, for
-two layouts: `split` (as in the full-speed run: one partition all moved, the other all kept)
-and `mixed` (every other record of every batch moved, so the kept ones are re-encoded).
+three layouts: `split` (as in the full-speed run: one partition all moved, the other all
+kept), `mixed` (every other record of every batch moved, so the kept ones are re-encoded) and
+`none moved` (what a topic with rules costs when none matches).
 """
 
 from __future__ import annotations
@@ -142,6 +143,7 @@ def filter_cost(size: int, rounds: int) -> dict[str, float]:
     layouts = {
         "split": [(0, batch(lambda i: True)), (1, batch(lambda i: False))],
         "mixed": [(0, batch(lambda i: i % 2)), (1, batch(lambda i: not i % 2))],
+        "none moved": [(0, batch(lambda i: False)), (1, batch(lambda i: False))],
     }
     mb = repeat * 2 * count * size / 1e6
     best: dict[str, float] = {}

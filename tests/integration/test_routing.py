@@ -198,12 +198,27 @@ def assert_where_rules_say(primary: str, destination: str, topic: str, records: 
     on the primary: each once, in order per source partition, and nothing else."""
     stay = expect(records, lambda r: not moves(r))
     moved = expect(records, moves, ((ORIGIN_HEADER, None),))
-    got_stay = by_partition(consume_all(primary, topic, sum(map(len, stay.values())) + 1,
-                                        timeout=20))
-    got_moved = by_partition(consume_all(destination, topic, sum(map(len, moved.values())) + 1,
-                                         timeout=20))
+    got_stay = by_partition(consume_all(primary, topic, sum(map(len, stay.values()))))
+    got_moved = by_partition(consume_all(destination, topic, sum(map(len, moved.values()))))
     assert got_stay == stay, topic
     assert _strip_origin(got_moved) == moved, topic
+    # Nothing beyond them either: each partition ends where its expected records do.
+    assert end_offsets(primary, topic) == {p: len(rows) for p, rows in stay.items()}, topic
+    assert end_offsets(destination, topic) == {p: len(rows) for p, rows in moved.items()}, topic
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each non-empty partition's end offset (its record count: no transactions here)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+    finally:
+        consumer.close()
+    return {p: end for p, end in ends.items() if end}
 
 
 def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
