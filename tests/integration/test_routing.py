@@ -572,9 +572,11 @@ def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
         stored = bytes(fetched.responses[0].partitions[0].records)
         # The broker sets the base offset and the leader epoch (bytes 0-16, outside the CRC).
         assert len(stored) == len(batch) and stored[16:] == batch[16:]
-        copies = consume_all(kafka_b.bootstrap, topic_name, 10, timeout=30)
         is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
+        mirrored = sum(map(is_debug, records))
+        copies = consume_all(kafka_b.bootstrap, topic_name, mirrored, timeout=30)
         assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
                                                              ((ORIGIN_HEADER, None),))
+        assert end_offsets(kafka_b.bootstrap, topic_name) == {0: mirrored}
         assert metric(herald, "herald_routing_records_total", rule="eu",
                       outcome="shadow") == sum(map(is_eu, records))
