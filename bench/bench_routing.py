@@ -19,11 +19,22 @@ defaults), since Kafka's ProducerPerformance cannot set headers. Per round and t
 
 The two targets alternate and swap order every round; the table shows medians over rounds.
 The figures depend on the machine: on a shared one, say so beside them.
+
+    python bench/bench_routing.py --filter-only [--rounds 8]
+
+measures Herald's own share without brokers or network, so that it stays comparable on a busy
+machine: the routing filter alone plans batches of 500 records (`--record-size` each) and
+hands the moved ones to a librdkafka producer with no cluster to reach (they are queued, then
+purged). It prints the CPU milliseconds per MB of record values, the best of `--rounds`, for
+three layouts: `split` (as in the full-speed run: one partition all moved, the other all
+kept), `mixed` (every other record of every batch moved, so the kept ones are re-encoded) and
+`none moved` (what a topic with rules costs when none matches).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -103,6 +114,66 @@ def fixed_rate(bootstrap: str, topic: str, rate: int, seconds: float, size: int
     return q[49] * 1000, q[98] * 1000
 
 
+def filter_cost(size: int, rounds: int) -> dict[str, float]:
+    """CPU seconds per MB of record values of the routing filter alone, best of `rounds`, per
+    layout (see the module docstring)."""
+    import trio
+    from prometheus_client import CollectorRegistry
+
+    from protocol.records import Record, build_batch
+    from proxy.config import parse_config
+    from proxy.routing.destinations import Destination
+    from proxy.routing.produce_filter import RoutingFilter
+    from proxy.routing.rules import RoutingTable
+    from proxy.routing.stats import RoutingStats
+    from proxy.topic_ids import TopicIds
+
+    nowhere = "127.0.0.1:1"  # nothing listens: records stay queued until purged
+    config = parse_config({"upstream": {"bootstrap": nowhere},
+                           "listen": {"bootstrap": "127.0.0.1:0"},
+                           "clusters": {"b": {"bootstrap": nowhere}},
+                           "routing": {"rules": RULES}})
+    count, repeat = 500, 20
+    value = b"x" * size
+
+    def batch(eu: object) -> bytes:
+        return build_batch([Record(b"k%d" % i, value, [("region", b"eu" if eu(i) else b"us")])
+                            for i in range(count)])
+
+    layouts = {
+        "split": [(0, batch(lambda i: True)), (1, batch(lambda i: False))],
+        "mixed": [(0, batch(lambda i: i % 2)), (1, batch(lambda i: not i % 2))],
+        "none moved": [(0, batch(lambda i: False)), (1, batch(lambda i: False))],
+    }
+    mb = repeat * 2 * count * size / 1e6
+    best: dict[str, float] = {}
+
+    async def measure() -> None:
+        dest = Destination("b", config.clusters["b"], 30.0)
+        dest.settings.update({"queue.buffering.max.messages": 2_000_000,
+                              "queue.buffering.max.kbytes": 4_000_000, "log_level": 0})
+        dest.start()
+        routing = RoutingFilter(RoutingTable(config.routing), TopicIds(), {"b": dest},
+                                RoutingStats(CollectorRegistry()))
+        candidates = routing.table.candidates("t", None)
+        try:
+            for _ in range(rounds):
+                for name, batches in layouts.items():
+                    start = time.process_time()
+                    for _ in range(repeat):
+                        for partition, raw in batches:
+                            await routing._partition("t", partition, raw, candidates, 1)
+                    cpu = time.process_time() - start
+                    best[name] = min(best.get(name, cpu / mb), cpu / mb)
+                    dest._producer.purge()
+                    await trio.sleep(0.2)  # the purged records' reports are served meanwhile
+        finally:
+            await dest.close(flush_s=0)
+
+    trio.run(measure)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -110,7 +181,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--filter-only", action="store_true",
+                        help="the routing filter alone, no brokers (see above)")
     args = parser.parse_args(argv)
+    if args.filter_only:
+        for name, cost in filter_cost(args.record_size, args.rounds).items():
+            print(f"routing filter, {name}: {cost * 1000:.2f} ms CPU per MB "
+                  f"(best of {args.rounds}; load average {os.getloadavg()[0]:.1f})")
+        return 0
     need = 4 * args.rounds * args.records * (args.record_size + 256) + (512 << 20)
     with data_dir(None, need) as folder:
         a_dir, b_dir = folder / "a", folder / "b"

@@ -38,6 +38,7 @@ from proxy.routing.rules import (
     PRIMARY,
     REJECT,
     SAME,
+    STAY,
     RoutingTable,
     Rule,
 )
@@ -58,6 +59,7 @@ from proxy.topic_ids import TopicIds
 log = get_logger("routing")
 
 INVALID_RECORD = 87  # not retriable: the client's application sees the message
+UNKNOWN_PRODUCER_ID = 59  # idempotent producers bump their epoch and send the batch again
 REQUEST_TIMED_OUT = 7  # retriable: every client retries it
 _BASE_SEQUENCE_AT = 53  # offset of baseSequence in a batch header
 _CRC_AT, _CRC_FROM = 17, 21
@@ -191,6 +193,12 @@ class RoutingFilter(Filter):
                 if attempt is None and self.sequences.is_stale(
                         seq_key, b.producer_epoch, b.base_sequence):
                     raise _Refuse(PartitionOutcome(46, "duplicate of an earlier batch"))
+                if attempt is None and not b.is_transactional and not self.sequences.knows(
+                        seq_key, b.producer_epoch, b.base_sequence):
+                    log.info("routing_sequence_unknown", producer_id=b.producer_id,
+                             epoch=b.producer_epoch, topic=topic, partition=index,
+                             base_sequence=b.base_sequence)
+                    raise _Refuse(PartitionOutcome(UNKNOWN_PRODUCER_ID, SEQUENCE_UNKNOWN))
             if attempt is not None:
                 plan = attempt.plan
             else:
@@ -236,8 +244,11 @@ class RoutingFilter(Filter):
         decide = self.table.decide
         by_rule: dict[int, Routed] = {}
         moved: set[int] = set()
+        stay = STAY
         for i, headers in enumerate(batch.iter_headers()):
             decision = decide(candidates, headers)
+            if decision is stay:  # the common case: no rule, nothing shadowed
+                continue
             for rule in decision.shadowed:
                 cluster = rule.target.cluster if rule.target else ""
                 self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
@@ -278,22 +289,16 @@ class RoutingFilter(Filter):
             span = self._span(rule, routed, out_topic, records) if self.tracing else None
             delivery.on_done = self._finished(rule, routed.cluster, acks, span)
             routed.delivery = delivery
-            size = 0
-            for i in routed.indexes:
-                rec = records[i]
-                key, value = rec.key, rec.value
-                if target.partition == SAME:
-                    partition = index
-                elif target.partition == KEY:
-                    partition = -1  # librdkafka's murmur2_random: the Java client's choice
-                else:
-                    partition = target.partition
-                headers = rec.headers
-                if not any(k == ORIGIN_HEADER for k, _ in headers):
-                    headers = [*headers, (ORIGIN_HEADER, origin)]
-                size += (len(key) if key else 0) + (len(value) if value else 0)
-                dest.send(delivery, out_topic, partition, key, value, headers,
-                          base_ts + rec.timestamp_delta)
+            if target.partition == SAME:
+                partition = index
+            elif target.partition == KEY:
+                partition = -1  # librdkafka's murmur2_random: the Java client's choice
+            else:
+                partition = target.partition
+            # Routed records never carry the origin header (`decide` keeps those in place).
+            size = dest.send_records(delivery, out_topic, partition,
+                                     [records[i] for i in routed.indexes],
+                                     (ORIGIN_HEADER, origin), base_ts)
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
@@ -352,10 +357,28 @@ class RoutingFilter(Filter):
                     if version >= 8:
                         p.error_message = error
                     changed = True
-        return merge_answers(answers, version, msg) or changed
+        merged = merge_answers(answers, version, msg)
+        _log_start_known(answers, version, msg)
+        return merged or changed
 
 
 OK_ANSWER = PartitionOutcome()
+SEQUENCE_UNKNOWN = ("Herald has not seen this producer epoch's first batch on this partition "
+                    "(it restarted, or routing began later), so it cannot number the records "
+                    "that stay; bump the epoch and send again")
+
+
+def _log_start_known(answers: list[Rejected], version: int, msg: Any) -> None:
+    """UNKNOWN_PRODUCER_ID answers carry a log start offset: the Java client retries without
+    bumping its epoch, forever, while it is -1 (unknown)."""
+    unknown = {(r.topic_id if version >= 13 else r.name, r.partition) for r in answers
+               if r.outcome.error_code == UNKNOWN_PRODUCER_ID}
+    if not unknown:
+        return
+    for t in msg.responses:
+        for p in t.partition_responses:
+            if ((t.topic_id if version >= 13 else t.name), p.index) in unknown:
+                p.log_start_offset = 0
 
 
 async def _outcome(plans: list[Plan]) -> str | None:

@@ -198,6 +198,7 @@ class RoutingTable:
         self.config = config
         self.rules = config.rules
         self._cache: dict[tuple[str, str | None], tuple[Rule, ...]] = {}
+        self._decisions: dict[int, Decision] = {}  # per rule, when no shadow rule matched
 
     def candidates(self, topic: str, client_id: str | None) -> tuple[Rule, ...]:
         key = (topic, client_id)
@@ -208,20 +209,36 @@ class RoutingTable:
             found = self._cache[key] = tuple(r for r in self.rules if r.covers(topic, client_id))
         return found
 
-    @staticmethod
-    def decide(candidates: tuple[Rule, ...], headers: list[Header]) -> Decision:
-        routed = any(k == ORIGIN_HEADER for k, _ in headers)
-        shadowed: list[Rule] = []
-        for rule in candidates:
-            if routed and rule.action != REJECT:
-                continue
+    def decide(self, candidates: tuple[Rule, ...], headers: list[Header]) -> Decision:
+        shadowed: list[Rule] | None = None
+        routed: bool | None = None  # whether the record carries the origin header: looked up
+        for rule in candidates:     # only once a rule that would route it matches
             if rule.headers is not None and not rule.headers(headers):
                 continue
+            if rule.action != REJECT:
+                if routed is None:
+                    routed = _has_origin(headers)
+                if routed:
+                    continue  # routed once already: only reject rules still apply
             if rule.shadow:
+                if shadowed is None:
+                    shadowed = []
                 shadowed.append(rule)
                 continue
+            if shadowed is None:
+                found = self._decisions.get(rule.index)
+                if found is None:
+                    found = self._decisions[rule.index] = Decision(rule)
+                return found
             return Decision(rule, tuple(shadowed))
         return Decision(None, tuple(shadowed)) if shadowed else STAY
+
+
+def _has_origin(headers: list[Header]) -> bool:
+    for k, _ in headers:
+        if k == ORIGIN_HEADER:
+            return True
+    return False
 
 
 def parse_clusters(node: Node, parse_one: Callable[[Node], Any]) -> dict[str, Any]:

@@ -16,9 +16,13 @@ the broker's own bookkeeping (it remembers five batches per producer) done for t
 that leave.
 
 What Herald cannot know: the shift of a producer it did not see from its first batch (Herald
-restarted while the producer kept going). It then assumes no shift; if records had moved, the
-broker answers OUT_OF_ORDER_SEQUENCE_NUMBER, and the Java and librdkafka idempotent producers
-recover by bumping their epoch, which starts a fresh, correctly numbered state here.
+restarted while the producer kept going, routing began after it started, or its state was
+forgotten to bound memory). Guessing would be wrong both ways: assuming no shift, the broker
+refuses the kept records as out of order after the moved ones were already written elsewhere,
+and the client's retry writes those again. So such a batch is refused before anything of it is
+written (see `knows`), with UNKNOWN_PRODUCER_ID: the Java and librdkafka idempotent producers
+answer that by bumping their epoch and sending the batch again from sequence 0, which starts a
+fresh, correctly numbered state here.
 """
 
 from __future__ import annotations
@@ -71,6 +75,14 @@ class SequenceMap:
             return None
         self._states.move_to_end(key)
         return attempt
+
+    def knows(self, key: Key, epoch: int, base: int) -> bool:
+        """Whether the shift of this batch is known: Herald saw the producer's epoch on this
+        partition from its first batch, or this batch is that first one (sequence 0)."""
+        if base == 0:
+            return True
+        state = self._states.get(key)
+        return state is not None and state.epoch == epoch
 
     def is_stale(self, key: Key, epoch: int, base: int) -> bool:
         """A batch from before the remembered window: already written, a duplicate."""

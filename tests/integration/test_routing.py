@@ -180,8 +180,45 @@ def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaC
         for source in (0, 1):
             assert [c for c in copies if c in mirrored[source]] == mirrored[source]
         assert sorted(copies) == sorted(mirrored[0] + mirrored[1])
+        moved = [r for part in moved_b.values() for r in part]
         assert metric(herald, "herald_routing_records_total", rule="eu",
-                      outcome="delivered") == sum(map(len, moved_b.values()))
+                      outcome="delivered") == len(moved)
+        assert metric(herald, "herald_routing_bytes_total", rule="eu", cluster="b") == sum(
+            len(key) + len(value) for key, value, _ in moved)
+        assert metric(herald, "herald_routing_ack_seconds_count", cluster="b") >= 1
+
+
+def is_eu(r: dict) -> bool:
+    return header(r, "region") == b"eu"
+
+
+def assert_where_rules_say(primary: str, destination: str, topic: str, records: list[dict],
+                           moves: Any) -> None:
+    """The records `moves` selects are on the destination (with the origin header), the others
+    on the primary: each once, in order per source partition, and nothing else."""
+    stay = expect(records, lambda r: not moves(r))
+    moved = expect(records, moves, ((ORIGIN_HEADER, None),))
+    got_stay = by_partition(consume_all(primary, topic, sum(map(len, stay.values()))))
+    got_moved = by_partition(consume_all(destination, topic, sum(map(len, moved.values()))))
+    assert got_stay == stay, topic
+    assert _strip_origin(got_moved) == moved, topic
+    # Nothing beyond them either: each partition ends where its expected records do.
+    assert end_offsets(primary, topic) == {p: len(rows) for p, rows in stay.items()}, topic
+    assert end_offsets(destination, topic) == {p: len(rows) for p, rows in moved.items()}, topic
+
+
+def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each non-empty partition's end offset (its record count: no transactions here)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in partitions}
+    finally:
+        consumer.close()
+    return {p: end for p, end in ends.items() if end}
 
 
 def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
@@ -231,15 +268,7 @@ def test_idempotent_producer_through_a_destination_restart(
         writer.join(timeout=300)
         assert not writer.is_alive()
         assert result.get("errors") == [], (result, herald.logs()[-3000:])
-        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
-        stay = expect(records, lambda r: not is_eu(r))
-        moved = expect(records, is_eu, ((ORIGIN_HEADER, None),))
-        got_stay = by_partition(consume_all(kafka.bootstrap, topic_name,
-                                            sum(map(len, stay.values())) + 1, timeout=20))
-        got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name,
-                                         sum(map(len, moved.values())) + 1, timeout=20))
-        assert got_stay == stay
-        assert _strip_origin(got_b) == moved
+        assert_where_rules_say(kafka.bootstrap, kafka_b.bootstrap, topic_name, records, is_eu)
         assert "routing_destination_down cluster=b" in herald.logs()
 
 
@@ -462,7 +491,6 @@ def test_a_failed_destination_fails_the_partition_and_client_retries_deliver_onc
         kafka_b.restart_node(1)
         writer.join(timeout=300)
         assert result.get("errors") == []
-        is_eu = lambda r: header(r, "region") == b"eu"  # noqa: E731
         got_stay = by_partition(consume_all(kafka.bootstrap, topic_name, 201, timeout=20))
         got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name, 101, timeout=20))
         assert got_stay == expect(records, lambda r: not is_eu(r))
@@ -506,3 +534,49 @@ def test_a_span_per_routed_batch_links_the_records_trace_contexts(
         assert routed and all(s.attributes["herald.route.cluster"] == "b" for s in routed)
         assert {link for s in routed for link in s.links} == contexts
         assert sum(s.attributes["messaging.batch.message_count"] for s in routed) == 10
+
+
+def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
+    kafka: KafkaCluster, kafka_b: KafkaCluster, topic_name: str
+) -> None:
+    """A batch whose records a mirror rule copies and a shadow rule would move is written to
+    the primary as the bytes the client sent (everything the CRC covers, and the CRC), while
+    the copies arrive on the destination."""
+    from protocol.api_keys import ApiKey
+    from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+    from protocol.messages.produce_request import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
+    from protocol.records import Record, build_batch
+    from tests.support.raw_client import round_trip
+
+    create_topic(kafka.bootstrap, topic_name, 1)
+    create_topic(kafka_b.bootstrap, topic_name, 1)
+    rules = [dict(EU_TO_B[0], shadow=True),
+             {"name": "copy", "match": {"headers": {"header": "debug", "present": True}},
+              "mirror": {"cluster": "b"}}]
+    records = mixed_records(60, 1)
+    batch = build_batch([Record(r["key"], r["value"], r["headers"], offset_delta=i)
+                         for i, r in enumerate(records)], base_timestamp=int(time.time() * 1000))
+    request = ProduceRequest(acks=-1, timeout_ms=30000, topic_data=[TopicProduceData(
+        name=topic_name, partition_data=[PartitionProduceData(index=0, records=batch)])])
+    with routing_herald(kafka, kafka_b, rules) as herald:
+        produced = round_trip(herald.bootstrap, ApiKey.PRODUCE, 9, request, timeout=60)
+        assert produced.responses[0].partition_responses[0].error_code == 0
+        fetched = round_trip(kafka.bootstrap, ApiKey.FETCH, 12, FetchRequest(
+            max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, topics=[FetchTopic(
+                topic=topic_name, partitions=[FetchPartition(
+                    partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]))
+        stored = bytes(fetched.responses[0].partitions[0].records)
+        # The broker sets the base offset and the leader epoch (bytes 0-16, outside the CRC).
+        assert len(stored) == len(batch) and stored[16:] == batch[16:]
+        is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
+        mirrored = sum(map(is_debug, records))
+        copies = consume_all(kafka_b.bootstrap, topic_name, mirrored, timeout=30)
+        assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
+                                                             ((ORIGIN_HEADER, None),))
+        assert end_offsets(kafka_b.bootstrap, topic_name) == {0: mirrored}
+        assert metric(herald, "herald_routing_records_total", rule="eu",
+                      outcome="shadow") == sum(map(is_eu, records))

@@ -9,9 +9,12 @@ from confluent_kafka import Consumer, KafkaError, Message
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 1, replicas: int = -1) -> None:
+    """Create a topic and wait until every partition has a leader (`replicas`: the broker's
+    default when -1)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, num_partitions=partitions)])
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                            replication_factor=replicas)])
     futures[name].result(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -24,9 +24,7 @@ def run_tool(
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
     """Run one Kafka tool in a fresh JVM; logging at WARN so stdout is the tool's output."""
-    cp = classpath(version) if version else classpath()
-    flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
-    cmd = ["java", "-Xmx512m", *flags, "-cp", cp, main_class, *args]
+    cmd = tool_command(main_class, *args, version=version)
     result = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(
@@ -34,3 +32,10 @@ def run_tool(
             f"stderr:\n{result.stderr[-3000:]}"
         )
     return result
+
+
+def tool_command(main_class: str, *args: str, version: str | None = None) -> list[str]:
+    """The command line that runs one Kafka tool (for a test that streams its input)."""
+    cp = classpath(version) if version else classpath()
+    flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
+    return ["java", "-Xmx512m", *flags, "-cp", cp, main_class, *args]

@@ -153,3 +153,18 @@ class SocketRawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def round_trip(address: str, api_key: int, version: int, body: Any,
+               timeout: float = 15.0) -> Any:
+    """One request on a fresh connection; the decoded response message."""
+    from proxy.wire import decode_response
+
+    client = SocketRawClient(address, timeout=timeout)
+    try:
+        client.send(request_frame(api_key, version, 1, body))
+        payload = client.recv()
+    finally:
+        client.close()
+    assert payload is not None, f"{address} closed the connection without an answer"
+    return decode_response(api_key, version, payload)[1]

@@ -196,6 +196,18 @@ def test_upstream_sequences_stay_gapless_when_records_leave() -> None:
     assert d.upstream_base == 0 and seqs.shift(key, 1) == 0
 
 
+def test_a_shift_is_known_only_from_the_epochs_first_batch() -> None:
+    seqs = SequenceMap()
+    key = (7, "t", 0)
+    assert seqs.knows(key, 0, 0)  # a producer's first batch: nothing shifted yet
+    assert not seqs.knows(key, 0, 40)  # seen first mid-way (Herald restarted): unknown
+    seqs.record(key, 0, 0, 10, 6, None)
+    assert seqs.knows(key, 0, 10)
+    assert not seqs.knows(key, 1, 10)  # another epoch Herald did not see start
+    assert seqs.knows(key, 1, 0)
+    assert not seqs.knows((7, "t", 1), 0, 10)  # per partition
+
+
 def test_batches_older_than_the_window_are_duplicates() -> None:
     seqs = SequenceMap()
     key = (1, "t", 0)
@@ -330,6 +342,29 @@ async def test_a_rejected_batch_is_refused_and_later_ones_stay_in_sequence() -> 
     records, _, _ = await f._partition("t", 0, good, candidates, -1)
     assert RecordBatch(records).base_sequence == 0  # the broker never saw sequences 0-1
     assert RecordBatch(records).raw[61:] == good[61:]
+
+
+async def test_a_batch_whose_shift_is_unknown_is_refused_before_anything_is_sent() -> None:
+    """A producer seen first mid-way (Herald restarted): UNKNOWN_PRODUCER_ID, nothing routed
+    (the filter has no destination at all: sending would fail the test), nothing recorded;
+    its epoch bumped, it starts from sequence 0 and goes through."""
+    from proxy.routing.produce_filter import UNKNOWN_PRODUCER_ID, _Refuse
+
+    f = _filter([{"match": {"headers": {"header": "region", "equals": "eu"}},
+                  "cluster": "eu"}])
+    candidates = f.table.candidates("t", None)
+    stays = [Record(b"k", b"v", [("region", b"us")])]
+    moves = Record(b"k", b"v", [("region", b"eu")])
+    mid_way = build_batch([*stays, moves], producer_id=3, producer_epoch=0, base_sequence=40)
+    with pytest.raises(_Refuse) as info:
+        await f._partition("t", 0, mid_way, candidates, -1)
+    assert info.value.outcome.error_code == UNKNOWN_PRODUCER_ID
+    assert len(f.sequences) == 0
+    bumped = build_batch(stays, producer_id=3, producer_epoch=1, base_sequence=0)
+    assert await f._partition("t", 0, bumped, candidates, -1) == (None, [], False)
+    tx = build_batch(stays, producer_id=4, producer_epoch=0, base_sequence=40,
+                     is_transactional=True)  # never shifted: forwarded as it came
+    assert await f._partition("t", 0, tx, candidates, -1) == (None, [], False)
 
 
 # --- reload -----------------------------------------------------------------------------------
