@@ -46,6 +46,7 @@ __all__ = [
     "header_head",
     "headers_wire",
     "hex_column",
+    "value_column",
     "watched",
     "wire_keys",
 ]
@@ -186,6 +187,26 @@ def header_head(key: str, size: int) -> bytes:
     """The wire form of a header up to its value, for a value of `size` bytes: a per-record
     value is then appended to this."""
     return _encode_key(key) + (_VARINTS[size] if size < _VARINT_TABLE else _zigzag_varint(size))
+
+
+def value_column(key: str, values: Sequence[bytes | None]) -> list[bytes]:
+    """A column of one header per record: `key` with each of `values`, in wire form."""
+    key_wire = _encode_key(key)
+    heads: dict[int, bytes] = {}
+    out = []
+    for value in values:
+        if value is None:
+            out.append(key_wire + b"\x01")
+            continue
+        if type(value) is not bytes:
+            raise TypeError(f"header value must be bytes or None, not {type(value).__name__}")
+        size = len(value)
+        head = heads.get(size)
+        if head is None:
+            head = heads[size] = key_wire + (_VARINTS[size] if size < _VARINT_TABLE
+                                             else _zigzag_varint(size))
+        out.append(head + value)
+    return out
 
 
 def headers_wire(headers: Sequence[Header]) -> bytes:
