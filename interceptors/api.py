@@ -119,14 +119,15 @@ class Stamps:
 class PerRecord:
     """A column whose value is made per record (an id, a new trace context).
 
-    `each()` makes the value for one record. `many(n)`, when given, makes the values of `n`
-    records at once (first record first) with the side effects of `n` calls of `each`: it is
-    what lets the engine stamp a whole batch in one pass. Neither sees the record: a column is
-    what a member appends to records it does not look at.
+    `each(ctx)` makes the value for one record. `many(ctx, n)`, when given, makes the values
+    of `n` records at once (first record first) with the side effects of `n` calls of `each`:
+    it is what lets the engine stamp a whole batch in one pass. Neither may look at the record
+    (`ctx.record` is not set for `many`): a column is what a member appends to records it
+    does not look at. Per-batch state is in ``ctx.memo``.
     """
 
-    each: Callable[[], bytes | None]
-    many: Callable[[int], Sequence[bytes | None]] | None = None
+    each: Callable[[RecordContext], bytes | None]
+    many: Callable[[RecordContext, int], Sequence[bytes | None]] | None = None
 
 
 ColumnValue = bytes | None | PerRecord
@@ -181,7 +182,10 @@ class Interceptor:
 
     def columns(self, ctx: RecordContext) -> Sequence[ColumnValue]:
         """For a stamping member (`stamps` set): the values of its columns for this batch,
-        one per key of `stamps.appends`. Called once per batch, after `on_batch`."""
+        one per key of `stamps.appends`. Called once per batch, after `on_batch`.
+
+        Return the very same sequence object while the values do not change (build it once,
+        or once per `on_batch` state): the engine then reuses what it prepared from it."""
         raise NotImplementedError
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> Verdict | RejectRecord | None:

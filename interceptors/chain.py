@@ -139,7 +139,7 @@ class _Plan:
     """The members that apply to one (topic, client id), with what the engine needs to know."""
 
     __slots__ = ("members", "calls", "hooks", "stamps", "shadow", "mode", "enforcing", "serial",
-                 "fast")
+                 "fast", "columns", "by_interceptor")
 
     def __init__(self, members: list[ChainMember]) -> None:
         self.members = tuple(members)
@@ -154,6 +154,8 @@ class _Plan:
         self.enforcing = tuple(m for m in members if m.interceptor.enforcing and not m.shadow)
         self.serial = not all(m.interceptor.concurrent for m in members)
         self.fast = _fast_path(self) if self.mode == "headers" else None
+        self.columns: list[_Columns | None] = [None] * len(members)  # the last, per member
+        self.by_interceptor = {m.interceptor: m for m in members}
 
 
 class _FastPath:
@@ -218,79 +220,150 @@ def _looks(stamps: Stamps, headers: Headers) -> bool:
 
 
 class _Columns:
-    """One stamping member's columns for one batch: rows for records, or wire columns."""
+    """One stamping member's columns for a batch, ready for records (`row`) and for a whole
+    batch (`wire`). Kept while the member gives the same values object (`_columns`)."""
 
-    __slots__ = ("keys", "values", "fixed", "template", "each", "bulk")
+    __slots__ = ("values", "fixed", "template", "each", "bulk", "pieces")
 
     def __init__(self, stamps: Stamps, values: Sequence[ColumnValue]) -> None:
         keys = stamps.appends
-        values = tuple(values)
         if len(values) != len(keys):
             raise ValueError(f"columns() gave {len(values)} values for {len(keys)} keys")
         template: list = []
         each = []
+        pieces: list = []  # shared runs as wire bytes, per-record columns as (key, maker)
+        shared: list = []
         for pos, (key, value) in enumerate(zip(keys, values, strict=True)):
             if type(value) is PerRecord:
                 template.append(None)
                 each.append((pos, key, value.each))
+                if shared:
+                    pieces.append(_shared_wire(tuple(shared)))
+                    shared = []
+                pieces.append((key, value.many))
             elif value is None or type(value) is bytes:
                 template.append((key, value))
+                shared.append((key, value))
             else:
                 raise TypeError(f"column {key!r}: expected bytes, None or PerRecord, not "
                                 f"{type(value).__name__}")
-        self.keys = keys
+        if shared:
+            pieces.append(_shared_wire(tuple(shared)))
         self.values = values
         self.fixed = tuple(template) if not each else None
         self.template = template
         self.each = tuple(each)
         self.bulk = all(v.many is not None for v in values if type(v) is PerRecord)
+        self.pieces = tuple(pieces)
 
-    def row(self) -> Sequence[tuple[str, bytes | None]]:
+    def row(self, ctx: RecordContext) -> Sequence[tuple[str, bytes | None]]:
         """The headers one record gets."""
         if self.fixed is not None:
             return self.fixed
         row = self.template[:]
         for pos, key, each in self.each:
-            value = each()
+            value = each(ctx)
             if value is not None and type(value) is not bytes:
                 raise TypeError(f"column {key!r}: value must be bytes or None")
             row[pos] = (key, value)
         return row
 
-    def wire(self, n: int) -> list[stamping.Column]:
+    def wire(self, ctx: RecordContext, n: int) -> list[stamping.Column]:
         """The headers of `n` records in wire form, as columns for `stamping.append`."""
         out: list[stamping.Column] = []
-        shared: list[tuple[str, bytes | None]] = []
-        for key, value in zip(self.keys, self.values, strict=True):
-            if type(value) is PerRecord:
-                if shared:
-                    out.append(stamping.headers_wire(shared))
-                    shared = []
-                made = value.many(n)  # type: ignore[misc]
-                if len(made) != n:
-                    raise ValueError(f"column {key!r}: many({n}) gave {len(made)} values")
-                out.append(stamping.value_column(key, made))
-            else:
-                shared.append((key, value))
-        if shared:
-            out.append(stamping.headers_wire(shared))
+        for piece in self.pieces:
+            if type(piece) is bytes:
+                out.append(piece)
+                continue
+            key, many = piece
+            made = many(ctx, n)
+            if type(made) is not list:
+                made = list(made)
+            if len(made) != n:
+                raise ValueError(f"column {key!r}: many({n}) gave {len(made)} values")
+            out.append(stamping.value_column(key, made))
         return out
 
 
+def _columns(plan: _Plan, i: int, ctx: RecordContext) -> _Columns:
+    """Member i's `_Columns` for this batch; the last one again when the member gave the very
+    same values object (built-ins keep theirs while nothing changes)."""
+    values = plan.members[i].interceptor.columns(ctx)
+    last = plan.columns[i]
+    if last is not None and last.values is values:
+        return last
+    cols = plan.columns[i] = _Columns(plan.stamps[i], values)  # type: ignore[arg-type]
+    return cols
+
+
+_SHARED: dict[tuple, bytes] = {}
+_SHARED_LIMIT = 4096
+
+
+def _shared_wire(pairs: tuple[tuple[str, bytes | None], ...]) -> bytes:
+    """The wire form of headers all records of a batch get; the same from batch to batch
+    (audit's hop headers change once a millisecond), so it is kept."""
+    wire = _SHARED.get(pairs)
+    if wire is None:
+        if len(_SHARED) >= _SHARED_LIMIT:
+            _SHARED.clear()
+        wire = _SHARED[pairs] = stamping.headers_wire(pairs)
+    return wire
+
+
+class _Counted(dict):
+    """The member counters one run made, created on first use: {interceptor: MemberStats}."""
+
+    def __init__(self, members: dict[Interceptor, ChainMember]) -> None:
+        super().__init__()
+        self.members = members
+
+    def __missing__(self, interceptor: Interceptor) -> MemberStats:
+        m = self.members[interceptor]
+        st = self[interceptor] = MemberStats(m.name, m.type, shadow=m.shadow)
+        return st
+
+
 class _Run:
-    """One `process` call: its context and its own counters (`stats`, in plan order), merged
-    into the chain's when it ends, so that runs in several threads never share a counter."""
+    """One `process` call: its context and its own counters, merged into the chain's when it
+    ends, so that runs in several threads never share a counter.
 
-    __slots__ = ("ctx", "stats", "totals", "records", "muted", "traces_mark")
+    Every member of the plan sees the same records, so `seen` is one count; `changed`,
+    `added` and `removed` are per member (plan order); the rest of a member's counters are
+    in `counted` (`of`)."""
 
-    def __init__(self, path: str, plan: _Plan, ctx: RecordContext, records: int) -> None:
+    __slots__ = ("ctx", "plan", "counted", "seen", "changed", "added", "removed", "batches",
+                 "batches_changed", "rejected", "records", "muted", "traces_mark")
+
+    def __init__(self, plan: _Plan, ctx: RecordContext, records: int) -> None:
+        n = len(plan.members)
         self.ctx = ctx
-        self.stats = tuple(MemberStats(m.name, m.type) for m in plan.members)
-        self.totals = ChainStats(path, {m.name: st for m, st in zip(plan.members, self.stats,
-                                                                        strict=True)})
+        self.plan = plan
+        self.counted = _Counted(plan.by_interceptor)
+        self.seen = 0
+        self.changed = [0] * n
+        self.added = [0] * n
+        self.removed = [0] * n
+        self.batches = self.batches_changed = self.rejected = 0
         self.records = records  # in the whole partition, for rejections
         self.muted: set[int] = set()  # shadow members that would have refused the partition
         self.traces_mark = 0
+
+    def of(self, i: int) -> MemberStats:
+        """Member i's counters of this run."""
+        return self.counted[self.plan.members[i].interceptor]
+
+    def totals(self, path: str) -> ChainStats:
+        """This run's counters as a `ChainStats`."""
+        stats = ChainStats(path, {}, self.batches, self.batches_changed, self.seen,
+                           self.rejected)
+        for i, m in enumerate(self.plan.members):
+            st = MemberStats(m.name, m.type, self.seen, self.changed[i], self.added[i],
+                             self.removed[i], shadow=m.shadow)
+            if m.interceptor in self.counted:
+                st.merge(self.counted[m.interceptor])
+            stats.members[m.name] = st
+        return stats
 
 
 class _Batch:
@@ -380,17 +453,31 @@ class _Chain:
 
     def _start(self, plan: _Plan, ctx: RecordContext, batches: list[Any]) -> _Run:
         records = sum(b.record_count for b in batches if not isinstance(b, _RAW))
-        run = _Run(self.path, plan, ctx, records)
-        _RUN.stats = {m.interceptor: st for m, st in zip(plan.members, run.stats, strict=True)}
+        run = _Run(plan, ctx, records)
+        _RUN.stats = run.counted
         return run
 
     def _end(self, run: _Run, counts: Callable[[ChainStats], None] | None) -> None:
         """Merge the run's counters into the chain's (`counts` sees the run's alone first)."""
         _RUN.stats = None
         if counts is not None:
-            counts(run.totals)
+            counts(run.totals(self.path))
+        members = self.stats.members
         with self._merging:
-            self.stats.merge(run.totals)
+            stats = self.stats
+            stats.batches_seen += run.batches
+            stats.batches_changed += run.batches_changed
+            stats.records_seen += run.seen
+            stats.partitions_rejected += run.rejected
+            for i, m in enumerate(run.plan.members):
+                st = members[m.name]
+                st.records_seen += run.seen
+                st.records_changed += run.changed[i]
+                st.headers_added += run.added[i]
+                st.headers_removed += run.removed[i]
+                counted = run.counted.get(m.interceptor)
+                if counted is not None:
+                    st.merge(counted)
 
     # -- one batch ------------------------------------------------------------------------------
 
@@ -441,13 +528,13 @@ class _Chain:
                 if plan.hooks[i]:
                     icpt.on_batch(ctx)
                 if plan.stamps[i] is not None:
-                    columns[i] = _Columns(plan.stamps[i], icpt.columns(ctx))
+                    columns[i] = _columns(plan, i, ctx)
             except Exception as exc:
                 if plan.shadow[i]:
                     self._shadow_failure(plan, run, i, exc, batch.record_count)
                     continue
                 self._failure(plan, run, i, exc, -1)  # returns on "drop"
-                run.stats[i].add_dropped("error", batch.remove_records(lambda _r: True))
+                run.of(i).add_dropped("error", batch.remove_records(lambda _r: True))
                 return None
         return columns
 
@@ -461,9 +548,11 @@ class _Chain:
         """
         fast = plan.fast
         if (fast is None or fast.wire_keys is None or fast.wire_prefixes is None
-                or type(batch) is not RecordBatch or batch.parsed
-                or not all(c.bulk for c in columns)):
+                or type(batch) is not RecordBatch or batch.parsed):
             return False
+        for cols in columns:
+            if not cols.bulk:
+                return False
         n = batch.record_count
         if not n or stamping.watched(batch, fast.wire_keys, fast.wire_prefixes):
             return False
@@ -474,10 +563,10 @@ class _Chain:
         zeros = [0] * len(columns)
         for i, cols in enumerate(columns):
             try:
-                wire += cols.wire(n)
+                wire += cols.wire(ctx, n)
             except Exception as exc:
                 self._failure(plan, run, i, exc, -1)  # returns on "drop"
-                run.stats[i].add_dropped("error", batch.remove_records(lambda _r: True))
+                run.of(i).add_dropped("error", batch.remove_records(lambda _r: True))
                 self._account(run, n, *fast.counts(n, i), zeros, True)
                 return True
         total = sum(fast.sizes)
@@ -495,11 +584,11 @@ class _Chain:
         new = current[:]
         for i, cols in enumerate(columns):
             try:
-                new += cols.row()
+                new += cols.row(ctx)
             except Exception as exc:
                 self._failure(plan, run, i, exc, index)  # returns on "drop"
                 work.drops.add(index)
-                run.stats[i].add_dropped("error")
+                run.of(i).add_dropped("error")
                 changed, added = plan.fast.counts(1, i)  # type: ignore[union-attr]
                 for j in range(i):  # the members before i did append
                     work.changed[j] += changed[j]
@@ -535,7 +624,7 @@ class _Chain:
             try:
                 cols = columns[i]
                 if cols is not None and not _looks(plan.stamps[i], headers):
-                    headers.extend(cols.row())
+                    headers.extend(cols.row(ctx))
                     verdict = None
                 else:
                     verdict = calls[i](ctx, headers)
@@ -545,7 +634,7 @@ class _Chain:
             except Exception as exc:
                 self._failure(plan, run, i, exc, index)  # returns on "drop"
                 work.drops.add(index)
-                run.stats[i].add_dropped("error")
+                run.of(i).add_dropped("error")
                 break
             if headers.mutations != mutations:
                 mutations = headers.mutations
@@ -556,7 +645,7 @@ class _Chain:
                 removed = headers.removed
             if verdict is DROP:
                 work.drops.add(index)
-                run.stats[i].add_dropped("filtered")
+                run.of(i).add_dropped("filtered")
                 break
         if headers.mutations or ctx.staged is not None:
             work.edits.append((record, headers, ctx.staged))
@@ -587,16 +676,14 @@ class _Chain:
     def _account(self, run: _Run, count: int, changed: list[int], added: list[int],
                  removed: list[int], batch_changed: bool) -> None:
         """Add one batch of `count` records to the run's counters."""
-        for i, st in enumerate(run.stats):
-            st.records_seen += count
-            st.records_changed += changed[i]
-            st.headers_added += added[i]
-            st.headers_removed += removed[i]
-        totals = run.totals
-        totals.batches_seen += 1
-        totals.records_seen += count
+        for i in range(len(changed)):
+            run.changed[i] += changed[i]
+            run.added[i] += added[i]
+            run.removed[i] += removed[i]
+        run.seen += count
+        run.batches += 1
         if batch_changed:
-            totals.batches_changed += 1
+            run.batches_changed += 1
 
     # -- shadow members: evaluated and counted, nothing changed -----------------------------
 
@@ -606,14 +693,14 @@ class _Chain:
         left them; count what it would have done, then forget it (headers, key and value,
         traces)."""
         ctx = run.ctx
-        st = run.stats[i]
+        st = run.of(i)
         view = Headers(headers.to_list())
         staged = ctx.staged
         ctx.staged = None
         mark = len(ctx.traces)
         try:
             if cols is not None and not _looks(plan.stamps[i], view):
-                view.extend(cols.row())
+                view.extend(cols.row(ctx))
                 verdict = None
             else:
                 verdict = plan.calls[i](ctx, view)
@@ -637,7 +724,7 @@ class _Chain:
     def _shadow_failure(self, plan: _Plan, run: _Run, i: int, exc: Exception, records: int
                         ) -> None:
         """Count what a live member's failure or refusal would have done to `records`."""
-        st = run.stats[i]
+        st = run.of(i)
         if isinstance(exc, RejectRecord) and self.path == PRODUCE:
             st.add_rejected(exc.reason, run.records)
             run.muted.add(i)  # the partition would have ended here
@@ -658,7 +745,7 @@ class _Chain:
         ctx = run.ctx
         if isinstance(exc, RejectRecord) and self.path == PRODUCE:
             raise _Failed((i, exc, index))
-        self._log_failure(member, run.stats[i], exc, ctx)
+        self._log_failure(member, run.of(i), exc, ctx)
         policy = member.on_error
         if policy == "drop":
             return
@@ -742,7 +829,7 @@ class ProduceChain(_Chain):
                 return self._reject(plan, run, _LEGACY, blamed)
             for i, m in enumerate(plan.members):
                 if m.shadow and m.interceptor.enforcing:
-                    run.stats[i].add_rejected(_LEGACY.reason, run.records)
+                    run.of(i).add_rejected(_LEGACY.reason, run.records)
         for batch in batches:
             if _is_batch(batch):
                 try:
@@ -758,9 +845,9 @@ class ProduceChain(_Chain):
     def _reject(self, plan: _Plan, run: _Run, rejection: RejectRecord, blamed: list[int],
                 index: int = -1) -> PartitionOutcome:
         """The outcome refusing the partition; `index` is the culprit record's, if known."""
-        run.totals.partitions_rejected += 1
+        run.rejected += 1
         for i in blamed:
-            run.stats[i].add_rejected(rejection.reason, run.records)
+            run.of(i).add_rejected(rejection.reason, run.records)
         message = (rejection.message
                    or f"record refused by interceptor '{plan.members[blamed[0]].name}'")
         record_errors = ((index, message),) if index >= 0 else ()

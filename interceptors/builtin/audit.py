@@ -85,6 +85,7 @@ class _Stamp:
     hop: HeaderBlock  # the hop-level headers
     uuid_prefix: bytes
     origin: bytes | None
+    columns: list[ColumnValue]  # for `Audit.columns`
 
 
 class Audit(Interceptor):
@@ -149,18 +150,18 @@ class Audit(Interceptor):
             "time": str(now).encode(),
         }
         hop = HeaderBlock((self._k[f], values[f]) for f in self._hop_fields)
-        return _Stamp(conn, moment, self._is_trusted(conn), hop, uuid7_prefix(now), cluster)
+        prefix = uuid7_prefix(now)
+        # The hop headers are the same for the batch; the message id is made per record.
+        columns: list[ColumnValue] = [value for _, value in hop]
+        if self._k_msg is not None:
+            columns.append(PerRecord(lambda _ctx: uuid7(prefix),
+                                     lambda _ctx, n: uuid7_many(prefix, n)))
+        if self._k_origin is not None:
+            columns.append(cluster)
+        return _Stamp(conn, moment, self._is_trusted(conn), hop, prefix, cluster, columns)
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
-        """The hop headers are the same for the batch; the message id is made per record."""
-        stamp: _Stamp = ctx.memo[self]
-        out: list[ColumnValue] = [value for _, value in stamp.hop]
-        if self._k_msg is not None:
-            prefix = stamp.uuid_prefix
-            out.append(PerRecord(lambda: uuid7(prefix), lambda n: uuid7_many(prefix, n)))
-        if self._k_origin is not None:
-            out.append(stamp.origin)
-        return out
+        return ctx.memo[self].columns
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         # Called for records with a header under the prefix only (see `stamps`).

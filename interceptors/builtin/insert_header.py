@@ -150,6 +150,8 @@ class InsertHeader(Interceptor):
         # appended.
         watched = frozenset() if self._mode == "add" else frozenset((self._key,))
         self.stamps = Stamps((self._key,), watched)
+        self._fixed: list[ColumnValue] = [self._value]
+        self._uuids: list[ColumnValue] = [PerRecord(lambda ctx: _render_uuid(ctx.memo[self]))]
 
     def on_batch(self, ctx: RecordContext) -> None:
         # The template with the batch's placeholders filled: the value, or the fragments
@@ -160,9 +162,8 @@ class InsertHeader(Interceptor):
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
         if self._per_record:
-            fragments = ctx.memo[self]
-            return [PerRecord(lambda: _render_uuid(fragments))]
-        return [self._batch_value(ctx)]
+            return self._uuids
+        return [ctx.memo[self]] if self._template is not None else self._fixed
 
     def _batch_value(self, ctx: RecordContext) -> bytes | None:
         return ctx.memo[self] if self._template is not None else self._value

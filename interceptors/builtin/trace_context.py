@@ -94,14 +94,17 @@ class TraceContext(Interceptor):
         # headers or trace id copies every record is looked at.
         if not (self._b3_read or self._b3_write or self._copies):
             self.stamps = Stamps((TRACEPARENT,), frozenset((TRACEPARENT, TRACESTATE)))
+        # A new context per record (or one per batch), in bulk from one draw of ids.
+        self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
 
     def on_batch(self, ctx: RecordContext) -> None:
         ctx.memo[self] = _Batch()
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
-        """A new context per record (or one per batch), in bulk from one draw of ids."""
-        return [PerRecord(lambda: self._new_context(ctx, self._sampled),
-                          lambda n: self._new_contexts(ctx, n))]
+        return self._columns
+
+    def _new_sampled(self, ctx: RecordContext) -> bytes:
+        return self._new_context(ctx, self._sampled)
 
     def _new_contexts(self, ctx: RecordContext, n: int) -> list[bytes]:
         """The values of n calls of `_new_context`, from one draw of ids."""
