@@ -370,7 +370,7 @@ class _Batch:
     """What the record path found in one batch, committed at its end."""
 
     __slots__ = ("changed", "added", "removed", "edits", "appended", "drops", "stamped",
-                 "count")
+                 "count", "muted")
 
     def __init__(self, members: int) -> None:
         self.changed = [0] * members
@@ -381,6 +381,7 @@ class _Batch:
         self.drops: set[int] = set()  # indexes of records to remove
         self.stamped = 0  # records stamped by every member on the append path
         self.count = 0
+        self.muted: set[int] = set()  # shadow members that would have ended the batch
 
 
 class _Failed(Exception):
@@ -489,7 +490,8 @@ class _Chain:
         ctx = run.ctx
         ctx.batch = batch
         run.traces_mark = len(ctx.traces)
-        columns = self._start_batch(plan, batch, run)
+        work = _Batch(len(plan.members))
+        columns = self._start_batch(plan, batch, run, work)
         if columns is None or self._stamp_batch(plan, batch, run, columns):
             return
         readonly = plan.mode == "read"
@@ -497,7 +499,6 @@ class _Chain:
         records = None if iter_headers is not None else batch.records
         source = iter_headers() if iter_headers is not None else records
         fast = plan.fast if records is not None else None
-        work = _Batch(len(plan.members))
         for index, item in enumerate(source):
             work.count += 1
             if fast is not None:
@@ -514,7 +515,8 @@ class _Chain:
                 work.added[i] += counts[1][i]
         self._account(run, work.count, work.changed, work.added, work.removed, changed)
 
-    def _start_batch(self, plan: _Plan, batch: Any, run: _Run) -> list[Any] | None:
+    def _start_batch(self, plan: _Plan, batch: Any, run: _Run, work: _Batch
+                     ) -> list[Any] | None:
         """Call the members' `on_batch` and take the stamping members' columns (None for the
         others, and for shadow members that failed here). None when the batch was dropped
         (a member failed under ``on_error: drop``)."""
@@ -531,7 +533,8 @@ class _Chain:
                     columns[i] = _columns(plan, i, ctx)
             except Exception as exc:
                 if plan.shadow[i]:
-                    self._shadow_failure(plan, run, i, exc, batch.record_count)
+                    self._shadow_failure(plan, run, i, exc, batch.record_count, work)
+                    work.muted.add(i)
                     continue
                 self._failure(plan, run, i, exc, -1)  # returns on "drop"
                 run.of(i).add_dropped("error", batch.remove_records(lambda _r: True))
@@ -618,7 +621,7 @@ class _Chain:
         mutations = added = removed = 0
         for i in range(len(calls)):
             if plan.shadow[i]:
-                if i not in run.muted:
+                if i not in run.muted and i not in work.muted:
                     self._shadow_record(plan, run, work, i, columns[i], headers)
                 continue
             try:
@@ -709,7 +712,7 @@ class _Chain:
                         _bad_verdict(verdict, self.path == FETCH)
             would_stage = ctx.staged is not None
         except Exception as exc:
-            self._shadow_failure(plan, run, i, exc, 1)
+            self._shadow_failure(plan, run, i, exc, 1, work)
             return
         finally:
             del ctx.traces[mark:]
@@ -721,21 +724,27 @@ class _Chain:
         if verdict is DROP:
             st.add_dropped("filtered")
 
-    def _shadow_failure(self, plan: _Plan, run: _Run, i: int, exc: Exception, records: int
-                        ) -> None:
-        """Count what a live member's failure or refusal would have done to `records`."""
+    def _shadow_failure(self, plan: _Plan, run: _Run, i: int, exc: Exception, records: int,
+                        work: _Batch | None = None) -> None:
+        """Count what a live member's failure or refusal would have done to `records` (1, or
+        the batch's when `on_batch` failed). Where the live member would have ended the batch
+        or the partition, the shadow member stops too and its changes to the batch are not
+        counted, as a live member's would not be."""
         st = run.of(i)
-        if isinstance(exc, RejectRecord) and self.path == PRODUCE:
-            st.add_rejected(exc.reason, run.records)
-            run.muted.add(i)  # the partition would have ended here
-            return
-        self._log_failure(plan.members[i], st, exc, run.ctx)
+        refused = isinstance(exc, RejectRecord) and self.path == PRODUCE
+        if not refused:
+            self._log_failure(plan.members[i], st, exc, run.ctx)
         policy = plan.members[i].on_error
-        if policy == "drop":
+        if not refused and policy == "drop":
             st.add_dropped("error", records)
-        elif policy == "reject":
-            st.add_rejected("member_error", run.records)
-            run.muted.add(i)
+            return
+        if refused or policy == "reject":
+            reason = exc.reason if refused else "member_error"  # type: ignore[attr-defined]
+            st.add_rejected(reason, run.records)
+            run.muted.add(i)  # the partition would have ended here
+        if work is not None:
+            work.changed[i] = work.added[i] = work.removed[i] = 0
+            work.muted.add(i)  # the batch would have ended here
 
     # -- failures -------------------------------------------------------------------------------
 
