@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from interceptors.stats import MemberStats
 
-# The counters of the run in progress on this thread: {member: MemberStats} (see `stats`).
+# The counters of the run in progress on this thread: {member: MemberStats}, made on first
+# use (see `stats`).
 _RUN = threading.local()
 
 if TYPE_CHECKING:
@@ -163,9 +164,10 @@ class Interceptor:
         the run ends, so runs in several threads never count into the same object)."""
         run = getattr(_RUN, "stats", None)
         if run is not None:
-            mine = run.get(self)
-            if mine is not None:
-                return mine
+            try:
+                return run[self]  # made on first use
+            except KeyError:  # not a member of the running plan
+                pass
         return self._stats
 
     @stats.setter

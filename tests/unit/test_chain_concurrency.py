@@ -71,3 +71,19 @@ def test_a_member_that_is_not_concurrent_makes_its_plan_serial():
                                                       topics=lambda topic: topic == "t")])
     assert serial.serial("t", ConnectionInfo())
     assert not serial.serial("other", ConnectionInfo())
+
+
+def test_members_count_into_their_run_and_the_run_into_the_chain():
+    chain = build_chains({"produce": [{"type": "audit"}]}).produce
+    audit = chain.members[0].interceptor
+    shared = chain.stats.members["audit"]
+    seen = []
+
+    def spy(run):
+        seen.append(run.members["audit"].events)
+        assert shared.events == {}  # not merged yet: the run counted into its own
+
+    batch = split_batches(build_batch([Record(b"k", b"v", [("herald.x", b"1")])]))
+    chain.process("t", 0, batch, ConnectionInfo(), counts=spy)
+    assert seen == [{"forged_stripped": 1}] and shared.events == {"forged_stripped": 1}
+    assert audit.stats is shared  # outside a run
