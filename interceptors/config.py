@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor
+from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor, Stamps
 from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
 from interceptors.context import ProxyInfo
 from interceptors.errors import ConfigError, InvalidConfig
@@ -150,7 +150,7 @@ def _instantiate(
     cls: type[Interceptor], config: Any, env: ProxyInfo, path: str, type_name: str
 ) -> Interceptor:
     try:
-        return cls(config, env)
+        interceptor = cls(config, env)
     except InvalidConfig as exc:
         raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
                           else f"{path}: {exc.message}") from None
@@ -160,3 +160,9 @@ def _instantiate(
         raise ConfigError(
             f"{path}: interceptor {type_name!r} failed to start: {type(exc).__name__}: {exc}"
         ) from exc
+    stamps = interceptor.stamps
+    if stamps is not None and (not isinstance(stamps, Stamps)
+                               or type(interceptor).columns is Interceptor.columns):
+        raise ConfigError(f"{path}: interceptor {type_name!r} declares stamps but they are not "
+                          "a Stamps, or it does not implement columns()")
+    return interceptor

@@ -81,6 +81,15 @@ class StampTag(Interceptor):
         headers.add("req", self._one(ctx))
 
 
+class StampsNoColumns(Interceptor):
+    def __init__(self, config, env):
+        super().__init__(config, env)
+        self.stamps = Stamps(("a",))
+
+    def on_record(self, ctx, headers):
+        return None
+
+
 class NotAnInterceptor:
     pass
 
@@ -111,6 +120,7 @@ def tenant_plugin(tmp_path, monkeypatch):
         [herald.interceptors]
         tenant_tag = herald_tenant_plugin:TenantTag
         stamp_tag = herald_tenant_plugin:StampTag
+        stamps_no_columns = herald_tenant_plugin:StampsNoColumns
         not_interceptor = herald_tenant_plugin:NotAnInterceptor
         bad_config = herald_tenant_plugin:NoConfigDataclass
         missing = herald_tenant_plugin:DoesNotExist
@@ -196,3 +206,9 @@ def test_a_stamping_plugin_takes_the_fast_paths_with_the_record_paths_result(ten
     ]
     # The first batch was stamped whole (one bulk call), the second record by record.
     assert events == {"bulk": 1, "kept": 1} and reference_events == {"kept": 1}
+
+
+def test_a_plugin_that_declares_stamps_must_give_columns(tenant_plugin):
+    with pytest.raises(ConfigError, match=r"produce\[0\]: interceptor 'stamps_no_columns' "
+                                          r"declares stamps"):
+        build_chains({"produce": [{"type": "stamps_no_columns"}]})
