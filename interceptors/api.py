@@ -50,8 +50,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from interceptors.stats import MemberStats
 
-# The counters of the run in progress on this thread: {member: MemberStats}, made on first
-# use (see `stats`).
+# The chain run in progress on this thread, whose counters members count into (see `stats`).
 _RUN = threading.local()
 
 if TYPE_CHECKING:
@@ -162,12 +161,11 @@ class Interceptor:
     def stats(self) -> MemberStats:
         """This member's counters; during a run, the run's own (merged into the chain's when
         the run ends, so runs in several threads never count into the same object)."""
-        run = getattr(_RUN, "stats", None)
+        run = getattr(_RUN, "run", None)
         if run is not None:
-            try:
-                return run[self]  # made on first use
-            except KeyError:  # not a member of the running plan
-                pass
+            mine = run.counter(self)  # made on first use; None if not a member of the run
+            if mine is not None:
+                return mine
         return self._stats
 
     @stats.setter

@@ -311,19 +311,6 @@ def _shared_wire(pairs: tuple[tuple[str, bytes | None], ...]) -> bytes:
     return wire
 
 
-class _Counted(dict):
-    """The member counters one run made, created on first use: {interceptor: MemberStats}."""
-
-    def __init__(self, members: dict[Interceptor, ChainMember]) -> None:
-        super().__init__()
-        self.members = members
-
-    def __missing__(self, interceptor: Interceptor) -> MemberStats:
-        m = self.members[interceptor]
-        st = self[interceptor] = MemberStats(m.name, m.type, shadow=m.shadow)
-        return st
-
-
 class _Run:
     """One `process` call: its context and its own counters, merged into the chain's when it
     ends, so that runs in several threads never share a counter.
@@ -339,7 +326,7 @@ class _Run:
         n = len(plan.members)
         self.ctx = ctx
         self.plan = plan
-        self.counted = _Counted(plan.by_interceptor)
+        self.counted: dict[Interceptor, MemberStats] = {}
         self.seen = 0
         self.changed = [0] * n
         self.added = [0] * n
@@ -351,7 +338,17 @@ class _Run:
 
     def of(self, i: int) -> MemberStats:
         """Member i's counters of this run."""
-        return self.counted[self.plan.members[i].interceptor]
+        return self.counter(self.plan.members[i].interceptor)  # type: ignore[return-value]
+
+    def counter(self, interceptor: Interceptor) -> MemberStats | None:
+        """The counters of a member of this run (made on first use), None for others."""
+        st = self.counted.get(interceptor)
+        if st is None:
+            m = self.plan.by_interceptor.get(interceptor)
+            if m is None:
+                return None
+            st = self.counted[interceptor] = MemberStats(m.name, m.type, shadow=m.shadow)
+        return st
 
     def totals(self, path: str) -> ChainStats:
         """This run's counters as a `ChainStats`."""
@@ -372,7 +369,7 @@ class _Batch:
     __slots__ = ("changed", "added", "removed", "edits", "appended", "drops", "stamped",
                  "count", "muted")
 
-    def __init__(self, members: int) -> None:
+    def __init__(self, members: int, muted: set[int]) -> None:
         self.changed = [0] * members
         self.added = [0] * members
         self.removed = [0] * members
@@ -381,7 +378,7 @@ class _Batch:
         self.drops: set[int] = set()  # indexes of records to remove
         self.stamped = 0  # records stamped by every member on the append path
         self.count = 0
-        self.muted: set[int] = set()  # shadow members that would have ended the batch
+        self.muted = muted  # shadow members that would have ended the batch
 
 
 class _Failed(Exception):
@@ -455,12 +452,12 @@ class _Chain:
     def _start(self, plan: _Plan, ctx: RecordContext, batches: list[Any]) -> _Run:
         records = sum(b.record_count for b in batches if not isinstance(b, _RAW))
         run = _Run(plan, ctx, records)
-        _RUN.stats = run.counted
+        _RUN.run = run
         return run
 
     def _end(self, run: _Run, counts: Callable[[ChainStats], None] | None) -> None:
         """Merge the run's counters into the chain's (`counts` sees the run's alone first)."""
-        _RUN.stats = None
+        _RUN.run = None
         if counts is not None:
             counts(run.totals(self.path))
         members = self.stats.members
@@ -490,10 +487,11 @@ class _Chain:
         ctx = run.ctx
         ctx.batch = batch
         run.traces_mark = len(ctx.traces)
-        work = _Batch(len(plan.members))
-        columns = self._start_batch(plan, batch, run, work)
+        muted: set[int] = set()
+        columns = self._start_batch(plan, batch, run, muted)
         if columns is None or self._stamp_batch(plan, batch, run, columns):
             return
+        work = _Batch(len(plan.members), muted)
         readonly = plan.mode == "read"
         iter_headers = getattr(batch, "iter_headers", None) if readonly else None
         records = None if iter_headers is not None else batch.records
@@ -515,11 +513,11 @@ class _Chain:
                 work.added[i] += counts[1][i]
         self._account(run, work.count, work.changed, work.added, work.removed, changed)
 
-    def _start_batch(self, plan: _Plan, batch: Any, run: _Run, work: _Batch
+    def _start_batch(self, plan: _Plan, batch: Any, run: _Run, muted: set[int]
                      ) -> list[Any] | None:
         """Call the members' `on_batch` and take the stamping members' columns (None for the
-        others, and for shadow members that failed here). None when the batch was dropped
-        (a member failed under ``on_error: drop``)."""
+        others). Shadow members that fail here are added to `muted`. None when the batch was
+        dropped (a member failed under ``on_error: drop``)."""
         ctx = run.ctx
         columns: list[Any] = [None] * len(plan.members)
         for i, m in enumerate(plan.members):
@@ -533,8 +531,8 @@ class _Chain:
                     columns[i] = _columns(plan, i, ctx)
             except Exception as exc:
                 if plan.shadow[i]:
-                    self._shadow_failure(plan, run, i, exc, batch.record_count, work)
-                    work.muted.add(i)
+                    self._shadow_failure(plan, run, i, exc, batch.record_count)
+                    muted.add(i)
                     continue
                 self._failure(plan, run, i, exc, -1)  # returns on "drop"
                 run.of(i).add_dropped("error", batch.remove_records(lambda _r: True))

@@ -98,7 +98,8 @@ class TraceContext(Interceptor):
         self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
 
     def on_batch(self, ctx: RecordContext) -> None:
-        ctx.memo[self] = _Batch()
+        if self._per_batch:
+            ctx.memo[self] = _Batch()
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
         return self._columns
