@@ -10,6 +10,9 @@ interceptors comes to direct Kafka throughput (see bench_proxy.py for that end t
 from __future__ import annotations
 
 import argparse
+import cProfile
+import os
+import pstats
 import statistics
 import sys
 import time
@@ -48,6 +51,9 @@ def main() -> None:
     parser.add_argument("--value-size", type=int, default=1024)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the timing, profile one round and print its N costliest "
+                             "functions (own time)")
     args = parser.parse_args()
 
     chains = build_chains({"produce": CHAINS[args.chain]}, ProxyInfo(cluster_id="bench"))
@@ -78,7 +84,14 @@ def main() -> None:
     print(f"chain={args.chain} records/batch={args.records} partitions={args.partitions} "
           f"value={args.value_size} B")
     print(f"  {us:.2f} us/record  {1e6 / us:,.0f} records/s on one core "
-          f"(best of {args.rounds}; median {statistics.median(results) / best:.2f}x best)")
+          f"(best of {args.rounds}; median {statistics.median(results) / best:.2f}x best; "
+          f"load average {os.getloadavg()[0]:.2f})")
+    if args.profile:
+        profile = cProfile.Profile()
+        profile.enable()
+        trio.run(once)
+        profile.disable()
+        pstats.Stats(profile).sort_stats("tottime").print_stats(args.profile)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,20 @@ The proxy builds the chains once from the configuration and calls them per parti
     outcome = chains.produce.process(topic, partition, batches, conn)
     chains.fetch.process(topic, partition, batches, conn)
 
-Plugin authors subclass `Interceptor`; see docs/interceptors.md.
+Plugin authors subclass `Interceptor` (a stamping member also declares `Stamps` and gives
+its columns); see docs/interceptors.md.
 """
 
-from interceptors.api import DROP, KEEP, Interceptor, NoConfig, Verdict
+from interceptors.api import (
+    DROP,
+    KEEP,
+    ColumnValue,
+    Interceptor,
+    NoConfig,
+    PerRecord,
+    Stamps,
+    Verdict,
+)
 from interceptors.chain import ChainMember, Chains, FetchChain, PartitionOutcome, ProduceChain
 from interceptors.config import build_chains
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext, TraceInfo
@@ -31,6 +41,7 @@ __all__ = [
     "ChainMember",
     "ChainStats",
     "Chains",
+    "ColumnValue",
     "ConfigError",
     "ConnectionInfo",
     "FetchChain",
@@ -41,10 +52,12 @@ __all__ = [
     "MemberStats",
     "NoConfig",
     "PartitionOutcome",
+    "PerRecord",
     "ProduceChain",
     "ProxyInfo",
     "RecordContext",
     "RejectRecord",
+    "Stamps",
     "TraceInfo",
     "Verdict",
     "build_chains",

@@ -27,16 +27,31 @@ Class attributes tell the engine what the member needs, so it does no work nobod
 * `default_on_error`: the failure policy when the YAML sets none.
 * `enforcing`: a policy that record batches without headers (magic 0/1) would slip past; the
   produce chain refuses such batches while an enforcing member applies.
+* `stamps`: set by a *stamping* member, one that appends header columns to records it need
+  not look at (`Stamps`, `columns`); the engine then runs it on its fast paths.
+* `concurrent`: whether runs may overlap (below).
+
+Runs. The proxy runs a chain over large batches in worker threads while it keeps running it
+over small ones on its event loop, so several runs of one member may overlap. A member that
+says ``concurrent = True`` keeps no per-run state on ``self``: what lasts a batch goes in
+``ctx.memo[self]`` (set in `on_batch`), what lasts the member's life is immutable or swapped
+whole. Counting through ``self.stats`` is always safe (each run counts into its own
+counters). Runs of chains with a member that leaves `concurrent` False (the default, so
+plugins written for one run at a time keep working) are serialised with each other.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from interceptors.stats import MemberStats
+
+# The chain run in progress on this thread, whose counters members count into (see `stats`).
+_RUN = threading.local()
 
 if TYPE_CHECKING:
     from interceptors.context import ProxyInfo, RecordContext
@@ -63,31 +78,60 @@ DROP = Verdict.DROP
 
 
 @dataclass(frozen=True, slots=True)
-class Appends:
-    """What a built-in member does to a record it has no reason to look at: append headers.
+class Stamps:
+    """The declaration of a *stamping* member: what it reads and which headers it appends.
 
-    The promise: on a record none of whose headers is *watched* (a key in `keys`, or starting
-    with one of `prefixes`), `on_record` does exactly this: append the pairs ``make(ctx)``
-    returns, with the same side effects (events counted, traces noted) in the same order,
-    and returns None. `make` returns `size` checked pairs (str keys, bytes or None values),
-    always that many, with keys from `adds` only.
+    A stamping member appends the same header columns to every record it has no reason to
+    look at. It declares:
 
-    The chain engine then runs such records without a `Headers` wrapper or `on_record` calls,
-    which is most of the per-record cost of stamping members (see `interceptors.chain`).
+    * `appends`: the keys of the headers it appends, in order (one column each);
+    * `watches` / `watch_prefixes`: the header keys (exact, or by prefix) that make it look at
+      a record. Only records carrying such a header reach its `on_record`; every other record
+      gets the columns `Interceptor.columns` gives for the batch, appended by the engine.
 
-    `stamp`, when given, does for `n` such records at once what `n` calls of `make` would do,
-    side effects included, but returns the headers in wire form, as columns for
-    `protocol.stamping.append`: each column is one `bytes` for all records or a list of `n`.
-    When every member of a chain can stamp and no record of a batch has a watched header, the
-    engine stamps the whole batch in one pass and never parses its records into objects.
+    From that the engine derives its fast paths, for built-ins and plugins alike: records
+    nobody watches are stamped without a `Headers` wrapper or any call per member, and when
+    no record of a batch is watched and every per-record column has a bulk maker
+    (`PerRecord.many`), the whole batch is stamped in one pass without parsing its records.
+    A chain takes these paths only when all its members stamp and no member watches a key an
+    earlier one appends; otherwise each record goes through each member in turn, with the
+    same result.
     """
 
-    keys: frozenset[str]
-    prefixes: tuple[str, ...]
-    adds: frozenset[str]
-    size: int
-    make: Callable[[RecordContext], Sequence[tuple[str, bytes | None]]]
-    stamp: Callable[[RecordContext, int], Sequence[bytes | list[bytes]]] | None = None
+    appends: tuple[str, ...]
+    watches: frozenset[str] = frozenset()
+    watch_prefixes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "appends", tuple(self.appends))
+        object.__setattr__(self, "watches", frozenset(self.watches))
+        object.__setattr__(self, "watch_prefixes", tuple(self.watch_prefixes))
+        for key in (*self.appends, *self.watches, *self.watch_prefixes):
+            if type(key) is not str or not key:
+                raise TypeError(f"header keys must be non-empty str, not {key!r}")
+
+    def watched(self, key: str) -> bool:
+        """Does a header with this key make the member look at its record?"""
+        return key in self.watches or key.startswith(self.watch_prefixes)
+
+
+@dataclass(frozen=True, slots=True)
+class PerRecord:
+    """A column whose value is made per record (an id, a new trace context).
+
+    `each(ctx)` makes the value for one record. `many(ctx, n)`, when given, makes the values
+    of `n` records at once (first record first) with the side effects of `n` calls of `each`:
+    it is what lets the engine stamp a whole batch in one pass. Neither may look at the record
+    (`ctx.record` is not set for `many`): a column is what a member appends to records it
+    does not look at. Per-batch state is in ``ctx.memo``.
+    """
+
+    each: Callable[[RecordContext], bytes | None]
+    many: Callable[[RecordContext, int], Sequence[bytes | None]] | None = None
+
+
+ColumnValue = bytes | None | PerRecord
+"""One column of a batch: a value shared by all its records, or a `PerRecord` maker."""
 
 
 @dataclass
@@ -103,32 +147,52 @@ class Interceptor:
     paths: ClassVar[frozenset[str]] = BOTH_PATHS
     default_on_error: ClassVar[str] = "pass"
     enforcing: ClassVar[bool] = False
+    concurrent: ClassVar[bool] = False
+    stamps: Stamps | None = None  # set (usually in __init__) by a stamping member
 
     def __init__(self, config: Any, env: ProxyInfo) -> None:
         self.config = config
         self.env = env
         # Replaced by the chain with this member's own counters; count custom events with
         # ``self.stats.count("name")``.
-        self.stats: MemberStats = MemberStats("unbound", type(self).__name__)
+        self.stats = MemberStats("unbound", type(self).__name__)
+
+    @property
+    def stats(self) -> MemberStats:
+        """This member's counters; during a run, the run's own (merged into the chain's when
+        the run ends, so runs in several threads never count into the same object)."""
+        run = getattr(_RUN, "run", None)
+        if run is not None:
+            mine = run.counter(self)  # made on first use; None if not a member of the run
+            if mine is not None:
+                return mine
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: MemberStats) -> None:
+        self._stats = value
 
     def on_batch(self, ctx: RecordContext) -> None:
         """Called once per record batch before its records (`ctx.batch` is set).
 
         Override to compute what is the same for every record of the batch (time, per-
-        connection values, a per-batch trace context). The engine skips the call for members
-        that do not override it.
+        connection values, a per-batch trace context); keep it in ``ctx.memo[self]``. The
+        engine skips the call for members that do not override it.
         """
 
-    def _appends(self) -> Appends | None:
-        """Internal, for built-in members: how this member treats records it need not look at
-        (`Appends`), if it only appends to them; None otherwise. Asked when the chain plans a
-        topic; an override of `on_record` in a subclass switches it off."""
-        return None
+    def columns(self, ctx: RecordContext) -> Sequence[ColumnValue]:
+        """For a stamping member (`stamps` set): the values of its columns for this batch,
+        one per key of `stamps.appends`. Called once per batch, after `on_batch`.
+
+        Return the very same sequence object while the values do not change (build it once,
+        or once per `on_batch` state): the engine then reuses what it prepared from it."""
+        raise NotImplementedError
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> Verdict | RejectRecord | None:
         """Look at (and possibly change) one record. Runs per record: keep it lean.
 
         Return None or KEEP to keep the record, DROP to remove it (fetch path), or raise or
-        return `RejectRecord` to refuse the whole partition (produce path).
+        return `RejectRecord` to refuse the whole partition (produce path). A stamping member
+        is called only for records carrying a header it watches.
         """
         raise NotImplementedError

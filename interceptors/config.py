@@ -14,7 +14,9 @@ Every member takes these common keys besides its own (see docs/interceptors.md):
 * ``client_ids``: the same, for client ids (default: every client);
 * ``on_error``: ``reject`` or ``pass`` on the produce path, ``pass`` or ``drop`` on the fetch
   path (default: the interceptor's own, e.g. ``reject`` for audit and policies, else
-  ``pass``).
+  ``pass``);
+* ``shadow``: true to evaluate and count the member without applying anything it does
+  (default false; a reload without it promotes the member).
 
 Any error raises `ConfigError` naming the path of the bad key, e.g.
 ``interceptors.produce[2].header: required``.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor
+from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor, Stamps
 from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
 from interceptors.context import ProxyInfo
 from interceptors.errors import ConfigError, InvalidConfig
@@ -34,7 +36,7 @@ from interceptors.schema import build_config
 
 __all__ = ["COMMON_KEYS", "ConfigError", "build_chains"]
 
-COMMON_KEYS = ("type", "name", "topics", "client_ids", "on_error")
+COMMON_KEYS = ("type", "name", "topics", "client_ids", "on_error", "shadow")
 
 
 def build_chains(
@@ -135,17 +137,20 @@ def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registr
     else:
         on_error = cls.default_on_error if cls.default_on_error in allowed else "pass"
 
+    shadow = entry.get("shadow", False)
+    if not isinstance(shadow, bool):
+        raise ConfigError(f"{path}.shadow: expected true or false, got {shadow!r}")
     own = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
     config = build_config(cls.Config, own, path, COMMON_KEYS)
     interceptor = _instantiate(cls, config, env, path, type_name)
-    return ChainMember(name, interceptor, topics, client_ids, on_error, type_name)
+    return ChainMember(name, interceptor, topics, client_ids, on_error, type_name, shadow)
 
 
 def _instantiate(
     cls: type[Interceptor], config: Any, env: ProxyInfo, path: str, type_name: str
 ) -> Interceptor:
     try:
-        return cls(config, env)
+        interceptor = cls(config, env)
     except InvalidConfig as exc:
         raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
                           else f"{path}: {exc.message}") from None
@@ -155,3 +160,9 @@ def _instantiate(
         raise ConfigError(
             f"{path}: interceptor {type_name!r} failed to start: {type(exc).__name__}: {exc}"
         ) from exc
+    stamps = interceptor.stamps
+    if stamps is not None and (not isinstance(stamps, Stamps)
+                               or type(interceptor).columns is Interceptor.columns):
+        raise ConfigError(f"{path}: interceptor {type_name!r} declares stamps but they are not "
+                          "a Stamps, or it does not implement columns()")
+    return interceptor

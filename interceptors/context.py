@@ -88,6 +88,10 @@ class RecordContext:
 
     `notes_traces` is False when nobody will read the traces members note (tracing is off):
     `note_trace` then keeps nothing, and members may skip the work of noting altogether.
+
+    `memo` is where members keep what lasts a batch, under their own key
+    (``ctx.memo[self] = ...`` in `on_batch`): it belongs to this run alone, whereas the member
+    object is shared by runs that may overlap in several threads.
     """
 
     __slots__ = (
@@ -101,6 +105,7 @@ class RecordContext:
         "traces",
         "staged",
         "notes_traces",
+        "memo",
         "_key_value",
     )
 
@@ -124,6 +129,7 @@ class RecordContext:
         self.traces: list[TraceInfo] = []
         self.staged: dict[str, bytes | None] | None = None
         self.notes_traces = notes_traces
+        self.memo: dict[Any, Any] = {}
         self._key_value = key_value
 
     @property

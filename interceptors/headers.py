@@ -54,11 +54,12 @@ class HeaderBlock(tuple):
 class Headers:
     """Ordered, multi-valued record headers with change tracking.
 
-    `mutations` counts the changes made through this wrapper and `added` the headers added; the
-    chain engine reads both to attribute changes to chain members.
+    `mutations` counts the changes made through this wrapper, `added` the headers added and
+    `removed` the headers removed; the chain engine reads them to attribute changes to chain
+    members.
     """
 
-    __slots__ = ("_orig", "_items", "_readonly", "mutations", "added")
+    __slots__ = ("_orig", "_items", "_readonly", "mutations", "added", "removed")
 
     def __init__(self, items: list[Header] | None = None, *, readonly: bool = False) -> None:
         if items is None:
@@ -68,6 +69,7 @@ class Headers:
         self._readonly = readonly
         self.mutations = 0
         self.added = 0
+        self.removed = 0
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -195,6 +197,7 @@ class Headers:
             self._check_writable()
             self._items = kept
             self.mutations += 1
+            self.removed += removed
         return removed
 
     def set(self, key: str, value: bytes | None) -> None:
@@ -231,6 +234,7 @@ class Headers:
         new[first] = (key, value)
         self._items = new
         self.mutations += 1
+        self.removed += n - 1
 
     def rename(self, old: str, new: str) -> int:
         """Give every header named `old` the key `new`, in place; return how many."""
@@ -249,6 +253,7 @@ class Headers:
     def clear(self) -> None:
         if self._items:
             self._check_writable()
+            self.removed += len(self._items)
             self._items = []
             self.mutations += 1
 

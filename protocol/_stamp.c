@@ -257,26 +257,76 @@ static unsigned char *put_varint(unsigned char *out, uint64_t v) {
     return out;
 }
 
-/* The wire tail of record i: the i-th item of each column, or the column itself. */
+static uint64_t zigzag(int64_t v) {
+    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
+}
+
+/* A column is bytes (the same piece for every record), a list of bytes (one piece per
+ * record), or a (key, values) tuple: the wire form of a header key, then per record a value
+ * (bytes, or None for a null value) written behind its zigzag length. */
+static Py_ssize_t piece_size(PyObject *col, Py_ssize_t i) {
+    if (PyBytes_CheckExact(col)) {
+        return PyBytes_GET_SIZE(col);
+    }
+    if (PyList_CheckExact(col)) {
+        return PyBytes_GET_SIZE(PyList_GET_ITEM(col, i));
+    }
+    PyObject *value = PyList_GET_ITEM(PyTuple_GET_ITEM(col, 1), i);
+    Py_ssize_t key = PyBytes_GET_SIZE(PyTuple_GET_ITEM(col, 0));
+    if (value == Py_None) {
+        return key + 1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(value);
+    return key + varint_size(zigzag(n)) + n;
+}
+
+/* The wire tail of record i: its piece of each column. */
 static Py_ssize_t tail_size(PyObject *columns, Py_ssize_t i) {
     Py_ssize_t size = 0;
     for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
-        PyObject *col = PyTuple_GET_ITEM(columns, c);
-        PyObject *piece = PyList_Check(col) ? PyList_GET_ITEM(col, i) : col;
-        size += PyBytes_GET_SIZE(piece);
+        size += piece_size(PyTuple_GET_ITEM(columns, c), i);
     }
     return size;
+}
+
+static unsigned char *put_bytes(unsigned char *out, PyObject *piece) {
+    Py_ssize_t n = PyBytes_GET_SIZE(piece);
+    memcpy(out, PyBytes_AS_STRING(piece), n);
+    return out + n;
 }
 
 static unsigned char *put_tail(unsigned char *out, PyObject *columns, Py_ssize_t i) {
     for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
         PyObject *col = PyTuple_GET_ITEM(columns, c);
-        PyObject *piece = PyList_Check(col) ? PyList_GET_ITEM(col, i) : col;
-        Py_ssize_t n = PyBytes_GET_SIZE(piece);
-        memcpy(out, PyBytes_AS_STRING(piece), n);
-        out += n;
+        if (PyBytes_CheckExact(col)) {
+            out = put_bytes(out, col);
+        } else if (PyList_CheckExact(col)) {
+            out = put_bytes(out, PyList_GET_ITEM(col, i));
+        } else {
+            PyObject *value = PyList_GET_ITEM(PyTuple_GET_ITEM(col, 1), i);
+            out = put_bytes(out, PyTuple_GET_ITEM(col, 0));
+            if (value == Py_None) {
+                *out++ = 1;  /* zigzag(-1): a null value */
+            } else {
+                out = put_varint(out, zigzag(PyBytes_GET_SIZE(value)));
+                out = put_bytes(out, value);
+            }
+        }
     }
     return out;
+}
+
+static int check_list(PyObject *list, Py_ssize_t count, int nulls) {
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) != count) {
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (!PyBytes_CheckExact(item) && !(nulls && item == Py_None)) {
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static int check_columns(PyObject *columns, Py_ssize_t count) {
@@ -286,26 +336,23 @@ static int check_columns(PyObject *columns, Py_ssize_t count) {
     }
     for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
         PyObject *col = PyTuple_GET_ITEM(columns, c);
-        if (PyBytes_Check(col)) {
-            continue;
+        int ok;
+        if (PyBytes_CheckExact(col)) {
+            ok = 1;
+        } else if (PyTuple_CheckExact(col)) {
+            ok = PyTuple_GET_SIZE(col) == 2 && PyBytes_CheckExact(PyTuple_GET_ITEM(col, 0)) &&
+                 check_list(PyTuple_GET_ITEM(col, 1), count, 1);
+        } else {
+            ok = check_list(col, count, 0);
         }
-        if (!PyList_Check(col) || PyList_GET_SIZE(col) != count) {
+        if (!ok) {
             PyErr_SetString(PyExc_TypeError,
-                            "a column must be bytes or a list of bytes, one per record");
+                            "a column must be bytes, a list of bytes (one per record), or a "
+                            "(key, values) tuple with one bytes or None value per record");
             return 0;
-        }
-        for (Py_ssize_t i = 0; i < count; i++) {
-            if (!PyBytes_Check(PyList_GET_ITEM(col, i))) {
-                PyErr_SetString(PyExc_TypeError, "a column's items must be bytes");
-                return 0;
-            }
         }
     }
     return 1;
-}
-
-static uint64_t zigzag(int64_t v) {
-    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
 }
 
 static PyObject *append(PyObject *self, PyObject *args) {

@@ -9,7 +9,8 @@ objects costs a parse, a header list and an encode each. Here a whole batch is d
 * `append` writes every record again with more headers: the original bytes from attributes
   through the old headers are reused, behind a new length and header count, followed by the
   record's share of each *column*. A column is the wire form of headers either shared by all
-  records (one `bytes`) or one per record (a list of `bytes`).
+  records (one `bytes`) or one per record (a list of `bytes`), or one header per record given
+  as its key's wire form and the values (`value_column`).
 
 Both are done by the optional native module `protocol._stamp` when it was built (setup.py),
 else by the Python functions below, which are the reference: tests hold the two to the same
@@ -46,13 +47,14 @@ __all__ = [
     "header_head",
     "headers_wire",
     "hex_column",
+    "value_column",
     "watched",
     "wire_keys",
 ]
 
 NATIVE = _native is not None
 
-Column = bytes | list[bytes]
+Column = bytes | list[bytes] | tuple[bytes, list[bytes | None]]
 
 
 def wire_keys(keys: Sequence[str]) -> tuple[bytes, ...] | None:
@@ -156,12 +158,37 @@ def _py_watched(buf: bytes, start: int, end: int, count: int, keys: tuple[bytes,
     return out
 
 
+def _column_ok(column: object, count: int) -> bool:
+    if type(column) is bytes:
+        return True
+    if type(column) is tuple:
+        return (len(column) == 2 and type(column[0]) is bytes and type(column[1]) is list
+                and len(column[1]) == count
+                and all(v is None or type(v) is bytes for v in column[1]))
+    return (type(column) is list and len(column) == count
+            and all(type(p) is bytes for p in column))
+
+
+def _piece(column: Column, index: int) -> bytes:
+    """Record `index`'s share of a column."""
+    if type(column) is bytes:
+        return column
+    if type(column) is list:
+        return column[index]
+    key, values = column
+    value = values[index]
+    if value is None:
+        return key + b"\x01"
+    n = len(value)
+    return key + (_VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n)) + value
+
+
 def _py_append(buf: bytes, start: int, end: int, count: int, added: int,
                columns: tuple[Column, ...]) -> bytes:
     for column in columns:
-        if type(column) is not bytes and (type(column) is not list or len(column) != count
-                                          or any(type(p) is not bytes for p in column)):
-            raise TypeError("a column must be bytes or a list of bytes, one per record")
+        if not _column_ok(column, count):
+            raise TypeError("a column must be bytes, a list of bytes (one per record), or a "
+                            "(key, values) tuple with one bytes or None value per record")
     if added < 0:
         raise ValueError("negative count")
     parts: list = []
@@ -170,7 +197,7 @@ def _py_append(buf: bytes, start: int, end: int, count: int, added: int,
     for index, rec in enumerate(_parse(buf, start, end, count, False, True)):
         hpos = rec._hpos
         first = hpos + 1 if buf[hpos] < 0x80 else _skip_varint(buf, hpos)
-        tail = b"".join(c if type(c) is bytes else c[index] for c in columns)
+        tail = b"".join(_piece(c, index) for c in columns)
         headers = len(rec._hdr0) + added
         head = _VARINTS[headers] if headers < _VARINT_TABLE else _zigzag_varint(headers)
         size = (hpos - rec._body) + len(head) + (rec._end - first) + len(tail)
@@ -186,6 +213,12 @@ def header_head(key: str, size: int) -> bytes:
     """The wire form of a header up to its value, for a value of `size` bytes: a per-record
     value is then appended to this."""
     return _encode_key(key) + (_VARINTS[size] if size < _VARINT_TABLE else _zigzag_varint(size))
+
+
+def value_column(key: str, values: list[bytes | None]) -> tuple[bytes, list[bytes | None]]:
+    """A column of one header per record: `key` with each of `values` (bytes, or None for a
+    null value), for `append`."""
+    return (_encode_key(key), values)
 
 
 def headers_wire(headers: Sequence[Header]) -> bytes:

@@ -24,7 +24,7 @@ from typing import Any
 
 import trio
 
-from interceptors import Chains, ConnectionInfo, PartitionOutcome
+from interceptors import Chains, ChainStats, ConnectionInfo, PartitionOutcome
 from interceptors.api import PRODUCE
 from interceptors.batch_fit import MESSAGE_TOO_LARGE, TooLarge, fit
 from protocol.api_keys import ApiKey
@@ -224,9 +224,10 @@ class InterceptorFilter(Filter):
         self.limit_stats = limit_stats if limit_stats is not None else LimitStats()
         self._big_work = trio.CapacityLimiter(self.limits.big_batch_workers)
         self.memory: MemoryBudget | None = None  # set by the proxy
-        # Held while a chain runs in a worker thread: chain members are not thread-safe, so
-        # a chain run on the loop waits for it (other traffic does not).
-        self._chain_busy = trio.Lock()
+        # Chain runs overlap freely (on the loop and in worker threads), except runs of
+        # chains with a member that is not `concurrent` (a plugin written for one run at a
+        # time): those take this lock, on the loop as in a worker.
+        self._serial = trio.Lock()
 
     def allowance(self) -> RequestAllowance:
         limits = self.limits
@@ -271,11 +272,7 @@ class InterceptorFilter(Filter):
                         limit=refused.reason, error=str(refused))
             return refused.outcome, None
         self._add_seconds(self.codec.decompress_seconds, seconds)
-        if self._chain_busy.locked():
-            async with self._chain_busy:
-                outcome = self._run_chain(chain, topic, index, batches, conn)
-        else:
-            outcome = self._run_chain(chain, topic, index, batches, conn)
+        outcome = await self._run_chain_async(chain, topic, index, batches, conn, False)
         if outcome is not None and not outcome.ok:
             return outcome, None
         return self._finish(topic, outcome, _join(batches, *self._fit_to(topic, allowance,
@@ -317,9 +314,7 @@ class InterceptorFilter(Filter):
                            "than the share of limits.memory_budget_bytes a batch may use"
                            ) from None
         self._add_seconds(self.codec.decompress_seconds, seconds)
-        async with self._chain_busy:
-            outcome = await trio.to_thread.run_sync(
-                self._run_chain, chain, topic, index, batches, conn)
+        outcome = await self._run_chain_async(chain, topic, index, batches, conn, True)
         if outcome is not None and not outcome.ok:
             return outcome, None
         joined = await trio.to_thread.run_sync(
@@ -334,15 +329,37 @@ class InterceptorFilter(Filter):
         return self.topic_limits.limit(topic), version
 
     def _run_chain(self, chain: Any, topic: str, index: int, batches: list[Any],
-                   conn: ConnectionInfo) -> PartitionOutcome | None:
-        tally = self.tally
-        before = tally.before(chain.stats) if tally and topic in tally.allowlist else None
+                   conn: ConnectionInfo, runs: list[ChainStats] | None = None
+                   ) -> PartitionOutcome | None:
+        """Run the chain over one partition (on the loop or in a worker thread); the run's
+        own counters are added to `runs`, if given."""
+        counts = runs.append if runs is not None else None
         if chain.path == PRODUCE:
-            outcome = chain.process(topic, index, batches, conn, traces=self.report_traces)
-        else:
-            outcome = chain.process(topic, index, batches, conn)
-        if before is not None:
-            tally.after(chain.stats, topic, before)
+            return chain.process(topic, index, batches, conn, traces=self.report_traces,
+                                 counts=counts)
+        return chain.process(topic, index, batches, conn, counts=counts)
+
+    async def _run_chain_async(self, chain: Any, topic: str, index: int, batches: list[Any],
+                               conn: ConnectionInfo, in_worker: bool
+                               ) -> PartitionOutcome | None:
+        """`_run_chain` on the loop or in a worker thread, serialised only when the chain
+        says so; counters of an allowlisted topic are booked to it here, on the loop."""
+        runs: list[ChainStats] | None = (
+            [] if self.tally is not None and topic in self.tally.allowlist else None)
+        serial = self._serial if chain.serial(topic, conn) else None
+        if serial is not None:
+            await serial.acquire()
+        try:
+            if in_worker:
+                outcome = await trio.to_thread.run_sync(
+                    self._run_chain, chain, topic, index, batches, conn, runs)
+            else:
+                outcome = self._run_chain(chain, topic, index, batches, conn, runs)
+        finally:
+            if serial is not None:
+                serial.release()
+        for run in runs or ():
+            self.tally.after(run, topic, {})  # type: ignore[union-attr]
         return outcome
 
     def _finish(self, topic: str, outcome: PartitionOutcome | None, joined: _Joined

@@ -64,17 +64,20 @@ RecordKey = tuple[str, str, str]
 
 
 def record_counts(stats: ChainStats) -> dict[RecordKey, int]:
-    """Every record counter of a chain's members, flat (zero counters left out)."""
+    """Every record counter of a chain's members, flat (zero counters left out). A shadow
+    member's outcomes are what it would have done: ``shadow_changed``, ``shadow_rejected``,
+    ``shadow_dropped`` (as routing counts its shadow rules)."""
     out: dict[RecordKey, int] = {}
     for name, m in stats.members.items():
+        would = "shadow_" if m.shadow else ""
         if m.records_seen:
             out[(name, "seen", "")] = m.records_seen
         if m.records_changed:
-            out[(name, "changed", "")] = m.records_changed
+            out[(name, would + "changed", "")] = m.records_changed
         for reason, n in m.records_rejected.items():
-            out[(name, "rejected", reason)] = n
+            out[(name, would + "rejected", reason)] = n
         for reason, n in m.records_dropped.items():
-            out[(name, "dropped", reason)] = n
+            out[(name, would + "dropped", reason)] = n
     return out
 
 
@@ -113,7 +116,12 @@ def flatten(chains: Chains) -> dict[tuple[str, ...], float]:
         for (member, outcome, reason), n in record_counts(stats).items():
             out[("records", path, member, outcome, reason)] = n
         for name, m in stats.members.items():
-            out[("headers", path, name)] = m.headers_added
+            if m.shadow:
+                out[("shadow_headers", path, name, "added")] = m.headers_added
+                out[("shadow_headers", path, name, "removed")] = m.headers_removed
+            else:
+                out[("headers", path, name)] = m.headers_added
+                out[("headers_removed", path, name)] = m.headers_removed
             for error, n in m.errors.items():
                 out[("errors", path, name, error)] = n
             for event, n in m.events.items():
@@ -150,7 +158,8 @@ class InterceptorCollector(Collector):
         for key, n in flatten(self.source()).items():
             totals[key] = totals.get(key, 0) + n
         families = self._families()
-        records, headers, errors, events, batches, reencoded, seconds = families
+        records, headers, removed, shadow, errors, events, batches, reencoded, seconds = \
+            families
         for key, n in sorted(totals.items()):
             family, labels = key[0], list(key[1:])
             if family == "records":
@@ -161,6 +170,10 @@ class InterceptorCollector(Collector):
                 records.add_metric([*labels, OTHER_TOPIC], rest)
             elif family == "headers":
                 headers.add_metric(labels, n)
+            elif family == "headers_removed":
+                removed.add_metric(labels, n)
+            elif family == "shadow_headers":
+                shadow.add_metric(labels, n)
             elif family == "errors":
                 errors.add_metric(labels, n)
             elif family == "events":
@@ -185,6 +198,13 @@ class InterceptorCollector(Collector):
             CounterMetricFamily(
                 "herald_interceptor_headers_added", "Headers added to records",
                 labels=["path", "interceptor"]),
+            CounterMetricFamily(
+                "herald_interceptor_headers_removed", "Headers removed from records",
+                labels=["path", "interceptor"]),
+            CounterMetricFamily(
+                "herald_interceptor_shadow_headers",
+                "Headers shadow members would have added or removed (nothing was changed)",
+                labels=["path", "interceptor", "change"]),
             CounterMetricFamily(
                 "herald_interceptor_errors", "Failures of interceptor chain members",
                 labels=["path", "interceptor", "error"]),

@@ -35,13 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from interceptors.api import PRODUCE, Appends, Interceptor
+from interceptors.api import PRODUCE, ColumnValue, Interceptor, PerRecord, Stamps
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import INVALID_RECORD, InvalidConfig, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
 from interceptors.ids import uuid7, uuid7_many, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher
-from protocol.stamping import Column, header_head, headers_wire
 
 FIELDS = ("client_id", "principal", "source", "proxy", "cluster", "time", "msg_id", "origin")
 _MESSAGE_FIELDS = ("msg_id", "origin")
@@ -76,11 +75,25 @@ def _utf8(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
 
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What one batch is stamped with (made per connection, millisecond and cluster)."""
+
+    conn: ConnectionInfo
+    moment: tuple[int, str | None]  # (time, cluster id)
+    trusted: bool
+    hop: HeaderBlock  # the hop-level headers
+    uuid_prefix: bytes
+    origin: bytes | None
+    columns: list[ColumnValue]  # for `Audit.columns`
+
+
 class Audit(Interceptor):
     Config = AuditConfig
     paths = frozenset({PRODUCE})
     default_on_error = "reject"
     enforcing = True
+    concurrent = True
 
     def __init__(self, config: AuditConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
@@ -101,17 +114,13 @@ class Audit(Interceptor):
             matcher(config.trusted.client_ids, "trusted.client_ids")
             if config.trusted.client_ids else None
         )
-        self._conn: ConnectionInfo | None = None
-        self._conn_values: dict[str, bytes | None] = {}
-        self._trusted = False
-        self._hop = HeaderBlock()
-        self._hop_wire = b""  # _hop in wire form; then the message-level headers, for stamp
-        self._msg_head = b""
-        self._origin_wire = b""
-        self._uuid_prefix = b""
-        self._origin: bytes | None = None
-        self._origin_tail: tuple[tuple[str, bytes | None], ...] = ()
-        self._stamped_for: tuple[int, str | None] | None = None  # (time, cluster) of _hop
+        # The last batch's stamp, swapped whole: the next batch of the same connection in
+        # the same millisecond and cluster reuses it.
+        self._last: _Stamp | None = None
+        # A record with no header under the prefix gets the stamp, and nothing else happens.
+        appends = [self._k[f] for f in self._hop_fields]
+        appends += [k for k in (self._k_msg, self._k_origin) if k is not None]
+        self.stamps = Stamps(tuple(appends), watch_prefixes=(prefix,))
 
     def _is_trusted(self, conn: ConnectionInfo) -> bool:
         if self._trusted_principals is not None and conn.principal is not None:
@@ -123,73 +132,59 @@ class Audit(Interceptor):
 
     def on_batch(self, ctx: RecordContext) -> None:
         conn = ctx.conn
-        if conn is not self._conn:
-            self._conn = conn
-            self._trusted = self._is_trusted(conn)
-            self._conn_values = {
-                "client_id": _utf8(conn.client_id),
-                "principal": _utf8(conn.principal or self.config.anonymous),
-                "source": _utf8(conn.address or None),
-                "proxy": _utf8(self.env.instance_id),
-            }
-            self._stamped_for = None
-        now = self.env.time_ms()
-        cluster_id = self.env.cluster_id
-        if (now, cluster_id) == self._stamped_for:
-            return  # same connection, millisecond and cluster as the last batch: same stamp
+        moment = (self.env.time_ms(), self.env.cluster_id)
+        last = self._last
+        if last is None or last.conn is not conn or last.moment != moment:
+            last = self._last = self._stamp(conn, moment)
+        ctx.memo[self] = last
+
+    def _stamp(self, conn: ConnectionInfo, moment: tuple[int, str | None]) -> _Stamp:
+        now, cluster_id = moment
         cluster = _utf8(cluster_id)
-        values = {**self._conn_values, "cluster": cluster, "time": str(now).encode()}
-        self._hop = HeaderBlock((self._k[f], values[f]) for f in self._hop_fields)
-        self._uuid_prefix = uuid7_prefix(now)
-        self._origin = cluster
-        self._origin_tail = () if self._k_origin is None else ((self._k_origin, cluster),)
-        self._stamped_for = (now, cluster_id)
-        self._hop_wire = headers_wire(self._hop)
-        self._origin_wire = headers_wire(self._origin_tail)
+        values = {
+            "client_id": _utf8(conn.client_id),
+            "principal": _utf8(conn.principal or self.config.anonymous),
+            "source": _utf8(conn.address or None),
+            "proxy": _utf8(self.env.instance_id),
+            "cluster": cluster,
+            "time": str(now).encode(),
+        }
+        hop = HeaderBlock((self._k[f], values[f]) for f in self._hop_fields)
+        prefix = uuid7_prefix(now)
+        # The hop headers are the same for the batch; the message id is made per record.
+        columns: list[ColumnValue] = [value for _, value in hop]
         if self._k_msg is not None:
-            self._msg_head = header_head(self._k_msg, 36) + self._uuid_prefix
+            columns.append(PerRecord(lambda _ctx: uuid7(prefix),
+                                     lambda _ctx, n: uuid7_many(prefix, n)))
+        if self._k_origin is not None:
+            columns.append(cluster)
+        return _Stamp(conn, moment, self._is_trusted(conn), hop, prefix, cluster, columns)
 
-    def _appends(self) -> Appends:
-        # A record with no header under the prefix gets the stamp, and nothing else happens.
-        adds = frozenset(self._k[f] for f in self.config.fields)
-        return Appends(frozenset(), (self._prefix,), adds, len(adds), self._stamp,
-                       self._stamp_wire)
-
-    def _stamp_wire(self, ctx: RecordContext, n: int) -> list[Column]:
-        """`_stamp` for n records, in wire form: the per-batch headers are one shared column,
-        the message ids one per record."""
-        if self._k_msg is None:
-            return [self._hop_wire, self._origin_wire]
-        return [self._hop_wire, uuid7_many(self._msg_head, n), self._origin_wire]
-
-    def _stamp(self, ctx: RecordContext) -> list[tuple[str, bytes | None]]:
-        """What `on_record` appends to a record without headers under the prefix."""
-        if self._k_msg is None:
-            return [*self._hop, *self._origin_tail]
-        return [*self._hop, (self._k_msg, uuid7(self._uuid_prefix)), *self._origin_tail]
+    def columns(self, ctx: RecordContext) -> list[ColumnValue]:
+        return ctx.memo[self].columns
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
+        # Called for records with a header under the prefix only (see `stamps`).
+        stamp: _Stamp = ctx.memo[self]
         prefix = self._prefix
         keep_msg = keep_origin = False
-        for key, _ in headers:
-            if key.startswith(prefix):
-                if self._trusted:
-                    headers.remove_if(self._hop_key)
-                    keep_msg = self._k_msg is not None and self._k_msg in headers
-                    keep_origin = self._k_origin is not None and self._k_origin in headers
-                    self.stats.count("trusted_passed")
-                elif self.config.forged == "reject":
-                    raise RejectRecord(
-                        INVALID_RECORD,
-                        f"header '{key}' is reserved for the proxy (prefix '{prefix}')",
-                        "forged_header",
-                    )
-                else:
-                    self.stats.count("forged_stripped", headers.remove_if(self._reserved))
-                break
+        if stamp.trusted:
+            headers.remove_if(self._hop_key)
+            keep_msg = self._k_msg is not None and self._k_msg in headers
+            keep_origin = self._k_origin is not None and self._k_origin in headers
+            self.stats.count("trusted_passed")
+        elif self.config.forged == "reject":
+            key = next(k for k, _ in headers if k.startswith(prefix))
+            raise RejectRecord(
+                INVALID_RECORD,
+                f"header '{key}' is reserved for the proxy (prefix '{prefix}')",
+                "forged_header",
+            )
+        else:
+            self.stats.count("forged_stripped", headers.remove_if(self._reserved))
         # The hop headers are one block built per batch; then the message-level ones.
-        headers.extend(self._hop)
+        headers.extend(stamp.hop)
         if self._k_msg is not None and not keep_msg:
-            headers.add(self._k_msg, uuid7(self._uuid_prefix))
+            headers.add(self._k_msg, uuid7(stamp.uuid_prefix))
         if self._k_origin is not None and not keep_origin:
-            headers.add(self._k_origin, self._origin)
+            headers.add(self._k_origin, stamp.origin)

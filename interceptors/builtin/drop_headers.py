@@ -26,6 +26,7 @@ class DropHeadersConfig:
 
 class DropHeaders(Interceptor):
     Config = DropHeadersConfig
+    concurrent = True
 
     def __init__(self, config: DropHeadersConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)

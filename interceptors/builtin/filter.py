@@ -48,6 +48,7 @@ class FilterConfig:
 
 class Filter(Interceptor):
     Config = FilterConfig
+    concurrent = True
     needs = "read"
     paths = frozenset({FETCH})
 

@@ -44,6 +44,7 @@ def header_bytes(value: Any) -> bytes | None:
 
 class HeaderFrom(Interceptor):
     Config = HeaderFromConfig
+    concurrent = True
     needs = "key_value"
 
     def __init__(self, config: HeaderFromConfig, env: ProxyInfo) -> None:

@@ -37,6 +37,7 @@ def _reject(message: str) -> RejectRecord:
 
 class HeaderLimits(Interceptor):
     Config = HeaderLimitsConfig
+    concurrent = True
     needs = "read"
     paths = frozenset({PRODUCE})
     default_on_error = "reject"

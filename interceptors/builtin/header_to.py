@@ -66,6 +66,7 @@ def _jsonable(v: Any) -> Any:
 
 class HeaderTo(Interceptor):
     Config = HeaderToConfig
+    concurrent = True
     needs = "key_value"
 
     def __init__(self, config: HeaderToConfig, env: ProxyInfo) -> None:

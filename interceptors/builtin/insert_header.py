@@ -25,13 +25,12 @@ import string
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from interceptors.api import Appends, Interceptor
+from interceptors.api import ColumnValue, Interceptor, PerRecord, Stamps
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.ids import uuid4
 from interceptors.typed import format_value
-from protocol.stamping import headers_wire
 
 
 class _Unset:
@@ -133,6 +132,7 @@ class InsertHeaderConfig:
 
 class InsertHeader(Interceptor):
     Config = InsertHeaderConfig
+    concurrent = True
 
     def __init__(self, config: InsertHeaderConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
@@ -146,40 +146,35 @@ class InsertHeader(Interceptor):
             self._value = config.value.encode()
         elif config.typed is not UNSET:
             self._value = format_value(config.typed)
-        self._fragments: list[str | None] = []
-
-    def on_batch(self, ctx: RecordContext) -> None:
-        if self._template is not None:
-            fragments = self._template.render_batch(ctx, self.env.time_ms())
-            if self._per_record:
-                self._fragments = fragments
-            else:
-                self._value = "".join(fragments).encode()  # type: ignore[arg-type]
-
-    def _appends(self) -> Appends:
         # Without a header of that key (in any mode: "add" does not even look), the header is
         # appended.
         watched = frozenset() if self._mode == "add" else frozenset((self._key,))
-        stamp = None if self._per_record else self._stamp
-        return Appends(watched, (), frozenset((self._key,)), 1, self._append, stamp)
+        self.stamps = Stamps((self._key,), watched)
+        self._fixed: list[ColumnValue] = [self._value]
+        self._uuids: list[ColumnValue] = [PerRecord(lambda ctx: _render_uuid(ctx.memo[self]))]
 
-    def _stamp(self, ctx: RecordContext, n: int) -> list[bytes]:
-        """`_append` for n records: one value for the batch, so one shared column."""
-        return [headers_wire(((self._key, self._value),))]
+    def on_batch(self, ctx: RecordContext) -> None:
+        # The template with the batch's placeholders filled: the value, or the fragments
+        # around the per-record ``{uuid}``.
+        if self._template is not None:
+            fragments = self._template.render_batch(ctx, self.env.time_ms())
+            ctx.memo[self] = fragments if self._per_record else "".join(fragments).encode()
 
-    def _append(self, ctx: RecordContext) -> tuple[tuple[str, bytes | None]]:
-        """What `on_record` appends to a record without a header of the key."""
-        value = self._render_uuid() if self._per_record else self._value
-        return ((self._key, value),)
+    def columns(self, ctx: RecordContext) -> list[ColumnValue]:
+        if self._per_record:
+            return self._uuids
+        return [ctx.memo[self]] if self._template is not None else self._fixed
 
-    def _render_uuid(self) -> bytes:
-        """The value of a template with ``{uuid}``: a fresh id per record."""
-        return "".join(uuid4() if f is None else f for f in self._fragments).encode()
+    def _batch_value(self, ctx: RecordContext) -> bytes | None:
+        return ctx.memo[self] if self._template is not None else self._value
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
-        value = self._render_uuid() if self._per_record else self._value
-        key = self._key
+        # Called for records that have a header of the key (modes set and if_absent).
         if self._mode == "set":
-            headers.set(key, value)
-        elif self._mode == "add" or key not in headers:
-            headers.add(key, value)
+            value = _render_uuid(ctx.memo[self]) if self._per_record else self._batch_value(ctx)
+            headers.set(self._key, value)
+
+
+def _render_uuid(fragments: list[str | None]) -> bytes:
+    """The value of a template with ``{uuid}``: a fresh id per record."""
+    return "".join(uuid4() if f is None else f for f in fragments).encode()

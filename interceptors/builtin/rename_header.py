@@ -30,6 +30,7 @@ class RenameHeaderConfig:
 
 class RenameHeader(Interceptor):
     Config = RenameHeaderConfig
+    concurrent = True
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         headers.rename(self.config.from_, self.config.to)

@@ -28,6 +28,7 @@ class RequireHeadersConfig:
 
 class RequireHeaders(Interceptor):
     Config = RequireHeadersConfig
+    concurrent = True
     needs = "read"
     paths = frozenset({PRODUCE})
     default_on_error = "reject"

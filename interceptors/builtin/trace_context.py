@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from interceptors.api import PRODUCE, Appends, Interceptor
+from interceptors.api import PRODUCE, ColumnValue, Interceptor, PerRecord, Stamps
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
@@ -45,12 +45,11 @@ from interceptors.tracing import (
     parse_tracestate,
     valid_traceparent,
 )
-from protocol.stamping import Column, header_head, hex_column
+from protocol.stamping import hex_column
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 B3_HEADER = "b3"
-_TRACEPARENT_HEAD = header_head(TRACEPARENT, 55)  # a version-00 traceparent is 55 bytes
 # A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
 _NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
 _NEW_UNSAMPLED = ((b"00-", 32), (b"-", 16), (b"-00", 0))
@@ -70,9 +69,19 @@ class TraceContextConfig:
                 raise InvalidConfig(f"trace_id_headers[{i}]", f"cannot use {name!r}")
 
 
+class _Batch:
+    """Per batch: the new context shared by the batch's records (``mode: batch``)."""
+
+    __slots__ = ("context",)
+
+    def __init__(self) -> None:
+        self.context: bytes | None = None  # made on first use: a traced batch costs nothing
+
+
 class TraceContext(Interceptor):
     Config = TraceContextConfig
     paths = frozenset({PRODUCE})
+    concurrent = True
 
     def __init__(self, config: TraceContextConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
@@ -81,49 +90,49 @@ class TraceContext(Interceptor):
         self._b3_read = config.b3_read
         self._b3_write = config.b3_write
         self._copies = tuple(config.trace_id_headers)
-        self._batch_context: bytes | None = None
+        # A record with neither traceparent nor tracestate just gets a new context; with B3
+        # headers or trace id copies every record is looked at.
+        if not (self._b3_read or self._b3_write or self._copies):
+            self.stamps = Stamps((TRACEPARENT,), frozenset((TRACEPARENT, TRACESTATE)))
+        # A new context per record (or one per batch), in bulk from one draw of ids.
+        self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
 
     def on_batch(self, ctx: RecordContext) -> None:
-        self._batch_context = None  # made on first use, so a fully traced batch costs nothing
-
-    def _appends(self) -> Appends | None:
-        # A record with neither traceparent nor tracestate just gets a new context (unless B3
-        # headers or trace id copies are involved: those take the full path).
-        if self._b3_read or self._b3_write or self._copies:
-            return None
-        return Appends(frozenset((TRACEPARENT, TRACESTATE)), (), frozenset((TRACEPARENT,)), 1,
-                       self._append_new_context, self._stamp_new_contexts)
-
-    def _append_new_context(self, ctx: RecordContext) -> tuple[tuple[str, bytes], ...]:
-        """What `on_record` appends to a record without trace headers (see `_appends`)."""
-        return ((TRACEPARENT, self._new_context(ctx, self._sampled)),)
-
-    def _stamp_new_contexts(self, ctx: RecordContext, n: int) -> list[Column]:
-        """`_append_new_context` for n records, in wire form, from one draw of ids."""
         if self._per_batch:
-            return [_TRACEPARENT_HEAD + self._new_context(ctx, self._sampled)]
+            ctx.memo[self] = _Batch()
+
+    def columns(self, ctx: RecordContext) -> list[ColumnValue]:
+        return self._columns
+
+    def _new_sampled(self, ctx: RecordContext) -> bytes:
+        return self._new_context(ctx, self._sampled)
+
+    def _new_contexts(self, ctx: RecordContext, n: int) -> list[bytes]:
+        """The values of n calls of `_new_context`, from one draw of ids."""
+        if self._per_batch:
+            return [self._new_context(ctx, self._sampled)] * n
         sampled = self._sampled
         raw = trace_draws(n)
-        column = hex_column(_TRACEPARENT_HEAD, raw, n, 24,
-                            _NEW_SAMPLED if sampled else _NEW_UNSAMPLED)
+        values = hex_column(b"", raw, n, 24, _NEW_SAMPLED if sampled else _NEW_UNSAMPLED)
         if ctx.notes_traces:
             note = ctx.note_trace
             for i in range(24 * (n - 1), -1, -24):  # the first record's ids are the last
                 note(int.from_bytes(raw[i:i + 16], "big"),
                      int.from_bytes(raw[i + 16:i + 24], "big"), None, sampled, "new")
         self.stats.count("trace_new_context", n)
-        return [column]
+        return values
 
     def _new_context(self, ctx: RecordContext, sampled: bool) -> bytes:
-        shared = self._per_batch and sampled == self._sampled
-        if shared and self._batch_context is not None:
-            return self._batch_context
+        batch: _Batch | None = ctx.memo.get(self) if self._per_batch else None
+        shared = batch is not None and sampled == self._sampled
+        if shared and batch.context is not None:  # type: ignore[union-attr]
+            return batch.context  # type: ignore[union-attr]
         trace_id, span_id = new_trace_ids()
         tp = format_traceparent(trace_id, span_id, sampled)
         ctx.note_trace(trace_id, span_id, None, sampled, "new")
         self.stats.count("trace_new_context")
         if shared:
-            self._batch_context = tp
+            batch.context = tp  # type: ignore[union-attr]
         return tp
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:

@@ -20,7 +20,7 @@ from interceptors.testing import make_batch
 PLUGIN = '''
 from dataclasses import dataclass
 
-from interceptors import Interceptor
+from interceptors import Interceptor, PerRecord, Stamps
 
 
 @dataclass
@@ -44,6 +44,50 @@ class TenantTag(Interceptor):
     def on_record(self, ctx, headers):
         headers.set(self.config.header, self._value)
         self.stats.count("tagged")
+
+
+@dataclass
+class StampConfig:
+    tenant: str
+
+
+class StampTag(Interceptor):
+    """A stamping plugin: appends tenant and a request number to records without a tenant
+    header; records that carry one keep it and get the number only."""
+
+    Config = StampConfig
+    concurrent = True
+
+    def __init__(self, config, env):
+        super().__init__(config, env)
+        self.stamps = Stamps(("tenant", "req"), watches=frozenset({"tenant"}))
+        self._columns = [config.tenant.encode(), PerRecord(self._one, self._many)]
+
+    def on_batch(self, ctx):
+        ctx.memo[self] = iter(range(1_000_000))
+
+    def columns(self, ctx):
+        return self._columns
+
+    def _one(self, ctx):
+        return b"%d" % next(ctx.memo[self])
+
+    def _many(self, ctx, n):
+        self.stats.count("bulk")
+        return [self._one(ctx) for _ in range(n)]
+
+    def on_record(self, ctx, headers):
+        self.stats.count("kept")
+        headers.add("req", self._one(ctx))
+
+
+class StampsNoColumns(Interceptor):
+    def __init__(self, config, env):
+        super().__init__(config, env)
+        self.stamps = Stamps(("a",))
+
+    def on_record(self, ctx, headers):
+        return None
 
 
 class NotAnInterceptor:
@@ -75,6 +119,8 @@ def tenant_plugin(tmp_path, monkeypatch):
     install(tmp_path, monkeypatch, "herald_tenant_plugin", """
         [herald.interceptors]
         tenant_tag = herald_tenant_plugin:TenantTag
+        stamp_tag = herald_tenant_plugin:StampTag
+        stamps_no_columns = herald_tenant_plugin:StampsNoColumns
         not_interceptor = herald_tenant_plugin:NotAnInterceptor
         bad_config = herald_tenant_plugin:NoConfigDataclass
         missing = herald_tenant_plugin:DoesNotExist
@@ -131,3 +177,38 @@ def test_unused_broken_plugins_do_not_matter_and_builtins_win(tenant_plugin, cap
 def test_unknown_type_lists_plugins_too(tenant_plugin):
     with pytest.raises(ConfigError, match=r"unknown interceptor 'nope' \(known: .*tenant_tag"):
         build_chains({"fetch": [{"type": "nope"}]})
+
+
+def test_a_stamping_plugin_takes_the_fast_paths_with_the_record_paths_result(tenant_plugin):
+    from protocol.records import Record, RecordBatch, build_batch, join_batches, split_batches
+
+    spec = {"produce": [{"type": "stamp_tag", "tenant": "acme"}, {"type": "insert_header",
+                                                                  "header": "x", "value": "1"}]}
+    raw = join_batches([
+        build_batch([Record(b"k", b"v", []) for _ in range(3)], base_timestamp=1),
+        build_batch([Record(b"k", b"v", [("tenant", b"own")]), Record(b"k", b"v", [])],
+                    base_timestamp=1),
+    ])
+    results = []
+    for fast in (True, False):
+        chains = build_chains(spec)
+        chain = type(chains.produce)(chains.produce.members, fast_paths=fast)
+        assert (chain._plan("t", None).fast is not None) == fast
+        batches = split_batches(raw)
+        assert chain.process("t", 0, batches, ConnectionInfo()).ok
+        out = [[r.headers for r in RecordBatch(b.to_bytes()).records] for b in batches]
+        results.append((out, chain.stats.members["stamp_tag"].events))
+    (out, events), (reference, reference_events) = results
+    assert out == reference == [
+        [[("tenant", b"acme"), ("req", b"%d" % i), ("x", b"1")] for i in range(3)],
+        [[("tenant", b"own"), ("req", b"0"), ("x", b"1")],
+         [("tenant", b"acme"), ("req", b"1"), ("x", b"1")]],
+    ]
+    # The first batch was stamped whole (one bulk call), the second record by record.
+    assert events == {"bulk": 1, "kept": 1} and reference_events == {"kept": 1}
+
+
+def test_a_plugin_that_declares_stamps_must_give_columns(tenant_plugin):
+    with pytest.raises(ConfigError, match=r"produce\[0\]: interceptor 'stamps_no_columns' "
+                                          r"declares stamps"):
+        build_chains({"produce": [{"type": "stamps_no_columns"}]})

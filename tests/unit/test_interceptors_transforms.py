@@ -98,7 +98,7 @@ def test_insert_header_if_absent_adds_when_missing():
         ({"header": "h", "value": "v", "mode": "replace"}, r"produce\[0\]\.mode: expected one"),
         ({"header": "h", "value": "v", "heder": 1},
          r"produce\[0\]\.heder: unknown key \(known: type, name, topics, client_ids, on_error, "
-         r"header, value, typed, template, mode\)"),
+         r"shadow, header, value, typed, template, mode\)"),
     ],
 )
 def test_insert_header_config_errors(config, message):

@@ -52,15 +52,21 @@ def test_watched_finds_records_with_a_watched_header(recs, watch_keys, watch_pre
 def test_append_reads_back_as_originals_plus_headers(recs, added, data):
     original = batch(recs)
     buf, start, end = original.records_section()
-    # Each appended header is either shared by all records or made per record.
+    # Each appended header is shared by all records, made per record in wire form, or made
+    # per record as values behind a shared key (a null value for every other record).
     columns, per_record = [], []
     for key, value in added:
-        if data.draw(st.booleans()):
+        form = data.draw(st.sampled_from(["shared", "wire", "values"]))
+        if form == "shared":
             columns.append(stamping.headers_wire([(key, value)]))
             per_record.append([(key, value)] * len(recs))
-        else:
+        elif form == "wire":
             own = [(key, b"%d" % i + (value or b"")) for i in range(len(recs))]
             columns.append([stamping.headers_wire([h]) for h in own])
+            per_record.append(own)
+        else:
+            own = [(key, None if i % 2 else b"v" * (i * 40)) for i in range(len(recs))]
+            columns.append(stamping.value_column(key, [v for _, v in own]))
             per_record.append(own)
     outputs = {name: append(buf, start, end, len(recs), len(added), tuple(columns))
                for name, _, append in implementations()}
@@ -111,6 +117,9 @@ def test_header_head_is_the_wire_form_up_to_the_value():
     ([b"x"],),  # a list shorter than the records
     ("text",),
     ([b"x", "y"],),
+    ((b"\x02k", [b"x"]),),  # values for fewer records
+    ((b"\x02k", [b"x", "y"]),),
+    ((b"\x02k", [b"x", b"y"], b"z"),),
 ])
 def test_bad_columns_are_refused_by_both(columns):
     buf, start, end = batch([Record(b"k", b"v"), Record(b"k", b"w")]).records_section()
