@@ -14,13 +14,14 @@ from typing import Any
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.headers import (
-    decode_request_header,
     decode_response_header,
     peek_correlation_id,
     peek_request_header,
+    request_header_version,
 )
 from protocol.messages import REQUESTS, RESPONSES
-from protocol.peek import produce_acks
+from protocol.peek import answered, skip_tagged_fields
+from protocol.primitives import Buffer
 
 _INT16 = struct.Struct(">h")
 
@@ -31,53 +32,78 @@ class RequestHead:
     api_version: int
     correlation_id: int
     client_id: str | None
+    body_offset: int  # where the body starts; -1 for APIs whose header length is unknown
 
 
-def parse_request_header(payload: bytes) -> RequestHead:
-    """API, version, correlation id and client id: the same bytes in header v1 and v2.
+# Header version (0, 1, 2) by (api key, version), -1 for API keys no pinned release defines.
+_HEADER_VERSION: dict[tuple[int, int], int] = {}
+
+
+def _header_version(api_key: int, api_version: int) -> int:
+    key = (api_key, api_version)
+    version = _HEADER_VERSION.get(key)
+    if version is None:
+        try:
+            version = request_header_version(api_key, api_version)
+        except CodecError:
+            version = -1
+        if len(_HEADER_VERSION) < 4096:  # bounded: a client picks the versions it sends
+            _HEADER_VERSION[key] = version
+    return version
+
+
+def parse_request_header(payload: Buffer) -> RequestHead:
+    """API, version, correlation id, client id and where the body starts: every request is
+    read this once, and whatever needs the body (a filter's decode, the acks of a Produce)
+    starts from `body_offset`.
 
     Parsed by hand rather than by the header codec so that requests of APIs Herald has never
     heard of (newer than its specs) still pass through.
     """
     api_key, api_version, correlation_id = peek_request_header(payload)
+    version = _header_version(api_key, api_version)
+    if version == 0:
+        return RequestHead(api_key, api_version, correlation_id, None, 8)
     if len(payload) < 10:
         raise CodecError("request header truncated before the client id")
     (size,) = _INT16.unpack_from(payload, 8)
     if size < 0:
         client_id = None
+        offset = 10
     elif 10 + size > len(payload):
         raise CodecError("request header truncated inside the client id")
     else:
-        client_id = payload[10 : 10 + size].decode("utf-8", "replace")
-    return RequestHead(api_key, api_version, correlation_id, client_id)
+        offset = 10 + size
+        client_id = str(payload[10:offset], "utf-8", "replace")
+    if version == 2:
+        offset = skip_tagged_fields(payload, offset)
+    elif version < 0:
+        offset = -1
+    return RequestHead(api_key, api_version, correlation_id, client_id, offset)
 
 
 def decode_request(head: RequestHead, payload: bytes) -> tuple[int, Any]:
     """Decode a request body (only for APIs with a codec); return (body offset, message)."""
     cls = REQUESTS.get(head.api_key)
-    if cls is None:
+    if cls is None or head.body_offset < 0:
         raise CodecError(f"no codec for API key {head.api_key}")
-    _, offset = decode_request_header(payload)
-    return offset, cls.decode(payload, head.api_version, offset)
+    return head.body_offset, cls.decode(payload, head.api_version, head.body_offset)
 
 
 def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Any) -> bytes:
     return payload[:offset] + msg.encode(head.api_version)
 
 
-def expects_response(head: RequestHead, payload: bytes) -> bool:
-    """False only for Produce with acks=0, which the broker never answers."""
-    if head.api_key != ApiKey.PRODUCE:
-        return True
-    _, offset = decode_request_header(payload)
-    return produce_acks(payload, head.api_version, offset) != 0
+def expects_response(head: RequestHead, payload: Buffer) -> bool:
+    """False only for a request the broker never answers (Produce with acks=0)."""
+    return answered(head.api_key, head.api_version, payload, head.body_offset)
 
 
-def response_correlation_id(payload: bytes) -> int:
+def response_correlation_id(payload: Buffer) -> int:
     return peek_correlation_id(payload)
 
 
-def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, Any]:
     """Decode a response body; return (body offset, message)."""
     _, offset = decode_response_header(payload, api_key, version)
     if api_key == ApiKey.API_VERSIONS and payload[offset : offset + 2] == b"\x00\x23":
@@ -88,10 +114,10 @@ def decode_response(api_key: int, version: int, payload: bytes) -> tuple[int, An
     return offset, RESPONSES[api_key].decode(memoryview(payload), version, offset)
 
 
-def encode_response(api_key: int, version: int, payload: bytes, offset: int, msg: Any) -> bytes:
+def encode_response(api_key: int, version: int, payload: Buffer, offset: int, msg: Any) -> bytes:
     if isinstance(msg, _Version0):
-        return payload[:offset] + msg.inner.encode(0)
-    return payload[:offset] + msg.encode(version)
+        return bytes(payload[:offset]) + msg.inner.encode(0)
+    return bytes(payload[:offset]) + msg.encode(version)
 
 
 class _Version0:
