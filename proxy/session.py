@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
-from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
+from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
@@ -428,7 +427,7 @@ class Session:
         finder = None
         if filters:
             tail_only = all(f.tail_only(entry.api_key, entry.api_version) for f in filters)
-            if not tail_only or entry.api_key != ApiKey.FETCH or entry.api_version < 13:
+            if not tail_only or not tail_walkable(entry.api_key, entry.api_version):
                 return None
             finder = FetchTailFinder(size)
         self._retire(corr, entry)

@@ -8,6 +8,7 @@ the original header bytes and replaces only the body.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from protocol.headers import (
 from protocol.messages import REQUESTS, RESPONSES
 from protocol.peek import answered, skip_tagged_fields
 from protocol.primitives import Buffer
+from proxy import api_versions
 
 _INT16 = struct.Struct(">h")
 
@@ -103,33 +105,24 @@ def response_correlation_id(payload: Buffer) -> int:
     return peek_correlation_id(payload)
 
 
+# Responses whose body is not always in the version asked for: (decode, encode) of the body.
+_BODY_CODECS: dict[int, tuple[Callable[[Buffer, int, int], Any], Callable[[Any, int], bytes]]] = {
+    ApiKey.API_VERSIONS: (api_versions.decode_body, api_versions.encode_body),
+}
+
+
 def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, Any]:
     """Decode a response body; return (body offset, message)."""
     _, offset = decode_response_header(payload, api_key, version)
-    if api_key == ApiKey.API_VERSIONS and payload[offset : offset + 2] == b"\x00\x23":
-        # A broker answers an ApiVersions version it does not know with a v0 body.
-        return offset, _Version0(RESPONSES[api_key].decode(payload, 0, offset))
+    special = _BODY_CODECS.get(api_key)
+    if special is not None:
+        return offset, special[0](payload, version, offset)
     # Decoding from a memoryview keeps `records` fields as views: a Fetch response is decoded
     # (for its node endpoints) without copying its record data.
     return offset, RESPONSES[api_key].decode(memoryview(payload), version, offset)
 
 
 def encode_response(api_key: int, version: int, payload: Buffer, offset: int, msg: Any) -> bytes:
-    if isinstance(msg, _Version0):
-        return bytes(payload[:offset]) + msg.inner.encode(0)
-    return bytes(payload[:offset]) + msg.encode(version)
-
-
-class _Version0:
-    """Wraps an ApiVersions v0 error body so filters see the usual attributes."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: Any) -> None:
-        object.__setattr__(self, "inner", inner)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.inner, name, value)
+    special = _BODY_CODECS.get(api_key)
+    body = msg.encode(version) if special is None else special[1](msg, version)
+    return bytes(payload[:offset]) + body
