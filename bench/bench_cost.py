@@ -28,7 +28,8 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ from bench.pinning import (  # noqa: E402
     verify_tree,
 )
 from proxy.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
+from tests.support import herald_process  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
 CHAINS: dict[str, dict[str, Any]] = {
@@ -175,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interceptors", choices=sorted(CHAINS), default="none")
     parser.add_argument("--warmup-records", type=int, default=200_000)
     parser.add_argument("--unpinned", action="store_true")
+    parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
+                        help="also measure Herald run from the sources in this folder (another "
+                             "git worktree, say), as the target 'baseline', in the same rounds")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -193,7 +198,7 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
         ) -> dict[str, Figures]:
     relay_port, inner_port = free_port(), free_port()
     extra = [ExtraListener("RELAYED", inner_port, relay_port)]
-    figures = {name: Figures() for name in ("direct", *PROXIES)}
+    figures = {name: Figures() for name in ("direct", *proxies(args))}
     with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster:
         relay = subprocess.Popen([str(relay_binary), str(relay_port), str(inner_port)],
                                  stdout=subprocess.PIPE)
@@ -203,17 +208,24 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
                 raise RuntimeError("the relay did not start")
             config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
                                    logging={"level": "warning"})
-            with HeraldProcess(config) as herald:
+            with HeraldProcess(config) as herald, ExitStack() as more:
                 assert herald.process is not None
                 pids = {"relay": relay.pid, "herald": herald.process.pid}
+                targets = {"direct": cluster.bootstrap, "relay": f"127.0.0.1:{relay_port}",
+                           "herald": herald.bootstrap}
+                if args.baseline:
+                    base = more.enter_context(herald_from(args.baseline, herald_config(
+                        cluster.bootstrap, interceptors=CHAINS[args.interceptors],
+                        logging={"level": "warning"})))
+                    assert base.process is not None
+                    pids["baseline"] = base.process.pid
+                    targets["baseline"] = base.bootstrap
                 if pinned:
                     for pid in pids.values():
                         pin(pid, {PROXY_CPU})
                     log(f"pinning checked on {verify_tree(pids.values())} threads")
                 load_pids = [os.getpid(), *(node.process.pid for node in cluster.nodes
                                             if node.process is not None)]
-                targets = {"direct": cluster.bootstrap, "relay": f"127.0.0.1:{relay_port}",
-                           "herald": herald.bootstrap}
                 create_topic(cluster.bootstrap, "cost-warmup", args.partitions)
                 for bootstrap in targets.values():
                     produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1)
@@ -232,6 +244,26 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
             relay.kill()
             relay.wait()
     return figures
+
+
+def proxies(args: argparse.Namespace) -> tuple[str, ...]:
+    return (*PROXIES, "baseline") if args.baseline else PROXIES
+
+
+@contextmanager
+def herald_from(tree: str, config: dict[str, Any]) -> Iterator[HeraldProcess]:
+    """A Herald run from the sources of another checkout (`python -m proxy` in that folder,
+    with this interpreter), to compare two versions in the same run."""
+    saved = herald_process.REPO
+    herald_process.REPO = Path(tree).resolve()
+    try:
+        process = HeraldProcess(config).start()
+    finally:
+        herald_process.REPO = saved
+    try:
+        yield process
+    finally:
+        process.stop()
 
 
 def _loadavg() -> str:
@@ -303,16 +335,16 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
           f"load average at the end {_loadavg()}\n")
     print("Proxy CPU per MB of client payload (ms per MB = millicores per MB/s)")
     print(f"  {'':8}{'produce':>10}{'consume':>10}")
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         print(f"  {name:8}{_med(f.produce_ms_per_mb):10.2f}{_med(f.consume_ms_per_mb):10.2f}")
     print("\nProxy CPU at a steady produce rate (millicores)")
     print("  " + " " * 8 + "".join(f"{str(r) + '/s':>12}" for r in args.rate_list))
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         print(f"  {name:8}" + "".join(f"{_med(f.millicores[r]):12.1f}" for r in args.rate_list))
     print("\nThroughput against direct, same rounds (median of per-round ratios)")
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         prod = _med([a / b for a, b in zip(f.produce_rps, direct.produce_rps, strict=True)])
         cons = _med([a / b for a, b in zip(f.consume_mbps, direct.consume_mbps, strict=True)])
@@ -321,7 +353,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
           "microseconds: p50 / p99, and the p99 added over direct (median of per-round "
           "differences); * = a round where the producer fell behind even after "
           f"{args.attempts} attempts")
-    for name in ("direct", *PROXIES):
+    for name in ("direct", *proxies(args)):
         f = figures[name]
         cells = []
         for r in args.rate_list:
