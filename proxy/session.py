@@ -192,15 +192,16 @@ class Session:
 
     async def _pump_requests(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
+        drained = False  # the last read came back short
         while True:
             data, waited = None, True
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
                     if self._held_in is None:
-                        data, waited = await self.client.receive(_RECV)
+                        data, waited = await self.client.receive(_RECV, drained)
                     else:
-                        data, waited = await self._held_in.receive(self.client, _RECV)
+                        data, waited = await self._held_in.receive(self.client, _RECV, drained)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -210,6 +211,7 @@ class Session:
                     # streamed included) reach it.
                     await self._idle.wait()
                 raise SessionClosed("client closed the connection")
+            drained = len(data) < _RECV
             self._bytes_in.inc(len(data))
             try:
                 raw, frames = decoder.split(data)
@@ -365,13 +367,15 @@ class Session:
 
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
+        drained = False  # the last read came back short
         while True:
             if self._held_out is None:
-                data, waited = await self.upstream.receive(_RECV)
+                data, waited = await self.upstream.receive(_RECV, drained)
             else:
-                data, waited = await self._held_out.receive(self.upstream, _RECV)
+                data, waited = await self._held_out.receive(self.upstream, _RECV, drained)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
+            drained = len(data) < _RECV
             self._bytes_down.inc(len(data))
             while data:
                 try:
