@@ -42,11 +42,13 @@ def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
 def answered(api_key: int, version: int, frame: Buffer, body_offset: int) -> bool:
     """Whether the broker answers this request: every request but a Produce with acks=0.
 
-    ``body_offset`` is where the body starts in ``frame`` (a Produce header's length is
-    always known).
+    ``body_offset`` is where the body starts in ``frame`` (negative: unknown, which for a
+    Produce request is an error).
     """
     if api_key != _PRODUCE_KEY:
         return True
+    if body_offset < 0:
+        raise CodecError("Produce request header unreadable: where its body starts is unknown")
     return produce_acks(frame, version, body_offset) != 0
 
 

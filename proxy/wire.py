@@ -78,7 +78,12 @@ def parse_request_header(payload: Buffer) -> RequestHead:
         offset = 10 + size
         client_id = str(payload[10:offset], "utf-8", "replace")
     if version == 2:
-        offset = skip_tagged_fields(payload, offset)
+        try:
+            offset = skip_tagged_fields(payload, offset)
+        except CodecError:
+            # Only a member decoding the body needs it; the frame itself still passes, and
+            # the broker answers (or closes on) a header it cannot read.
+            offset = -1
     elif version < 0:
         offset = -1
     return RequestHead(api_key, api_version, correlation_id, client_id, offset)

@@ -52,10 +52,22 @@ def test_an_api_no_release_defines_passes_with_an_unknown_body_offset():
 
 
 @pytest.mark.parametrize("truncate", [9, 12, 16])
-def test_truncated_headers_are_refused(truncate):
+def test_headers_truncated_in_the_client_id_are_refused(truncate):
     payload = _frame(ApiKey.PRODUCE, 9, "client-id", {1: b"abc"})
     with pytest.raises(CodecError):
         wire.parse_request_header(payload[:truncate])
+
+
+def test_a_header_cut_in_its_tagged_fields_passes_but_its_body_is_unknown():
+    payload = _frame(ApiKey.METADATA, 12, "client-id", {1: b"abc"})
+    head = wire.parse_request_header(payload[:21])
+    assert (head.client_id, head.body_offset) == ("client-id", -1)
+    assert wire.expects_response(head, payload)
+    with pytest.raises(CodecError):
+        wire.decode_request(head, payload)
+    produce = _frame(ApiKey.PRODUCE, 9, "client-id", {1: b"abc"})[:21]
+    with pytest.raises(CodecError):
+        wire.expects_response(wire.parse_request_header(produce), produce)
 
 
 @pytest.mark.parametrize("version", [3, 8, 9, 11])
