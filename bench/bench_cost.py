@@ -22,11 +22,14 @@ Figures are medians of per-round values.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +49,17 @@ from bench.bench_proxy import (  # noqa: E402
     produce,
 )
 from bench.bench_relay import build_relay  # noqa: E402
-from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify  # noqa: E402
+from bench.pinning import (  # noqa: E402
+    PROXY_CPU,
+    PinWatch,
+    RunQueueWait,
+    can_pin,
+    pin,
+    pin_self_to_load_cpu,
+    verify_tree,
+)
 from proxy.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
+from tests.support import herald_process  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
 CHAINS: dict[str, dict[str, Any]] = {
@@ -70,49 +82,82 @@ class Figures:
     millicores: dict[int, list[float]] = field(default_factory=dict)
     p50_us: dict[int, list[float]] = field(default_factory=dict)
     p99_us: dict[int, list[float]] = field(default_factory=dict)
+    behind: dict[int, list[bool]] = field(default_factory=dict)
+
+
+@dataclass
+class Timed:
+    """One fixed-rate window: latency percentiles, and whether the load side kept its rate."""
+
+    p50_us: float
+    p99_us: float
+    sent: int
+    max_backlog: int  # most records produced and not yet acknowledged, at any moment
+    kept_up: bool
 
 
 def timed_produce(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: float,
-                  warmup_s: float = 2.0) -> tuple[float, float]:
+                  warmup_s: float = 2.0) -> Timed:
     """Produce `rate` records/s for `seconds` after a warm-up; p50 and p99 of produce() to
-    delivery report, in microseconds. poll() wakes as soon as a report arrives, so the timing
-    is not rounded to the pacing interval."""
+    delivery report, in microseconds (librdkafka stamps each record when produce() queues it
+    and `latency()` reads its microsecond clock when the report is served).
+
+    Records go out in 1 ms ticks and the loop sleeps in poll() between them: poll() takes
+    whole milliseconds (a shorter timeout is 0, which made the loop spin and take the load
+    CPU from the broker it measures). poll() returns as soon as a report is served, so reports
+    are timed as they arrive, not at the next tick. A window where the producer fell behind
+    (more than a quarter second of records unacknowledged at some moment) is flagged: its
+    latency is queueing in a load generator that could not keep the rate, not the proxy.
+    """
     # linger.ms 0 would make every record a request of its own: a load no real client puts
     # on a broker, which on its one core then queues them for seconds.
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "linger.ms": linger_ms, "enable.idempotence": False})
-    value = b"x" * 1024
-    latencies: list[int] = []
-    measured_from = time.perf_counter() + warmup_s
-    end = measured_from + seconds
-    interval = 1.0 / rate
-    next_at = time.perf_counter()
+    latencies: list[float] = []
     errors = 0
+    measuring = False
 
-    def report(err: Any, msg: Any, start: int) -> None:
+    def report(err: Any, msg: Any) -> None:
         nonlocal errors
         if err is not None:
             errors += 1
-        elif start >= measured_ns:
-            latencies.append(time.perf_counter_ns() - start)
+        elif measuring:
+            latencies.append(msg.latency())
 
-    measured_ns = int(measured_from * 1e9)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "linger.ms": linger_ms, "enable.idempotence": False,
+                         "on_delivery": report})
+    value = b"x" * 1024
+    tick = 0.001
+    started = time.perf_counter()
+    measured_from = started + warmup_s
+    end = measured_from + seconds
+    due = 0.0  # records owed so far, fractional
+    sent = max_backlog = 0
+    next_tick = started
     while True:
         now = time.perf_counter()
         if now >= end:
             break
-        while next_at <= now:
-            start = time.perf_counter_ns()
-            producer.produce(topic, value,
-                             on_delivery=lambda err, msg, s=start: report(err, msg, s))
-            next_at += interval
-        producer.poll(max(0.0, next_at - time.perf_counter()))
+        if now >= next_tick:
+            if not measuring and now >= measured_from:
+                measuring = True
+                due, sent, started = 0.0, 0, now
+            due = (now - started) * rate
+            while sent < due:
+                producer.produce(topic, value)
+                sent += 1
+            if measuring:
+                max_backlog = max(max_backlog, len(producer))
+            next_tick = now + tick
+        producer.poll(max(tick, next_tick - time.perf_counter()))
+    measuring_sent = sent
     producer.flush(30)
     if errors or not latencies:
         raise RuntimeError(f"timed producer: {errors} failed deliveries, {len(latencies)} timed")
     latencies.sort()
-    return (latencies[len(latencies) // 2] / 1000,
-            latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] / 1000)
+    return Timed(p50_us=latencies[len(latencies) // 2] * 1e6,
+                 p99_us=latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e6,
+                 sent=measuring_sent, max_backlog=max_backlog,
+                 kept_up=max_backlog <= rate * 0.25)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,9 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-seconds", type=float, default=10.0)
     parser.add_argument("--linger-ms", type=float, default=5.0,
                         help="the timed producer's linger.ms (librdkafka's default: 5)")
+    parser.add_argument("--attempts", type=int, default=3,
+                        help="fixed-rate windows tried per rate and round until the producer "
+                             "keeps its rate")
     parser.add_argument("--interceptors", choices=sorted(CHAINS), default="none")
     parser.add_argument("--warmup-records", type=int, default=200_000)
     parser.add_argument("--unpinned", action="store_true")
+    parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
+                        help="also measure Herald run from the sources in this folder (another "
+                             "git worktree, say), as the target 'baseline', in the same rounds")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -147,7 +198,7 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
         ) -> dict[str, Figures]:
     relay_port, inner_port = free_port(), free_port()
     extra = [ExtraListener("RELAYED", inner_port, relay_port)]
-    figures = {name: Figures() for name in ("direct", *PROXIES)}
+    figures = {name: Figures() for name in ("direct", *proxies(args))}
     with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster:
         relay = subprocess.Popen([str(relay_binary), str(relay_port), str(inner_port)],
                                  stdout=subprocess.PIPE)
@@ -157,31 +208,66 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
                 raise RuntimeError("the relay did not start")
             config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
                                    logging={"level": "warning"})
-            with HeraldProcess(config) as herald:
+            with HeraldProcess(config) as herald, ExitStack() as more:
                 assert herald.process is not None
                 pids = {"relay": relay.pid, "herald": herald.process.pid}
+                targets = {"direct": cluster.bootstrap, "relay": f"127.0.0.1:{relay_port}",
+                           "herald": herald.bootstrap}
+                if args.baseline:
+                    base = more.enter_context(herald_from(args.baseline, herald_config(
+                        cluster.bootstrap, interceptors=CHAINS[args.interceptors],
+                        logging={"level": "warning"})))
+                    assert base.process is not None
+                    pids["baseline"] = base.process.pid
+                    targets["baseline"] = base.bootstrap
                 if pinned:
                     for pid in pids.values():
                         pin(pid, {PROXY_CPU})
-                targets = {"direct": cluster.bootstrap, "relay": f"127.0.0.1:{relay_port}",
-                           "herald": herald.bootstrap}
+                    log(f"pinning checked on {verify_tree(pids.values())} threads")
+                load_pids = [os.getpid(), *(node.process.pid for node in cluster.nodes
+                                            if node.process is not None)]
                 create_topic(cluster.bootstrap, "cost-warmup", args.partitions)
                 for bootstrap in targets.values():
                     produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1)
                 names = list(targets)
                 for n in range(args.rounds):
                     order = names if n % 2 == 0 else names[::-1]
-                    log(f"round {n + 1}/{args.rounds} ({', '.join(order)})")
+                    log(f"round {n + 1}/{args.rounds} ({', '.join(order)}); "
+                        f"load average {_loadavg()}")
                     for name in order:
                         pid = pids.get(name)
-                        if pinned and pid is not None:
-                            verify(pid, {PROXY_CPU})
-                        one_round(name, targets[name], cluster.bootstrap, args,
-                                  CpuClock(pid) if pid else None, figures[name])
+                        with PinWatch(pids.values()) if pinned else nullcontext():
+                            one_round(name, targets[name], cluster.bootstrap, args,
+                                      CpuClock(pid) if pid else None, figures[name],
+                                      load_pids, pid)
         finally:
             relay.kill()
             relay.wait()
     return figures
+
+
+def proxies(args: argparse.Namespace) -> tuple[str, ...]:
+    return (*PROXIES, "baseline") if args.baseline else PROXIES
+
+
+@contextmanager
+def herald_from(tree: str, config: dict[str, Any]) -> Iterator[HeraldProcess]:
+    """A Herald run from the sources of another checkout (`python -m proxy` in that folder,
+    with this interpreter), to compare two versions in the same run."""
+    saved = herald_process.REPO
+    herald_process.REPO = Path(tree).resolve()
+    try:
+        process = HeraldProcess(config).start()
+    finally:
+        herald_process.REPO = saved
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _cpu(clock: CpuClock | None, before: tuple[float, float]) -> float:
@@ -189,7 +275,8 @@ def _cpu(clock: CpuClock | None, before: tuple[float, float]) -> float:
 
 
 def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
-              clock: CpuClock | None, into: Figures) -> None:
+              clock: CpuClock | None, into: Figures, load_pids: list[int],
+              proxy_pid: int | None) -> None:
     topic = f"cost-{name}-{uuid.uuid4().hex[:6]}"
     create_topic(broker, topic, args.partitions)
     mb = args.records * 1024 / 1e6
@@ -210,19 +297,29 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
         line += (f"; CPU {produce_cpu * 1000 / mb:.2f} / {consume_cpu * 1000 / mb:.2f} ms/MB")
     log(line)
     for rate in args.rate_list:
-        rate_topic = f"cost-{name}-rate-{uuid.uuid4().hex[:6]}"
-        create_topic(broker, rate_topic, 1)
-        before = clock.read() if clock else (0.0, 0.0)
-        started = time.perf_counter()
-        p50, p99 = timed_produce(bootstrap, rate_topic, rate, args.rate_seconds, args.linger_ms)
-        wall = time.perf_counter() - started
-        millicores = _cpu(clock, before) / wall * 1000
-        delete_topics(broker, rate_topic)
+        for attempt in range(1, args.attempts + 1):
+            rate_topic = f"cost-{name}-rate-{uuid.uuid4().hex[:6]}"
+            create_topic(broker, rate_topic, 1)
+            before = clock.read() if clock else (0.0, 0.0)
+            load_wait = RunQueueWait(load_pids)
+            proxy_wait = RunQueueWait([proxy_pid] if proxy_pid else [])
+            started = time.perf_counter()
+            t = timed_produce(bootstrap, rate_topic, rate, args.rate_seconds, args.linger_ms)
+            wall = time.perf_counter() - started
+            millicores = _cpu(clock, before) / wall * 1000
+            waits = (f"CPU wait: load side {load_wait.seconds() / wall * 1000:.0f} ms/s, "
+                     f"proxy {proxy_wait.seconds() / wall * 1000:.0f} ms/s")
+            delete_topics(broker, rate_topic)
+            cpu = f", {millicores:.1f} millicores" if clock else ""
+            flag = "" if t.kept_up else f"  FELL BEHIND (backlog {t.max_backlog})"
+            log(f"  {name:6} {rate:6}/s: p50 {t.p50_us:8.0f} us  p99 {t.p99_us:8.0f} us{cpu}; "
+                f"{waits}{flag}")
+            if t.kept_up or attempt == args.attempts:
+                break
         into.millicores.setdefault(rate, []).append(millicores)
-        into.p50_us.setdefault(rate, []).append(p50)
-        into.p99_us.setdefault(rate, []).append(p99)
-        cpu = f", {millicores:.1f} millicores" if clock else ""
-        log(f"  {name:6} {rate:6}/s: p50 {p50:8.0f} us  p99 {p99:8.0f} us{cpu}")
+        into.p50_us.setdefault(rate, []).append(t.p50_us)
+        into.p99_us.setdefault(rate, []).append(t.p99_us)
+        into.behind.setdefault(rate, []).append(not t.kept_up)
 
 
 def _med(values: list[float]) -> float:
@@ -234,32 +331,36 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
     layout = ("pinned: broker and load tools on CPU 0, proxy on CPU 1" if pinned
               else "unpinned: everything on every core")
     print(f"\n{args.records:,} x 1 KiB records, acks=all, Herald interceptors: "
-          f"{args.interceptors}; medians of {args.rounds} rounds; {layout}\n")
+          f"{args.interceptors}; medians of {args.rounds} rounds; {layout}; "
+          f"load average at the end {_loadavg()}\n")
     print("Proxy CPU per MB of client payload (ms per MB = millicores per MB/s)")
     print(f"  {'':8}{'produce':>10}{'consume':>10}")
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         print(f"  {name:8}{_med(f.produce_ms_per_mb):10.2f}{_med(f.consume_ms_per_mb):10.2f}")
     print("\nProxy CPU at a steady produce rate (millicores)")
     print("  " + " " * 8 + "".join(f"{str(r) + '/s':>12}" for r in args.rate_list))
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         print(f"  {name:8}" + "".join(f"{_med(f.millicores[r]):12.1f}" for r in args.rate_list))
     print("\nThroughput against direct, same rounds (median of per-round ratios)")
-    for name in PROXIES:
+    for name in proxies(args):
         f = figures[name]
         prod = _med([a / b for a, b in zip(f.produce_rps, direct.produce_rps, strict=True)])
         cons = _med([a / b for a, b in zip(f.consume_mbps, direct.consume_mbps, strict=True)])
         print(f"  {name:8} produce {prod:7.1%}   consume (fetch MB/s) {cons:7.1%}")
-    print("\nLatency from produce() to delivery report, microseconds: p50 / p99, and the p99 "
-          "added over direct")
-    for name in ("direct", *PROXIES):
+    print(f"\nLatency from produce() to delivery report (linger.ms {args.linger_ms:g}), "
+          "microseconds: p50 / p99, and the p99 added over direct (median of per-round "
+          "differences); * = a round where the producer fell behind even after "
+          f"{args.attempts} attempts")
+    for name in ("direct", *proxies(args)):
         f = figures[name]
         cells = []
         for r in args.rate_list:
             added = _med([a - b for a, b in zip(f.p99_us[r], direct.p99_us[r], strict=True)])
             extra = f" ({added:+.0f})" if name != "direct" else ""
-            cells.append(f"{_med(f.p50_us[r]):.0f} / {_med(f.p99_us[r]):.0f}{extra}")
+            star = "*" if any(f.behind[r]) else ""
+            cells.append(f"{_med(f.p50_us[r]):.0f} / {_med(f.p99_us[r]):.0f}{extra}{star}")
         print(f"  {name:8}" + "".join(f"{c:>30}" for c in cells))
     print("  " + " " * 8 + "".join(f"{'at ' + str(r) + '/s':>30}" for r in args.rate_list))
 

@@ -19,6 +19,9 @@ from protocol.messages.fetch_response import FetchResponse
 
 # The first Fetch version whose top level carries tagged fields that may need rewriting.
 FIRST_TAIL_VERSION = 16
+# The first Fetch version the finder can walk: topics by id (v13+), flexible encoding (v12+).
+FIRST_WALKABLE_VERSION = 13
+_FETCH_KEY = 1
 
 # A tagged field no Kafka version defines, used to pad a tail that shrank; readers skip tags
 # they do not know. It sorts after every real tag, as the protocol wants tags ascending, and
@@ -32,6 +35,12 @@ _Walk = Generator[_Step, bytes | None, None]
 # throttle_time_ms, error_code, session_id: the fixed head of the body, then an empty
 # `responses` array; `fit_tail` decodes a tail behind this to reuse the generated codec.
 _EMPTY_BODY = bytes(10) + b"\x01"
+
+
+def tail_walkable(api_key: int, version: int) -> bool:
+    """Whether a response to `api_key`/`version` is a Fetch response whose tail
+    `FetchTailFinder` can find while the rest streams past."""
+    return api_key == _FETCH_KEY and version >= FIRST_WALKABLE_VERSION
 
 
 class FetchTailFinder:

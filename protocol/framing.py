@@ -37,12 +37,48 @@ class FrameDecoder:
 
     def frames(self) -> list[bytes]:
         """Every complete frame buffered so far, in order; partial data stays buffered."""
+        raw, views = self.split(b"")
+        return [bytes(v) for v in views]
+
+    def split(self, data: bytes) -> tuple[bytes, list[memoryview]]:
+        """Take `data` in; return the bytes of every complete frame, size prefixes included,
+        and each frame's payload as a view into them. Partial data stays buffered.
+
+        A proxy forwards most frames unchanged: when nothing was buffered before and `data`
+        holds whole frames only (the usual case), `raw` is `data` itself, so the frames reach
+        the other side without being copied here at all; otherwise the complete part is
+        copied out of the buffer once.
+        """
         buf = self._buf
-        out: list[bytes] = []
+        src: bytes | bytearray = data
+        if buf:
+            buf += data
+            src = buf
+        spans = self._scan(src)
+        end = spans[-1][1] if spans else 0
+        if src is data:
+            raw = data if end == len(data) else data[:end]
+            if end < len(data):
+                buf += memoryview(data)[end:]
+        else:
+            with memoryview(buf) as view:
+                raw = bytes(view[:end])
+            if end == len(buf):
+                buf.clear()
+            elif end:
+                del buf[:end]
+        if not spans:
+            return raw, []
+        whole = memoryview(raw)
+        return raw, [whole[a:b] for a, b in spans]
+
+    def _scan(self, src: bytes | bytearray) -> list[tuple[int, int]]:
+        """(start, end) of the payload of each complete frame at the front of `src`."""
+        spans: list[tuple[int, int]] = []
         pos = 0
-        end = len(buf)
+        end = len(src)
         while end - pos >= 4:
-            (size,) = _SIZE.unpack_from(buf, pos)
+            (size,) = _SIZE.unpack_from(src, pos)
             if size < 0:
                 raise CodecError(f"negative frame size {size}")
             if size > self._max:
@@ -50,14 +86,9 @@ class FrameDecoder:
             if end - pos - 4 < size:
                 break
             pos += 4
-            with memoryview(buf) as view:  # one copy out of the buffer, not two
-                out.append(bytes(view[pos : pos + size]))
+            spans.append((pos, pos + size))
             pos += size
-        if pos == end:
-            buf.clear()
-        elif pos:
-            del buf[:pos]
-        return out
+        return spans
 
     def peek(self, n: int) -> bytes:
         """The first `n` buffered bytes (fewer if fewer are in): after `frames()`, the start

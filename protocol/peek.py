@@ -1,4 +1,4 @@
-"""Reading single fields of a request body without decoding all of it.
+"""Reading single fields of a request without decoding all of it.
 
 The proxy must know, before forwarding a Produce request, whether the client expects a response
 (acks=0 gets none). Decoding the whole request would materialise every partition's records, so
@@ -14,6 +14,7 @@ from protocol.errors import CodecError
 from protocol.primitives import Buffer, read_unsigned_varint
 
 _INT16 = Struct(">h")
+_PRODUCE_KEY = 0
 _PRODUCE_FLEXIBLE_MIN = 9
 _PRODUCE_TRANSACTIONAL_MIN = 3
 
@@ -36,3 +37,28 @@ def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
         return _INT16.unpack_from(body, pos)[0]
     except StructError:
         raise CodecError(f"Produce v{version} body too short to hold acks") from None
+
+
+def answered(api_key: int, version: int, frame: Buffer, body_offset: int) -> bool:
+    """Whether the broker answers this request: every request but a Produce with acks=0.
+
+    ``body_offset`` is where the body starts in ``frame`` (negative: unknown, which for a
+    Produce request is an error).
+    """
+    if api_key != _PRODUCE_KEY:
+        return True
+    if body_offset < 0:
+        raise CodecError("Produce request header unreadable: where its body starts is unknown")
+    return produce_acks(frame, version, body_offset) != 0
+
+
+def skip_tagged_fields(buf: Buffer, pos: int) -> int:
+    """The offset after a tagged-field section (a count, then tag, size and data each)."""
+    count, pos = read_unsigned_varint(buf, pos)
+    for _ in range(count):
+        _, pos = read_unsigned_varint(buf, pos)
+        size, pos = read_unsigned_varint(buf, pos)
+        pos += size
+    if pos > len(buf):
+        raise CodecError("tagged fields run past the end of the frame")
+    return pos

@@ -90,11 +90,15 @@ class Holder:
             await self.budget._wait()
         self.set(self.held + n)
 
-    async def receive(self, transport: Transport, max_bytes: int) -> tuple[bytes, bool]:
+    async def receive(self, transport: Transport, max_bytes: int, drained: bool = False
+                      ) -> tuple[bytes, bool]:
         """`Transport.receive`, reading only what the budget allows and booking it at once
         (no scheduling point between the read and the booking)."""
         fd = transport.sock.fileno()
         waited = False
+        if drained and not transport.tls:  # see `sockio.receive`
+            await transport.wait_receivable()
+            waited = True
         while True:
             n = self.room(max_bytes)
             if n == 0:

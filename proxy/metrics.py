@@ -15,11 +15,14 @@ path pays an integer addition, never a label lookup or a lock.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from interceptors import Chains, ChainStats
 from protocol.api_keys import API_KEYS
@@ -240,14 +243,14 @@ class Metrics:
         self.requests = Counter(
             "herald_requests", "Requests forwarded, by API and version",
             ["api", "version"], registry=r)
-        self.request_latency = Histogram(
+        self.request_latency = LatencyHistogram(
             "herald_request_duration_seconds",
-            "Client-facing latency: request received from the client to response sent to it",
-            ["api"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.upstream_latency = Histogram(
+            "Client-facing latency: request received from the client to response sent to it")
+        self.upstream_latency = LatencyHistogram(
             "herald_upstream_duration_seconds",
-            "Upstream latency: request sent to the broker to its response received",
-            ["api"], buckets=_LATENCY_BUCKETS, registry=r)
+            "Upstream latency: request sent to the broker to its response received")
+        r.register(self.request_latency)
+        r.register(self.upstream_latency)
         self.bytes = Counter(
             "herald_bytes", "Bytes moved, by direction", ["direction"], registry=r)
         self.frames_refused = Counter(
@@ -351,10 +354,59 @@ def bounded_api_labels(api_key: int, version: int) -> tuple[str, str]:
     return name, (str(version) if version in versions else UNKNOWN_LABEL)
 
 
+class LatencySeries:
+    """One label value's buckets and sum: an observation is a bisection and two additions."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(_LATENCY_BUCKETS) + 1)  # the last one: above every bound
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+
+class LatencyHistogram(Collector):
+    """A latency histogram by `api`, kept in plain lists and exported when scraped.
+
+    Two are observed for every request. prometheus_client's Histogram takes a lock and checks
+    for exemplars on each observation (about 4 us here, a good share of what Herald spends on
+    a small request); this keeps the same buckets, sum and count for a fraction of that.
+    """
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._series: dict[str, LatencySeries] = {}
+
+    def labels(self, api: str) -> LatencySeries:
+        series = self._series.get(api)
+        if series is None:
+            series = self._series[api] = LatencySeries()
+        return series
+
+    def describe(self) -> Iterator[HistogramMetricFamily]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=["api"])
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["api"])
+        for api, series in sorted(self._series.items()):
+            total = 0
+            buckets = []
+            for bound, n in zip((*_LATENCY_BUCKETS, math.inf), series.counts, strict=True):
+                total += n
+                buckets.append((floatToGoString(bound), total))
+            family.add_metric([api], buckets, series.sum)
+        yield family
+
+
 class ApiMetrics:
     __slots__ = ("requests", "latency", "upstream_latency")
 
-    def __init__(self, requests: Counter, latency: Histogram, upstream: Histogram) -> None:
+    def __init__(self, requests: Counter, latency: LatencySeries, upstream: LatencySeries
+                 ) -> None:
         self.requests = requests
         self.latency = latency
         self.upstream_latency = upstream

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
-from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail
+from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
+from protocol.primitives import Buffer
 from proxy import wire
 from proxy.cluster import FrameIO, UpstreamAuthError
 from proxy.connection_guard import IDLE_TIMEOUT, ClientDeadlines
@@ -192,15 +192,16 @@ class Session:
 
     async def _pump_requests(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
+        drained = False  # the last read came back short
         while True:
             data, waited = None, True
             if not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
                     if self._held_in is None:
-                        data, waited = await self.client.receive(_RECV)
+                        data, waited = await self.client.receive(_RECV, drained)
                     else:
-                        data, waited = await self._held_in.receive(self.client, _RECV)
+                        data, waited = await self._held_in.receive(self.client, _RECV, drained)
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
@@ -210,10 +211,10 @@ class Session:
                     # streamed included) reach it.
                     await self._idle.wait()
                 raise SessionClosed("client closed the connection")
+            drained = len(data) < _RECV
             self._bytes_in.inc(len(data))
-            decoder.feed(data)
             try:
-                frames = decoder.frames()
+                raw, frames = decoder.split(data)
             except FrameTooLarge as exc:
                 self.metrics.frames_refused.labels("too_large").inc()
                 raise SessionClosed(f"frame too large: {exc}", "warning") from None
@@ -225,7 +226,7 @@ class Session:
             if frames:
                 turn = self._turn
                 if turn is None:
-                    await self._forward_requests(frames)
+                    await self._forward_requests(raw, frames)
                 else:
                     # Herald's own re-authentication takes turns with the client's requests.
                     try:
@@ -233,7 +234,7 @@ class Session:
                     except trio.WouldBlock:
                         await turn.acquire()
                     try:
-                        await self._forward_requests(frames)
+                        await self._forward_requests(raw, frames)
                     finally:
                         turn.release()
             if self._held_in is not None:
@@ -241,26 +242,29 @@ class Session:
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
 
-    async def _forward_requests(self, frames: list[bytes]) -> None:
-        out: list[bytes] = []
+    async def _forward_requests(self, raw: bytes, frames: list[memoryview]) -> None:
+        """Forward the requests of one read; `frames` are views into `raw`, which holds them
+        with their size prefixes. Runs of frames that go out unchanged are sent as the bytes
+        that arrived (all of `raw`, usually), without being copied or joined."""
+        out = _Outgoing(raw)
         entries: list[InFlight] = []
-        for payload in frames:
+        for view in frames:
             if out and self._slots.value == 0:
                 # About to wait for a free slot: what is queued must go out first, or
                 # the responses that would free a slot are never asked for.
-                await self._send_upstream(out, entries)
+                await self._send_upstream(out.take(), entries)
             try:
-                payload, entry = await self._request(payload)
+                payload, entry = await self._request(view)
             except CodecError as exc:
                 self.metrics.frames_refused.labels("malformed").inc()
                 raise SessionClosed(f"malformed request: {exc}", "warning") from None
             except AnswerAndClose as answer:
-                await self._answer_and_close(out, entries, answer)
-            out += (_frame_size(len(payload)), payload)
+                await self._answer_and_close(out.take(), entries, answer)
+            out.add(view, payload)
             if entry is not None:
                 entries.append(entry)
         if out:
-            await self._send_upstream(out, entries)
+            await self._send_upstream(out.take(), entries)
 
     async def _renew_upstream_session(self) -> None:
         """KIP-368 for Herald's own credentials: re-authenticate the upstream connection
@@ -288,7 +292,7 @@ class Session:
                       upstream=self.ctx.upstream_address, lifetime_ms=lifetime_ms)
 
     async def _answer_and_close(
-        self, out: list[bytes], entries: list[InFlight], answer: AnswerAndClose
+        self, out: list[Buffer], entries: list[InFlight], answer: AnswerAndClose
     ) -> None:
         if out:
             await self._send_upstream(out, entries)
@@ -307,8 +311,8 @@ class Session:
         self.metrics.connection_limit_hits.labels(limit).inc()
         raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
 
-    async def _send_upstream(self, out: list[bytes], entries: list[InFlight]) -> None:
-        data = b"".join(out)
+    async def _send_upstream(self, out: list[Buffer], entries: list[InFlight]) -> None:
+        data = out[0] if len(out) == 1 else b"".join(out)
         # Stamped before sending: the response may be read while send_all is still yielding.
         now = time.monotonic()
         for entry in entries:
@@ -318,15 +322,18 @@ class Session:
         await self.upstream.send_all(data)
         self._bytes_up.inc(len(data))
 
-    async def _request(self, payload: bytes) -> tuple[bytes, InFlight | None]:
+    async def _request(self, view: memoryview) -> tuple[Buffer, InFlight | None]:
+        """Handle one request; return what to forward (`view` itself when unchanged)."""
         received = time.monotonic()
-        head = wire.parse_request_header(payload)
+        head = wire.parse_request_header(view)
         if head.client_id is not None:
             self.ctx.client_id = head.client_id
         filters = self.chain.for_request(head.api_key, head.api_version)
         exchange = None
+        payload: Buffer = view
         if filters:
             exchange = Exchange()
+            payload = bytes(view)  # members keep what they decode: no views into `raw`
             offset, msg = wire.decode_request(head, payload)
             changed = False
             try:
@@ -337,8 +344,7 @@ class Session:
             except AnswerAndClose as answer:
                 answer.head = head
                 raise
-            if changed:
-                payload = wire.encode_request(head, payload, offset, msg)
+            payload = wire.encode_request(head, payload, offset, msg) if changed else view
         api_metrics = self.metrics.for_api(head.api_key, head.api_version)
         api_metrics.requests.inc()
         entry = None
@@ -361,28 +367,29 @@ class Session:
 
     async def _pump_responses(self) -> None:
         decoder = FrameDecoder(self.max_frame_bytes)
+        drained = False  # the last read came back short
         while True:
             if self._held_out is None:
-                data, waited = await self.upstream.receive(_RECV)
+                data, waited = await self.upstream.receive(_RECV, drained)
             else:
-                data, waited = await self._held_out.receive(self.upstream, _RECV)
+                data, waited = await self._held_out.receive(self.upstream, _RECV, drained)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
+            drained = len(data) < _RECV
             self._bytes_down.inc(len(data))
             while data:
-                decoder.feed(data)
-                data = b""
                 try:
-                    frames = decoder.frames()
+                    raw, frames = decoder.split(data)
                 except CodecError as exc:
                     raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
+                data = b""
                 if frames:
                     own = self._own_replies
                     if own is None:
-                        await self._forward_responses(frames)
+                        await self._forward_responses(raw, frames)
                     else:  # answers to Herald's own re-authentication
                         for reply in frames:
-                            own.send_nowait(reply)
+                            own.send_nowait(bytes(reply))
                 if decoder.buffered >= _STREAM_FROM_HEAD:
                     stream = await self._stream_start(decoder)
                     if stream is not None:
@@ -394,14 +401,15 @@ class Session:
             if not waited:
                 await trio.lowlevel.checkpoint()
 
-    async def _forward_responses(self, frames: list[bytes]) -> None:
-        out: list[bytes] = []
+    async def _forward_responses(self, raw: bytes, frames: list[memoryview]) -> None:
+        out = _Outgoing(raw)
         answered: list[InFlight] = []
-        for payload in frames:
-            payload, entry = await self._response(payload)
-            out += (_frame_size(len(payload)), payload)
+        for view in frames:
+            payload, entry = await self._response(view)
+            out.add(view, payload)
             answered.append(entry)
-        data = b"".join(out)
+        pieces = out.take()
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         await self.client.send_all(data)
         self._bytes_out.inc(len(data))
         now = time.monotonic()
@@ -423,7 +431,7 @@ class Session:
         finder = None
         if filters:
             tail_only = all(f.tail_only(entry.api_key, entry.api_version) for f in filters)
-            if not tail_only or entry.api_key != ApiKey.FETCH or entry.api_version < 13:
+            if not tail_only or not tail_walkable(entry.api_key, entry.api_version):
                 return None
             finder = FetchTailFinder(size)
         self._retire(corr, entry)
@@ -539,7 +547,8 @@ class Session:
             )
         return changed
 
-    async def _response(self, payload: bytes) -> tuple[bytes, InFlight]:
+    async def _response(self, payload: Buffer) -> tuple[Buffer, InFlight]:
+        """Handle one response; return what to send on (`payload` itself when unchanged)."""
         corr = wire.response_correlation_id(payload)
         entry = self._oldest(corr)
         self._retire(corr, entry)
@@ -584,4 +593,42 @@ class _Stream:
 
 _frame_size = struct.Struct(">i").pack
 """The size prefix of a frame, sent beside its payload so the two are joined in one copy."""
+
+
+class _Outgoing:
+    """The frames of one read on their way out, in order: runs of unchanged frames as slices
+    of the bytes that arrived (all of them, usually: then nothing is copied), changed ones as
+    a new size prefix and payload."""
+
+    __slots__ = ("_raw", "_pieces", "_sent", "_pos")
+
+    def __init__(self, raw: bytes) -> None:
+        self._raw = raw
+        self._pieces: list[Buffer] = []
+        self._sent = 0  # start in `raw` of the unchanged run not yet in `_pieces`
+        self._pos = 0  # start in `raw` of the next frame's size prefix
+
+    def add(self, view: memoryview, payload: Buffer) -> None:
+        end = self._pos + 4 + len(view)
+        if payload is not view:
+            self._flush()
+            self._pieces += (_frame_size(len(payload)), payload)
+            self._sent = end
+        self._pos = end
+
+    def _flush(self) -> None:
+        if self._sent < self._pos:
+            raw = self._raw
+            whole = self._sent == 0 and self._pos == len(raw)
+            self._pieces.append(raw if whole else memoryview(raw)[self._sent:self._pos])
+            self._sent = self._pos
+
+    def __bool__(self) -> bool:
+        return bool(self._pieces) or self._sent < self._pos
+
+    def take(self) -> list[Buffer]:
+        """What is queued, handed out and forgotten."""
+        self._flush()
+        pieces, self._pieces = self._pieces, []
+        return pieces
 

@@ -16,10 +16,18 @@ import os
 import trio
 
 
-async def receive(sock: trio.socket.SocketType, max_bytes: int) -> tuple[bytes, bool]:
-    """Up to `max_bytes` (b"" at end of stream), and whether the call had to wait."""
+async def receive(sock: trio.socket.SocketType, max_bytes: int, drained: bool = False
+                  ) -> tuple[bytes, bool]:
+    """Up to `max_bytes` (b"" at end of stream), and whether the call had to wait.
+
+    `drained`: the previous read came back short, so the socket is most likely empty: wait
+    for it first rather than make a read that fails (a system call and an exception saved
+    per wake-up; if data came meanwhile, the wait returns at once)."""
     fd = sock.fileno()
     waited = False
+    if drained:
+        await trio.lowlevel.wait_readable(sock)
+        waited = True
     while True:
         try:
             return os.read(fd, max_bytes), waited

@@ -15,6 +15,14 @@ from protocol.api_keys import ApiKey
 from protocol.primitives import ZERO_UUID
 from proxy.filters import Exchange, Filter, SessionContext
 
+# Produce and Fetch name topics by id, not by name, from this version on.
+BY_ID_FROM_VERSION = 13
+
+
+def topic_key(name: str | None, topic_id: bytes, version: int) -> str | bytes | None:
+    """How a Produce or Fetch message of `version` identifies a topic: its name, or its id."""
+    return name if version < BY_ID_FROM_VERSION else topic_id
+
 
 class TopicIds:
     def __init__(self, on_cluster_id: Callable[[str], None] | None = None) -> None:
@@ -36,6 +44,11 @@ class TopicIds:
 
     def name(self, topic_id: bytes) -> str | None:
         return self.names.get(topic_id)
+
+    def topic(self, name: str | None, topic_id: bytes, version: int) -> str | None:
+        """The name of a topic of a Produce or Fetch message of `version` (None for an id
+        not learned yet)."""
+        return name if version < BY_ID_FROM_VERSION else self.names.get(topic_id)
 
 
 class TopicIdLearner(Filter):

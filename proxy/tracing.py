@@ -52,7 +52,7 @@ from protocol.records import split_batches
 from proxy.filters import Exchange, Filter, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import HERALD_VERSION
-from proxy.topic_ids import TopicIds
+from proxy.topic_ids import TopicIds, topic_key
 
 log = get_logger("tracing")
 
@@ -322,9 +322,6 @@ class TracingFilter(Filter):
             attrs["server.port"] = int(port)
         return attrs
 
-    def _topic(self, name: str | None, topic_id: bytes, version: int) -> str | None:
-        return name if version < 13 else self.topics.name(topic_id)
-
     # ---- produce ----
 
     async def on_request(
@@ -341,8 +338,8 @@ class TracingFilter(Filter):
         written = exchange.traces or {}
         pending: dict[tuple[Any, int], list[_Pending]] = {}
         for t in msg.topic_data:
-            topic = self._topic(t.name, t.topic_id, version)
-            key = t.name if version < 13 else t.topic_id
+            topic = self.topics.topic(t.name, t.topic_id, version)
+            key = topic_key(t.name, t.topic_id, version)
             for p in t.partition_data:
                 if not p.records:
                     continue
@@ -425,7 +422,7 @@ class TracingFilter(Filter):
         if not pending:
             return
         for t in msg.responses:
-            key = t.name if version < 13 else t.topic_id
+            key = topic_key(t.name, t.topic_id, version)
             for p in t.partition_responses:
                 spans = pending.pop((key, p.index), None)
                 if spans is None:
@@ -452,7 +449,7 @@ class TracingFilter(Filter):
 
     def _receive(self, ctx: SessionContext, version: int, msg: Any) -> None:
         for t in msg.responses:
-            topic = self._topic(t.topic, t.topic_id, version)
+            topic = self.topics.topic(t.topic, t.topic_id, version)
             name = f"receive {topic}" if topic is not None else "receive"
             for p in t.partitions:
                 if not p.records:

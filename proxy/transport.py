@@ -27,8 +27,8 @@ class PlainTransport:
         self.stream = stream
         self.sock = stream.socket
 
-    async def receive(self, max_bytes: int) -> tuple[bytes, bool]:
-        return await sockio.receive(self.sock, max_bytes)
+    async def receive(self, max_bytes: int, drained: bool = False) -> tuple[bytes, bool]:
+        return await sockio.receive(self.sock, max_bytes, drained)
 
     def receive_nowait(self, max_bytes: int) -> bytes | None:
         """What has arrived (b"" at the end), or None when nothing has."""
@@ -86,7 +86,9 @@ class TlsTransport:
             except ssl.SSLWantWriteError:
                 await trio.lowlevel.wait_writable(self._ssl)
 
-    async def receive(self, max_bytes: int) -> tuple[bytes, bool]:
+    async def receive(self, max_bytes: int, drained: bool = False) -> tuple[bytes, bool]:
+        # `drained` is not used: a short read may leave decrypted bytes inside the TLS layer
+        # that no socket readiness would announce.
         waited = False
         while True:
             try:

@@ -301,6 +301,38 @@ async def test_api_versions_advertise_only_what_herald_decodes(
     assert through[17][0] == 1
 
 
+async def test_api_versions_newer_than_the_broker_get_its_v0_answer_narrowed(
+    proxy: Proxy, kafka: KafkaCluster
+) -> None:
+    """A broker answers an ApiVersions version it does not know with a v0 body carrying
+    UNSUPPORTED_VERSION; Herald still narrows the ranges in it and writes it back as v0."""
+    from protocol.messages.api_versions_request import ApiVersionsRequest
+
+    body = ApiVersionsRequest(client_software_name="raw", client_software_version="1").encode(3)
+
+    async def fallback(address: str) -> ApiVersionsResponse:
+        client = await raw.TrioRawClient.connect(address)
+        await client.send(raw.request_frame(ApiKey.API_VERSIONS, 99, 11, body))
+        payload = await client.recv()
+        await client.aclose()
+        assert payload is not None
+        assert struct.unpack_from(">i", payload)[0] == 11
+        return ApiVersionsResponse.decode(payload, 0, 4)
+
+    through = await fallback(bootstrap_of(proxy))
+    direct = await fallback(kafka.nodes[0].address)
+    assert direct.error_code == through.error_code == 35
+    from proxy.api_versions import codec_range
+
+    # The broker lists what a client needs to retry lower (ApiVersions itself, at least).
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in through.api_keys}
+    assert ApiKey.API_VERSIONS in ranges
+    for k in direct.api_keys:
+        codec = codec_range(k.api_key)
+        assert codec is not None
+        assert ranges[k.api_key] == (max(k.min_version, codec[0]), min(k.max_version, codec[1]))
+
+
 def test_admin_operations_see_only_herald_addresses(herald: HeraldProcess) -> None:
     admin = AdminClient({"bootstrap.servers": herald.bootstrap})
     cluster = admin.describe_cluster().result(timeout=30)
