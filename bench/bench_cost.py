@@ -69,6 +69,7 @@ CHAINS: dict[str, dict[str, Any]] = {
                                                "headers": ["prefix:internal."]}]},
 }
 PROXIES = ("relay", "herald")
+FLOORS = ("py-epoll", "py-trio")  # bench/relay_floor.py, with --floors
 
 
 @dataclass
@@ -180,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
                         help="also measure Herald run from the sources in this folder (another "
                              "git worktree, say), as the target 'baseline', in the same rounds")
+    parser.add_argument("--floors", action="store_true",
+                        help="also measure the cheapest Python relays (bench/relay_floor.py: "
+                             "on raw epoll, and on trio), which parse nothing: what Herald's "
+                             "runtime costs before it does any work")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -196,58 +201,75 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: bool
         ) -> dict[str, Figures]:
-    relay_port, inner_port = free_port(), free_port()
-    extra = [ExtraListener("RELAYED", inner_port, relay_port)]
+    relays = ["relay", *(FLOORS if args.floors else ())]
+    ports = {name: (free_port(), free_port()) for name in relays}  # listening, broker's
+    extra = [ExtraListener(f"RELAYED{n}", inner, outer)
+             for n, (outer, inner) in enumerate(ports.values())]
     figures = {name: Figures() for name in ("direct", *proxies(args))}
-    with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster:
-        relay = subprocess.Popen([str(relay_binary), str(relay_port), str(inner_port)],
-                                 stdout=subprocess.PIPE)
-        try:
-            assert relay.stdout is not None
-            if relay.stdout.readline() != b"relay ready\n":
-                raise RuntimeError("the relay did not start")
-            config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
-                                   logging={"level": "warning"})
-            with HeraldProcess(config) as herald, ExitStack() as more:
-                assert herald.process is not None
-                pids = {"relay": relay.pid, "herald": herald.process.pid}
-                targets = {"direct": cluster.bootstrap, "relay": f"127.0.0.1:{relay_port}",
-                           "herald": herald.bootstrap}
-                if args.baseline:
-                    base = more.enter_context(herald_from(args.baseline, herald_config(
-                        cluster.bootstrap, interceptors=CHAINS[args.interceptors],
-                        logging={"level": "warning"})))
-                    assert base.process is not None
-                    pids["baseline"] = base.process.pid
-                    targets["baseline"] = base.bootstrap
-                if pinned:
-                    for pid in pids.values():
-                        pin(pid, {PROXY_CPU})
-                    log(f"pinning checked on {verify_tree(pids.values())} threads")
-                load_pids = [os.getpid(), *(node.process.pid for node in cluster.nodes
-                                            if node.process is not None)]
-                create_topic(cluster.bootstrap, "cost-warmup", args.partitions)
-                for bootstrap in targets.values():
-                    produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1)
-                names = list(targets)
-                for n in range(args.rounds):
-                    order = names if n % 2 == 0 else names[::-1]
-                    log(f"round {n + 1}/{args.rounds} ({', '.join(order)}); "
-                        f"load average {_loadavg()}")
-                    for name in order:
-                        pid = pids.get(name)
-                        with PinWatch(pids.values()) if pinned else nullcontext():
-                            one_round(name, targets[name], cluster.bootstrap, args,
-                                      CpuClock(pid) if pid else None, figures[name],
-                                      load_pids, pid)
-        finally:
-            relay.kill()
-            relay.wait()
+    with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster, \
+            ExitStack() as more:
+        config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
+                               logging={"level": "warning"})
+        pids: dict[str, int] = {}
+        targets = {"direct": cluster.bootstrap}
+        for name, (outer, inner) in ports.items():
+            pids[name] = more.enter_context(_relay(name, relay_binary, outer, inner))
+            targets[name] = f"127.0.0.1:{outer}"
+        herald = more.enter_context(HeraldProcess(config))
+        assert herald.process is not None
+        pids["herald"] = herald.process.pid
+        targets["herald"] = herald.bootstrap
+        if args.baseline:
+            base = more.enter_context(herald_from(args.baseline, config))
+            assert base.process is not None
+            pids["baseline"] = base.process.pid
+            targets["baseline"] = base.bootstrap
+        if pinned:
+            for pid in pids.values():
+                pin(pid, {PROXY_CPU})
+            log(f"pinning checked on {verify_tree(pids.values())} threads")
+        load_pids = [os.getpid(), *(node.process.pid for node in cluster.nodes
+                                    if node.process is not None)]
+        create_topic(cluster.bootstrap, "cost-warmup", args.partitions)
+        for bootstrap in targets.values():
+            produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1)
+        names = list(targets)
+        for n in range(args.rounds):
+            order = names if n % 2 == 0 else names[::-1]
+            log(f"round {n + 1}/{args.rounds} ({', '.join(order)}); "
+                f"load average {_loadavg()}")
+            for name in order:
+                pid = pids.get(name)
+                with PinWatch(pids.values()) if pinned else nullcontext():
+                    one_round(name, targets[name], cluster.bootstrap, args,
+                              CpuClock(pid) if pid else None, figures[name],
+                              load_pids, pid)
     return figures
 
 
+@contextmanager
+def _relay(name: str, binary: Path, port: int, broker_port: int) -> Iterator[int]:
+    """A relay from `port` to the broker's listener at `broker_port`; yields its pid."""
+    if name == "relay":
+        command = [str(binary), str(port), str(broker_port)]
+    else:
+        loop = name.removeprefix("py-")
+        command = [sys.executable, str(Path(__file__).with_name("relay_floor.py")),
+                   "--loop", loop, str(port), str(broker_port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None
+        if process.stdout.readline() != b"relay ready\n":
+            raise RuntimeError(f"{name} did not start")
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()
+
+
 def proxies(args: argparse.Namespace) -> tuple[str, ...]:
-    return (*PROXIES, "baseline") if args.baseline else PROXIES
+    return (*PROXIES, *(FLOORS if args.floors else ()),
+            *(("baseline",) if args.baseline else ()))
 
 
 @contextmanager
