@@ -240,9 +240,9 @@ class Metrics:
             "herald_connections_active", "Open connections", ["side"], registry=r)
         self.connections_total = Counter(
             "herald_connections", "Connections opened", ["side"], registry=r)
-        self.requests = Counter(
-            "herald_requests", "Requests forwarded, by API and version",
-            ["api", "version"], registry=r)
+        self.requests = PlainCounter(
+            "herald_requests", "Requests forwarded, by API and version", ("api", "version"))
+        r.register(self.requests)
         self.request_latency = LatencyHistogram(
             "herald_request_duration_seconds",
             "Client-facing latency: request received from the client to response sent to it")
@@ -251,8 +251,8 @@ class Metrics:
             "Upstream latency: request sent to the broker to its response received")
         r.register(self.request_latency)
         r.register(self.upstream_latency)
-        self.bytes = Counter(
-            "herald_bytes", "Bytes moved, by direction", ["direction"], registry=r)
+        self.bytes = PlainCounter("herald_bytes", "Bytes moved, by direction", ("direction",))
+        r.register(self.bytes)
         self.frames_refused = Counter(
             "herald_frames_refused", "Frames refused and their connection closed",
             ["reason"], registry=r)
@@ -402,10 +402,55 @@ class LatencyHistogram(Collector):
         yield family
 
 
+class CounterSeries:
+    """One label set's count: an increment is one addition."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class PlainCounter(Collector):
+    """A counter kept in plain numbers and exported when scraped.
+
+    For the counters every request and every read moves (requests, bytes): prometheus_client's
+    Counter takes a lock on each increment, which the event loop, the only writer, does not
+    need. Exported as prometheus_client would export it, without the `_created` samples.
+    """
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self._series: dict[tuple[str, ...], CounterSeries] = {}
+
+    def labels(self, *values: str) -> CounterSeries:
+        series = self._series.get(values)
+        if series is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: labels {self.labelnames}, got {values}")
+            series = self._series[values] = CounterSeries()
+        return series
+
+    def describe(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=list(self.labelnames))
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.name, self.documentation,
+                                     labels=list(self.labelnames))
+        for values, series in sorted(self._series.items()):
+            family.add_metric(list(values), series.value)
+        yield family
+
+
 class ApiMetrics:
     __slots__ = ("requests", "latency", "upstream_latency")
 
-    def __init__(self, requests: Counter, latency: LatencySeries, upstream: LatencySeries
+    def __init__(self, requests: CounterSeries, latency: LatencySeries, upstream: LatencySeries
                  ) -> None:
         self.requests = requests
         self.latency = latency

@@ -1,10 +1,11 @@
-"""Herald's latency histogram exports what prometheus_client's Histogram would."""
+"""Herald's plain-number metrics export what prometheus_client's Histogram and Counter would."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from proxy.metrics import _LATENCY_BUCKETS, LatencyHistogram
+from proxy.metrics import _LATENCY_BUCKETS, LatencyHistogram, PlainCounter
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple], float]:
@@ -31,3 +32,23 @@ def test_same_buckets_count_and_sum_as_the_prometheus_client_histogram():
     for key, value in want.items():
         assert got[key] == value or abs(got[key] - value) < 1e-9, key
     assert got[("lat_seconds_count", (("api", "Produce"),))] == 8
+
+
+def test_same_samples_as_the_prometheus_client_counter():
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = PlainCounter("moved_bytes", "bytes", ("direction",))
+    ours.register(mine)
+    reference = Counter("moved_bytes", "bytes", ["direction"], registry=theirs)
+    for i, n in enumerate([1, 0, 5, 1 << 40, 7]):
+        direction = "in" if i % 2 else "out"
+        mine.labels(direction).inc(n)
+        reference.labels(direction).inc(n)
+    mine.labels("idle")
+    reference.labels("idle")
+    assert _samples(ours) == _samples(theirs)
+    assert _samples(ours)[("moved_bytes_total", (("direction", "out"),))] == 1 + 5 + 7
+
+
+def test_a_counter_refuses_the_wrong_number_of_labels():
+    with pytest.raises(ValueError, match="moved_bytes"):
+        PlainCounter("moved_bytes", "bytes", ("direction",)).labels("in", "extra")
