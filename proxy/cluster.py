@@ -8,6 +8,7 @@ Metadata that learns the brokers, the probe behind /readyz) go through the same 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -89,6 +90,18 @@ class Upstream:
     session_lifetime_ms: int = 0
 
 
+_PROBE_ERRORS = (OSError, EOFError, trio.TooSlowError, trio.BrokenResourceError,
+                 trio.ClosedResourceError, CodecError, UpstreamAuthError, SaslError, ConfigError,
+                 ValueError)
+_PROBE_RENEW_AT = 0.8  # of the broker's SASL session lifetime: then a fresh connection
+
+
+@dataclass
+class _Probe:
+    io: TransportIO
+    renew_at: float  # trio time
+
+
 class UpstreamCluster:
     def __init__(self, config: UpstreamConfig, name: str = "upstream") -> None:
         self.name = name
@@ -96,6 +109,9 @@ class UpstreamCluster:
         self.tls = ReloadingContext(config.tls) if config.tls is not None else None
         # Set once Herald has seen the cluster insist on authentication it cannot give.
         self.needs_client_auth = False
+        self._probe: _Probe | None = None  # the connection `fetch_brokers` keeps
+        self._probe_lock = trio.Lock()
+        self._correlation = 1
 
     @property
     def bootstrap(self) -> list[HostPort]:
@@ -226,36 +242,71 @@ class UpstreamCluster:
         raise ConnectionError("; ".join(errors) or "no bootstrap address")
 
     async def fetch_brokers(self) -> list[tuple[int, str, int]]:
-        """The cluster's brokers from a Metadata request on a fresh connection.
+        """The cluster's brokers from a Metadata request.
+
+        Asked every few seconds (it is also how Herald knows the cluster is up), so the
+        connection is kept between calls: a new one each time cost a TCP handshake, an
+        ApiVersions exchange and, with credentials, a SASL exchange, on Herald and on the
+        broker. A kept connection that fails, times out or whose SASL session is due for
+        renewal is closed, and the question asked again on a fresh one.
 
         Raises `AuthRequired` when the cluster answers but wants clients to authenticate
         (SASL passthrough without credentials of Herald's own): the brokers are then learned
         from the clients' Metadata responses instead.
         """
+        async with self._probe_lock:
+            probe, self._probe = self._probe, None
+            if probe is not None:
+                try:
+                    if trio.current_time() < probe.renew_at:
+                        with trio.fail_after(self.config.connect_timeout_s):
+                            brokers = await self._brokers(probe.io)
+                        self._probe, probe = probe, None  # kept for the next call
+                        return brokers
+                except _PROBE_ERRORS:
+                    pass
+                finally:
+                    if probe is not None:
+                        with trio.CancelScope(shield=True):
+                            await probe.io.transport.aclose()
+            return await self._fresh_probe()
+
+    async def _fresh_probe(self) -> list[tuple[int, str, int]]:
         errors: list[str] = []
         for addr in self.bootstrap:
             try:
                 with trio.fail_after(self.config.connect_timeout_s):
-                    transport, _ = await self._open(addr)
+                    transport, lifetime = await self._open(addr)
                     try:
-                        return await self._metadata(TransportIO(transport))
-                    finally:
-                        await transport.aclose()
+                        io = TransportIO(transport)
+                        brokers = await self._metadata(io)
+                    except BaseException:
+                        with trio.CancelScope(shield=True):
+                            await transport.aclose()
+                        raise
+                renew_at = (trio.current_time() + lifetime * _PROBE_RENEW_AT / 1000
+                            if lifetime > 0 else math.inf)
+                self._probe = _Probe(io, renew_at)
+                return brokers
             except AuthRequired:
                 raise
-            except (OSError, EOFError, trio.TooSlowError, trio.BrokenResourceError,
-                    trio.ClosedResourceError, CodecError, UpstreamAuthError, SaslError,
-                    ConfigError, ValueError) as exc:
+            except _PROBE_ERRORS as exc:
                 errors.append(f"{addr}: {_describe(exc)}")
         raise ConnectionError("; ".join(errors) or "no bootstrap address")
 
+    async def _brokers(self, io: FrameIO) -> list[tuple[int, str, int]]:
+        self._correlation = self._correlation % 0x7FFFFFFF + 1
+        request = REQUESTS[ApiKey.METADATA](topics=[], allow_auto_topic_creation=False)
+        msg = await call(io, ApiKey.METADATA, _METADATA_VERSION, request, self._correlation)
+        return [(b.node_id, b.host, b.port) for b in msg.brokers]
+
     async def _metadata(self, io: FrameIO) -> list[tuple[int, str, int]]:
+        """The brokers, on a connection just opened."""
         if self.config.sasl is None:
             # Always allowed before authentication: tells "up" from "down" on a SASL listener.
             await call(io, ApiKey.API_VERSIONS, 0, REQUESTS[ApiKey.API_VERSIONS]())
-        request = REQUESTS[ApiKey.METADATA](topics=[], allow_auto_topic_creation=False)
         try:
-            msg = await call(io, ApiKey.METADATA, _METADATA_VERSION, request)
+            return await self._brokers(io)
         except (trio.BrokenResourceError, OSError, EOFError) as exc:
             if self.config.sasl is None:
                 if not self.needs_client_auth:
@@ -263,7 +314,6 @@ class UpstreamCluster:
                 self.needs_client_auth = True
                 raise AuthRequired() from exc
             raise
-        return [(b.node_id, b.host, b.port) for b in msg.brokers]
 
 
 async def call(io: FrameIO, api_key: int, version: int, msg: Any,
