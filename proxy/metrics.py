@@ -261,6 +261,10 @@ class Metrics:
             "herald_responses_streamed",
             "Large responses forwarded to the client as they arrived instead of whole",
             registry=r)
+        self.native_handovers = Counter(
+            "herald_native_relay_handovers",
+            "Native relay phases of sessions that ended, by reason (request: a frame a filter "
+            "reads went to Python)", ["reason"], registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
         self.tls_handshakes = Counter(

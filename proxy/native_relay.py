@@ -93,22 +93,26 @@ class NativeRelay:
         return found[1]
 
     def forget_tables(self) -> None:
-        """The chain's members changed (a reload): recompute what may pass."""
+        """The chain's members changed (a reload): every native session comes back to Python
+        at its next frame boundary, and returns with a table of what passes now."""
         self._tables.clear()
+        for session_id in self._waiting:
+            self._engine.stop(session_id)
 
     async def run(self) -> None:
         """Wake the sessions the engine hands back; runs for the proxy's lifetime."""
         engine = self._engine
         fd = engine.notify_fd
-        try:
-            while True:
-                await trio.lowlevel.wait_readable(fd)
-                for session_id in engine.events():
-                    event = self._waiting.get(session_id)
-                    if event is not None:
-                        event.set()
-        finally:
-            engine.close()
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for session_id in engine.events():
+                event = self._waiting.get(session_id)
+                if event is not None:
+                    event.set()
+
+    def close(self) -> None:
+        """Stop the engine's thread (once no session is left on it)."""
+        self._engine.close()
 
     async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
                     max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
@@ -127,7 +131,9 @@ class NativeRelay:
         finally:
             del self._waiting[session_id]
         self.fold()
-        return Handover(*state)
+        handover = Handover(*state)
+        self._metrics.native_handovers.labels(handover.reason).inc()
+        return handover
 
     def stop(self, session_id: int) -> None:
         """Ask a session to come back at its next frame boundary (the proxy drains)."""
