@@ -180,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
                         help="also measure Herald run from the sources in this folder (another "
                              "git worktree, say), as the target 'baseline', in the same rounds")
+    parser.add_argument("--native", choices=("off", "auto"), default="off",
+                        help="Herald's performance.native_relay (the baseline keeps its own "
+                             "default)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -208,6 +211,8 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
                 raise RuntimeError("the relay did not start")
             config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
                                    logging={"level": "warning"})
+            if args.native != "off":
+                config["performance"] = {"native_relay": args.native}
             with HeraldProcess(config) as herald, ExitStack() as more:
                 assert herald.process is not None
                 pids = {"relay": relay.pid, "herald": herald.process.pid}

@@ -45,16 +45,21 @@ enum { CLIENT = 0, UPSTREAM = 1 };
 /* Why a native phase ended; the Python side maps each to what it does next. */
 static const char *const REASONS[] = {
     "", "request", "client_eof", "drain", "idle_timeout", "frame_timeout",
-    "client_closed", "upstream_closed", "upstream_bad", "socket_error", "detached",
+    "client_closed", "upstream_closed", "upstream_bad", "socket_error", "detached", "response",
 };
 enum {
     R_NONE, R_REQUEST, R_CLIENT_EOF, R_DRAIN, R_IDLE, R_FRAME, R_CLIENT_CLOSED,
-    R_UPSTREAM_CLOSED, R_UPSTREAM_BAD, R_SOCKET, R_DETACHED,
+    R_UPSTREAM_CLOSED, R_UPSTREAM_BAD, R_SOCKET, R_DETACHED, R_RESPONSE,
 };
+
+/* Table values: a pair may not pass, passes, or passes when its response carries no
+ * top-level tagged fields (the only thing a filter reads in it: leader hints). */
+enum { T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2 };
 
 typedef struct {
     int32_t corr;
     int16_t api, ver;
+    int check; /* T_UNLESS_TAGGED: the response is read before it passes */
     double received;
     uint64_t end; /* stream offset after the response's last byte; 0 until it is known */
 } pending_t;
@@ -90,6 +95,7 @@ typedef struct session {
     uint32_t mask[2];
     int registered;
     int stop_requested;
+    uint64_t forwarded; /* requests passed natively in this phase */
     endpoint_t ep[2];
     struct session *next;
 } session_t;
@@ -300,7 +306,7 @@ static int produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) 
 /* May the request frame starting at p pass natively? */
 static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t avail,
                           int *expects, uint64_t *total, int16_t *api_out, int16_t *ver_out,
-                          int32_t *corr_out) {
+                          int32_t *corr_out, int *check_out) {
     if (avail < 4) {
         return D_NEED;
     }
@@ -342,6 +348,7 @@ static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t av
     }
     (void)e;
     *expects = answered;
+    *check_out = s->table[api * MAX_VER + ver] == T_UNLESS_TAGGED;
     *total = whole;
     *api_out = api;
     *ver_out = ver;
@@ -380,8 +387,9 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
         uint64_t total = 0;
         int16_t api = 0, ver = 0;
         int32_t corr = 0;
+        int check = 0;
         int r = decide_request(e, s, d->buf + d->parsed, avail, &expects, &total, &api, &ver,
-                               &corr);
+                               &corr, &check);
         if (r == D_NEED) {
             if (d->parsed == 0 && d->len == d->cap) {
                 begin_stop(s, R_REQUEST); /* its header does not fit: Python reads it */
@@ -405,13 +413,17 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
             slot->corr = corr;
             slot->api = api;
             slot->ver = ver;
+            slot->check = check;
             slot->received = now;
             slot->end = 0;
             s->fcount++;
         }
+        s->forwarded++;
         d->remaining = total;
     }
 }
+
+static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver);
 
 static void parse_responses(engine_t *e, session_t *s, double now) {
     dir_t *d = &s->resp;
@@ -452,10 +464,112 @@ static void parse_responses(engine_t *e, session_t *s, double now) {
             fail(e, s, R_UPSTREAM_BAD, why);
             return;
         }
+        if (entry->check) {
+            if ((uint64_t)size + 4 > d->cap) {
+                begin_stop(s, R_RESPONSE); /* too large to read here: Python streams it */
+                return;
+            }
+            if (avail < (size_t)size + 4) {
+                return; /* read whole before it passes */
+            }
+            if (top_level_tags(p, (size_t)size + 4, entry->api, entry->ver) != 0) {
+                begin_stop(s, R_RESPONSE); /* leader hints (or unreadable): Python's */
+                return;
+            }
+        }
         observe(e, entry, now, 1);
         s->fstarted++;
         d->remaining = (uint64_t)size + 4;
     }
+}
+
+/* A bounded reader over one buffered frame; any overrun sets `bad`. */
+typedef struct {
+    const uint8_t *p;
+    size_t pos, end;
+    int bad;
+} walk_t;
+
+static uint64_t w_uvarint(walk_t *w) {
+    uint64_t v = 0;
+    if (w->bad || uvarint(w->p, &w->pos, w->end, &v) != 1) {
+        w->bad = 1;
+        return 0;
+    }
+    return v;
+}
+
+static void w_skip(walk_t *w, uint64_t n) {
+    if (w->bad || n > w->end - w->pos) {
+        w->bad = 1;
+        return;
+    }
+    w->pos += (size_t)n;
+}
+
+/* A compact array or nullable field's length: uvarint N+1, 0 for null (read as 0). */
+static uint64_t w_compact(walk_t *w) {
+    uint64_t n = w_uvarint(w);
+    return n > 0 ? n - 1 : 0;
+}
+
+static void w_tagged(walk_t *w) {
+    uint64_t count = w_uvarint(w);
+    for (uint64_t i = 0; i < count && !w->bad; i++) {
+        w_uvarint(w);
+        w_skip(w, w_uvarint(w));
+    }
+}
+
+/* The number of top-level tagged fields of a Produce v10-13 or Fetch v16-17 response frame
+ * (size prefix included), or -1 when the frame cannot be read as one. The layouts are those
+ * of protocol/messages/produce_response.py and fetch_response.py. */
+static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
+    walk_t w = {frame, 8, len, 0}; /* after the size and the correlation id */
+    w_tagged(&w);                  /* response header v1 */
+    if (api == PRODUCE && ver >= 10 && ver <= 13) {
+        for (uint64_t t = w_compact(&w); t > 0 && !w.bad; t--) {
+            w_skip(&w, ver >= 13 ? 16 : w_compact(&w)); /* topic id, or name */
+            for (uint64_t n = w_compact(&w); n > 0 && !w.bad; n--) {
+                w_skip(&w, 30); /* index, error, base offset, append time, log start */
+                for (uint64_t r = w_compact(&w); r > 0 && !w.bad; r--) {
+                    w_skip(&w, 4);               /* batch index */
+                    w_skip(&w, w_compact(&w));   /* its message */
+                    w_tagged(&w);
+                }
+                w_skip(&w, w_compact(&w)); /* error message */
+                w_tagged(&w);
+            }
+            w_tagged(&w);
+        }
+        w_skip(&w, 4); /* throttle time */
+    } else if (api == 1 && ver >= 16 && ver <= 17) {
+        w_skip(&w, 10); /* throttle time, error, session id */
+        for (uint64_t t = w_compact(&w); t > 0 && !w.bad; t--) {
+            w_skip(&w, 16); /* topic id */
+            for (uint64_t n = w_compact(&w); n > 0 && !w.bad; n--) {
+                w_skip(&w, 30); /* index, error, high watermark, last stable, log start */
+                for (uint64_t a = w_compact(&w); a > 0 && !w.bad; a--) {
+                    w_skip(&w, 16); /* aborted transaction: producer id, first offset */
+                    w_tagged(&w);
+                }
+                w_skip(&w, 4);             /* preferred read replica */
+                w_skip(&w, w_compact(&w)); /* records */
+                w_tagged(&w);
+            }
+            w_tagged(&w);
+        }
+    } else {
+        return -1;
+    }
+    uint64_t count = w_uvarint(&w);
+    if (w.bad) {
+        return -1;
+    }
+    if (count == 0 && w.pos != w.end) {
+        return -1; /* trailing bytes: let the Python codec say what is wrong */
+    }
+    return (int64_t)count;
 }
 
 /* Responses whose last byte reached the client: time them and free their slots. */
@@ -1027,8 +1141,8 @@ static PyObject *engine_take(engine_t *self, PyObject *arg) {
     }
     PyObject *out = NULL;
     if (entries != NULL && client != NULL && upstream != NULL) {
-        out = Py_BuildValue("(ssOOO)", REASONS[s->reason], s->detail, client, upstream,
-                            entries);
+        out = Py_BuildValue("(ssOOOK)", REASONS[s->reason], s->detail, client, upstream,
+                            entries, (unsigned long long)s->forwarded);
     }
     Py_XDECREF(entries);
     Py_XDECREF(client);

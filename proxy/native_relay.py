@@ -36,7 +36,7 @@ BUFFER_SIZE = 128 * 1024
 MAX_API = _relay.MAX_API if _relay is not None else 128
 MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
 
-RESUME = frozenset({"request", "client_eof", "drain"})
+RESUME = frozenset({"request", "response", "client_eof", "drain"})
 """Hand-over reasons after which the Python pumps carry on; every other one ends the session."""
 
 _BYTE_LABELS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
@@ -60,15 +60,30 @@ class Handover:
     client: bytes  # bytes read from the client and not forwarded, from a frame boundary on
     upstream: bytes  # bytes read from the upstream and not forwarded, from a frame boundary on
     in_flight: list[tuple[int, int, int, float]]  # (corr id, api key, version, received)
+    forwarded: int  # requests the engine passed in this phase
+
+
+PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2
+"""Table values: Python handles the pair; it passes; it passes when its response carries no
+top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-17 responses for that)."""
+
+_TAG_CHECKED = {0: range(10, 14), 1: range(16, 18)}
 
 
 def passable_table(chain: FilterChain) -> bytes:
-    """One byte per (api key, version): 1 where no member reads the request or the response."""
+    """One byte per (api key, version): what the engine may do with that pair's requests."""
     table = bytearray(MAX_API * MAX_VERSION)
     for api in range(MAX_API):
         for version in range(MAX_VERSION):
-            if not chain.for_request(api, version) and not chain.for_response(api, version):
-                table[api * MAX_VERSION + version] = 1
+            if chain.for_request(api, version):
+                continue
+            readers = chain.for_response(api, version)
+            if not readers:
+                table[api * MAX_VERSION + version] = PASS
+            elif version in _TAG_CHECKED.get(api, ()) and all(
+                f.tagged_only(api, version) for f in readers
+            ):
+                table[api * MAX_VERSION + version] = UNLESS_TAGGED
     return bytes(table)
 
 

@@ -47,6 +47,11 @@ _STREAM_FROM_HEAD = 8  # size prefix and correlation id
 _SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
 _HEAD = struct.Struct(">ii")
 _REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
+# A native phase that passed fewer requests than this before handing over means the client
+# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
+# so a session that alternates does not pay for a hand-over per request.
+_FEW_NATIVE = 8
+_MAX_STAY_READS = 64
 
 
 class _HandBack(Exception):
@@ -137,6 +142,8 @@ class Session:
         self._in_native = False
         self._hand_back = False
         self._held_native = Holder(memory) if memory is not None else None
+        self._stay = 0  # reads the Python pumps keep the session for before offering it back
+        self._stay_left = 0
 
     async def run(self) -> None:
         try:
@@ -219,6 +226,9 @@ class Session:
                 raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
             level = "warning" if reason.startswith("upstream") else "info"
             raise SessionClosed(state.detail, level)
+        self._stay = 0 if state.forwarded >= _FEW_NATIVE else min(
+            max(1, 2 * self._stay), _MAX_STAY_READS)
+        self._stay_left = self._stay
         self._requests.feed(state.client)
         self._responses.feed(state.upstream)
         for corr, api_key, api_version, received in state.in_flight:
@@ -339,6 +349,9 @@ class Session:
     async def _offer_hand_back(self) -> None:
         """At a frame boundary: once every request Python forwarded is answered, the native
         relay takes the session again (nothing Python-handled is in flight then)."""
+        if self._stay_left:
+            self._stay_left -= 1
+            return
         await self._idle.wait()
         if not self._draining and not self._responses.buffered and not self.in_flight:
             raise _HandBack

@@ -132,6 +132,7 @@ def test_a_chain_on_produce_still_sees_every_record(kafka: KafkaCluster, topic_n
         assert [m.value() for m in got] == values
         assert all(("app.id", b"checkout") in m.headers() for m in got)
         after = scrape(proc)
-        # Fetch passed natively (the consumer's session came back to Python only for the
-        # APIs the proxy reads), Produce never did: each one was a hand-over.
-        assert moved(before, after, HANDOVERS, reason="request") >= len(values)
+        assert moved(before, after, "herald_requests_total", api="Produce") == len(values)
+        # The sessions did run on the engine, and came back to Python for the Produce
+        # requests (which is why every record carries the header).
+        assert moved(before, after, HANDOVERS, reason="request") >= 1

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from proxy import native_relay
+from proxy import native_relay, wire
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
 
@@ -255,3 +255,68 @@ def test_take_detaches_a_running_session(rigs) -> None:
     assert state.reason == "detached"
     rig.app.sendall(request(FETCH, 12, 1, flexible=True))
     assert rig.nothing_on(rig.broker)  # the engine no longer touches the descriptors
+
+
+def produce_response_v10(corr: int, tagged: bytes = b"\x00") -> bytes:
+    partition = struct.pack(">ihqqq", 0, 0, 42, -1, 0) + b"\x01" + b"\x00" + b"\x00"
+    topic = b"\x02" + b"t" + b"\x02" + partition + b"\x00"  # name "t", one partition
+    body = b"\x00" + b"\x02" + topic + struct.pack(">i", 0) + tagged  # header tags, 1 topic
+    return response(corr, body)
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def fetch_response_v16(corr: int, records: bytes, tagged: bytes = b"\x00") -> bytes:
+    partition = (struct.pack(">ihqqq", 0, 0, 10, 10, 0) + b"\x00" + struct.pack(">i", -1)
+                 + uvarint(len(records) + 1) + records + b"\x00")
+    topic = b"\x11" * 16 + b"\x02" + partition + b"\x00"
+    body = b"\x00" + struct.pack(">ihi", 0, 0, 7) + b"\x02" + topic + tagged
+    return response(corr, body)
+
+
+LEADER_HINT = b"\x01\x07\x05" + b"hint!"  # one tagged field (tag 7), five bytes
+
+
+def test_built_responses_are_what_the_python_codec_reads() -> None:
+    for api, version, frame in ((PRODUCE, 10, produce_response_v10(1, LEADER_HINT)),
+                                (FETCH, 16, fetch_response_v16(1, b"r" * 300, LEADER_HINT))):
+        _, msg = wire.decode_response(api, version, frame[4:])
+        assert msg.unknown_tagged_fields == {7: b"hint!"}
+
+
+def test_responses_with_leader_hints_go_to_python(rigs) -> None:
+    checked = bytearray(native_relay.MAX_API * MAX_VERSION)
+    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    rig = rigs(bytes(checked), max_frame=8 << 20)
+    one, two, three = produce(1, 1, 10), produce(2, 1, 10), request(FETCH, 16, 3, flexible=True)
+    rig.app.sendall(one + two + three)
+    rig.recv_exactly(rig.broker, len(one + two + three))
+    plain = produce_response_v10(1)
+    hinted = produce_response_v10(2, LEADER_HINT)
+    rig.broker.sendall(plain + hinted)
+    assert rig.recv_exactly(rig.app, len(plain)) == plain  # no tagged fields: passed
+    state = rig.wait_handover()
+    assert state.reason == "response"
+    assert state.upstream == hinted  # whole, from its first byte, for Python to rewrite
+    assert [e[0] for e in state.in_flight] == [2, 3]
+    assert rig.nothing_on(rig.app)
+
+    rig = rigs(bytes(checked), max_frame=8 << 20)
+    fetch = request(FETCH, 16, 4, flexible=True)
+    rig.app.sendall(fetch + fetch.replace(struct.pack(">i", 4), struct.pack(">i", 5), 1))
+    rig.recv_exactly(rig.broker, 2 * len(fetch))
+    small = fetch_response_v16(4, b"r" * 1000)
+    big = fetch_response_v16(5, b"R" * 200_000)  # above the engine's buffer
+    rig.broker.sendall(small + big)
+    assert rig.recv_exactly(rig.app, len(small)) == small
+    state = rig.wait_handover()
+    assert state.reason == "response" and big.startswith(state.upstream)
+    assert [e[0] for e in state.in_flight] == [5]
