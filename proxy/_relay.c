@@ -73,6 +73,20 @@ typedef struct {
     uint64_t off;       /* stream offset of buf[0] */
 } dir_t;
 
+/* Where a walk over a streamed Fetch v16+ response is: the walk needs only the structure
+ * bytes in the buffer and counts record bytes past, so a response of any size streams. */
+enum {
+    F_FIXED, F_TOPICS, F_TOPIC_ID, F_PARTS, F_PART_FIXED, F_ABORTED, F_ABORTED_ITEM,
+    F_PREFERRED, F_RECORDS, F_AFTER_ABORTED_TAGS, F_AFTER_PART_TAGS, F_AFTER_TOPIC_TAGS,
+    F_TAGGED, F_TOP_TAGS,
+};
+
+typedef struct {
+    int phase, after;          /* `after`: where F_TAGGED returns to */
+    int tag_step;              /* in F_TAGGED: 0 count, 1 tag, 2 size */
+    uint64_t tags, topics, parts, aborted, skip;
+} fwalk_t;
+
 struct session;
 typedef struct {
     struct session *s;
@@ -96,6 +110,10 @@ typedef struct session {
     int registered;
     int stop_requested;
     uint64_t forwarded; /* requests passed natively in this phase */
+    fwalk_t walk;       /* the streamed Fetch response being walked, when `walking` */
+    int walking;
+    uint64_t frame_end; /* stream offset where the walked response ends */
+    size_t tail;        /* at a hand-over: bytes of the first response's tail for Python */
     endpoint_t ep[2];
     struct session *next;
 } session_t;
@@ -425,9 +443,162 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
 
 static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver);
 
+enum { W_MORE, W_TAIL, W_BAD };
+
+/* Skip `skip` bytes, then a tagged-field section, then go on at `after`. */
+static void tagged_then(fwalk_t *w, uint64_t skip, int after) {
+    w->skip = skip;
+    w->phase = F_TAGGED;
+    w->tag_step = 0;
+    w->after = after;
+}
+
+/* Walk a Fetch v16+ response from *pos over the bytes below `limit`. Returns W_MORE when it
+ * needs bytes not yet read (everything before *pos is structure it has passed), W_TAIL when
+ * *pos is the start of the top-level tagged fields, W_BAD when the bytes cannot be one. */
+static int fetch_walk(fwalk_t *w, const uint8_t *b, size_t *pos, size_t limit) {
+    uint64_t v = 0;
+    for (;;) {
+        if (w->skip) {
+            size_t have = limit - *pos;
+            if (w->skip > have) {
+                w->skip -= have;
+                *pos = limit;
+                return W_MORE;
+            }
+            *pos += (size_t)w->skip;
+            w->skip = 0;
+        }
+        int needs_varint = w->phase == F_TOPICS || w->phase == F_PARTS ||
+                           w->phase == F_ABORTED || w->phase == F_RECORDS ||
+                           (w->phase == F_TAGGED && w->tag_step != 3);
+        if (needs_varint) {
+            int r = uvarint(b, pos, limit, &v);
+            if (r == 0) {
+                return W_MORE;
+            }
+            if (r < 0 || v > (1ull << 40)) {
+                return W_BAD;
+            }
+        }
+        switch (w->phase) {
+        case F_FIXED: /* throttle time, error code, session id */
+            w->skip = 10;
+            w->phase = F_TOPICS;
+            break;
+        case F_TOPICS:
+            w->topics = v > 0 ? v - 1 : 0;
+            w->phase = w->topics ? F_TOPIC_ID : F_TOP_TAGS;
+            break;
+        case F_TOPIC_ID:
+            w->skip = 16;
+            w->phase = F_PARTS;
+            break;
+        case F_PARTS:
+            w->parts = v > 0 ? v - 1 : 0;
+            if (w->parts) {
+                w->phase = F_PART_FIXED;
+            } else {
+                tagged_then(w, 0, F_AFTER_TOPIC_TAGS);
+            }
+            break;
+        case F_PART_FIXED: /* index, error, high watermark, last stable, log start offsets */
+            w->skip = 30;
+            w->phase = F_ABORTED;
+            break;
+        case F_ABORTED:
+            w->aborted = v > 0 ? v - 1 : 0;
+            w->phase = w->aborted ? F_ABORTED_ITEM : F_PREFERRED;
+            break;
+        case F_ABORTED_ITEM: /* producer id, first offset, then its tagged fields */
+            tagged_then(w, 16, F_AFTER_ABORTED_TAGS);
+            break;
+        case F_AFTER_ABORTED_TAGS:
+            w->phase = --w->aborted ? F_ABORTED_ITEM : F_PREFERRED;
+            break;
+        case F_PREFERRED:
+            w->skip = 4;
+            w->phase = F_RECORDS;
+            break;
+        case F_RECORDS:
+            tagged_then(w, v > 0 ? v - 1 : 0, F_AFTER_PART_TAGS);
+            break;
+        case F_AFTER_PART_TAGS:
+            if (--w->parts) {
+                w->phase = F_PART_FIXED;
+            } else {
+                tagged_then(w, 0, F_AFTER_TOPIC_TAGS);
+            }
+            break;
+        case F_AFTER_TOPIC_TAGS:
+            w->phase = --w->topics ? F_TOPIC_ID : F_TOP_TAGS;
+            break;
+        case F_TAGGED:
+            if (w->tag_step == 0) { /* the count */
+                w->tags = v;
+                w->tag_step = w->tags ? 1 : 3;
+            } else if (w->tag_step == 1) { /* a tag */
+                w->tag_step = 2;
+            } else if (w->tag_step == 2) { /* its size, then its bytes */
+                w->skip = v;
+                w->tag_step = --w->tags ? 1 : 3;
+            } else { /* done */
+                w->phase = w->after;
+            }
+            break;
+        case F_TOP_TAGS:
+            return W_TAIL;
+        default:
+            return W_BAD;
+        }
+    }
+}
+
 static void parse_responses(engine_t *e, session_t *s, double now) {
     dir_t *d = &s->resp;
     for (;;) {
+        if (s->walking) {
+            /* Approve what the walk has passed; the tail waits for its verdict. */
+            size_t pos = d->parsed;
+            size_t limit = d->len;
+            if (d->off + limit > s->frame_end) {
+                limit = (size_t)(s->frame_end - d->off);
+            }
+            int r = fetch_walk(&s->walk, d->buf, &pos, limit);
+            d->remaining -= pos - d->parsed;
+            d->parsed = pos;
+            if (r == W_MORE) {
+                return;
+            }
+            size_t tail = (size_t)(s->frame_end - d->off) - d->parsed;
+            if (r == W_TAIL && tail == 1 && d->len > d->parsed) {
+                if (d->buf[d->parsed] != 0) {
+                    r = W_BAD; /* cannot be: one byte of a non-empty tagged section */
+                } else {
+                    s->walking = 0; /* no tagged fields: the last byte passes too */
+                    continue;
+                }
+            }
+            if (r == W_TAIL && tail == 1) {
+                return; /* its last byte is still to come */
+            }
+            /* Leader hints (or bytes this walk cannot place): Python finishes the frame
+             * from its tail, which must be here whole first. */
+            if (tail > d->cap) {
+                fail(e, s, R_UPSTREAM_BAD, "upstream sent a Fetch response with a tail "
+                                           "larger than the relay's buffer");
+                return;
+            }
+            if (d->len - d->parsed < tail) {
+                return; /* room is made once what is approved is written */
+            }
+            s->tail = tail;
+            s->walking = 0;
+            d->remaining = 0;
+            begin_stop(s, R_RESPONSE);
+            s->reason = R_RESPONSE; /* whatever stopped it first: Python must send the tail */
+            return;
+        }
         if (d->remaining) {
             if (!advance(d)) {
                 return;
@@ -463,6 +634,19 @@ static void parse_responses(engine_t *e, session_t *s, double now) {
                      (int)corr, (int)entry->corr);
             fail(e, s, R_UPSTREAM_BAD, why);
             return;
+        }
+        if (entry->check && entry->api == 1) {
+            /* Fetch: walked as it streams past. The header is passed (8 bytes); header tagged
+             * fields are part of the walk. */
+            memset(&s->walk, 0, sizeof s->walk);
+            tagged_then(&s->walk, 0, F_FIXED);
+            s->walking = 1;
+            s->frame_end = d->off + d->parsed + (uint64_t)size + 4;
+            observe(e, entry, now, 1);
+            s->fstarted++;
+            d->parsed += 8;
+            d->remaining = (uint64_t)size + 4 - 8;
+            continue;
         }
         if (entry->check) {
             if ((uint64_t)size + 4 > d->cap) {
@@ -759,7 +943,8 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
         }
     }
     if (s->state == STOPPING && s->req.remaining == 0 && s->req.sent == s->req.parsed &&
-        s->resp.remaining == 0 && s->resp.sent == s->resp.parsed && s->fstarted == 0) {
+        s->resp.remaining == 0 && s->resp.sent == s->resp.parsed &&
+        (s->fstarted == 0 || (s->tail > 0 && s->fstarted == 1))) {
         hand_over(e, s);
         return;
     }
@@ -1084,7 +1269,7 @@ static PyObject *engine_stop(engine_t *self, PyObject *arg) {
 }
 
 static PyObject *engine_events(engine_t *self, PyObject *unused) {
-    uint64_t v;
+    uint64_t v = 0;
     ssize_t ignored = read(self->notify_fd, &v, sizeof v);
     (void)ignored;
     pthread_mutex_lock(&self->mu);
@@ -1141,8 +1326,8 @@ static PyObject *engine_take(engine_t *self, PyObject *arg) {
     }
     PyObject *out = NULL;
     if (entries != NULL && client != NULL && upstream != NULL) {
-        out = Py_BuildValue("(ssOOOK)", REASONS[s->reason], s->detail, client, upstream,
-                            entries, (unsigned long long)s->forwarded);
+        out = Py_BuildValue("(ssOOOKn)", REASONS[s->reason], s->detail, client, upstream,
+                            entries, (unsigned long long)s->forwarded, (Py_ssize_t)s->tail);
     }
     Py_XDECREF(entries);
     Py_XDECREF(client);

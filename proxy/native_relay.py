@@ -61,6 +61,9 @@ class Handover:
     upstream: bytes  # bytes read from the upstream and not forwarded, from a frame boundary on
     in_flight: list[tuple[int, int, int, float]]  # (corr id, api key, version, received)
     forwarded: int  # requests the engine passed in this phase
+    tail: int  # > 0: the first `tail` bytes of `upstream` end the response to the first
+    # in-flight entry, whose earlier bytes the engine sent (a Fetch response with leader
+    # hints in its top-level tagged fields, which Python rewrites at the same length)
 
 
 PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2

@@ -143,6 +143,7 @@ class Session:
         self._hand_back = False
         self._held_native = Holder(memory) if memory is not None else None
         self._stay = 0  # reads the Python pumps keep the session for before offering it back
+        self._tail: tuple[InFlight, bytes] | None = None  # see Handover.tail
         self._stay_left = 0
 
     async def run(self) -> None:
@@ -230,13 +231,15 @@ class Session:
             max(1, 2 * self._stay), _MAX_STAY_READS)
         self._stay_left = self._stay
         self._requests.feed(state.client)
-        self._responses.feed(state.upstream)
+        self._responses.feed(memoryview(state.upstream)[state.tail:])
         for corr, api_key, api_version, received in state.in_flight:
+            entry = InFlight(api_key, api_version, received,
+                             self.metrics.for_api(api_key, api_version), sent=received)
+            if state.tail and self._tail is None:
+                self._tail = (entry, state.upstream[:state.tail])  # its response has begun
+                continue
             self._slots.acquire_nowait()
-            self.in_flight[corr] = InFlight(
-                api_key, api_version, received, self.metrics.for_api(api_key, api_version),
-                sent=received,
-            )
+            self.in_flight[corr] = entry
         if self.in_flight:
             self._idle = trio.Event()
         if self.deadlines is not None:
@@ -480,6 +483,14 @@ class Session:
         return payload, entry
 
     async def _pump_responses(self) -> None:
+        if self._tail is not None:  # a response the native relay began: its end goes first
+            entry, tail = self._tail
+            self._tail = None
+            filters = self._response_filters(entry)
+            await self._send_tail(entry, filters, entry.exchange or Exchange(), tail)
+            entry.metrics.latency.observe(time.monotonic() - entry.received)
+            if not self.in_flight:
+                self._idle.set()
         decoder = self._responses
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
@@ -626,10 +637,14 @@ class Session:
     async def _stream_tail(self, stream: _Stream) -> None:
         if not stream.finder.done:
             raise SessionClosed("upstream sent a Fetch response with no end", "warning")
-        entry = stream.entry
-        tail = bytes(stream.tail)
+        await self._send_tail(stream.entry, stream.filters, stream.exchange, bytes(stream.tail))
+
+    async def _send_tail(self, entry: InFlight, filters: tuple[Filter, ...], exchange: Exchange,
+                         tail: bytes) -> None:
+        """The top-level tagged fields of a Fetch response whose earlier bytes went out as
+        they arrived: the filters read them, and they leave at the same length."""
         msg = decode_tail(tail, entry.api_version)
-        if await self._run_response_filters(stream.filters, stream.exchange, entry, msg):
+        if await self._run_response_filters(filters, exchange, entry, msg):
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
             await self.client.send_all(tail)

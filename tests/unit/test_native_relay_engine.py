@@ -309,14 +309,66 @@ def test_responses_with_leader_hints_go_to_python(rigs) -> None:
     assert [e[0] for e in state.in_flight] == [2, 3]
     assert rig.nothing_on(rig.app)
 
-    rig = rigs(bytes(checked), max_frame=8 << 20)
-    fetch = request(FETCH, 16, 4, flexible=True)
-    rig.app.sendall(fetch + fetch.replace(struct.pack(">i", 4), struct.pack(">i", 5), 1))
-    rig.recv_exactly(rig.broker, 2 * len(fetch))
+
+
+def checked_table() -> bytes:
+    checked = bytearray(native_relay.MAX_API * MAX_VERSION)
+    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    return bytes(checked)
+
+
+def send_behind(sock: socket.socket, data: bytes) -> None:
+    """Send from a thread: more than socket buffers hold, while the test reads the far end."""
+    threading.Thread(target=sock.sendall, args=(data,), daemon=True).start()
+
+
+def fetches(rig: Rig, *corrs: int) -> None:
+    frames = b"".join(request(FETCH, 16, c, flexible=True) for c in corrs)
+    rig.app.sendall(frames)
+    assert rig.recv_exactly(rig.broker, len(frames)) == frames
+
+
+def fetch_response_many(corr: int, tagged: bytes = b"\x00") -> bytes:
+    """Two topics, three partitions, aborted transactions, partition tagged fields."""
+    def partition(i: int, records: bytes, aborted: int) -> bytes:
+        out = struct.pack(">ihqqq", i, 0, 10, 10, 0) + uvarint(aborted + 1)
+        out += (struct.pack(">qq", 7, 3) + b"\x00") * aborted
+        out += struct.pack(">i", -1) + uvarint(len(records) + 1) + records
+        return out + b"\x01\x03\x02zz"  # one partition-level tagged field
+    topic1 = b"\x01" * 16 + uvarint(3) + partition(0, b"a" * 70_000, 2) + partition(
+        1, b"", 0) + b"\x00"
+    topic2 = b"\x02" * 16 + uvarint(2) + partition(0, b"b" * 90_000, 1) + b"\x00"
+    body = b"\x00" + struct.pack(">ihi", 0, 0, 7) + uvarint(3) + topic1 + topic2 + tagged
+    return response(corr, body)
+
+
+def test_fetch_responses_stream_through_the_walk(rigs) -> None:
+    rig = rigs(checked_table(), max_frame=8 << 20)
+    fetches(rig, 4, 5, 6)
     small = fetch_response_v16(4, b"r" * 1000)
-    big = fetch_response_v16(5, b"R" * 200_000)  # above the engine's buffer
-    rig.broker.sendall(small + big)
-    assert rig.recv_exactly(rig.app, len(small)) == small
+    big = fetch_response_v16(5, b"R" * 300_000)  # far above the engine's buffer
+    many = fetch_response_many(6)
+    _, msg = wire.decode_response(FETCH, 16, many[4:])
+    assert [len(t.partitions) for t in msg.responses] == [2, 1]
+    send_behind(rig.broker, small + big + many)
+    assert rig.recv_exactly(rig.app, len(small + big + many)) == small + big + many
+    rig.engine.stop(rig.sid)
     state = rig.wait_handover()
-    assert state.reason == "response" and big.startswith(state.upstream)
-    assert [e[0] for e in state.in_flight] == [5]
+    assert (state.reason, state.in_flight, state.tail) == ("drain", [], 0)
+
+
+def test_a_streamed_fetch_with_leader_hints_ends_in_python(rigs) -> None:
+    rig = rigs(checked_table(), max_frame=8 << 20)
+    fetches(rig, 7, 8)
+    hinted = fetch_response_many(7, LEADER_HINT)
+    after = fetch_response_v16(8, b"x" * 10)
+    send_behind(rig.broker, hinted + after)
+    head = hinted[: len(hinted) - len(LEADER_HINT)]
+    assert rig.recv_exactly(rig.app, len(head)) == head  # everything before the tail
+    state = rig.wait_handover()
+    assert (state.reason, state.tail) == ("response", len(LEADER_HINT))
+    assert state.upstream[: state.tail] == LEADER_HINT
+    assert after.startswith(state.upstream[state.tail:])
+    assert [e[0] for e in state.in_flight] == [7, 8]
+    assert rig.nothing_on(rig.app)
