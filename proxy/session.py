@@ -240,7 +240,7 @@ class Session:
                 continue
             self._slots.acquire_nowait()
             self.in_flight[corr] = entry
-        if self.in_flight:
+        if self.in_flight or self._tail is not None:
             self._idle = trio.Event()
         if self.deadlines is not None:
             self.deadlines.frame_started = math.inf
