@@ -705,9 +705,10 @@ static void w_tagged(walk_t *w) {
     }
 }
 
-/* The number of top-level tagged fields of a Produce v10-13 or Fetch v16-17 response frame
- * (size prefix included), or -1 when the frame cannot be read as one. The layouts are those
- * of protocol/messages/produce_response.py and fetch_response.py. */
+/* The number of top-level tagged fields of a Produce v10-13 response frame (size prefix
+ * included, read whole: Produce responses are small), or -1 when the frame cannot be read as
+ * one. The layout is that of protocol/messages/produce_response.py; Fetch responses, which
+ * can be of any size, are walked as they stream (`fetch_walk`). */
 static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
     walk_t w = {frame, 8, len, 0}; /* after the size and the correlation id */
     w_tagged(&w);                  /* response header v1 */
@@ -727,22 +728,6 @@ static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver
             w_tagged(&w);
         }
         w_skip(&w, 4); /* throttle time */
-    } else if (api == 1 && ver >= 16 && ver <= 17) {
-        w_skip(&w, 10); /* throttle time, error, session id */
-        for (uint64_t t = w_compact(&w); t > 0 && !w.bad; t--) {
-            w_skip(&w, 16); /* topic id */
-            for (uint64_t n = w_compact(&w); n > 0 && !w.bad; n--) {
-                w_skip(&w, 30); /* index, error, high watermark, last stable, log start */
-                for (uint64_t a = w_compact(&w); a > 0 && !w.bad; a--) {
-                    w_skip(&w, 16); /* aborted transaction: producer id, first offset */
-                    w_tagged(&w);
-                }
-                w_skip(&w, 4);             /* preferred read replica */
-                w_skip(&w, w_compact(&w)); /* records */
-                w_tagged(&w);
-            }
-            w_tagged(&w);
-        }
     } else {
         return -1;
     }

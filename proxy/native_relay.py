@@ -68,9 +68,10 @@ class Handover:
 
 PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2
 """Table values: Python handles the pair; it passes; it passes when its response carries no
-top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-17 responses for that)."""
+top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
+their layouts, in protocol/messages, are the ones it knows)."""
 
-_TAG_CHECKED = {0: range(10, 14), 1: range(16, 18)}
+_TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
 
 
 def passable_table(chain: FilterChain) -> bytes:

@@ -50,6 +50,8 @@ def test_passable_table_follows_the_chain() -> None:
     assert _at(table, ApiKey.PRODUCE, 11) == native_relay.UNLESS_TAGGED
     assert _at(table, ApiKey.FETCH, 15) == native_relay.PASS
     assert _at(table, ApiKey.FETCH, 17) == native_relay.UNLESS_TAGGED
+    assert _at(table, ApiKey.FETCH, 18) == native_relay.UNLESS_TAGGED
+    assert _at(table, ApiKey.PRODUCE, 14) == native_relay.PYTHON  # a layout it does not know
     assert _at(table, ApiKey.HEARTBEAT, 4) == native_relay.PASS
 
     table = native_relay.passable_table(FilterChain([rewriter, _ProduceReader()]))
