@@ -37,6 +37,10 @@ class AddressRewriter(Filter):
         # Node endpoints are a top-level tagged field of Fetch v16+.
         return api_key == ApiKey.FETCH
 
+    def tagged_only(self, api_key: int, version: int) -> bool:
+        # Leader hints are the only thing read in Produce v10+ and Fetch v16+ responses.
+        return api_key in (ApiKey.PRODUCE, ApiKey.FETCH)
+
     async def on_response(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:

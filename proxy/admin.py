@@ -113,6 +113,7 @@ class AdminServer:
         if method not in ("GET", "HEAD"):
             return 405, text, b"GET only\n"
         if target == "/metrics":
+            self.metrics.refresh()
             return 200, CONTENT_TYPE_LATEST, generate_latest(self.metrics.registry)
         if target == "/healthz":
             return 200, text, b"ok\n"

@@ -34,6 +34,9 @@ from proxy.security_config import (
 from proxy.yamlconf import ConfigError, HostPort, parse_host_port
 from proxy.yamlconf import Node as _Node
 
+NATIVE_RELAY_OFF = "off"
+NATIVE_RELAY_AUTO = "auto"
+
 
 class ListenError(OSError):
     """A configured address cannot be listened on (busy, not local); the message starts with
@@ -88,6 +91,7 @@ class ProxyConfig:
     reload_watch_s: float = 0.0  # 0: reload on SIGHUP only
     clusters: dict[str, UpstreamConfig] = field(default_factory=dict)  # named, for routing
     routing: RoutingConfig = field(default_factory=RoutingConfig)
+    native_relay: str = NATIVE_RELAY_OFF  # performance.native_relay
 
     @property
     def advertised_bootstrap(self) -> str:
@@ -156,6 +160,8 @@ def parse_config(
     instance_id = _expanded(inst, "id", None, environ)
     inst.done()
 
+    native_relay = parse_performance(top.child("performance"))
+
     rl = top.child("reload")
     watch_s = rl.number("watch_s", 0.0, float, 0)
     rl.done()
@@ -175,8 +181,23 @@ def parse_config(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
         instance_id=instance_id, reload_watch_s=watch_s,
-        clusters=clusters, routing=routing,
+        clusters=clusters, routing=routing, native_relay=native_relay,
     )
+
+
+def parse_performance(node: _Node) -> str:
+    """`performance.native_relay`: `off` (every session on the Python path) or `auto` (plaintext
+    sessions move the frames no filter reads through the native relay, when it is built).
+
+    YAML 1.1 reads a bare `off` as false, so false means off too.
+    """
+    value = node.get("native_relay", NATIVE_RELAY_OFF)
+    if value is False:
+        value = NATIVE_RELAY_OFF
+    if value not in (NATIVE_RELAY_OFF, NATIVE_RELAY_AUTO):
+        raise ConfigError(f"{node.key_path('native_relay')}: expected off or auto, got {value!r}")
+    node.done()
+    return value
 
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")

@@ -90,6 +90,11 @@ class Filter:
         """
         return False
 
+    def tagged_only(self, api_key: int, version: int) -> bool:
+        """True when this member reads nothing of the response but its top-level tagged
+        fields, so a response without any may pass unread (the native relay checks)."""
+        return False
+
     def on_abandoned(self, ctx: SessionContext, exchange: Exchange) -> None:
         """The connection closed before the response to an exchange this filter left a note
         on arrived: finish what the note started (no response will come)."""

@@ -35,6 +35,7 @@ from proxy.memory_budget import MemoryBudget
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+LATENCY_BUCKETS = _LATENCY_BUCKETS
 OTHER_TOPIC = "other"
 UNKNOWN_LABEL = "unknown"
 """The one label value that API keys and versions no Kafka release defines fold into."""
@@ -260,6 +261,10 @@ class Metrics:
             "herald_responses_streamed",
             "Large responses forwarded to the client as they arrived instead of whole",
             registry=r)
+        self.native_handovers = Counter(
+            "herald_native_relay_handovers",
+            "Native relay phases of sessions that ended, by reason (request: a frame a filter "
+            "reads went to Python)", ["reason"], registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
         self.tls_handshakes = Counter(
@@ -288,6 +293,14 @@ class Metrics:
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_children: dict[tuple[str, str], ApiMetrics] = {}
         self._by_pair: dict[tuple[int, int], ApiMetrics] = {}
+        # Called before every scrape: counters kept outside Python (the native relay's)
+        # are folded in then.
+        self.before_scrape: list[Callable[[], None]] = []
+
+    def refresh(self) -> None:
+        """Bring every metric up to date before it is exported."""
+        for fold in self.before_scrape:
+            fold()
 
     def watch_interceptors(self, source: Callable[[], Chains]) -> None:
         """Export the counters of the chains `source()` returns (the current ones) on scrape."""

@@ -23,7 +23,14 @@ from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
 from proxy.brokers import BrokerDirectory
 from proxy.cluster import AuthRequired, UpstreamCluster
-from proxy.config import ConfigError, HostPort, ListenError, ProxyConfig, load_config
+from proxy.config import (
+    NATIVE_RELAY_AUTO,
+    ConfigError,
+    HostPort,
+    ListenError,
+    ProxyConfig,
+    load_config,
+)
 from proxy.config_watch import watch_file
 from proxy.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.filters import Filter, FilterChain, SessionContext
@@ -32,6 +39,8 @@ from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.memory_budget import MemoryBudget
 from proxy.metrics import Metrics
+from proxy.native_relay import NativeRelay
+from proxy.native_relay import available as native_relay_available
 from proxy.principal import NoRuleMatched, tls_principal
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
@@ -113,6 +122,14 @@ class Proxy:
         self._sessions_nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
+        self.native: NativeRelay | None = None
+        if config.native_relay == NATIVE_RELAY_AUTO:
+            if native_relay_available():
+                self.native = NativeRelay(self.metrics)
+            else:
+                log.warning("native_relay_unavailable",
+                            note="performance.native_relay is auto but proxy._relay is not "
+                            "built; every session uses the Python path")
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""
@@ -138,8 +155,17 @@ class Proxy:
 
     async def serve(self, on_ready: Callable[[Proxy], None] | None = None) -> None:
         """Run until `stop()` (or SIGTERM/SIGINT when `handle_signals` runs beside it)."""
+        try:
+            await self._serve(on_ready)
+        finally:
+            if self.native is not None:
+                self.native.close()
+
+    async def _serve(self, on_ready: Callable[[Proxy], None] | None) -> None:
         async with trio.open_nursery() as sessions:
             self._sessions_nursery = sessions
+            if self.native is not None:
+                sessions.start_soon(self.native.run)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
@@ -248,6 +274,8 @@ class Proxy:
         self.interceptors.chains = chains
         self.routing.table = RoutingTable(fresh.routing)
         self.chain.reset()
+        if self.native is not None:
+            self.native.forget_tables()  # and every native session comes back to Python
         self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors,
                                           routing=fresh.routing)
         self.metrics.config_reloads.labels("applied").inc()
@@ -347,6 +375,7 @@ class Proxy:
             deadlines=ClientDeadlines(self.config.limits.idle_timeout_s,
                                       self.config.limits.frame_timeout_s),
             memory=self.memory,
+            native=self.native,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

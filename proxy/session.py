@@ -10,6 +10,7 @@ the oldest outstanding one means the upstream is broken.
 
 from __future__ import annotations
 
+import math
 import struct
 import time
 from collections import OrderedDict
@@ -25,11 +26,12 @@ from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
 from proxy import wire
 from proxy.cluster import FrameIO, UpstreamAuthError
-from proxy.connection_guard import IDLE_TIMEOUT, ClientDeadlines
+from proxy.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
 from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
+from proxy.native_relay import BUFFER_SIZE, RESUME, Handover, NativeRelay, next_session_id
 from proxy.sasl import SaslError
 from proxy.splice import SpliceEOF, Splicer
 from proxy.transport import Transport
@@ -45,6 +47,15 @@ _STREAM_FROM_HEAD = 8  # size prefix and correlation id
 _SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
 _HEAD = struct.Struct(">ii")
 _REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
+# A native phase that passed fewer requests than this before handing over means the client
+# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
+# so a session that alternates does not pay for a hand-over per request.
+_FEW_NATIVE = 8
+_MAX_STAY_READS = 64
+
+
+class _HandBack(Exception):
+    """The Python pumps stop: the session goes back to the native relay."""
 
 
 class SessionClosed(Exception):
@@ -84,6 +95,7 @@ class Session:
         reauth_timeout_s: float = 10.0,
         deadlines: ClientDeadlines | None = None,
         memory: MemoryBudget | None = None,
+        native: NativeRelay | None = None,
     ) -> None:
         self.client = client
         self.deadlines = deadlines
@@ -118,16 +130,28 @@ class Session:
         renew = reauthenticate is not None and session_lifetime_ms > 0
         self._turn: trio.Lock | None = trio.Lock() if renew else None
         self._own_replies: trio.MemorySendChannel[bytes] | None = None
+        # Decoders outlive a run of the pumps: the native relay hands bytes back into them.
+        self._requests = FrameDecoder(max_frame_bytes)
+        self._responses = FrameDecoder(max_frame_bytes)
+        self._max_in_flight = max_in_flight
+        # The native relay serves plaintext sessions that Herald never speaks on itself.
+        self._native = native if (
+            native is not None and not client.tls and not upstream.tls and self._turn is None
+        ) else None
+        self._native_id = next_session_id()
+        self._in_native = False
+        self._hand_back = False
+        self._held_native = Holder(memory) if memory is not None else None
+        self._stay = 0  # reads the Python pumps keep the session for before offering it back
+        self._tail: tuple[InFlight, bytes] | None = None  # see Handover.tail
+        self._stay_left = 0
 
     async def run(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._guard, self._pump_requests, nursery)
-                nursery.start_soon(self._guard, self._pump_responses, nursery)
-                if self._turn is not None:
-                    nursery.start_soon(self._guard, self._renew_upstream_session, nursery)
-                if self.deadlines is not None:
-                    nursery.start_soon(self._guard, self._watch_deadlines, nursery)
+            while await self._run_pumps():
+                await self._relay_natively()
+        except SessionClosed as exc:
+            self._close_reason(exc)
         finally:
             with trio.CancelScope(shield=True):
                 await self.client.aclose()
@@ -137,6 +161,7 @@ class Session:
             if self._held_in is not None:
                 self._held_in.release()
                 self._held_out.release()
+                self._held_native.release()
             self._abandon()
         reason = self._reason
         if reason is not None:
@@ -152,6 +177,77 @@ class Session:
                 log.warning("connection_closed", **fields)
             else:
                 log.info("connection_closed", **fields)
+
+    async def _run_pumps(self) -> bool:
+        """Run the Python pumps; True when they stopped to hand the session to the native
+        relay, False when the session is over."""
+        self._hand_back = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._guard, self._pump_requests, nursery)
+            nursery.start_soon(self._guard, self._pump_responses, nursery)
+            if self._turn is not None:
+                nursery.start_soon(self._guard, self._renew_upstream_session, nursery)
+            if self.deadlines is not None:
+                nursery.start_soon(self._guard, self._watch_deadlines, nursery)
+        return self._hand_back and self._reason is None
+
+    async def _relay_natively(self) -> None:
+        """Let the native relay move this session's frames until one needs Python, then take
+        its state back. Returns at once when the memory budget has no room for its buffers."""
+        native = self._native
+        assert native is not None
+        booked = 2 * BUFFER_SIZE
+        held = self._held_native
+        if held is not None:
+            if held.room(booked) < booked:
+                return
+            held.set(booked)
+        deadlines = self.deadlines
+        self._in_native = True
+        try:
+            state = await native.relay(
+                self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
+                native.table(self.chain), self.max_frame_bytes, self._max_in_flight,
+                deadlines.idle_s if deadlines is not None else math.inf,
+                deadlines.frame_s if deadlines is not None else math.inf,
+                self._requests.take(),
+            )
+        finally:
+            self._in_native = False
+            if held is not None:
+                held.release()
+        self._resume(state)
+
+    def _resume(self, state: Handover) -> None:
+        """Carry on in Python from where the native relay stopped, or end as it says."""
+        reason = state.reason
+        if reason not in RESUME:
+            if reason in (IDLE_TIMEOUT, FRAME_TIMEOUT):
+                self.metrics.connection_limit_hits.labels(reason).inc()
+                raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
+            level = "warning" if reason.startswith("upstream") else "info"
+            raise SessionClosed(state.detail, level)
+        self._stay = 0 if state.forwarded >= _FEW_NATIVE else min(
+            max(1, 2 * self._stay), _MAX_STAY_READS)
+        self._stay_left = self._stay
+        self._requests.feed(state.client)
+        self._responses.feed(memoryview(state.upstream)[state.tail:])
+        for corr, api_key, api_version, received in state.in_flight:
+            entry = InFlight(api_key, api_version, received,
+                             self.metrics.for_api(api_key, api_version), sent=received)
+            if state.tail and self._tail is None:
+                self._tail = (entry, state.upstream[:state.tail])  # its response has begun
+                continue
+            self._slots.acquire_nowait()
+            self.in_flight[corr] = entry
+        if self.in_flight or self._tail is not None:
+            self._idle = trio.Event()
+        if self.deadlines is not None:
+            self.deadlines.frame_started = math.inf
+            self.deadlines.received(0, self._requests.buffered)
+        if self._held_in is not None:
+            self._held_in.set(self._requests.buffered)
+            self._held_out.set(self._responses.buffered)
 
     def _abandon(self) -> None:
         """Responses that will never come: let the filters that waited for one finish."""
@@ -170,11 +266,15 @@ class Session:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
         self._draining = True
         self._recv_scope.cancel()
+        if self._in_native:
+            self._native.stop(self._native_id)
 
     async def _guard(self, pump, nursery: trio.Nursery) -> None:  # noqa: ANN001
         """Turn any end of a pump into the end of the session, with one reason to log."""
         try:
             await pump()
+        except _HandBack:
+            self._hand_back = True
         except SessionClosed as exc:
             self._close_reason(exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -191,11 +291,16 @@ class Session:
             self._reason = reason
 
     async def _pump_requests(self) -> None:
-        decoder = FrameDecoder(self.max_frame_bytes)
+        decoder = self._requests
         drained = False  # the last read came back short
+        prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
             data, waited = None, True
-            if not self._draining:
+            handed = prefilled
+            if prefilled:
+                prefilled = False
+                data = b""
+            elif not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
                     if self._held_in is None:
@@ -205,7 +310,7 @@ class Session:
             if self._draining:
                 await self._idle.wait()
                 raise SessionClosed("proxy shutting down")
-            if not data:
+            if not data and not handed:
                 if not self._idle.is_set():
                     # The client half-closed; let outstanding responses (one that is being
                     # streamed included) reach it.
@@ -239,8 +344,20 @@ class Session:
                         turn.release()
             if self._held_in is not None:
                 self._held_in.set(decoder.buffered)
+            if self._native is not None and not decoder.buffered:
+                await self._offer_hand_back()
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
+
+    async def _offer_hand_back(self) -> None:
+        """At a frame boundary: once every request Python forwarded is answered, the native
+        relay takes the session again (nothing Python-handled is in flight then)."""
+        if self._stay_left:
+            self._stay_left -= 1
+            return
+        await self._idle.wait()
+        if not self._draining and not self._responses.buffered and not self.in_flight:
+            raise _HandBack
 
     async def _forward_requests(self, raw: bytes, frames: list[memoryview]) -> None:
         """Forward the requests of one read; `frames` are views into `raw`, which holds them
@@ -366,18 +483,33 @@ class Session:
         return payload, entry
 
     async def _pump_responses(self) -> None:
-        decoder = FrameDecoder(self.max_frame_bytes)
+        if self._tail is not None:  # a response the native relay began: its end goes first
+            entry, tail = self._tail
+            self._tail = None
+            filters = self._response_filters(entry)
+            await self._send_tail(entry, filters, entry.exchange or Exchange(), tail)
+            entry.metrics.latency.observe(time.monotonic() - entry.received)
+            if not self.in_flight:
+                self._idle.set()
+        decoder = self._responses
         drained = False  # the last read came back short
+        prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
-            if self._held_out is None:
-                data, waited = await self.upstream.receive(_RECV, drained)
+            if prefilled:
+                prefilled = False
+                data, waited = b"", True
             else:
-                data, waited = await self._held_out.receive(self.upstream, _RECV, drained)
-            if not data:
-                raise SessionClosed("upstream closed the connection", "warning")
-            drained = len(data) < _RECV
-            self._bytes_down.inc(len(data))
-            while data:
+                if self._held_out is None:
+                    data, waited = await self.upstream.receive(_RECV, drained)
+                else:
+                    data, waited = await self._held_out.receive(self.upstream, _RECV, drained)
+                if not data:
+                    raise SessionClosed("upstream closed the connection", "warning")
+                drained = len(data) < _RECV
+                self._bytes_down.inc(len(data))
+            first = True
+            while data or first:
+                first = False
                 try:
                     raw, frames = decoder.split(data)
                 except CodecError as exc:
@@ -505,10 +637,14 @@ class Session:
     async def _stream_tail(self, stream: _Stream) -> None:
         if not stream.finder.done:
             raise SessionClosed("upstream sent a Fetch response with no end", "warning")
-        entry = stream.entry
-        tail = bytes(stream.tail)
+        await self._send_tail(stream.entry, stream.filters, stream.exchange, bytes(stream.tail))
+
+    async def _send_tail(self, entry: InFlight, filters: tuple[Filter, ...], exchange: Exchange,
+                         tail: bytes) -> None:
+        """The top-level tagged fields of a Fetch response whose earlier bytes went out as
+        they arrived: the filters read them, and they leave at the same length."""
         msg = decode_tail(tail, entry.api_version)
-        if await self._run_response_filters(stream.filters, stream.exchange, entry, msg):
+        if await self._run_response_filters(filters, exchange, entry, msg):
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
             await self.client.send_all(tail)

@@ -12,8 +12,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.herald-installed
-# The native stamper is compiled at install time: a change to its source reinstalls.
-want=$(cat pyproject.toml setup.py protocol/_stamp.c | sha256sum | cut -d' ' -f1)
+# The native stamper and relay are compiled at install time: a change to their source
+# reinstalls.
+want=$(cat pyproject.toml setup.py protocol/_stamp.c proxy/_relay.c | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,pipeline]'

@@ -1,0 +1,180 @@
+"""The trio side of the native passthrough relay (`proxy/_relay.c`).
+
+trio's per-wake-up machinery costs more than everything else a plaintext session does when no
+filter reads its frames. With `performance.native_relay: auto`, such a session hands its two
+descriptors to one engine thread that forwards the frames no filter wants (see
+`passable_table`) without waking trio. The first frame a filter wants (or one the engine
+cannot read) hands the session back to its Python pumps with the exact state: the client bytes
+not forwarded, the response bytes not parsed, the requests still waiting for an answer. The
+session returns to the engine once nothing Python handles is in flight.
+
+The engine counts bytes, requests and latencies in plain integers; they are folded into the
+Prometheus metrics at every hand-over and before every scrape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import trio
+
+from proxy.filters import FilterChain
+from proxy.logs import get_logger
+from proxy.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
+
+try:
+    from proxy import _relay
+except ImportError:  # built without a C compiler: the Python path serves every session
+    _relay = None
+
+log = get_logger("native_relay")
+
+BUFFER_SIZE = 128 * 1024
+"""Bytes the engine buffers per direction and session, booked in the memory budget."""
+
+MAX_API = _relay.MAX_API if _relay is not None else 128
+MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
+
+RESUME = frozenset({"request", "response", "client_eof", "drain"})
+"""Hand-over reasons after which the Python pumps carry on; every other one ends the session."""
+
+_BYTE_LABELS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
+_ids = itertools.count(1)
+
+
+def available() -> bool:
+    return _relay is not None
+
+
+def next_session_id() -> int:
+    return next(_ids)
+
+
+@dataclass(slots=True)
+class Handover:
+    """What the engine gives back when a session's native phase ends."""
+
+    reason: str  # one of RESUME, or why the session must close
+    detail: str  # the message to log for a closing reason
+    client: bytes  # bytes read from the client and not forwarded, from a frame boundary on
+    upstream: bytes  # bytes read from the upstream and not forwarded, from a frame boundary on
+    in_flight: list[tuple[int, int, int, float]]  # (corr id, api key, version, received)
+    forwarded: int  # requests the engine passed in this phase
+    tail: int  # > 0: the first `tail` bytes of `upstream` end the response to the first
+    # in-flight entry, whose earlier bytes the engine sent (a Fetch response with leader
+    # hints in its top-level tagged fields, which Python rewrites at the same length)
+
+
+PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2
+"""Table values: Python handles the pair; it passes; it passes when its response carries no
+top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
+their layouts, in protocol/messages, are the ones it knows)."""
+
+_TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
+
+
+def passable_table(chain: FilterChain) -> bytes:
+    """One byte per (api key, version): what the engine may do with that pair's requests."""
+    table = bytearray(MAX_API * MAX_VERSION)
+    for api in range(MAX_API):
+        for version in range(MAX_VERSION):
+            if chain.for_request(api, version):
+                continue
+            readers = chain.for_response(api, version)
+            if not readers:
+                table[api * MAX_VERSION + version] = PASS
+            elif version in _TAG_CHECKED.get(api, ()) and all(
+                f.tagged_only(api, version) for f in readers
+            ):
+                table[api * MAX_VERSION + version] = UNLESS_TAGGED
+    return bytes(table)
+
+
+class NativeRelay:
+    """One engine for a proxy: a thread of its own, and a trio task that wakes the sessions
+    the engine handed back."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        if _relay is None:
+            raise RuntimeError("the native relay is not built (no C compiler at install?)")
+        self._engine = _relay.Engine(LATENCY_BUCKETS)
+        self._metrics = metrics
+        self._waiting: dict[int, trio.Event] = {}
+        self._tables: dict[int, tuple[FilterChain, bytes]] = {}
+        metrics.before_scrape.append(self.fold)
+
+    def table(self, chain: FilterChain) -> bytes:
+        """`passable_table(chain)`, computed once per chain until `forget_tables`."""
+        found = self._tables.get(id(chain))
+        if found is None or found[0] is not chain:
+            found = self._tables[id(chain)] = (chain, passable_table(chain))
+        return found[1]
+
+    def forget_tables(self) -> None:
+        """The chain's members changed (a reload): every native session comes back to Python
+        at its next frame boundary, and returns with a table of what passes now."""
+        self._tables.clear()
+        for session_id in self._waiting:
+            self._engine.stop(session_id)
+
+    async def run(self) -> None:
+        """Wake the sessions the engine hands back; runs for the proxy's lifetime."""
+        engine = self._engine
+        fd = engine.notify_fd
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for session_id in engine.events():
+                event = self._waiting.get(session_id)
+                if event is not None:
+                    event.set()
+
+    def close(self) -> None:
+        """Stop the engine's thread (once no session is left on it)."""
+        self._engine.close()
+
+    async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
+                    max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
+                    frame_timeout_s: float, prefill: bytes = b"") -> Handover:
+        """Run a session natively until the engine hands it back. Cancelled, the session is
+        taken back at once (reason "detached"), so its descriptors can be closed safely."""
+        event = self._waiting[session_id] = trio.Event()
+        try:
+            self._engine.register(
+                session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
+                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill)
+            try:
+                await event.wait()
+            finally:
+                state = self._engine.take(session_id)
+        finally:
+            del self._waiting[session_id]
+        self.fold()
+        handover = Handover(*state)
+        self._metrics.native_handovers.labels(handover.reason).inc()
+        return handover
+
+    def stop(self, session_id: int) -> None:
+        """Ask a session to come back at its next frame boundary (the proxy drains)."""
+        self._engine.stop(session_id)
+
+    def fold(self) -> None:
+        """Add what the engine counted since the last fold to the Prometheus metrics."""
+        counted, pairs = self._engine.collect()
+        m = self._metrics
+        for label, n in zip(_BYTE_LABELS, counted, strict=True):
+            if n:
+                m.bytes.labels(label).inc(n)
+        for (api, version), (requests, lat, lat_sum, up, up_sum) in pairs.items():
+            metrics = m.for_api(api, version)
+            if requests:
+                metrics.requests.inc(requests)
+            _add(metrics.latency, lat, lat_sum)
+            _add(metrics.upstream_latency, up, up_sum)
+
+
+def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:
+    mine = series.counts
+    for i, n in enumerate(counts):
+        mine[i] += n
+    series.sum += total
