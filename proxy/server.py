@@ -181,10 +181,11 @@ class Proxy:
                     self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
-                for destination in self.destinations.values():
-                    destination.start()
-                    if destination.name != PRIMARY:
-                        nursery.start_soon(destination.watch)
+                async with trio.open_nursery() as first_probes:
+                    for destination in self.destinations.values():
+                        destination.start()
+                        if destination.name != PRIMARY:
+                            first_probes.start_soon(nursery.start, destination.watch)
                 if self._tls_contexts():
                     nursery.start_soon(self._watch_certificates)
                 nursery.start_soon(self.topic_limits.run)

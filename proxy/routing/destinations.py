@@ -189,8 +189,12 @@ class Destination:
             size += (len(key) if key else 0) + (len(value) if value else 0)
         return size
 
-    async def watch(self) -> None:
-        """Probe the cluster; log once when it goes down and once when it comes back."""
+    async def watch(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Probe the cluster; log once when it goes down and once when it comes back.
+        Started once the first probe has answered, so readiness never reports a cluster
+        Herald has not tried yet."""
+        first = True
         while True:
             try:
                 await self.cluster.fetch_brokers()
@@ -210,4 +214,7 @@ class Destination:
                 self.reachable = up
                 if self._on_state is not None:
                     self._on_state(self.name, up)
+            if first:
+                task_status.started()
+                first = False
             await trio.sleep(PROBE_PERIOD_S)

@@ -500,6 +500,23 @@ def test_a_failed_destination_fails_the_partition_and_client_retries_deliver_onc
         assert logs.count("routing_destination_up cluster=b") == 2  # at start, and back
 
 
+def test_readiness_reports_each_destination_as_first_probed(
+    kafka: KafkaCluster, kafka_b: KafkaCluster
+) -> None:
+    """The first probe of every destination is part of starting: the moment Herald says it
+    is ready, /readyz and the metric tell which clusters answered, never a guess."""
+    admin = f"127.0.0.1:{free_port_block(1)}"
+    nobody = f"127.0.0.1:{free_port_block(1)}"
+    config = herald_config(kafka.bootstrap, admin={"bind": admin},
+                           clusters={"b": {"bootstrap": kafka_b.bootstrap},
+                                     "gone": {"bootstrap": nobody}},
+                           routing={"rules": EU_TO_B})
+    with HeraldProcess(config) as herald:
+        assert _readyz(herald) == "ready (clusters: b=up, gone=down)\n"
+        assert metric(herald, "herald_cluster_up", cluster="b") == 1
+        assert metric(herald, "herald_cluster_up", cluster="gone") == 0
+
+
 def _readyz(herald: HeraldProcess) -> str:
     import urllib.request
 
