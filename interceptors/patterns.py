@@ -74,6 +74,15 @@ class NameMatcher:
     def names(self) -> frozenset[str]:
         return self._exact
 
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return self._prefixes
+
+    @property
+    def plain(self) -> bool:
+        """True when every pattern is a name or a prefix: `names` and `prefixes` say it all."""
+        return not self._regexes
+
     def __repr__(self) -> str:
         return f"NameMatcher({list(self.patterns)!r})"
 

@@ -87,6 +87,8 @@ PRODUCE_MEMBERS = [
     {"type": "insert_header", "header": "app.id", "value": "checkout"},
     {"type": "insert_header", "header": "app.id", "typed": None, "mode": "if_absent"},
     {"type": "insert_header", "header": "req", "template": "{topic}-{uuid}", "mode": "add"},
+    {"type": "drop_headers", "headers": ["k", "prefix:content-"]},
+    {"type": "drop_headers", "headers": ["prefix:trace"]},  # watches what trace_context adds
 ]
 HEADERS = st.lists(
     st.tuples(
@@ -160,8 +162,8 @@ def test_trace_context_and_audit_take_the_append_path():
 @pytest.mark.parametrize(
     "members",
     [
-        # a member that does not only append
-        [{"type": "trace_context"}, {"type": "drop_headers", "headers": ["k"]}],
+        # a member that does not declare what it reads (a glob)
+        [{"type": "trace_context"}, {"type": "drop_headers", "headers": ["glob:k*"]}],
         # B3 and trace id copies take the full path
         [{"type": "trace_context", "b3_write": True}],
         # a later member watches what an earlier one appends
@@ -172,6 +174,29 @@ def test_trace_context_and_audit_take_the_append_path():
 )
 def test_no_append_path_when_the_promise_does_not_hold(members):
     assert plan(build_chains({"produce": members}, env()).produce).fast is None
+
+
+@slow
+@given(st.lists(HEADERS, max_size=8), st.sampled_from([NONE, LZ4]))
+def test_dropping_headers_on_fetch_reads_only_the_batches_that_carry_them(record_headers, codec):
+    """drop_headers with names and prefixes watches them: a batch without them passes as the
+    bytes it came in; with them, the result is the full path's."""
+    members = [{"type": "drop_headers", "headers": ["k", "prefix:content-"]}]
+    chain = build_chains({"fetch": members}, env()).fetch
+    assert plan(chain).fast is not None
+    full = full_path(chain)
+    raw = build_batch([Record(None, b"v", h) for h in record_headers], compression=codec,
+                      base_timestamp=1, producer_id=1, producer_epoch=0, base_sequence=0)
+    results = []
+    for c in (chain, full):
+        batches = split_batches(raw)
+        c.process("t", 0, batches, CONNS[0])
+        results.append((join_batches(batches), [r.headers for r in batches[0].records],
+                        c.stats.snapshot()))
+    assert results[0] == results[1]
+    dropped = any(k == "k" or k.startswith("content-") for h in record_headers for k, _ in h)
+    assert (results[0][0] == raw) is not dropped
+    assert not any(k == "k" or k.startswith("content-") for h in results[0][1] for k, _ in h)
 
 
 def test_appending_members_that_add_and_watch_different_keys_combine():
