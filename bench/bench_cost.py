@@ -185,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure the cheapest Python relays (bench/relay_floor.py: "
                              "on raw epoll, and on trio), which parse nothing: what Herald's "
                              "runtime costs before it does any work")
-    parser.add_argument("--native", choices=("off", "auto"), default="off",
-                        help="Herald's performance.native_relay (the baseline keeps its own "
-                             "default)")
+    parser.add_argument("--native", choices=("off", "auto"), default="auto",
+                        help="Herald's performance.native_relay (default auto, Herald's own "
+                             "default; the baseline keeps its own default)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -214,8 +214,7 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
         config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
                                logging={"level": "warning"})
         baseline_config = dict(config)  # the baseline keeps its own default
-        if args.native != "off":
-            config["performance"] = {"native_relay": args.native}
+        config["performance"] = {"native_relay": args.native}
         pids: dict[str, int] = {}
         targets = {"direct": cluster.bootstrap}
         for name, (outer, inner) in ports.items():

@@ -91,7 +91,7 @@ class ProxyConfig:
     reload_watch_s: float = 0.0  # 0: reload on SIGHUP only
     clusters: dict[str, UpstreamConfig] = field(default_factory=dict)  # named, for routing
     routing: RoutingConfig = field(default_factory=RoutingConfig)
-    native_relay: str = NATIVE_RELAY_OFF  # performance.native_relay
+    native_relay: str = NATIVE_RELAY_AUTO  # performance.native_relay
 
     @property
     def advertised_bootstrap(self) -> str:
@@ -186,12 +186,13 @@ def parse_config(
 
 
 def parse_performance(node: _Node) -> str:
-    """`performance.native_relay`: `off` (every session on the Python path) or `auto` (plaintext
-    sessions move the frames no filter reads through the native relay, when it is built).
+    """`performance.native_relay`: `auto`, the default (plaintext sessions move the frames no
+    filter reads through the native relay, when it is built) or `off` (every session on the
+    Python path: the way back should the engine misbehave somewhere).
 
     YAML 1.1 reads a bare `off` as false, so false means off too.
     """
-    value = node.get("native_relay", NATIVE_RELAY_OFF)
+    value = node.get("native_relay", NATIVE_RELAY_AUTO)
     if value is False:
         value = NATIVE_RELAY_OFF
     if value not in (NATIVE_RELAY_OFF, NATIVE_RELAY_AUTO):

@@ -21,7 +21,7 @@ def parse(text: str):  # noqa: ANN201
 
 
 def test_native_relay_values() -> None:
-    assert parse_config(BASE).native_relay == "off"
+    assert parse_config(BASE).native_relay == "auto"
     assert parse("native_relay: off").native_relay == "off"  # YAML reads a bare off as false
     assert parse("native_relay: auto").native_relay == "auto"
     with pytest.raises(ConfigError, match=r"^performance\.native_relay: expected off or auto"):
