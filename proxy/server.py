@@ -18,6 +18,7 @@ import trio
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import ProxyInfo, build_chains
+from proxy import allocator
 from proxy.address_rewrite import AddressRewriter
 from proxy.admin import AdminServer
 from proxy.api_versions import ApiVersionsNegotiator
@@ -473,6 +474,7 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
     are exported before returning.
     """
     tracing = tracing_from_env()
+    allocator.tune(allocator.keep_bytes_for(config.limits.memory_budget_bytes))
 
     async def main() -> None:
         proxy = Proxy(config, tracing=tracing)
