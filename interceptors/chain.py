@@ -442,6 +442,12 @@ class _Chain:
         """The most any applicable member needs: None, "read", "headers" or "key_value"."""
         return self._plan(topic, conn.client_id).mode
 
+    def bulk(self, topic: str, conn: ConnectionInfo) -> bool:
+        """Does the chain take the whole-batch path for this topic and client (every member
+        declares what it watches and appends)? Then a batch no member watches costs one native
+        scan, and the stamping, if any, one native pass."""
+        return self._plan(topic, conn.client_id).fast is not None
+
     def serial(self, topic: str, conn: ConnectionInfo) -> bool:
         """Must runs for this topic and client wait for each other? (A member that is not
         `concurrent` applies.) Other runs may overlap, in any threads."""
