@@ -33,6 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_stamp.h"
+#include "stamp_core.h"
+
 #define MAX_API 128
 #define MAX_VER 32
 #define TABLE_SIZE (MAX_API * MAX_VER)
@@ -249,23 +252,13 @@ static int16_t be16(const uint8_t *p) {
     return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
 }
 
-/* Unsigned varint at *pos below limit: 1 read, 0 need more bytes, -1 malformed. */
+/* Unsigned varint at *pos below limit: 1 read, 0 need more bytes, -1 malformed (ten bytes
+ * present and still no end). */
 static int uvarint(const uint8_t *p, size_t *pos, size_t limit, uint64_t *out) {
-    uint64_t v = 0;
-    size_t at = *pos;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (at >= limit) {
-            return 0;
-        }
-        uint8_t b = p[at++];
-        v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *pos = at;
-            *out = v;
-            return 1;
-        }
+    if (sc_uvarint(p, pos, limit, out)) {
+        return 1;
     }
-    return -1;
+    return limit - *pos >= 10 ? -1 : 0;
 }
 
 enum { D_PASS, D_NEED, D_WAIT, D_STOP };
@@ -668,41 +661,15 @@ static void parse_responses(engine_t *e, session_t *s, double now) {
 }
 
 /* A bounded reader over one buffered frame; any overrun sets `bad`. */
-typedef struct {
-    const uint8_t *p;
-    size_t pos, end;
-    int bad;
-} walk_t;
-
-static uint64_t w_uvarint(walk_t *w) {
-    uint64_t v = 0;
-    if (w->bad || uvarint(w->p, &w->pos, w->end, &v) != 1) {
-        w->bad = 1;
-        return 0;
-    }
-    return v;
-}
-
-static void w_skip(walk_t *w, uint64_t n) {
-    if (w->bad || n > w->end - w->pos) {
-        w->bad = 1;
-        return;
-    }
-    w->pos += (size_t)n;
-}
+typedef sc_reader walk_t;
+#define w_uvarint sc_read_uvarint
+#define w_skip sc_read_skip
+#define w_tagged sc_read_tagged
 
 /* A compact array or nullable field's length: uvarint N+1, 0 for null (read as 0). */
 static uint64_t w_compact(walk_t *w) {
     uint64_t n = w_uvarint(w);
     return n > 0 ? n - 1 : 0;
-}
-
-static void w_tagged(walk_t *w) {
-    uint64_t count = w_uvarint(w);
-    for (uint64_t i = 0; i < count && !w->bad; i++) {
-        w_uvarint(w);
-        w_skip(w, w_uvarint(w));
-    }
 }
 
 /* The number of top-level tagged fields of a Produce v10-13 response frame (size prefix
@@ -1425,8 +1392,15 @@ static PyTypeObject engine_type = {
     .tp_doc = "A native relay thread serving many plaintext sessions.",
 };
 
+static PyMethodDef module_methods[] = {
+    {"stamp_produce", nc_py_stamp_produce, METH_VARARGS,
+     "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, batches, "
+     "records), or (None, why) when the request goes to Python: the engine's rewrite"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "proxy._relay", NULL, -1, NULL,
+    PyModuleDef_HEAD_INIT, "proxy._relay", NULL, -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__relay(void) {

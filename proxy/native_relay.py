@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import trio
 
+from proxy import native_stamp
 from proxy.filters import FilterChain
 from proxy.logs import get_logger
 from proxy.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
@@ -66,28 +67,33 @@ class Handover:
     # hints in its top-level tagged fields, which Python rewrites at the same length)
 
 
-PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2
+PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED = 0, 1, 2, 3, 4
 """Table values: Python handles the pair; it passes; it passes when its response carries no
 top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
-their layouts, in protocol/messages, are the ones it knows)."""
+their layouts, in protocol/messages, are the ones it knows); the engine stamps the request
+(a Produce request, for a session registered with a stamp plan: proxy/native_stamp.py) and
+its response passes, or passes unless tagged."""
 
 _TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
 
 
-def passable_table(chain: FilterChain) -> bytes:
-    """One byte per (api key, version): what the engine may do with that pair's requests."""
+def passable_table(chain: FilterChain, stamp: bool = False) -> bytes:
+    """One byte per (api key, version): what the engine may do with that pair's requests.
+    With `stamp`, Produce requests the interceptor filter alone reads are stamped."""
     table = bytearray(MAX_API * MAX_VERSION)
     for api in range(MAX_API):
         for version in range(MAX_VERSION):
-            if chain.for_request(api, version):
+            stamped = stamp and api == native_stamp.PRODUCE and version in native_stamp.VERSIONS
+            if chain.for_request(api, version) and not stamped:
                 continue
             readers = chain.for_response(api, version)
             if not readers:
-                table[api * MAX_VERSION + version] = PASS
+                table[api * MAX_VERSION + version] = STAMP if stamped else PASS
             elif version in _TAG_CHECKED.get(api, ()) and all(
                 f.tagged_only(api, version) for f in readers
             ):
-                table[api * MAX_VERSION + version] = UNLESS_TAGGED
+                table[api * MAX_VERSION + version] = (STAMP_UNLESS_TAGGED if stamped
+                                                      else UNLESS_TAGGED)
     return bytes(table)
 
 
