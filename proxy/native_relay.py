@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import trio
 
 from proxy import native_stamp
-from proxy.filters import FilterChain
+from proxy.filters import FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
 
@@ -107,15 +107,31 @@ class NativeRelay:
         self._engine = _relay.Engine(LATENCY_BUCKETS)
         self._metrics = metrics
         self._waiting: dict[int, trio.Event] = {}
-        self._tables: dict[int, tuple[FilterChain, bytes]] = {}
+        self._tables: dict[tuple[int, bool], tuple[FilterChain, bytes]] = {}
+        # Stamp plans by the key the engine counts them under: one per produce chain.
+        self._stamp_keys: dict[int, int] = {}
+        self._stamp_plans: dict[int, native_stamp.StampPlan] = {}
         metrics.before_scrape.append(self.fold)
 
-    def table(self, chain: FilterChain) -> bytes:
-        """`passable_table(chain)`, computed once per chain until `forget_tables`."""
-        found = self._tables.get(id(chain))
+    def table(self, chain: FilterChain, stamp: bool = False) -> bytes:
+        """`passable_table(chain, stamp)`, computed once per chain until `forget_tables`."""
+        found = self._tables.get((id(chain), stamp))
         if found is None or found[0] is not chain:
-            found = self._tables[id(chain)] = (chain, passable_table(chain))
+            found = self._tables[(id(chain), stamp)] = (chain, passable_table(chain, stamp))
         return found[1]
+
+    def stamp_plan(self, chain: FilterChain, ctx: SessionContext
+                   ) -> tuple[native_stamp.StampPlan, int] | None:
+        """The session's stamp plan (see proxy/native_stamp.py) and the key the engine counts
+        its work under, or None when its Produce requests go to Python."""
+        plan = native_stamp.stamp_plan(chain, ctx)
+        if plan is None:
+            return None
+        key = self._stamp_keys.get(id(plan.chain))
+        if key is None or self._stamp_plans[key].chain is not plan.chain:
+            key = self._stamp_keys[id(plan.chain)] = len(self._stamp_plans) + 1
+        self._stamp_plans[key] = plan
+        return plan, key
 
     def forget_tables(self) -> None:
         """The chain's members changed (a reload): every native session comes back to Python
@@ -141,14 +157,18 @@ class NativeRelay:
 
     async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
                     max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
-                    frame_timeout_s: float, prefill: bytes = b"") -> Handover:
+                    frame_timeout_s: float, prefill: bytes = b"",
+                    stamp: tuple[native_stamp.StampPlan, int] | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
-        taken back at once (reason "detached"), so its descriptors can be closed safely."""
+        taken back at once (reason "detached"), so its descriptors can be closed safely.
+        With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
+        marks STAMP."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
                 session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
-                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill)
+                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
+                None if stamp is None else (stamp[0].wire, stamp[1]))
             try:
                 await event.wait()
             finally:
@@ -177,6 +197,8 @@ class NativeRelay:
                 metrics.requests.inc(requests)
             _add(metrics.latency, lat, lat_sum)
             _add(metrics.upstream_latency, up, up_sum)
+        for key, (batches, records) in self._engine.collect_stamped().items():
+            self._stamp_plans[key].count(batches, records)
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

@@ -205,12 +205,14 @@ class Session:
         deadlines = self.deadlines
         self._in_native = True
         try:
+            stamp = native.stamp_plan(self.chain, self.ctx)
             state = await native.relay(
                 self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                native.table(self.chain), self.max_frame_bytes, self._max_in_flight,
+                native.table(self.chain, stamp is not None), self.max_frame_bytes,
+                self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.take(),
+                self._requests.take(), stamp,
             )
         finally:
             self._in_native = False
