@@ -484,6 +484,7 @@ static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
     if (d->len - d->parsed < *total) {
         return S_WAIT;
     }
+    s->stamped.limit = d->cap; /* a larger frame could not be held here anyway */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;

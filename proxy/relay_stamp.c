@@ -501,7 +501,7 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         pos += size;
         total += new_size;
     }
-    if (total > INT32_MAX - 1) {
+    if (total > INT32_MAX - 1 || (out->limit > 0 && out->len + 5 + total > out->limit)) {
         *why = "records too large once stamped";
         return NC_PYTHON;
     }

@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
     uint8_t *buf;
     size_t len, cap;
+    size_t limit; /* > 0: a request that would grow past this is not stamped */
 } nc_buf;
 
 /* Fills dst with n random bytes of a stream; 0 when it cannot. */

@@ -196,7 +196,9 @@ class Session:
         its state back. Returns at once when the memory budget has no room for its buffers."""
         native = self._native
         assert native is not None
-        booked = 2 * BUFFER_SIZE
+        stamp = native.stamp_plan(self.chain, self.ctx)
+        # Its two buffers, and the one a stamped request is written into.
+        booked = (2 if stamp is None else 3) * BUFFER_SIZE
         held = self._held_native
         if held is not None:
             if held.room(booked) < booked:
@@ -205,7 +207,6 @@ class Session:
         deadlines = self.deadlines
         self._in_native = True
         try:
-            stamp = native.stamp_plan(self.chain, self.ctx)
             state = await native.relay(
                 self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
                 native.table(self.chain, stamp is not None), self.max_frame_bytes,

@@ -15,10 +15,11 @@ import pytest
 from confluent_kafka import Producer
 
 from proxy import native_relay
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.embedded_kafka import KafkaCluster
 from tests.integration.test_metrics import moved, scrape, wait_for
+from tests.integration.test_native_relay import _herald as herald_with
 from tests.support.clients import consume_all, create_topic
-from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
@@ -30,21 +31,15 @@ UUID7 = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-def _herald(kafka: KafkaCluster, mode: str) -> HeraldProcess:
-    return HeraldProcess(herald_config(
-        kafka.bootstrap, admin={"bind": f"127.0.0.1:{free_port()}"},
-        performance={"native_relay": mode}, interceptors=CHAINS))
-
-
 @pytest.fixture(scope="module")
 def stamping_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with _herald(kafka, "auto") as proc:
+    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
         yield proc
 
 
 @pytest.fixture(scope="module")
 def stamping_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with _herald(kafka, "off") as proc:
+    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
         yield proc
 
 
