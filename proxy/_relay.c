@@ -121,6 +121,7 @@ typedef struct session {
     size_t tail;        /* at a hand-over: bytes of the first response's tail for Python */
     endpoint_t ep[2];
     int stamping;       /* has a stamp plan */
+    size_t stamp_cap;   /* the request buffer may grow to this for a frame to stamp */
     nc_plan plan;
     long long stamp_key; /* whose counters its stamping adds to (proxy/native_stamp.py) */
     nc_buf stamped;      /* the last stamped frame */
@@ -473,18 +474,34 @@ static void count_stamped(engine_t *e, long long key, const nc_counts *counts) {
 
 enum { S_DONE, S_WAIT, S_PYTHON };
 
+/* Let the request buffer grow to the session's stamp_cap (once: Python booked that much). */
+static int grow_for_stamping(session_t *s) {
+    dir_t *d = &s->req;
+    if (d->cap >= s->stamp_cap) {
+        return 0;
+    }
+    uint8_t *grown = realloc(d->buf, s->stamp_cap);
+    if (grown == NULL) {
+        return 0;
+    }
+    d->buf = grown;
+    d->cap = s->stamp_cap;
+    return 1;
+}
+
 /* The Produce request frame of *total bytes at d->parsed, stamped in place: S_DONE (with
  * *total its new size), S_WAIT (not all read yet, or no room for it yet), or S_PYTHON (the
- * request is not one the engine stamps; it is left as it arrived). */
+ * request is not one the engine stamps; it is left as it arrived). Clients send requests of
+ * up to about 1 MiB at full speed: the buffer grows to hold one whole, and its stamped form. */
 static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
     dir_t *d = &s->req;
-    if (*total > d->cap) {
-        return S_PYTHON; /* too large to hold whole here */
+    if (*total > d->cap && (*total > s->stamp_cap || !grow_for_stamping(s))) {
+        return S_PYTHON;
     }
     if (d->len - d->parsed < *total) {
         return S_WAIT;
     }
-    s->stamped.limit = d->cap; /* a larger frame could not be held here anyway */
+    s->stamped.limit = s->stamp_cap; /* a larger frame could not be held here anyway */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -502,6 +519,9 @@ static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
         d->len -= d->sent;
         d->parsed -= d->sent;
         d->sent = 0;
+    }
+    if (d->len + grown > d->cap) {
+        grow_for_stamping(s);
     }
     if (d->len + grown > d->cap) {
         /* what follows the frame leaves no room: wait for what precedes it to go out, or
@@ -1314,12 +1334,14 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
     }
     if (stamp != Py_None) {
         PyObject *plan;
-        if (!PyArg_ParseTuple(stamp, "OL", &plan, &s->stamp_key) ||
+        Py_ssize_t stamp_cap;
+        if (!PyArg_ParseTuple(stamp, "OLn", &plan, &s->stamp_key, &stamp_cap) ||
             !nc_plan_parse(plan, &s->plan)) {
             free_session(s);
             goto done;
         }
         s->stamping = 1;
+        s->stamp_cap = stamp_cap > buf_size ? (size_t)stamp_cap : (size_t)buf_size;
     }
     s->id = id;
     s->fd[CLIENT] = cfd;

@@ -34,6 +34,11 @@ log = get_logger("native_relay")
 BUFFER_SIZE = 128 * 1024
 """Bytes the engine buffers per direction and session, booked in the memory budget."""
 
+STAMP_BUFFER_SIZE = 2 * 1024 * 1024
+"""What a session whose Produce requests the engine stamps may buffer for one request, and
+again for its stamped form (a request that would grow past it goes to Python): booked, with
+the response buffer, in the memory budget. Clients send requests of up to about 1 MiB."""
+
 MAX_API = _relay.MAX_API if _relay is not None else 128
 MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
 
@@ -168,7 +173,7 @@ class NativeRelay:
             self._engine.register(
                 session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
-                None if stamp is None else (stamp[0].wire, stamp[1]))
+                None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE))
             try:
                 await event.wait()
             finally:

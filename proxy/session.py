@@ -31,7 +31,14 @@ from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, Session
 from proxy.logs import get_logger
 from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
-from proxy.native_relay import BUFFER_SIZE, RESUME, Handover, NativeRelay, next_session_id
+from proxy.native_relay import (
+    BUFFER_SIZE,
+    RESUME,
+    STAMP_BUFFER_SIZE,
+    Handover,
+    NativeRelay,
+    next_session_id,
+)
 from proxy.sasl import SaslError
 from proxy.splice import SpliceEOF, Splicer
 from proxy.transport import Transport
@@ -47,6 +54,9 @@ _STREAM_FROM_HEAD = 8  # size prefix and correlation id
 _SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
 _HEAD = struct.Struct(">ii")
 _REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
+STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
+"""What a native phase that stamps Produce requests books in the memory budget."""
+
 # A native phase that passed fewer requests than this before handing over means the client
 # mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
 # so a session that alternates does not pay for a hand-over per request.
@@ -197,10 +207,15 @@ class Session:
         native = self._native
         assert native is not None
         stamp = native.stamp_plan(self.chain, self.ctx)
-        # Its two buffers, and the one a stamped request is written into.
-        booked = (2 if stamp is None else 3) * BUFFER_SIZE
+        # Its two buffers; stamping, a larger request buffer and the stamped request's (when
+        # the budget has no room for those, Python stamps).
+        booked = 2 * BUFFER_SIZE
         held = self._held_native
         if held is not None:
+            if stamp is not None and held.room(STAMPING) >= STAMPING:
+                booked = STAMPING
+            else:
+                stamp = None
             if held.room(booked) < booked:
                 return
             held.set(booked)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
 from typing import Any
 
 import crc32c
@@ -308,3 +309,64 @@ def test_the_table_stamps_produce_v3_to_v12_only_with_a_plan() -> None:
     assert [plain[v] for v in range(14)] == [0] * 14
     assert stamped[1 * 32 + 4] == plain[1 * 32 + 4] == PASS  # Fetch passes either way
     assert STAMP_UNLESS_TAGGED not in produce[3:13]
+
+
+def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
+    """Over socket pairs: stamped requests pipelined with one the engine must not stamp (it
+    carries a traceparent), which comes back to Python unchanged, with the frames before it
+    forwarded stamped and counted."""
+    from tests.unit.test_native_relay_engine import Rig
+
+    filt, plan = setup({"mode": "batch"}, {})
+    chain = FilterChain([filt])
+    rng = random.Random(21)
+    stamped = [frame(v, request(rng, 1, 2, 2), corr=i) for i, v in enumerate((9, 3, 12))]
+    traced = frame(9, ProduceRequest(acks=-1, topic_data=[TopicProduceData(
+        name="t", partition_data=[PartitionProduceData(index=0, records=build_batch(
+            [Record(b"k", b"v", [("traceparent", b"00-1-2-01")])]))])]), corr=9)
+    rig = Rig(passable_table(chain, stamp=True))
+    try:
+        rig.engine.stop(rig.sid)  # a fresh session with a plan instead
+        rig.wait_handover()
+        sid = rig.sid = rig.sid + 10_000
+        rig.engine.register(sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                            passable_table(chain, stamp=True), 1 << 20, 100, 64 * 1024,
+                            600.0, 60.0, b"", (plan.wire, 5, 1 << 20))
+        data = b"".join(stamped) + traced
+
+        def send() -> None:
+            for i in range(0, len(data), 1000):  # frames split across many writes
+                rig.app.sendall(data[i:i + 1000])
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        for original in stamped:
+            size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
+            got = struct.pack(">i", size) + rig.recv_exactly(rig.broker, size)
+            assert len(got) > len(original)
+            assert_batches_valid(got)
+            head = parse_request_header(got[4:])
+            _, msg = decode_request(head, got[4:])
+            for t in msg.topic_data:
+                for p in t.partition_data:
+                    for b in split_batches(p.records or b""):
+                        for rec in b.records:
+                            keys = [k for k, _ in rec.headers]
+                            assert keys[-9:] == ["traceparent", "herald.client_id",
+                                                 "herald.principal", "herald.source",
+                                                 "herald.proxy", "herald.cluster",
+                                                 "herald.time", "herald.msg_id",
+                                                 "herald.origin"]
+        sender.join()
+        state = rig.wait_handover()
+        assert state.reason == "request"
+        assert state.client == traced
+        assert [e[0] for e in state.in_flight] == [0, 1, 2]
+        stamped_counts = rig.engine.collect_stamped()
+        batches = sum(len(split_batches(p.records)) for f in stamped
+                      for t in decode_request(parse_request_header(f[4:]), f[4:])[1].topic_data
+                      for p in t.partition_data if p.records)
+        assert stamped_counts[5][0] == batches
+        assert rig.engine.collect_stamped() == {}
+    finally:
+        rig.close()
