@@ -29,8 +29,9 @@ from proxy.interception import InterceptorFilter, connection_info
 from proxy.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = 0
-VERSIONS = range(3, 13)
-"""Produce versions the engine walks: v3-v12 (v13 names topics by id, which Python maps)."""
+VERSIONS = range(3, 14)
+"""Produce versions the engine walks: v3-v13 (v13 names topics by id: the engine stamps those
+Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,7 @@ class StampPlan:
 
 
 def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
-    """The interceptor filter, when it is the only filter that reads Produce v3-v12
+    """The interceptor filter, when it is the only filter that reads Produce v3-v13
     requests."""
     found = None
     for version in VERSIONS:
@@ -114,7 +115,7 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
         return None
     limits = filt.limits
     wire = (tuple(columns), wire_keys, wire_prefixes, limits.max_batch_records,
-            limits.max_request_records, _batch_limit(filt))
+            limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)))
     return StampPlan(wire, produce, filt, tuple(members))
 
 

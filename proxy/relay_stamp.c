@@ -1,8 +1,9 @@
 /* Stamping Produce requests in the native relay, with the Python chain as the reference.
  *
  * For a session whose produce chain the engine can run (proxy/native_stamp.py decides, and
- * gives the plan: the columns each member appends, what they watch, the limits), a Produce
- * request v3-v12 is walked whole; every batch must be magic 2, uncompressed, not a control
+ * gives the plan: the columns each member appends, what they watch, the limits, the topic ids
+ * Herald knows), a Produce request v3-v13 is walked whole (v13 names topics by id: one Herald
+ * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2, uncompressed, not a control
  * batch, within the limits, with no record carrying a watched header. Then every record gets
  * the columns appended (as protocol/_stamp.c `append` does), each batch its new length and
  * CRC32C, each records field its new length, the frame its new size. Anything else hands the
@@ -51,6 +52,7 @@ void nc_plan_free(nc_plan *plan) {
         free(plan->keys[i]);
     }
     free(plan->cols);
+    free(plan->topic_ids);
     free(plan->keys);
     free(plan->key_lens);
     memset(plan, 0, sizeof *plan);
@@ -64,16 +66,25 @@ static int bad_plan(nc_plan *plan, const char *why) {
     return 0;
 }
 
-/* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes), each
- * column (kind, key wire form, value or None, sampled, per batch). */
+/* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes, topic
+ * ids), each column (kind, key wire form, value or None, sampled, per batch), the topic ids
+ * 16 bytes each, sorted. */
 int nc_plan_parse(PyObject *obj, nc_plan *plan) {
     memset(plan, 0, sizeof *plan);
-    PyObject *cols, *keys, *prefixes;
+    PyObject *cols, *keys, *prefixes, *ids;
     long long mbr, mrr, mbb;
-    if (!PyArg_ParseTuple(obj, "O!O!O!LLL", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
-                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb)) {
+    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
+                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids)) {
         return 0;
     }
+    if (PyBytes_GET_SIZE(ids) % 16) {
+        return bad_plan(plan, "topic ids must be 16 bytes each");
+    }
+    if ((plan->topic_ids = copy_bytes(ids, &plan->ntopic_ids)) == NULL) {
+        PyErr_NoMemory();
+        return bad_plan(plan, "");
+    }
+    plan->ntopic_ids /= 16;
     plan->max_batch_records = mbr;
     plan->max_request_records = mrr;
     plan->max_batch_bytes = mbb;
@@ -181,6 +192,24 @@ static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
         return -2;
     }
     return n;
+}
+
+/* Is this topic id one Herald knows? (The ids are sorted.) */
+static int known_id(const nc_plan *plan, const uint8_t *id) {
+    size_t lo = 0, hi = plan->ntopic_ids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp(plan->topic_ids + 16 * mid, id, 16);
+        if (c == 0) {
+            return 1;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
 }
 
 static int rd_count(rd_t *r, int compact, int64_t *count) {
@@ -551,8 +580,8 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     int64_t api = rd_int(&r, 2), ver = rd_int(&r, 2);
     rd_skip(&r, 4); /* correlation id */
-    if (api != 0 || ver < 3 || ver > 12) {
-        *why = "not a Produce request of v3-v12";
+    if (api != 0 || ver < 3 || ver > 13) {
+        *why = "not a Produce request of v3-v13";
         return NC_PYTHON;
     }
     int flexible = ver >= 9;
@@ -591,7 +620,15 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     for (int64_t ti = 0; ti < topics && result == NC_OK; ti++) {
         const uint8_t *name;
         int64_t partitions;
-        if (rd_name(&r, flexible, &name) < 0) {
+        if (ver >= 13) {
+            const uint8_t *id = r.p + r.pos;
+            rd_skip(&r, 16);
+            if (!r.bad && !known_id(plan, id)) {
+                *why = "a topic id Herald has not learnt";
+                result = NC_PYTHON;
+                break;
+            }
+        } else if (rd_name(&r, flexible, &name) < 0) {
             *why = r.bad ? "a malformed Produce request" : "a topic name that is not ASCII";
             result = NC_PYTHON;
             break;

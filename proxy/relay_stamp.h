@@ -29,6 +29,8 @@ typedef struct {
     size_t nkeys, nprefixes;
     int64_t max_batch_records, max_request_records;
     int64_t max_batch_bytes; /* < 0: none */
+    uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
+    size_t ntopic_ids;
 } nc_plan;
 
 typedef struct {

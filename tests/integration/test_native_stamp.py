@@ -147,3 +147,7 @@ def test_java_producer(stamping_on: HeraldProcess) -> None:
     after = scrape(stamping_on)
     assert moved(before, after, "herald_interceptor_records_total", outcome="changed",
                  interceptor="audit") == records
+    # Its Produce requests (v13: topics by id) were stamped by the engine, not handed over.
+    produced = moved(before, after, "herald_requests_total", api="Produce")
+    assert produced > 0
+    assert moved(before, after, HANDOVERS, reason="request") < produced / 2

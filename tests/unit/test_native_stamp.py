@@ -84,9 +84,14 @@ def request(rng: random.Random, topics: int = 2, partitions: int = 2, batches: i
                 for _ in range(batches))
             parts.append(PartitionProduceData(index=p, records=chunk))
         parts.append(PartitionProduceData(index=partitions, records=None))
-        data.append(TopicProduceData(name=f"topic-{t}", partition_data=parts))
+        data.append(TopicProduceData(name=f"topic-{t}", topic_id=topic_id(t),
+                                     partition_data=parts))
     return ProduceRequest(transactional_id=rng.choice((None, "tx-1")), acks=-1,
                           timeout_ms=30_000, topic_data=data)
+
+
+def topic_id(t: int) -> bytes:
+    return bytes([t + 1]) * 16
 
 
 def python_output(filt: InterceptorFilter, ctx: SessionContext, data: bytes) -> bytes:
@@ -124,7 +129,10 @@ def draws_of(msg: ProduceRequest, seed: int, per_batch: bool, traces: bool, uuid
 
 def setup(trace: dict | None, audit: dict | None) -> tuple[InterceptorFilter, Any]:
     chains, _ = chains_for(trace, audit)
-    filt = InterceptorFilter(chains, TopicIds())
+    topics = TopicIds()
+    for t in range(4):
+        topics.learn(topic_id(t), f"topic-{t}")
+    filt = InterceptorFilter(chains, topics)
     plan = stamp_plan(FilterChain([filt]), session())
     assert plan is not None
     return filt, plan
@@ -141,7 +149,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("version", [3, 7, 8, 9, 11, 12])
+@pytest.mark.parametrize("version", [3, 7, 8, 9, 11, 12, 13])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_native_stamping_equals_the_python_chain(version: int, case: int) -> None:
     trace, audit = CASES[case]
@@ -208,7 +216,10 @@ def test_batches_the_engine_does_not_stamp_go_to_python() -> None:
     legacy = bytearray(build_batch(plain))
     legacy[16] = 1
     assert "magic" in refused(one_partition(bytes(legacy)), plan)
-    assert "v3-v12" in refused(one_partition(build_batch(plain), version=13), plan)
+    assert "v3-v13" in refused(one_partition(build_batch(plain), version=2), plan)
+    unknown = TopicProduceData(topic_id=b"\x09" * 16, partition_data=[
+        PartitionProduceData(index=0, records=build_batch(plain))])
+    assert "not learnt" in refused(frame(13, ProduceRequest(acks=1, topic_data=[unknown])), plan)
     assert "no records" in refused(frame(9, ProduceRequest(acks=1, topic_data=[])), plan)
     accented = TopicProduceData(name="tópico", partition_data=[
         PartitionProduceData(index=0, records=build_batch(plain))])
@@ -298,17 +309,17 @@ def test_eligibility() -> None:
     assert stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session()) is None
 
 
-def test_the_table_stamps_produce_v3_to_v12_only_with_a_plan() -> None:
+def test_the_table_stamps_produce_v3_to_v13_only_with_a_plan() -> None:
     chains, _ = chains_for({"mode": "record"}, {})
     chain = FilterChain([InterceptorFilter(chains, TopicIds())])
     plain = passable_table(chain)
     stamped = passable_table(chain, stamp=True)
     produce = [stamped[v] for v in range(32)]
-    assert produce[3:13] == [STAMP] * 10
-    assert produce[:3] == [0, 0, 0] and produce[13] == 0
+    assert produce[3:14] == [STAMP] * 11
+    assert produce[:3] == [0, 0, 0] and produce[14:] == [0] * 18
     assert [plain[v] for v in range(14)] == [0] * 14
     assert stamped[1 * 32 + 4] == plain[1 * 32 + 4] == PASS  # Fetch passes either way
-    assert STAMP_UNLESS_TAGGED not in produce[3:13]
+    assert STAMP_UNLESS_TAGGED not in produce[3:14]
 
 
 def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
