@@ -208,7 +208,45 @@ static void crc_init(void) {
     crc_ready = 1;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#include <string.h>
+#define HAVE_CRC_INSTRUCTION 1
+
+/* The SSE4.2 crc32 instruction computes CRC32C: about ten times the table's speed. */
+__attribute__((target("sse4.2"))) static uint32_t crc_instruction(uint32_t crc,
+                                                                   const uint8_t *data,
+                                                                   size_t len) {
+    uint64_t c = (uint32_t)~crc;
+    while (len >= 8) {
+        uint64_t word;
+        memcpy(&word, data, 8);
+        c = _mm_crc32_u64(c, word);
+        data += 8;
+        len -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (len--) {
+        c32 = _mm_crc32_u8(c32, *data++);
+    }
+    return ~c32;
+}
+#endif
+
 uint32_t sc_crc32c(uint32_t crc, const uint8_t *data, size_t len) {
+#ifdef HAVE_CRC_INSTRUCTION
+    static int has_instruction = -1;
+    if (has_instruction < 0) {
+        has_instruction = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    }
+    if (has_instruction) {
+        return crc_instruction(crc, data, len);
+    }
+#endif
+    return sc_crc32c_table(crc, data, len);
+}
+
+uint32_t sc_crc32c_table(uint32_t crc, const uint8_t *data, size_t len) {
     if (!crc_ready) {
         crc_init(); /* idempotent: a race writes the same values */
     }

@@ -58,7 +58,9 @@ size_t sc_cut_size(const sc_cut *spec, size_t n);
 /* Write the id cut from `chunk` by `spec` at w; returns the end. */
 uint8_t *sc_hex_cut(uint8_t *w, const uint8_t *chunk, const sc_cut *spec, size_t n);
 
-/* CRC32C (Castagnoli), as Kafka's record batches carry it: crc32c(0, data, len). */
+/* CRC32C (Castagnoli), as Kafka's record batches carry it: crc32c(0, data, len); with the
+ * SSE4.2 instruction where the CPU has it, else `sc_crc32c_table` (slicing by 8). */
 uint32_t sc_crc32c(uint32_t crc, const uint8_t *data, size_t len);
+uint32_t sc_crc32c_table(uint32_t crc, const uint8_t *data, size_t len);
 
 #endif

@@ -1611,6 +1611,8 @@ static PyMethodDef module_methods[] = {
     {"stamp_produce", nc_py_stamp_produce, METH_VARARGS,
      "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, batches, "
      "records), or (None, why) when the request goes to Python: the engine's rewrite"},
+    {"crc32c", nc_py_crc32c, METH_VARARGS,
+     "crc32c(data, table=False) -> the CRC32C the engine writes into record batches"},
     {NULL, NULL, 0, NULL},
 };
 

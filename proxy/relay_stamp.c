@@ -741,3 +741,15 @@ PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
     PyBuffer_Release(&msg);
     return out;
 }
+
+PyObject *nc_py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int table = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &data, &table)) {
+        return NULL;
+    }
+    uint32_t crc = table ? sc_crc32c_table(0, data.buf, (size_t)data.len)
+                         : sc_crc32c(0, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}

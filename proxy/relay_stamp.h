@@ -65,4 +65,8 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
  * tests. Returns (new frame, batches, records), or (None, why) when it hands over. */
 PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args);
 
+/* _relay.crc32c(data, table=False): the CRC32C the engine writes (table: the portable way
+ * even where the CPU has the instruction), for tests. */
+PyObject *nc_py_crc32c(PyObject *self, PyObject *args);
+
 #endif

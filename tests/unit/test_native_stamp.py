@@ -280,6 +280,9 @@ def assert_batches_valid(data: bytes) -> None:
 
 def test_the_crc32c_is_castagnolis() -> None:
     rng = random.Random(3)
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 1000, 65_537):
+        data = rng.randbytes(n)
+        assert _relay.crc32c(data) == _relay.crc32c(data, True) == crc32c.crc32c(data)
     _, plan = setup(None, {"fields": ["proxy"]})
     for n in (1, 7, 8, 9, 64, 1000):
         chunk = build_batch([Record(None, rng.randbytes(n))])
