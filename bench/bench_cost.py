@@ -211,9 +211,10 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
     figures = {name: Figures() for name in ("direct", *proxies(args))}
     with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster, \
             ExitStack() as more:
-        config = herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
-                               logging={"level": "warning"})
-        baseline_config = dict(config)  # the baseline keeps its own default
+        config, baseline_config = (
+            herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
+                          logging={"level": "warning"})
+            for _ in range(2))  # each on ports of its own; the baseline keeps its defaults
         config["performance"] = {"native_relay": args.native}
         pids: dict[str, int] = {}
         targets = {"direct": cluster.bootstrap}

@@ -54,7 +54,7 @@ from interceptors.stats import MemberStats
 _RUN = threading.local()
 
 if TYPE_CHECKING:
-    from interceptors.context import ProxyInfo, RecordContext
+    from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
     from interceptors.errors import RejectRecord
     from interceptors.headers import Headers
 
@@ -133,6 +133,34 @@ class PerRecord:
 ColumnValue = bytes | None | PerRecord
 """One column of a batch: a value shared by all its records, or a `PerRecord` maker."""
 
+CONST = "const"  # a value fixed for the connection (`NativeColumn.value`, None: null)
+CLIENT_ID = "client_id"  # the Produce request's client id (null when it has none)
+TIME_MS_TEXT = "time_ms_text"  # the receive time, ms since the epoch, as decimal text
+UUID7 = "uuid7"  # a UUIDv7 per record, as `interceptors.ids.uuid7_many` makes them
+TRACEPARENT = "traceparent"  # a new W3C traceparent per record (or per batch)
+NATIVE_KINDS = (CONST, CLIENT_ID, TIME_MS_TEXT, UUID7, TRACEPARENT)
+
+
+@dataclass(frozen=True, slots=True)
+class NativeColumn:
+    """How the native relay can make one column of a stamping member without Python
+    (`Interceptor.native_columns`): the member's `columns` stay the reference, and tests
+    hold the two to the same bytes with the same random draws.
+
+    `event`, when set, is the member's counter (`MemberStats.count`) of values made: one per
+    record, or one per batch with `per_batch`.
+    """
+
+    kind: str
+    value: bytes | None = None
+    sampled: bool = True
+    per_batch: bool = False
+    event: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in NATIVE_KINDS:
+            raise ValueError(f"unknown native column kind {self.kind!r}")
+
 
 @dataclass
 class NoConfig:
@@ -187,6 +215,12 @@ class Interceptor:
         Return the very same sequence object while the values do not change (build it once,
         or once per `on_batch` state): the engine then reuses what it prepared from it."""
         raise NotImplementedError
+
+    def native_columns(self, conn: ConnectionInfo) -> Sequence[NativeColumn] | None:
+        """For a stamping member: its columns for records of this connection as the native
+        relay makes them, one per key of `stamps.appends`; None (the default) when they
+        cannot be made there, and the connection's Produce requests then stay in Python."""
+        return None
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> Verdict | RejectRecord | None:
         """Look at (and possibly change) one record. Runs per record: keep it lean.

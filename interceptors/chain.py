@@ -483,6 +483,12 @@ class _Chain:
                 if counted is not None:
                     st.merge(counted)
 
+    def add_run(self, run: ChainStats) -> None:
+        """Add counters of work done outside `process` (the native relay stamping for this
+        chain: proxy/native_stamp.py) to the chain's, as a run's would be."""
+        with self._merging:
+            self.stats.merge(run)
+
     # -- one batch ------------------------------------------------------------------------------
 
     def _run_batch(self, plan: _Plan, batch: Any, run: _Run) -> None:

@@ -14,133 +14,20 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef struct {
-    Py_ssize_t start;  /* the record's length varint */
-    Py_ssize_t body;   /* attributes */
-    Py_ssize_t hpos;   /* header count varint */
-    Py_ssize_t first;  /* first header */
-    Py_ssize_t end;    /* end of the record */
-    uint64_t count;    /* header count */
-} rec_pos;
+#include "stamp_core.h"
 
-/* Unsigned varint at *pos, bounded by limit; at most 10 bytes. Returns 0 on error. */
-static int read_uvarint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit,
-                        uint64_t *out) {
-    uint64_t result = 0;
-    int shift = 0;
-    Py_ssize_t p = *pos;
-    for (int i = 0; i < 10; i++) {
-        if (p >= limit) {
-            return 0;
-        }
-        unsigned char b = buf[p++];
-        result |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *pos = p;
-            *out = result;
-            return 1;
-        }
-        shift += 7;
-    }
-    return 0;
-}
+typedef sc_rec rec_pos;
 
-static int fail(const char *message) {
-    PyErr_SetString(PyExc_ValueError, message);
-    return 0;
-}
-
-/* A zigzag length at *pos: -1 (null) sets *len to -1, other negatives are errors. */
-static int read_length(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit,
-                       int64_t *len, const char *what) {
-    uint64_t z;
-    if (!read_uvarint(buf, pos, limit, &z)) {
-        return fail("truncated record");
-    }
-    if (z & 1) {
-        if (z != 1) {
-            return fail(what);
-        }
-        *len = -1;
-        return 1;
-    }
-    if ((z >> 1) > (uint64_t)(limit - *pos)) {
-        return fail("truncated record");
-    }
-    *len = (int64_t)(z >> 1);
-    return 1;
-}
-
-/* One record at *pos; fills r and moves *pos past it. Header keys are reported through
- * `on_key` (may be NULL), which returns 1 to stop looking at further keys. */
-typedef int (*key_fn)(void *arg, const unsigned char *key, Py_ssize_t len);
-
+/* One record at *pos (see sc_walk_record); a malformed record raises ValueError. */
 static int walk_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end, rec_pos *r,
-                       key_fn on_key, void *arg) {
-    uint64_t z;
-    Py_ssize_t p = *pos;
-    r->start = p;
-    if (!read_uvarint(buf, &p, end, &z)) {
-        return fail("truncated record");
-    }
-    if ((z & 1) || z == 0 || (z >> 1) > (uint64_t)(end - p)) {
-        return fail("record length out of range");
-    }
-    Py_ssize_t rend = p + (Py_ssize_t)(z >> 1);
-    r->body = p;
-    r->end = rend;
-    p += 1; /* attributes */
-    if (!read_uvarint(buf, &p, rend, &z) || !read_uvarint(buf, &p, rend, &z)) {
-        return fail("truncated record");
-    }
-    int64_t len;
-    if (!read_length(buf, &p, rend, &len, "negative key length")) {
+                       sc_key_fn on_key, void *arg) {
+    size_t p = (size_t)*pos;
+    const char *err = sc_walk_record(buf, &p, (size_t)end, r, on_key, arg);
+    if (err != NULL) {
+        PyErr_SetString(PyExc_ValueError, err);
         return 0;
     }
-    if (len > 0) {
-        p += len;
-    }
-    if (!read_length(buf, &p, rend, &len, "negative value length")) {
-        return 0;
-    }
-    if (len > 0) {
-        p += len;
-    }
-    r->hpos = p;
-    if (!read_uvarint(buf, &p, rend, &z)) {
-        return fail("truncated record");
-    }
-    if (z && ((z & 1) || (z >> 1) > (uint64_t)((rend - p) >> 1))) {
-        return fail("header count out of range");
-    }
-    r->first = p;
-    r->count = z >> 1;
-    int looking = on_key != NULL;
-    for (uint64_t h = 0; h < r->count; h++) {
-        if (!read_uvarint(buf, &p, rend, &z)) {
-            return fail("truncated record");
-        }
-        if (z & 1) {
-            return fail("negative header key length");
-        }
-        if ((z >> 1) > (uint64_t)(rend - p)) {
-            return fail("truncated record");
-        }
-        if (looking && on_key(arg, buf + p, (Py_ssize_t)(z >> 1))) {
-            looking = 0;
-        }
-        p += (Py_ssize_t)(z >> 1);
-        if (!read_length(buf, &p, rend, &len, "negative header value length")) {
-            return 0;
-        }
-        if (len > 0) {
-            p += len;
-        }
-    }
-    if (p != rend) {
-        return fail("record length does not match its fields");
-    }
-    *pos = p;
+    *pos = (Py_ssize_t)p;
     return 1;
 }
 
@@ -150,12 +37,12 @@ typedef struct {
     int hit;
 } watch;
 
-static int watched_key(void *arg, const unsigned char *key, Py_ssize_t len) {
+static int watched_key(void *arg, const uint8_t *key, size_t len) {
     watch *w = (watch *)arg;
     Py_ssize_t i;
     for (i = 0; i < PyTuple_GET_SIZE(w->keys); i++) {
         PyObject *k = PyTuple_GET_ITEM(w->keys, i);
-        if (PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), key, len) == 0) {
+        if ((size_t)PyBytes_GET_SIZE(k) == len && memcmp(PyBytes_AS_STRING(k), key, len) == 0) {
             w->hit = 1;
             return 1;
         }
@@ -163,7 +50,7 @@ static int watched_key(void *arg, const unsigned char *key, Py_ssize_t len) {
     for (i = 0; i < PyTuple_GET_SIZE(w->prefixes); i++) {
         PyObject *k = PyTuple_GET_ITEM(w->prefixes, i);
         Py_ssize_t n = PyBytes_GET_SIZE(k);
-        if (n <= len && memcmp(PyBytes_AS_STRING(k), key, n) == 0) {
+        if ((size_t)n <= len && memcmp(PyBytes_AS_STRING(k), key, (size_t)n) == 0) {
             w->hit = 1;
             return 1;
         }
@@ -240,26 +127,11 @@ done:
 }
 
 static Py_ssize_t varint_size(uint64_t v) {
-    Py_ssize_t n = 1;
-    while (v > 0x7F) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    return (Py_ssize_t)sc_varint_size(v);
 }
 
-static unsigned char *put_varint(unsigned char *out, uint64_t v) {
-    while (v > 0x7F) {
-        *out++ = (unsigned char)((v & 0x7F) | 0x80);
-        v >>= 7;
-    }
-    *out++ = (unsigned char)v;
-    return out;
-}
-
-static uint64_t zigzag(int64_t v) {
-    return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-}
+#define put_varint(out, v) sc_put_varint((out), (v))
+#define zigzag(v) sc_zigzag(v)
 
 /* A column is bytes (the same piece for every record), a list of bytes (one piece per
  * record), or a (key, values) tuple: the wire form of a header key, then per record a value
@@ -434,8 +306,6 @@ done:
 /* hex_column(head, raw, n, chunk, spec) -> list of n bytes: see protocol.stamping.hex_column.
  * spec is a tuple of (literal bytes, digits) pairs; digits -1 is one UUID variant digit. */
 static PyObject *hex_column(PyObject *self, PyObject *args) {
-    static const char hex[] = "0123456789abcdef";
-    static const char variant[] = "89ab";
     Py_buffer head, raw;
     Py_ssize_t n, chunk;
     PyObject *spec;
@@ -443,6 +313,7 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = NULL;
+    sc_cut *cuts = NULL;
     if (n < 0 || chunk < 0 || (chunk > 0 && n > PY_SSIZE_T_MAX / chunk) ||
         raw.len != n * chunk) {
         PyErr_SetString(PyExc_ValueError, "raw must hold n chunks");
@@ -452,9 +323,14 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "spec must be a tuple of (bytes, int) pairs");
         goto done;
     }
-    /* The size of one item, checking the spec against the chunk's digits. */
-    Py_ssize_t size = head.len, digits = 0;
-    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(spec); s++) {
+    /* The spec as cuts, checked against the chunk's digits. */
+    Py_ssize_t parts = PyTuple_GET_SIZE(spec), digits = 0;
+    cuts = PyMem_Malloc(sizeof(sc_cut) * (size_t)(parts ? parts : 1));
+    if (cuts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t s = 0; s < parts; s++) {
         PyObject *part = PyTuple_GET_ITEM(spec, s);
         if (!PyTuple_Check(part) || PyTuple_GET_SIZE(part) != 2 ||
             !PyBytes_Check(PyTuple_GET_ITEM(part, 0)) ||
@@ -474,8 +350,12 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "spec takes more digits than a chunk holds");
             goto done;
         }
-        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(part, 0)) + (k < 0 ? 1 : k);
+        PyObject *lit = PyTuple_GET_ITEM(part, 0);
+        cuts[s].literal = (const uint8_t *)PyBytes_AS_STRING(lit);
+        cuts[s].literal_len = (size_t)PyBytes_GET_SIZE(lit);
+        cuts[s].digits = (int)k;
     }
+    Py_ssize_t size = head.len + (Py_ssize_t)sc_cut_size(cuts, (size_t)parts);
     out = PyList_New(n);
     if (out == NULL) {
         goto done;
@@ -487,31 +367,14 @@ static PyObject *hex_column(PyObject *self, PyObject *args) {
             Py_CLEAR(out);
             goto done;
         }
-        char *w = PyBytes_AS_STRING(item);
+        uint8_t *w = (uint8_t *)PyBytes_AS_STRING(item);
         memcpy(w, head.buf, head.len);
-        w += head.len;
-        const unsigned char *c = bytes + (n - 1 - i) * chunk; /* the first record's last */
-        Py_ssize_t d = 0;                                      /* next digit of the chunk */
-        for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(spec); s++) {
-            PyObject *part = PyTuple_GET_ITEM(spec, s);
-            PyObject *lit = PyTuple_GET_ITEM(part, 0);
-            Py_ssize_t k = PyLong_AsSsize_t(PyTuple_GET_ITEM(part, 1));
-            memcpy(w, PyBytes_AS_STRING(lit), PyBytes_GET_SIZE(lit));
-            w += PyBytes_GET_SIZE(lit);
-            if (k < 0) {
-                unsigned nib = (d & 1) ? (c[d >> 1] & 0x0F) : (c[d >> 1] >> 4);
-                *w++ = variant[nib & 3];
-                d++;
-                continue;
-            }
-            for (Py_ssize_t j = 0; j < k; j++, d++) {
-                unsigned nib = (d & 1) ? (c[d >> 1] & 0x0F) : (c[d >> 1] >> 4);
-                *w++ = hex[nib];
-            }
-        }
+        /* the first record's chunk is the last */
+        sc_hex_cut(w + head.len, bytes + (n - 1 - i) * chunk, cuts, (size_t)parts);
         PyList_SET_ITEM(out, i, item);
     }
 done:
+    PyMem_Free(cuts);
     PyBuffer_Release(&head);
     PyBuffer_Release(&raw);
     return out;

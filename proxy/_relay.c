@@ -29,9 +29,13 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "relay_stamp.h"
+#include "stamp_core.h"
 
 #define MAX_API 128
 #define MAX_VER 32
@@ -53,8 +57,9 @@ enum {
 };
 
 /* Table values: a pair may not pass, passes, or passes when its response carries no
- * top-level tagged fields (the only thing a filter reads in it: leader hints). */
-enum { T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2 };
+ * top-level tagged fields (the only thing a filter reads in it: leader hints); the last two
+ * stamp the request first (Produce, for a session with a stamp plan: relay_stamp.c). */
+enum { T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2, T_STAMP = 3, T_STAMP_UNLESS_TAGGED = 4 };
 
 typedef struct {
     int32_t corr;
@@ -115,6 +120,11 @@ typedef struct session {
     uint64_t frame_end; /* stream offset where the walked response ends */
     size_t tail;        /* at a hand-over: bytes of the first response's tail for Python */
     endpoint_t ep[2];
+    int stamping;       /* has a stamp plan */
+    size_t stamp_cap;   /* the request buffer may grow to this for a frame to stamp */
+    nc_plan plan;
+    long long stamp_key; /* whose counters its stamping adds to (proxy/native_stamp.py) */
+    nc_buf stamped;      /* the last stamped frame */
     struct session *next;
 } session_t;
 
@@ -124,6 +134,12 @@ typedef struct {
     double lat_sum, up_sum;
     int dirty;
 } pair_stats_t;
+
+/* What was stamped for one stamp key since the last collect. */
+typedef struct {
+    long long key;
+    uint64_t batches, records;
+} stamp_stats_t;
 
 typedef struct {
     PyObject_HEAD
@@ -142,6 +158,9 @@ typedef struct {
     double bounds[MAX_BOUNDS];
     uint64_t bytes[4]; /* client->proxy, proxy->upstream, upstream->proxy, proxy->client */
     pair_stats_t *stats[MAX_API];
+    stamp_stats_t *stamp_stats;
+    size_t nstamp_stats, stamp_stats_cap;
+    uint64_t rng[4]; /* xoshiro256**: the ids the engine stamps */
 } engine_t;
 
 static double now_s(void) {
@@ -249,23 +268,13 @@ static int16_t be16(const uint8_t *p) {
     return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
 }
 
-/* Unsigned varint at *pos below limit: 1 read, 0 need more bytes, -1 malformed. */
+/* Unsigned varint at *pos below limit: 1 read, 0 need more bytes, -1 malformed (ten bytes
+ * present and still no end). */
 static int uvarint(const uint8_t *p, size_t *pos, size_t limit, uint64_t *out) {
-    uint64_t v = 0;
-    size_t at = *pos;
-    for (int shift = 0; shift < 64; shift += 7) {
-        if (at >= limit) {
-            return 0;
-        }
-        uint8_t b = p[at++];
-        v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *pos = at;
-            *out = v;
-            return 1;
-        }
+    if (sc_uvarint(p, pos, limit, out)) {
+        return 1;
     }
-    return -1;
+    return limit - *pos >= 10 ? -1 : 0;
 }
 
 enum { D_PASS, D_NEED, D_WAIT, D_STOP };
@@ -324,7 +333,7 @@ static int produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) 
 /* May the request frame starting at p pass natively? */
 static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t avail,
                           int *expects, uint64_t *total, int16_t *api_out, int16_t *ver_out,
-                          int32_t *corr_out, int *check_out) {
+                          int32_t *corr_out, int *check_out, int *stamp_out) {
     if (avail < 4) {
         return D_NEED;
     }
@@ -339,6 +348,11 @@ static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t av
     int16_t api = be16(p + 4), ver = be16(p + 6);
     int32_t corr = be32(p + 8);
     if (api < 0 || api >= MAX_API || ver < 0 || ver >= MAX_VER || !s->table[api * MAX_VER + ver]) {
+        return D_STOP;
+    }
+    int value = s->table[api * MAX_VER + ver];
+    int stamp = value == T_STAMP || value == T_STAMP_UNLESS_TAGGED;
+    if (stamp && (api != PRODUCE || !s->stamping)) {
         return D_STOP;
     }
     int answered = 1;
@@ -366,7 +380,8 @@ static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t av
     }
     (void)e;
     *expects = answered;
-    *check_out = s->table[api * MAX_VER + ver] == T_UNLESS_TAGGED;
+    *check_out = value == T_UNLESS_TAGGED || value == T_STAMP_UNLESS_TAGGED;
+    *stamp_out = stamp;
     *total = whole;
     *api_out = api;
     *ver_out = ver;
@@ -383,6 +398,143 @@ static int advance(dir_t *d) {
     d->parsed += take;
     d->remaining -= take;
     return d->remaining == 0;
+}
+
+/* ---- stamping Produce requests (relay_stamp.c) ------------------------------------------ */
+
+static uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_random(engine_t *e) {
+    uint64_t *r = e->rng;
+    uint64_t out = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return out;
+}
+
+static int all_zero(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The engine's random bytes. Trace contexts come in 24-byte chunks (trace id, span id), and
+ * neither id may be zero (W3C): such a chunk is drawn again, as interceptors/ids.py does. */
+static int engine_draw(void *arg, int stream, uint8_t *dst, size_t n) {
+    engine_t *e = arg;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = next_random(e);
+        size_t take = n - i < 8 ? n - i : 8;
+        memcpy(dst + i, &v, take);
+    }
+    if (stream == NC_TRACE_DRAWS) {
+        for (size_t c = 0; c + 24 <= n; c += 24) {
+            while (all_zero(dst + c, 16) || all_zero(dst + c + 16, 8)) {
+                for (size_t i = 0; i < 24; i += 8) {
+                    uint64_t v = next_random(e);
+                    memcpy(dst + c + i, &v, 8);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+static void count_stamped(engine_t *e, long long key, const nc_counts *counts) {
+    for (size_t i = 0; i < e->nstamp_stats; i++) {
+        if (e->stamp_stats[i].key == key) {
+            e->stamp_stats[i].batches += counts->batches;
+            e->stamp_stats[i].records += counts->records;
+            return;
+        }
+    }
+    if (e->nstamp_stats == e->stamp_stats_cap) {
+        size_t cap = e->stamp_stats_cap ? 2 * e->stamp_stats_cap : 8;
+        stamp_stats_t *grown = realloc(e->stamp_stats, cap * sizeof *grown);
+        if (grown == NULL) {
+            return; /* the counts are lost, not the request */
+        }
+        e->stamp_stats = grown;
+        e->stamp_stats_cap = cap;
+    }
+    stamp_stats_t *row = &e->stamp_stats[e->nstamp_stats++];
+    row->key = key;
+    row->batches = counts->batches;
+    row->records = counts->records;
+}
+
+enum { S_DONE, S_WAIT, S_PYTHON };
+
+/* Let the request buffer grow to the session's stamp_cap (once: Python booked that much). */
+static int grow_for_stamping(session_t *s) {
+    dir_t *d = &s->req;
+    if (d->cap >= s->stamp_cap) {
+        return 0;
+    }
+    uint8_t *grown = realloc(d->buf, s->stamp_cap);
+    if (grown == NULL) {
+        return 0;
+    }
+    d->buf = grown;
+    d->cap = s->stamp_cap;
+    return 1;
+}
+
+/* The Produce request frame of *total bytes at d->parsed, stamped in place: S_DONE (with
+ * *total its new size), S_WAIT (not all read yet, or no room for it yet), or S_PYTHON (the
+ * request is not one the engine stamps; it is left as it arrived). Clients send requests of
+ * up to about 1 MiB at full speed: the buffer grows to hold one whole, and its stamped form. */
+static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
+    dir_t *d = &s->req;
+    if (*total > d->cap && (*total > s->stamp_cap || !grow_for_stamping(s))) {
+        return S_PYTHON;
+    }
+    if (d->len - d->parsed < *total) {
+        return S_WAIT;
+    }
+    s->stamped.limit = s->stamp_cap; /* a larger frame could not be held here anyway */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    nc_counts counts;
+    const char *why;
+    int r = nc_stamp_produce(d->buf + d->parsed, (size_t)*total, &s->plan, engine_draw, e,
+                             now_ms, &s->stamped, &counts, &why);
+    if (r != NC_OK) {
+        return S_PYTHON;
+    }
+    size_t grown = s->stamped.len - (size_t)*total;
+    if (d->len + grown > d->cap && d->sent > 0) {
+        memmove(d->buf, d->buf + d->sent, d->len - d->sent);
+        d->off += d->sent;
+        d->len -= d->sent;
+        d->parsed -= d->sent;
+        d->sent = 0;
+    }
+    if (d->len + grown > d->cap) {
+        grow_for_stamping(s);
+    }
+    if (d->len + grown > d->cap) {
+        /* what follows the frame leaves no room: wait for what precedes it to go out, or
+         * let Python take it when nothing does */
+        return d->parsed > 0 ? S_WAIT : S_PYTHON;
+    }
+    uint8_t *at = d->buf + d->parsed;
+    memmove(at + s->stamped.len, at + *total, d->len - d->parsed - (size_t)*total);
+    memcpy(at, s->stamped.buf, s->stamped.len);
+    d->len += grown;
+    *total = s->stamped.len;
+    count_stamped(e, s->stamp_key, &counts);
+    return S_DONE;
 }
 
 static void parse_requests(engine_t *e, session_t *s, double now) {
@@ -405,9 +557,9 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
         uint64_t total = 0;
         int16_t api = 0, ver = 0;
         int32_t corr = 0;
-        int check = 0;
+        int check = 0, stamp = 0;
         int r = decide_request(e, s, d->buf + d->parsed, avail, &expects, &total, &api, &ver,
-                               &corr, &check);
+                               &corr, &check, &stamp);
         if (r == D_NEED) {
             if (d->parsed == 0 && d->len == d->cap) {
                 begin_stop(s, R_REQUEST); /* its header does not fit: Python reads it */
@@ -420,6 +572,16 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
         if (r == D_STOP) {
             begin_stop(s, R_REQUEST);
             return;
+        }
+        if (stamp) {
+            int done = stamp_request(e, s, &total);
+            if (done == S_WAIT) {
+                return;
+            }
+            if (done == S_PYTHON) {
+                begin_stop(s, R_REQUEST);
+                return;
+            }
         }
         pair_stats_t *st = stats_for(e, api, ver);
         if (st != NULL) {
@@ -668,41 +830,15 @@ static void parse_responses(engine_t *e, session_t *s, double now) {
 }
 
 /* A bounded reader over one buffered frame; any overrun sets `bad`. */
-typedef struct {
-    const uint8_t *p;
-    size_t pos, end;
-    int bad;
-} walk_t;
-
-static uint64_t w_uvarint(walk_t *w) {
-    uint64_t v = 0;
-    if (w->bad || uvarint(w->p, &w->pos, w->end, &v) != 1) {
-        w->bad = 1;
-        return 0;
-    }
-    return v;
-}
-
-static void w_skip(walk_t *w, uint64_t n) {
-    if (w->bad || n > w->end - w->pos) {
-        w->bad = 1;
-        return;
-    }
-    w->pos += (size_t)n;
-}
+typedef sc_reader walk_t;
+#define w_uvarint sc_read_uvarint
+#define w_skip sc_read_skip
+#define w_tagged sc_read_tagged
 
 /* A compact array or nullable field's length: uvarint N+1, 0 for null (read as 0). */
 static uint64_t w_compact(walk_t *w) {
     uint64_t n = w_uvarint(w);
     return n > 0 ? n - 1 : 0;
-}
-
-static void w_tagged(walk_t *w) {
-    uint64_t count = w_uvarint(w);
-    for (uint64_t i = 0; i < count && !w->bad; i++) {
-        w_uvarint(w);
-        w_skip(w, w_uvarint(w));
-    }
 }
 
 /* The number of top-level tagged fields of a Produce v10-13 response frame (size prefix
@@ -978,6 +1114,10 @@ static void check_deadlines(engine_t *e, double now, int *timeout_ms) {
 }
 
 static void free_session(session_t *s) {
+    if (s->stamping) {
+        nc_plan_free(&s->plan);
+    }
+    free(s->stamped.buf);
     free(s->req.buf);
     free(s->resp.buf);
     free(s->fifo);
@@ -1086,6 +1226,10 @@ static int engine_init(engine_t *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     self->nbounds = (int)nb;
+    if (getrandom(self->rng, sizeof self->rng, 0) != (ssize_t)sizeof self->rng) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
     self->ep = epoll_create1(EPOLL_CLOEXEC);
     self->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     self->notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -1139,6 +1283,7 @@ static void engine_dealloc(engine_t *self) {
         free(self->stats[a]);
     }
     free(self->events);
+    free(self->stamp_stats);
     if (self->ep > 0) close(self->ep);
     if (self->wake_fd > 0) close(self->wake_fd);
     if (self->notify_fd > 0) close(self->notify_fd);
@@ -1159,16 +1304,17 @@ static session_t *find(engine_t *e, long long id, session_t ***link_out) {
 static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"session_id", "client_fd", "upstream_fd", "table", "max_frame",
                              "max_in_flight", "buffer_size", "idle_timeout", "frame_timeout",
-                             "prefill", NULL};
+                             "prefill", "stamp", NULL};
     long long id;
     int cfd, ufd;
     Py_buffer table, prefill = {0};
     long long max_frame;
     Py_ssize_t max_in_flight, buf_size;
     double idle_s, frame_s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*", kwlist, &id, &cfd, &ufd,
+    PyObject *stamp = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|O", kwlist, &id, &cfd, &ufd,
                                      &table, &max_frame, &max_in_flight, &buf_size, &idle_s,
-                                     &frame_s, &prefill)) {
+                                     &frame_s, &prefill, &stamp)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -1185,6 +1331,17 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
     if (s == NULL) {
         PyErr_NoMemory();
         goto done;
+    }
+    if (stamp != Py_None) {
+        PyObject *plan;
+        Py_ssize_t stamp_cap;
+        if (!PyArg_ParseTuple(stamp, "OLn", &plan, &s->stamp_key, &stamp_cap) ||
+            !nc_plan_parse(plan, &s->plan)) {
+            free_session(s);
+            goto done;
+        }
+        s->stamping = 1;
+        s->stamp_cap = stamp_cap > buf_size ? (size_t)stamp_cap : (size_t)buf_size;
     }
     s->id = id;
     s->fd[CLIENT] = cfd;
@@ -1384,6 +1541,29 @@ static PyObject *engine_collect(engine_t *self, PyObject *unused) {
     return out;
 }
 
+/* What was stamped since the last call, {stamp key: (batches, records)}, and reset. */
+static PyObject *engine_collect_stamped(engine_t *self, PyObject *unused) {
+    PyObject *out = PyDict_New();
+    if (out == NULL) {
+        return NULL;
+    }
+    pthread_mutex_lock(&self->mu);
+    for (size_t i = 0; i < self->nstamp_stats && out != NULL; i++) {
+        stamp_stats_t *row = &self->stamp_stats[i];
+        PyObject *key = PyLong_FromLongLong(row->key);
+        PyObject *val = Py_BuildValue("(KK)", (unsigned long long)row->batches,
+                                      (unsigned long long)row->records);
+        if (key == NULL || val == NULL || PyDict_SetItem(out, key, val) != 0) {
+            Py_CLEAR(out);
+        }
+        Py_XDECREF(key);
+        Py_XDECREF(val);
+    }
+    self->nstamp_stats = 0;
+    pthread_mutex_unlock(&self->mu);
+    return out;
+}
+
 static PyObject *engine_close(engine_t *self, PyObject *unused) {
     stop_thread(self);
     Py_RETURN_NONE;
@@ -1404,6 +1584,8 @@ static PyMethodDef engine_methods[] = {
      "Take a session back (detaching it if it still runs)."},
     {"collect", (PyCFunction)engine_collect, METH_NOARGS,
      "Counters since the last call, and reset them."},
+    {"collect_stamped", (PyCFunction)engine_collect_stamped, METH_NOARGS,
+     "What was stamped since the last call, by stamp key, and reset."},
     {"close", (PyCFunction)engine_close, METH_NOARGS, "Stop the engine's thread."},
     {NULL, NULL, 0, NULL},
 };
@@ -1425,8 +1607,17 @@ static PyTypeObject engine_type = {
     .tp_doc = "A native relay thread serving many plaintext sessions.",
 };
 
+static PyMethodDef module_methods[] = {
+    {"stamp_produce", nc_py_stamp_produce, METH_VARARGS,
+     "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, batches, "
+     "records), or (None, why) when the request goes to Python: the engine's rewrite"},
+    {"crc32c", nc_py_crc32c, METH_VARARGS,
+     "crc32c(data, table=False) -> the CRC32C the engine writes into record batches"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "proxy._relay", NULL, -1, NULL,
+    PyModuleDef_HEAD_INIT, "proxy._relay", NULL, -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__relay(void) {

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import trio
 
-from proxy.filters import FilterChain
+from proxy import native_stamp
+from proxy.filters import FilterChain, SessionContext
 from proxy.logs import get_logger
 from proxy.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
 
@@ -32,6 +33,11 @@ log = get_logger("native_relay")
 
 BUFFER_SIZE = 128 * 1024
 """Bytes the engine buffers per direction and session, booked in the memory budget."""
+
+STAMP_BUFFER_SIZE = 2 * 1024 * 1024
+"""What a session whose Produce requests the engine stamps may buffer for one request, and
+again for its stamped form (a request that would grow past it goes to Python): booked, with
+the response buffer, in the memory budget. Clients send requests of up to about 1 MiB."""
 
 MAX_API = _relay.MAX_API if _relay is not None else 128
 MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
@@ -66,28 +72,33 @@ class Handover:
     # hints in its top-level tagged fields, which Python rewrites at the same length)
 
 
-PYTHON, PASS, UNLESS_TAGGED = 0, 1, 2
+PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED = 0, 1, 2, 3, 4
 """Table values: Python handles the pair; it passes; it passes when its response carries no
 top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
-their layouts, in protocol/messages, are the ones it knows)."""
+their layouts, in protocol/messages, are the ones it knows); the engine stamps the request
+(a Produce request, for a session registered with a stamp plan: proxy/native_stamp.py) and
+its response passes, or passes unless tagged."""
 
 _TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
 
 
-def passable_table(chain: FilterChain) -> bytes:
-    """One byte per (api key, version): what the engine may do with that pair's requests."""
+def passable_table(chain: FilterChain, stamp: bool = False) -> bytes:
+    """One byte per (api key, version): what the engine may do with that pair's requests.
+    With `stamp`, Produce requests the interceptor filter alone reads are stamped."""
     table = bytearray(MAX_API * MAX_VERSION)
     for api in range(MAX_API):
         for version in range(MAX_VERSION):
-            if chain.for_request(api, version):
+            stamped = stamp and api == native_stamp.PRODUCE and version in native_stamp.VERSIONS
+            if chain.for_request(api, version) and not stamped:
                 continue
             readers = chain.for_response(api, version)
             if not readers:
-                table[api * MAX_VERSION + version] = PASS
+                table[api * MAX_VERSION + version] = STAMP if stamped else PASS
             elif version in _TAG_CHECKED.get(api, ()) and all(
                 f.tagged_only(api, version) for f in readers
             ):
-                table[api * MAX_VERSION + version] = UNLESS_TAGGED
+                table[api * MAX_VERSION + version] = (STAMP_UNLESS_TAGGED if stamped
+                                                      else UNLESS_TAGGED)
     return bytes(table)
 
 
@@ -101,15 +112,31 @@ class NativeRelay:
         self._engine = _relay.Engine(LATENCY_BUCKETS)
         self._metrics = metrics
         self._waiting: dict[int, trio.Event] = {}
-        self._tables: dict[int, tuple[FilterChain, bytes]] = {}
+        self._tables: dict[tuple[int, bool], tuple[FilterChain, bytes]] = {}
+        # Stamp plans by the key the engine counts them under: one per produce chain.
+        self._stamp_keys: dict[int, int] = {}
+        self._stamp_plans: dict[int, native_stamp.StampPlan] = {}
         metrics.before_scrape.append(self.fold)
 
-    def table(self, chain: FilterChain) -> bytes:
-        """`passable_table(chain)`, computed once per chain until `forget_tables`."""
-        found = self._tables.get(id(chain))
+    def table(self, chain: FilterChain, stamp: bool = False) -> bytes:
+        """`passable_table(chain, stamp)`, computed once per chain until `forget_tables`."""
+        found = self._tables.get((id(chain), stamp))
         if found is None or found[0] is not chain:
-            found = self._tables[id(chain)] = (chain, passable_table(chain))
+            found = self._tables[(id(chain), stamp)] = (chain, passable_table(chain, stamp))
         return found[1]
+
+    def stamp_plan(self, chain: FilterChain, ctx: SessionContext
+                   ) -> tuple[native_stamp.StampPlan, int] | None:
+        """The session's stamp plan (see proxy/native_stamp.py) and the key the engine counts
+        its work under, or None when its Produce requests go to Python."""
+        plan = native_stamp.stamp_plan(chain, ctx)
+        if plan is None:
+            return None
+        key = self._stamp_keys.get(id(plan.chain))
+        if key is None or self._stamp_plans[key].chain is not plan.chain:
+            key = self._stamp_keys[id(plan.chain)] = len(self._stamp_plans) + 1
+        self._stamp_plans[key] = plan
+        return plan, key
 
     def forget_tables(self) -> None:
         """The chain's members changed (a reload): every native session comes back to Python
@@ -135,14 +162,18 @@ class NativeRelay:
 
     async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
                     max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
-                    frame_timeout_s: float, prefill: bytes = b"") -> Handover:
+                    frame_timeout_s: float, prefill: bytes = b"",
+                    stamp: tuple[native_stamp.StampPlan, int] | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
-        taken back at once (reason "detached"), so its descriptors can be closed safely."""
+        taken back at once (reason "detached"), so its descriptors can be closed safely.
+        With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
+        marks STAMP."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
                 session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
-                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill)
+                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
+                None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE))
             try:
                 await event.wait()
             finally:
@@ -171,6 +202,8 @@ class NativeRelay:
                 metrics.requests.inc(requests)
             _add(metrics.latency, lat, lat_sum)
             _add(metrics.upstream_latency, up, up_sum)
+        for key, (batches, records) in self._engine.collect_stamped().items():
+            self._stamp_plans[key].count(batches, records)
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

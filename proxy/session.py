@@ -31,7 +31,14 @@ from proxy.filters import AnswerAndClose, Exchange, Filter, FilterChain, Session
 from proxy.logs import get_logger
 from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
-from proxy.native_relay import BUFFER_SIZE, RESUME, Handover, NativeRelay, next_session_id
+from proxy.native_relay import (
+    BUFFER_SIZE,
+    RESUME,
+    STAMP_BUFFER_SIZE,
+    Handover,
+    NativeRelay,
+    next_session_id,
+)
 from proxy.sasl import SaslError
 from proxy.splice import SpliceEOF, Splicer
 from proxy.transport import Transport
@@ -47,6 +54,9 @@ _STREAM_FROM_HEAD = 8  # size prefix and correlation id
 _SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
 _HEAD = struct.Struct(">ii")
 _REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
+STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
+"""What a native phase that stamps Produce requests books in the memory budget."""
+
 # A native phase that passed fewer requests than this before handing over means the client
 # mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
 # so a session that alternates does not pay for a hand-over per request.
@@ -196,9 +206,16 @@ class Session:
         its state back. Returns at once when the memory budget has no room for its buffers."""
         native = self._native
         assert native is not None
+        stamp = native.stamp_plan(self.chain, self.ctx)
+        # Its two buffers; stamping, a larger request buffer and the stamped request's (when
+        # the budget has no room for those, Python stamps).
         booked = 2 * BUFFER_SIZE
         held = self._held_native
         if held is not None:
+            if stamp is not None and held.room(STAMPING) >= STAMPING:
+                booked = STAMPING
+            else:
+                stamp = None
             if held.room(booked) < booked:
                 return
             held.set(booked)
@@ -207,10 +224,11 @@ class Session:
         try:
             state = await native.relay(
                 self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                native.table(self.chain), self.max_frame_bytes, self._max_in_flight,
+                native.table(self.chain, stamp is not None), self.max_frame_bytes,
+                self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.take(),
+                self._requests.take(), stamp,
             )
         finally:
             self._in_native = False

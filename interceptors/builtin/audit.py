@@ -35,7 +35,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from interceptors.api import PRODUCE, ColumnValue, Interceptor, PerRecord, Stamps
+from interceptors.api import (
+    CLIENT_ID,
+    CONST,
+    PRODUCE,
+    TIME_MS_TEXT,
+    UUID7,
+    ColumnValue,
+    Interceptor,
+    NativeColumn,
+    PerRecord,
+    Stamps,
+)
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import INVALID_RECORD, InvalidConfig, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
@@ -162,6 +173,26 @@ class Audit(Interceptor):
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
         return ctx.memo[self].columns
+
+    def native_columns(self, conn: ConnectionInfo) -> list[NativeColumn] | None:
+        cluster_id = self.env.cluster_id
+        if cluster_id is None:  # not learnt yet: the next native phase asks again
+            return None
+        cluster = NativeColumn(CONST, _utf8(cluster_id))
+        kinds = {
+            "client_id": NativeColumn(CLIENT_ID),
+            "principal": NativeColumn(CONST, _utf8(conn.principal or self.config.anonymous)),
+            "source": NativeColumn(CONST, _utf8(conn.address or None)),
+            "proxy": NativeColumn(CONST, _utf8(self.env.instance_id)),
+            "cluster": cluster,
+            "time": NativeColumn(TIME_MS_TEXT),
+        }
+        columns = [kinds[f] for f in self._hop_fields]
+        if self._k_msg is not None:
+            columns.append(NativeColumn(UUID7))
+        if self._k_origin is not None:
+            columns.append(cluster)
+        return columns
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         # Called for records with a header under the prefix only (see `stamps`).

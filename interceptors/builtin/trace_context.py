@@ -33,8 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from interceptors.api import PRODUCE, ColumnValue, Interceptor, PerRecord, Stamps
-from interceptors.context import ProxyInfo, RecordContext
+from interceptors.api import (
+    PRODUCE,
+    ColumnValue,
+    Interceptor,
+    NativeColumn,
+    PerRecord,
+    Stamps,
+)
+from interceptors.api import TRACEPARENT as NATIVE_TRACEPARENT
+from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
@@ -90,10 +98,12 @@ class TraceContext(Interceptor):
         self._b3_read = config.b3_read
         self._b3_write = config.b3_write
         self._copies = tuple(config.trace_id_headers)
-        # A record with neither traceparent nor tracestate just gets a new context; with B3
-        # headers or trace id copies every record is looked at.
-        if not (self._b3_read or self._b3_write or self._copies):
-            self.stamps = Stamps((TRACEPARENT,), frozenset((TRACEPARENT, TRACESTATE)))
+        # A record with neither traceparent nor tracestate (nor, with b3_read, a b3 header)
+        # just gets a new context; with B3 writes or trace id copies every record is looked at.
+        if not (self._b3_write or self._copies):
+            watched = (TRACEPARENT, TRACESTATE, B3_HEADER) if self._b3_read else (
+                TRACEPARENT, TRACESTATE)
+            self.stamps = Stamps((TRACEPARENT,), frozenset(watched))
         # A new context per record (or one per batch), in bulk from one draw of ids.
         self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
 
@@ -103,6 +113,12 @@ class TraceContext(Interceptor):
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
         return self._columns
+
+    def native_columns(self, conn: ConnectionInfo) -> list[NativeColumn] | None:
+        if self.stamps is None:  # B3 headers or trace id copies: every record is looked at
+            return None
+        return [NativeColumn(NATIVE_TRACEPARENT, sampled=self._sampled,
+                             per_batch=self._per_batch, event="trace_new_context")]
 
     def _new_sampled(self, ctx: RecordContext) -> bytes:
         return self._new_context(ctx, self._sampled)

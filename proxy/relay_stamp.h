@@ -1,0 +1,72 @@
+/* Stamping Produce requests in the native relay: see relay_stamp.c. */
+#ifndef HERALD_RELAY_STAMP_H
+#define HERALD_RELAY_STAMP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a column's value is (interceptors.api.NativeColumn.kind). */
+enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRACEPARENT = 4 };
+/* Which stream of random bytes a column draws from (interceptors.ids: trace ids, message ids). */
+enum { NC_TRACE_DRAWS = 0, NC_MSG_DRAWS = 1 };
+
+typedef struct {
+    int kind;
+    uint8_t *key; /* the key's wire form: zigzag length, then the key */
+    size_t key_len;
+    uint8_t *value; /* NC_CONST: the value, NULL for a null value */
+    size_t value_len;
+    int sampled, per_batch; /* NC_TRACEPARENT */
+} nc_col;
+
+typedef struct {
+    nc_col *cols;
+    size_t ncols;
+    uint8_t **keys; /* watched header keys, then watched prefixes */
+    size_t *key_lens;
+    size_t nkeys, nprefixes;
+    int64_t max_batch_records, max_request_records;
+    int64_t max_batch_bytes; /* < 0: none */
+    uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
+    size_t ntopic_ids;
+} nc_plan;
+
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t limit; /* > 0: a request that would grow past this is not stamped */
+} nc_buf;
+
+/* Fills dst with n random bytes of a stream; 0 when it cannot. */
+typedef int (*nc_draw_fn)(void *arg, int stream, uint8_t *dst, size_t n);
+
+typedef struct {
+    uint64_t batches, records;
+} nc_counts;
+
+enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
+
+/* The plan from its Python form (proxy/native_stamp.py `NativePlan.wire`); 0 with a Python
+ * exception set when it is not one. */
+int nc_plan_parse(PyObject *obj, nc_plan *plan);
+void nc_plan_free(nc_plan *plan);
+
+/* Stamp one whole Produce request frame (size prefix included) into out (reset first).
+ * NC_OK: out holds the new frame and counts what was stamped; NC_PYTHON: the request is one
+ * the engine does not stamp (or not well formed), *why says why; NC_NOMEM. Reads nothing
+ * outside frame[0..len). */
+int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_draw_fn draw,
+                     void *draw_arg, int64_t now_ms, nc_buf *out, nc_counts *counts,
+                     const char **why);
+
+/* _relay.stamp_produce(frame, plan, trace_draws, msg_draws, now_ms): the pure rewrite, for
+ * tests. Returns (new frame, batches, records), or (None, why) when it hands over. */
+PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args);
+
+/* _relay.crc32c(data, table=False): the CRC32C the engine writes (table: the portable way
+ * even where the CPU has the instruction), for tests. */
+PyObject *nc_py_crc32c(PyObject *self, PyObject *args);
+
+#endif

@@ -1,0 +1,153 @@
+"""The native relay stamping Produce requests (`performance.native_relay: auto` with a
+`trace_context` + `audit` chain) through a real broker, compared with the Python path (`off`):
+the same header keys in the same order on every record, valid values, records that carry
+their own trace context keep it (Python stamps those), compressed batches still work
+(Python), and the interceptor metrics and request counts match.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from proxy import native_relay
+from proxy.embedded_kafka import KafkaCluster
+from tests.integration.test_metrics import moved, scrape, wait_for
+from tests.integration.test_native_relay import _herald as herald_with
+from tests.support.clients import consume_all, create_topic
+from tests.support.herald_process import HeraldProcess
+from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
+
+CHAINS = {"produce": [{"type": "trace_context", "mode": "record"}, {"type": "audit"}]}
+HANDOVERS = "herald_native_relay_handovers_total"
+TRACEPARENT = re.compile(rb"00-[0-9a-f]{32}-[0-9a-f]{16}-01")
+UUID7 = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.fixture(scope="module")
+def stamping_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def stamping_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
+        yield proc
+
+
+def _send(bootstrap: str, topic: str, count: int, **conf: object) -> list[bytes]:
+    """One request per record; every tenth carries its own traceparent."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all",
+                         "client.id": "stamp-test", **conf})
+    values = []
+    for i in range(count):
+        value = f"value-{i}".encode() * (i % 7 + 1)
+        headers = [("app", b"x")] + ([("traceparent", GIVEN)] if i % 10 == 3 else [])
+        producer.produce(topic, value, key=None if i % 3 else b"k", headers=headers)
+        values.append(value)
+        assert producer.flush(30) == 0
+    return values
+
+
+COUNTERS = ("herald_interceptor_records_total", "herald_interceptor_headers_added_total",
+            "herald_interceptor_events_total", "herald_interceptor_batches_total",
+            "herald_batches_reencoded_total")
+
+
+def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off: HeraldProcess,
+                                       topic_name: str) -> None:
+    count = 150
+    keys = {}
+    counted = {}
+    for proc in (stamping_on, stamping_off):
+        on = proc is stamping_on
+        topic = f"{topic_name}-{on}"
+        create_topic(proc.bootstrap, topic)
+        before = scrape(proc)
+        values = _send(proc.bootstrap, topic, count)
+        got = consume_all(proc.bootstrap, topic, count)
+        assert [m.value() for m in got] == values
+        keys[on] = [[k for k, _ in m.headers()] for m in got]
+        for i, m in enumerate(got):
+            headers = dict(m.headers())
+            if i % 10 == 3:
+                assert headers["traceparent"] == GIVEN  # went through Python, kept
+            else:
+                assert TRACEPARENT.fullmatch(headers["traceparent"])
+            assert UUID7.fullmatch(headers["herald.msg_id"])
+            assert headers["herald.client_id"] == b"stamp-test"
+            assert headers["herald.principal"] == b"User:ANONYMOUS"
+            assert headers["herald.time"].isdigit()
+            assert headers["herald.cluster"] == headers["herald.origin"] != b""
+        after = wait_for(proc, lambda s, b=before: moved(
+            b, s, "herald_interceptor_records_total", outcome="seen") >= 2 * count)
+        counted[on] = {name: _by_labels(before, after, name) for name in COUNTERS}
+        counted[on]["produce"] = moved(before, after, "herald_requests_total", api="Produce")
+        counted[on]["handovers"] = moved(before, after, HANDOVERS, reason="request")
+    assert keys[True] == keys[False]
+    assert keys[True][0] == ["app", "traceparent", "herald.client_id", "herald.principal",
+                             "herald.source", "herald.proxy", "herald.cluster", "herald.time",
+                             "herald.msg_id", "herald.origin"]
+    on, off = counted[True], counted[False]
+    assert on.pop("handovers") < count // 2  # most Produce requests never left the engine
+    assert off.pop("handovers") == 0
+    assert on == off
+    assert on["produce"] == count
+
+
+def _by_labels(before: dict, after: dict, name: str) -> dict:
+    """Every series of a counter family that moved, by its labels (topic labels aside)."""
+    out = {}
+    for (metric, labels), value in after.items():
+        if metric == name:
+            delta = value - before.get((metric, labels), 0)
+            if delta:
+                out[labels] = delta
+    return out
+
+
+def test_a_compressed_producer_goes_through_python(stamping_on: HeraldProcess,
+                                                   topic_name: str) -> None:
+    create_topic(stamping_on.bootstrap, topic_name)
+    values = _send(stamping_on.bootstrap, topic_name, 30, **{"compression.type": "lz4"})
+    got = consume_all(stamping_on.bootstrap, topic_name, len(values))
+    assert [m.value() for m in got] == values
+    assert all(UUID7.fullmatch(dict(m.headers())["herald.msg_id"]) for m in got)
+
+
+def test_java_producer(stamping_on: HeraldProcess) -> None:
+    topic = f"t-nstamp-java-{uuid.uuid4().hex[:8]}"
+    create_topic(stamping_on.bootstrap, topic, partitions=3)
+    records = 5_000
+    before = scrape(stamping_on)
+    result = run_tool(
+        PRODUCER_PERF, "--bootstrap-server", stamping_on.bootstrap, "--topic", topic,
+        "--num-records", str(records), "--record-size", "512", "--throughput", "-1",
+        "--command-property", "acks=all", "--command-property", "compression.type=none",
+        timeout=120,
+    )
+    assert "Exception" not in result.stderr, result.stderr[-3000:]
+    result = run_tool(
+        CONSOLE_CONSUMER, "--bootstrap-server", stamping_on.bootstrap, "--topic", topic,
+        "--from-beginning", "--max-messages", str(records), "--timeout-ms", "30000",
+        "--property", "print.headers=true", timeout=120,
+    )
+    assert f"Processed a total of {records} messages" in result.stderr, result.stderr[-2000:]
+    lines = [line for line in result.stdout.splitlines() if "herald.msg_id:" in line]
+    assert len(lines) == records
+    assert all("traceparent:00-" in line for line in lines)
+    after = scrape(stamping_on)
+    assert moved(before, after, "herald_interceptor_records_total", outcome="changed",
+                 interceptor="audit") == records
+    # Its Produce requests (v13: topics by id) were stamped by the engine, not handed over.
+    produced = moved(before, after, "herald_requests_total", api="Produce")
+    assert produced > 0
+    assert moved(before, after, HANDOVERS, reason="request") < produced / 2

@@ -1,0 +1,386 @@
+"""The native relay's Produce stamping (proxy/relay_stamp.c) against its reference, the Python
+produce chain: the same requests, the same random draws and the same time give the same bytes,
+and whatever the engine does not stamp it refuses (the request goes to Python) unchanged."""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+from typing import Any
+
+import crc32c
+import pytest
+import trio
+
+from interceptors import build_chains, ids
+from interceptors.context import ProxyInfo
+from protocol.compression import LZ4
+from protocol.messages.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from protocol.records import Record, build_batch, split_batches
+from proxy.filters import Exchange, FilterChain, SessionContext
+from proxy.interception import InterceptorFilter
+from proxy.limits import LimitsConfig
+from proxy.native_relay import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
+from proxy.native_stamp import stamp_plan
+from proxy.topic_ids import TopicIds
+from proxy.wire import decode_request, encode_request, parse_request_header
+
+_relay = pytest.importorskip("proxy._relay")
+
+NOW = 1_764_000_000_123
+CLUSTER = "clu-ster-1"
+INSTANCE = "herald-test-1"
+
+
+def chains_for(trace: dict | None, audit: dict | None) -> tuple[Any, ProxyInfo]:
+    env = ProxyInfo(instance_id=INSTANCE, cluster_id=CLUSTER, clock=lambda: NOW / 1000)
+    spec = []
+    if trace is not None:
+        spec.append({"type": "trace_context", **trace})
+    if audit is not None:
+        spec.append({"type": "audit", **audit})
+    return build_chains({"produce": spec}, env), env
+
+
+def session(client_id: str | None = "app-1") -> SessionContext:
+    return SessionContext("10.1.2.3:5555", "bootstrap", "127.0.0.1:9092", client_id=client_id)
+
+
+def frame(version: int, msg: ProduceRequest, client_id: str | None = "app-1",
+          corr: int = 7) -> bytes:
+    cid = b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id)) + \
+        client_id.encode()
+    head = struct.pack(">hhi", 0, version, corr) + cid + (b"\x00" if version >= 9 else b"")
+    payload = head + msg.encode(version)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def records(rng: random.Random, n: int) -> list[Record]:
+    out = []
+    for i in range(n):
+        headers = [(f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 9)))
+                   for j in range(rng.choice((0, 0, 1, 3)))]
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 20))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 5, 200, 3000)))
+        out.append(Record(key, value, headers, offset_delta=i))
+    return out
+
+
+def request(rng: random.Random, topics: int = 2, partitions: int = 2, batches: int = 2
+            ) -> ProduceRequest:
+    data = []
+    for t in range(topics):
+        parts = []
+        for p in range(partitions):
+            chunk = b"".join(
+                build_batch(records(rng, rng.randrange(1, 40)), producer_id=rng.choice((-1, 42)),
+                            producer_epoch=1, base_sequence=rng.choice((-1, 100)),
+                            is_transactional=rng.random() < 0.3, base_timestamp=NOW - 5)
+                for _ in range(batches))
+            parts.append(PartitionProduceData(index=p, records=chunk))
+        parts.append(PartitionProduceData(index=partitions, records=None))
+        data.append(TopicProduceData(name=f"topic-{t}", topic_id=topic_id(t),
+                                     partition_data=parts))
+    return ProduceRequest(transactional_id=rng.choice((None, "tx-1")), acks=-1,
+                          timeout_ms=30_000, topic_data=data)
+
+
+def topic_id(t: int) -> bytes:
+    return bytes([t + 1]) * 16
+
+
+def python_output(filt: InterceptorFilter, ctx: SessionContext, data: bytes) -> bytes:
+    """What the Python path sends for the request frame."""
+    payload = data[4:]
+    head = parse_request_header(payload)
+    ctx.client_id = head.client_id
+    offset, msg = decode_request(head, payload)
+    changed = trio.run(filt.on_request, ctx, Exchange(), 0, head.api_version, msg)
+    assert changed
+    out = encode_request(head, payload, offset, msg)
+    return struct.pack(">i", len(out)) + out
+
+
+def draws_of(msg: ProduceRequest, seed: int, per_batch: bool, traces: bool, uuids: bool
+             ) -> tuple[bytes, bytes]:
+    """The random bytes the Python chain draws for `msg` after `ids.seed(seed)`, batch by
+    batch in the layout the engine takes."""
+    ids.seed(seed)
+    trace, message = bytearray(), bytearray()
+    for t in msg.topic_data:
+        for p in t.partition_data:
+            pos = 0
+            while p.records is not None and pos < len(p.records):
+                size = 12 + struct.unpack_from(">i", p.records, pos + 8)[0]
+                n = struct.unpack_from(">i", p.records, pos + 57)[0]
+                pos += size
+                if traces:
+                    bits = 192 if per_batch else 192 * n
+                    trace += ids._trace_random.getrandbits(bits).to_bytes(bits // 8, "big")
+                if uuids:
+                    message += ids._message_random.getrandbits(96 * n).to_bytes(12 * n, "big")
+    return bytes(trace), bytes(message)
+
+
+def setup(trace: dict | None, audit: dict | None) -> tuple[InterceptorFilter, Any]:
+    chains, _ = chains_for(trace, audit)
+    topics = TopicIds()
+    for t in range(4):
+        topics.learn(topic_id(t), f"topic-{t}")
+    filt = InterceptorFilter(chains, topics)
+    plan = stamp_plan(FilterChain([filt]), session())
+    assert plan is not None
+    return filt, plan
+
+
+CASES = [
+    ({"mode": "record"}, {}),
+    ({"mode": "batch"}, {}),
+    ({"mode": "record", "sampled": False}, {"fields": ["client_id", "msg_id", "time"]}),
+    ({"mode": "batch", "b3_read": True}, {"fields": ["principal", "source", "proxy", "cluster",
+                                                      "origin"], "forged": "reject"}),
+    (None, {"prefix": "x-audit-", "trusted": {"client_ids": ["app-*"]}}),
+    ({"mode": "record"}, None),
+]
+
+
+@pytest.mark.parametrize("version", [3, 7, 8, 9, 11, 12, 13])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_native_stamping_equals_the_python_chain(version: int, case: int) -> None:
+    trace, audit = CASES[case]
+    rng = random.Random(version * 100 + case)
+    for round_ in range(3):
+        filt, plan = setup(trace, audit)
+        msg = request(rng, topics=1 + round_ % 2, partitions=1 + round_, batches=1 + round_ % 3)
+        client_id = ("app-1", None, "")[round_]
+        data = frame(version, msg, client_id)
+        seed = rng.randrange(1 << 30)
+        per_batch = trace is not None and trace.get("mode") == "batch"
+        wants_uuid = audit is not None and "msg_id" in audit.get("fields", ["msg_id"])
+        trace_draws, msg_draws = draws_of(msg, seed, per_batch, trace is not None, wants_uuid)
+        ids.seed(seed)
+        expected = python_output(filt, session(client_id), data)
+        got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
+        assert got[0] is not None, got[1]
+        assert got[0] == expected
+        filled = [p.records for t in msg.topic_data for p in t.partition_data if p.records]
+        assert got[1] == len(filled) * (1 + round_ % 3)
+        assert got[2] == sum(b.record_count for r in filled for b in split_batches(r))
+
+
+def test_the_counts_match_the_python_chains() -> None:
+    rng = random.Random(5)
+    trace, audit = {"mode": "batch"}, {}
+    filt, plan = setup(trace, audit)
+    msg = request(rng, topics=2, partitions=2, batches=3)
+    data = frame(9, msg)
+    trace_draws, msg_draws = draws_of(msg, 1, True, True, True)
+    _, batches, recs = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
+    python_output(filt, session(), data)
+    python = filt.chains.produce.stats.snapshot()
+    filt2, plan2 = setup(trace, audit)
+    plan2.count(batches, recs)
+    assert filt2.chains.produce.stats.snapshot() == python
+    assert filt2.codec.reencoded == filt.codec.reencoded
+    assert batches == 12
+    assert python["members"][0]["events"] == {"trace_new_context": 12}
+
+
+def refused(data: bytes, plan: Any) -> str:
+    out = _relay.stamp_produce(data, plan.wire, bytes(24 * 4096), bytes(12 * 4096), NOW)
+    assert out[0] is None
+    return out[1]
+
+
+def one_partition(chunk: bytes, version: int = 9) -> bytes:
+    return frame(version, ProduceRequest(acks=1, topic_data=[TopicProduceData(
+        name="t", partition_data=[PartitionProduceData(index=0, records=chunk)])]))
+
+
+def test_batches_the_engine_does_not_stamp_go_to_python() -> None:
+    _, plan = setup({"mode": "record"}, {})
+    plain = [Record(b"k", b"v", [("a", b"1")])]
+    assert "watched" in refused(one_partition(build_batch(
+        [Record(b"k", b"v", [("traceparent", b"00-x")])])), plan)
+    assert "watched" in refused(one_partition(build_batch(
+        [*plain, Record(b"k", b"v", [("herald.time", b"1")])])), plan)
+    assert "watched" in refused(one_partition(build_batch(
+        [Record(b"k", b"v", [("tracestate", b"a=b")])])), plan)
+    assert "compressed" in refused(one_partition(build_batch(plain, compression=LZ4)), plan)
+    assert "control" in refused(one_partition(build_batch(plain, is_control=True)), plan)
+    legacy = bytearray(build_batch(plain))
+    legacy[16] = 1
+    assert "magic" in refused(one_partition(bytes(legacy)), plan)
+    assert "v3-v13" in refused(one_partition(build_batch(plain), version=2), plan)
+    unknown = TopicProduceData(topic_id=b"\x09" * 16, partition_data=[
+        PartitionProduceData(index=0, records=build_batch(plain))])
+    assert "not learnt" in refused(frame(13, ProduceRequest(acks=1, topic_data=[unknown])), plan)
+    assert "no records" in refused(frame(9, ProduceRequest(acks=1, topic_data=[])), plan)
+    accented = TopicProduceData(name="tópico", partition_data=[
+        PartitionProduceData(index=0, records=build_batch(plain))])
+    assert "ASCII" in refused(frame(9, ProduceRequest(acks=1, topic_data=[accented])), plan)
+
+
+def test_the_limits_send_requests_to_python() -> None:
+    chains, _ = chains_for({"mode": "record"}, None)
+    filt = InterceptorFilter(chains, TopicIds(), limits=LimitsConfig(max_batch_records=3))
+    plan = stamp_plan(FilterChain([filt]), session())
+    recs = [Record(b"k", b"v") for _ in range(4)]
+    assert "max_batch_records" in refused(one_partition(build_batch(recs)), plan)
+    filt = InterceptorFilter(chains, TopicIds(), limits=LimitsConfig(max_batch_records=10,
+                                                                     max_request_records=5))
+    plan = stamp_plan(FilterChain([filt]), session())
+    two = build_batch(recs[:3]) + build_batch(recs[:3])
+    assert "max_request_records" in refused(one_partition(two), plan)
+
+
+def test_malformed_requests_are_refused_never_mangled() -> None:
+    rng = random.Random(11)
+    _, plan = setup({"mode": "record"}, {})
+    good = frame(9, request(rng, 1, 1, 2))
+    good3 = frame(3, request(rng, 1, 2, 1))
+    for base in (good, good3):
+        for _ in range(400):
+            data = bytearray(base)
+            how = rng.randrange(3)
+            if how == 0:  # cut short, size fixed up
+                data = data[:rng.randrange(12, len(data))]
+            elif how == 1:  # flipped bytes
+                for _ in range(rng.randrange(1, 4)):
+                    data[rng.randrange(4, len(data))] ^= 1 << rng.randrange(8)
+            else:  # a length field made huge
+                at = rng.randrange(12, len(data) - 4)
+                data[at:at + 4] = b"\x7f\xff\xff\xf0"
+            struct.pack_into(">i", data, 0, len(data) - 4)
+            out = _relay.stamp_produce(bytes(data), plan.wire, bytes(24 * 4096),
+                                       bytes(12 * 4096), NOW)
+            if out[0] is not None:  # still a well-formed request: its CRCs must hold
+                assert_batches_valid(out[0])
+
+
+def assert_batches_valid(data: bytes) -> None:
+    payload = data[4:]
+    head = parse_request_header(payload)
+    _, msg = decode_request(head, payload)
+    for t in msg.topic_data:
+        for p in t.partition_data:
+            pos = 0
+            recs = bytes(p.records or b"")
+            while pos < len(recs):
+                size = 12 + struct.unpack_from(">i", recs, pos + 8)[0]
+                crc = struct.unpack_from(">I", recs, pos + 17)[0]
+                assert crc32c.crc32c(recs[pos + 21:pos + size]) == crc
+                pos += size
+
+
+def test_the_crc32c_is_castagnolis() -> None:
+    rng = random.Random(3)
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 1000, 65_537):
+        data = rng.randbytes(n)
+        assert _relay.crc32c(data) == _relay.crc32c(data, True) == crc32c.crc32c(data)
+    _, plan = setup(None, {"fields": ["proxy"]})
+    for n in (1, 7, 8, 9, 64, 1000):
+        chunk = build_batch([Record(None, rng.randbytes(n))])
+        out = _relay.stamp_produce(one_partition(chunk), plan.wire, b"", b"", NOW)
+        assert out[0] is not None
+        assert_batches_valid(out[0])
+
+
+def test_eligibility() -> None:
+    chains, env = chains_for({"mode": "record"}, {})
+    filt = InterceptorFilter(chains, TopicIds())
+    assert stamp_plan(FilterChain([filt]), session()) is not None
+    filt.report_traces = True  # spans need Python
+    assert stamp_plan(FilterChain([filt]), session()) is None
+    filt.report_traces = False
+    env.cluster_id = None  # not learnt yet
+    assert stamp_plan(FilterChain([filt]), session()) is None
+    env.cluster_id = CLUSTER
+    for spec in ({"mode": "record", "b3_write": True}, {"trace_id_headers": ["x-trace"]}):
+        chains, _ = chains_for(spec, None)
+        assert stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session()) is None
+    chains, _ = chains_for(None, None)
+    chains = build_chains({"produce": [{"type": "audit", "topics": ["a*"]}]},
+                          ProxyInfo(cluster_id=CLUSTER))
+    assert stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session()) is None
+    chains = build_chains({"produce": [{"type": "insert_header", "header": "a", "value": "b"}]})
+    assert stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session()) is None
+
+
+def test_the_table_stamps_produce_v3_to_v13_only_with_a_plan() -> None:
+    chains, _ = chains_for({"mode": "record"}, {})
+    chain = FilterChain([InterceptorFilter(chains, TopicIds())])
+    plain = passable_table(chain)
+    stamped = passable_table(chain, stamp=True)
+    produce = [stamped[v] for v in range(32)]
+    assert produce[3:14] == [STAMP] * 11
+    assert produce[:3] == [0, 0, 0] and produce[14:] == [0] * 18
+    assert [plain[v] for v in range(14)] == [0] * 14
+    assert stamped[1 * 32 + 4] == plain[1 * 32 + 4] == PASS  # Fetch passes either way
+    assert STAMP_UNLESS_TAGGED not in produce[3:14]
+
+
+def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
+    """Over socket pairs: stamped requests pipelined with one the engine must not stamp (it
+    carries a traceparent), which comes back to Python unchanged, with the frames before it
+    forwarded stamped and counted."""
+    from tests.unit.test_native_relay_engine import Rig
+
+    filt, plan = setup({"mode": "batch"}, {})
+    chain = FilterChain([filt])
+    rng = random.Random(21)
+    stamped = [frame(v, request(rng, 1, 2, 2), corr=i) for i, v in enumerate((9, 3, 12))]
+    traced = frame(9, ProduceRequest(acks=-1, topic_data=[TopicProduceData(
+        name="t", partition_data=[PartitionProduceData(index=0, records=build_batch(
+            [Record(b"k", b"v", [("traceparent", b"00-1-2-01")])]))])]), corr=9)
+    rig = Rig(passable_table(chain, stamp=True))
+    try:
+        rig.engine.stop(rig.sid)  # a fresh session with a plan instead
+        rig.wait_handover()
+        sid = rig.sid = rig.sid + 10_000
+        rig.engine.register(sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                            passable_table(chain, stamp=True), 1 << 20, 100, 64 * 1024,
+                            600.0, 60.0, b"", (plan.wire, 5, 1 << 20))
+        data = b"".join(stamped) + traced
+
+        def send() -> None:
+            for i in range(0, len(data), 1000):  # frames split across many writes
+                rig.app.sendall(data[i:i + 1000])
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        for original in stamped:
+            size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
+            got = struct.pack(">i", size) + rig.recv_exactly(rig.broker, size)
+            assert len(got) > len(original)
+            assert_batches_valid(got)
+            head = parse_request_header(got[4:])
+            _, msg = decode_request(head, got[4:])
+            for t in msg.topic_data:
+                for p in t.partition_data:
+                    for b in split_batches(p.records or b""):
+                        for rec in b.records:
+                            keys = [k for k, _ in rec.headers]
+                            assert keys[-9:] == ["traceparent", "herald.client_id",
+                                                 "herald.principal", "herald.source",
+                                                 "herald.proxy", "herald.cluster",
+                                                 "herald.time", "herald.msg_id",
+                                                 "herald.origin"]
+        sender.join()
+        state = rig.wait_handover()
+        assert state.reason == "request"
+        assert state.client == traced
+        assert [e[0] for e in state.in_flight] == [0, 1, 2]
+        stamped_counts = rig.engine.collect_stamped()
+        batches = sum(len(split_batches(p.records)) for f in stamped
+                      for t in decode_request(parse_request_header(f[4:]), f[4:])[1].topic_data
+                      for p in t.partition_data if p.records)
+        assert stamped_counts[5][0] == batches
+        assert rig.engine.collect_stamped() == {}
+    finally:
+        rig.close()
