@@ -33,6 +33,9 @@ from tests.support.herald_process import HeraldProcess, herald_config
 
 
 async def start_proxy(nursery: trio.Nursery, upstream: str, **overrides: object) -> Proxy:
+    """An in-process Herald on the Python data path (these tests look at its sessions and
+    streams; the native relay has tests of its own, which compare it with this path)."""
+    overrides.setdefault("performance", {"native_relay": "off"})
     proxy = Proxy(parse_config(herald_config(upstream, **overrides)))
     nursery.start_soon(proxy.serve)
     await proxy.ready.wait()
