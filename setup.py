@@ -1,6 +1,7 @@
 """Build of the optional native parts: the record stamper (`protocol._stamp`, see
 protocol/stamping.py) and the passthrough relay engine (`proxy._relay`, see
-proxy/native_relay.py), which also stamps Produce requests (proxy/relay_stamp.c).
+proxy/native_relay.py), which also stamps Produce requests (proxy/relay_stamp.c) and scans
+Fetch responses (proxy/relay_fetch.c).
 
 Both share the record walk, varints, id cutting and CRC32C of protocol/stamp_core.c,
 compiled into each. Everything else about the package is in pyproject.toml.
@@ -14,8 +15,9 @@ setup(ext_modules=[
     Extension("protocol._stamp", ["protocol/_stamp.c", "protocol/stamp_core.c"], optional=True,
               include_dirs=["protocol"], depends=["protocol/stamp_core.h"],
               extra_compile_args=["-O2"]),
-    Extension("proxy._relay", ["proxy/_relay.c", "proxy/relay_stamp.c", "protocol/stamp_core.c"],
+    Extension("proxy._relay", ["proxy/_relay.c", "proxy/relay_stamp.c", "proxy/relay_fetch.c",
+                                    "protocol/stamp_core.c"],
               optional=True, include_dirs=["protocol", "proxy"],
-              depends=["protocol/stamp_core.h", "proxy/relay_stamp.h"],
+              depends=["protocol/stamp_core.h", "proxy/relay_stamp.h", "proxy/relay_fetch.h"],
               extra_compile_args=["-O2"], libraries=["pthread"]),
 ])

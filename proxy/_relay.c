@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_fetch.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
 
@@ -42,6 +43,7 @@
 #define TABLE_SIZE (MAX_API * MAX_VER)
 #define MAX_BOUNDS 32
 #define PRODUCE 0
+#define FETCH 1
 
 enum { ACTIVE = 1, STOPPING = 2, HANDED = 3, DEAD = 4 };
 enum { CLIENT = 0, UPSTREAM = 1 };
@@ -57,14 +59,20 @@ enum {
 };
 
 /* Table values: a pair may not pass, passes, or passes when its response carries no
- * top-level tagged fields (the only thing a filter reads in it: leader hints); the last two
- * stamp the request first (Produce, for a session with a stamp plan: relay_stamp.c). */
-enum { T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2, T_STAMP = 3, T_STAMP_UNLESS_TAGGED = 4 };
+ * top-level tagged fields (the only thing a filter reads in it: leader hints); T_STAMP* stamp
+ * the request first (Produce, for a session with a stamp plan: relay_stamp.c); T_SCAN* pass
+ * the response when a scan finds nothing the fetch chain would change (Fetch, for a session
+ * with a fetch plan: relay_fetch.c), and its top-level tagged fields empty for the second. */
+enum {
+    T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2, T_STAMP = 3, T_STAMP_UNLESS_TAGGED = 4,
+    T_SCAN = 5, T_SCAN_UNLESS_TAGGED = 6,
+};
 
 typedef struct {
     int32_t corr;
     int16_t api, ver;
     int check; /* T_UNLESS_TAGGED: the response is read before it passes */
+    int scan;  /* T_SCAN*: the response is buffered whole and scanned before it passes */
     double received;
     uint64_t end; /* stream offset after the response's last byte; 0 until it is known */
 } pending_t;
@@ -125,6 +133,10 @@ typedef struct session {
     nc_plan plan;
     long long stamp_key; /* whose counters its stamping adds to (proxy/native_stamp.py) */
     nc_buf stamped;      /* the last stamped frame */
+    int scanning;        /* has a fetch plan */
+    size_t fetch_cap;    /* the response buffer may grow to this for a response to scan */
+    nc_plan fetch_plan;
+    long long fetch_key; /* whose counters its scans add to (proxy/native_fetch.py) */
     struct session *next;
 } session_t;
 
@@ -333,7 +345,7 @@ static int produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) 
 /* May the request frame starting at p pass natively? */
 static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t avail,
                           int *expects, uint64_t *total, int16_t *api_out, int16_t *ver_out,
-                          int32_t *corr_out, int *check_out, int *stamp_out) {
+                          int32_t *corr_out, int *check_out, int *stamp_out, int *scan_out) {
     if (avail < 4) {
         return D_NEED;
     }
@@ -353,6 +365,10 @@ static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t av
     int value = s->table[api * MAX_VER + ver];
     int stamp = value == T_STAMP || value == T_STAMP_UNLESS_TAGGED;
     if (stamp && (api != PRODUCE || !s->stamping)) {
+        return D_STOP;
+    }
+    int scan = value == T_SCAN || value == T_SCAN_UNLESS_TAGGED;
+    if (scan && (api != FETCH || !s->scanning)) {
         return D_STOP;
     }
     int answered = 1;
@@ -380,8 +396,10 @@ static int decide_request(engine_t *e, session_t *s, const uint8_t *p, size_t av
     }
     (void)e;
     *expects = answered;
-    *check_out = value == T_UNLESS_TAGGED || value == T_STAMP_UNLESS_TAGGED;
+    *check_out = value == T_UNLESS_TAGGED || value == T_STAMP_UNLESS_TAGGED ||
+                 value == T_SCAN_UNLESS_TAGGED;
     *stamp_out = stamp;
+    *scan_out = scan;
     *total = whole;
     *api_out = api;
     *ver_out = ver;
@@ -474,19 +492,23 @@ static void count_stamped(engine_t *e, long long key, const nc_counts *counts) {
 
 enum { S_DONE, S_WAIT, S_PYTHON };
 
-/* Let the request buffer grow to the session's stamp_cap (once: Python booked that much). */
-static int grow_for_stamping(session_t *s) {
-    dir_t *d = &s->req;
-    if (d->cap >= s->stamp_cap) {
+/* Let a buffer grow to `cap` (once: Python booked that much). 1 when it grew. */
+static int grow_to(dir_t *d, size_t cap) {
+    if (d->cap >= cap) {
         return 0;
     }
-    uint8_t *grown = realloc(d->buf, s->stamp_cap);
+    uint8_t *grown = realloc(d->buf, cap);
     if (grown == NULL) {
         return 0;
     }
     d->buf = grown;
-    d->cap = s->stamp_cap;
+    d->cap = cap;
     return 1;
+}
+
+/* Let the request buffer grow to the session's stamp_cap. */
+static int grow_for_stamping(session_t *s) {
+    return grow_to(&s->req, s->stamp_cap);
 }
 
 /* The Produce request frame of *total bytes at d->parsed, stamped in place: S_DONE (with
@@ -557,9 +579,9 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
         uint64_t total = 0;
         int16_t api = 0, ver = 0;
         int32_t corr = 0;
-        int check = 0, stamp = 0;
+        int check = 0, stamp = 0, scan = 0;
         int r = decide_request(e, s, d->buf + d->parsed, avail, &expects, &total, &api, &ver,
-                               &corr, &check, &stamp);
+                               &corr, &check, &stamp, &scan);
         if (r == D_NEED) {
             if (d->parsed == 0 && d->len == d->cap) {
                 begin_stop(s, R_REQUEST); /* its header does not fit: Python reads it */
@@ -594,6 +616,7 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
             slot->api = api;
             slot->ver = ver;
             slot->check = check;
+            slot->scan = scan;
             slot->received = now;
             slot->end = 0;
             s->fcount++;
@@ -716,6 +739,28 @@ static int fetch_walk(fwalk_t *w, const uint8_t *b, size_t *pos, size_t limit) {
     }
 }
 
+/* The Fetch response of `whole` bytes at p (avail of them read): S_DONE when it passes as it
+ * is (what the chain would have seen is counted), S_WAIT until it is here whole, S_PYTHON
+ * when Python must run the chain over it (or it is larger than the session may buffer). */
+static int scan_response(engine_t *e, session_t *s, const pending_t *entry, const uint8_t *p,
+                         size_t avail, uint64_t whole) {
+    dir_t *d = &s->resp;
+    if (whole > d->cap && (whole > s->fetch_cap || !grow_to(d, s->fetch_cap))) {
+        return S_PYTHON;
+    }
+    if (avail < whole) {
+        return S_WAIT; /* room is made once what precedes it is written */
+    }
+    nc_counts counts;
+    const char *why;
+    if (nf_scan_fetch(p, (size_t)whole, entry->ver, &s->fetch_plan, entry->check, &counts,
+                      &why) != NC_OK) {
+        return S_PYTHON;
+    }
+    count_stamped(e, s->fetch_key, &counts);
+    return S_DONE;
+}
+
 static void parse_responses(engine_t *e, session_t *s, double now) {
     dir_t *d = &s->resp;
     for (;;) {
@@ -797,7 +842,21 @@ static void parse_responses(engine_t *e, session_t *s, double now) {
             fail(e, s, R_UPSTREAM_BAD, why);
             return;
         }
-        if (entry->check && entry->api == 1) {
+        if (entry->scan) {
+            int r = scan_response(e, s, entry, p, avail, (uint64_t)size + 4);
+            if (r == S_WAIT) {
+                return;
+            }
+            if (r == S_PYTHON) {
+                begin_stop(s, R_RESPONSE); /* Python reads it, from its first byte */
+                return;
+            }
+            observe(e, entry, now, 1);
+            s->fstarted++;
+            d->remaining = (uint64_t)size + 4;
+            continue;
+        }
+        if (entry->check && entry->api == FETCH) {
             /* Fetch: walked as it streams past. The header is passed (8 bytes); header tagged
              * fields are part of the walk. */
             memset(&s->walk, 0, sizeof s->walk);
@@ -1117,6 +1176,9 @@ static void free_session(session_t *s) {
     if (s->stamping) {
         nc_plan_free(&s->plan);
     }
+    if (s->scanning) {
+        nc_plan_free(&s->fetch_plan);
+    }
     free(s->stamped.buf);
     free(s->req.buf);
     free(s->resp.buf);
@@ -1301,20 +1363,34 @@ static session_t *find(engine_t *e, long long id, session_t ***link_out) {
     return *link;
 }
 
+/* A (plan, key, cap) argument of `register`: 0 with a Python exception set when it is not
+ * one; else *has set, and the buffer it concerns may grow to cap (at least buf_size). */
+static int plan_arg(PyObject *arg, nc_plan *plan, long long *key, size_t *cap,
+                    Py_ssize_t buf_size, int *has) {
+    PyObject *wire;
+    Py_ssize_t want;
+    if (!PyArg_ParseTuple(arg, "OLn", &wire, key, &want) || !nc_plan_parse(wire, plan)) {
+        return 0;
+    }
+    *has = 1;
+    *cap = want > buf_size ? (size_t)want : (size_t)buf_size;
+    return 1;
+}
+
 static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"session_id", "client_fd", "upstream_fd", "table", "max_frame",
                              "max_in_flight", "buffer_size", "idle_timeout", "frame_timeout",
-                             "prefill", "stamp", NULL};
+                             "prefill", "stamp", "fetch", NULL};
     long long id;
     int cfd, ufd;
     Py_buffer table, prefill = {0};
     long long max_frame;
     Py_ssize_t max_in_flight, buf_size;
     double idle_s, frame_s;
-    PyObject *stamp = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|O", kwlist, &id, &cfd, &ufd,
+    PyObject *stamp = Py_None, *fetch = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OO", kwlist, &id, &cfd, &ufd,
                                      &table, &max_frame, &max_in_flight, &buf_size, &idle_s,
-                                     &frame_s, &prefill, &stamp)) {
+                                     &frame_s, &prefill, &stamp, &fetch)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -1332,16 +1408,12 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
         PyErr_NoMemory();
         goto done;
     }
-    if (stamp != Py_None) {
-        PyObject *plan;
-        Py_ssize_t stamp_cap;
-        if (!PyArg_ParseTuple(stamp, "OLn", &plan, &s->stamp_key, &stamp_cap) ||
-            !nc_plan_parse(plan, &s->plan)) {
-            free_session(s);
-            goto done;
-        }
-        s->stamping = 1;
-        s->stamp_cap = stamp_cap > buf_size ? (size_t)stamp_cap : (size_t)buf_size;
+    if ((stamp != Py_None && !plan_arg(stamp, &s->plan, &s->stamp_key, &s->stamp_cap,
+                                       buf_size, &s->stamping)) ||
+        (fetch != Py_None && !plan_arg(fetch, &s->fetch_plan, &s->fetch_key, &s->fetch_cap,
+                                       buf_size, &s->scanning))) {
+        free_session(s);
+        goto done;
     }
     s->id = id;
     s->fd[CLIENT] = cfd;
@@ -1611,6 +1683,9 @@ static PyMethodDef module_methods[] = {
     {"stamp_produce", nc_py_stamp_produce, METH_VARARGS,
      "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, batches, "
      "records), or (None, why) when the request goes to Python: the engine's rewrite"},
+    {"scan_fetch", nf_py_scan_fetch, METH_VARARGS,
+     "scan_fetch(frame, version, plan, check_tags) -> (batches, records) when the Fetch "
+     "response passes as it is, or (None, why) when it goes to Python: the engine's verdict"},
     {"crc32c", nc_py_crc32c, METH_VARARGS,
      "crc32c(data, table=False) -> the CRC32C the engine writes into record batches"},
     {NULL, NULL, 0, NULL},

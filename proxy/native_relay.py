@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import trio
 
-from proxy import native_stamp
+from proxy import native_fetch, native_stamp
 from proxy.filters import FilterChain, SessionContext
+from proxy.interception import InterceptorFilter
 from proxy.logs import get_logger
 from proxy.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
 
@@ -38,6 +39,11 @@ STAMP_BUFFER_SIZE = 2 * 1024 * 1024
 """What a session whose Produce requests the engine stamps may buffer for one request, and
 again for its stamped form (a request that would grow past it goes to Python): booked, with
 the response buffer, in the memory budget. Clients send requests of up to about 1 MiB."""
+
+FETCH_BUFFER_SIZE = 4 * 1024 * 1024
+"""What a session whose Fetch responses the engine scans may buffer for one response (a
+larger one goes to Python), booked in the memory budget. Consumers ask for up to 1 MiB per
+partition by default (librdkafka, the Java client), and a response may hold several."""
 
 MAX_API = _relay.MAX_API if _relay is not None else 128
 MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
@@ -72,26 +78,40 @@ class Handover:
     # hints in its top-level tagged fields, which Python rewrites at the same length)
 
 
-PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED = 0, 1, 2, 3, 4
+PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED, SCAN, SCAN_UNLESS_TAGGED = range(7)
 """Table values: Python handles the pair; it passes; it passes when its response carries no
 top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
 their layouts, in protocol/messages, are the ones it knows); the engine stamps the request
 (a Produce request, for a session registered with a stamp plan: proxy/native_stamp.py) and
-its response passes, or passes unless tagged."""
+its response passes, or passes unless tagged; the request passes and the engine scans the
+response, which passes when the fetch chain would not change it (a Fetch response, for a
+session registered with a fetch plan: proxy/native_fetch.py), and unless tagged."""
 
 _TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
 
 
-def passable_table(chain: FilterChain, stamp: bool = False) -> bytes:
+def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
     """One byte per (api key, version): what the engine may do with that pair's requests.
-    With `stamp`, Produce requests the interceptor filter alone reads are stamped."""
+    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
+    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
+    tagged fields) are scanned."""
     table = bytearray(MAX_API * MAX_VERSION)
     for api in range(MAX_API):
         for version in range(MAX_VERSION):
             stamped = stamp and api == native_stamp.PRODUCE and version in native_stamp.VERSIONS
+            scanned = fetch and api == native_fetch.FETCH and version in native_fetch.VERSIONS
             if chain.for_request(api, version) and not stamped:
                 continue
             readers = chain.for_response(api, version)
+            if scanned:
+                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
+                if not readers:
+                    table[api * MAX_VERSION + version] = SCAN
+                elif version in _TAG_CHECKED[api] and all(
+                    f.tagged_only(api, version) for f in readers
+                ):
+                    table[api * MAX_VERSION + version] = SCAN_UNLESS_TAGGED
+                continue
             if not readers:
                 table[api * MAX_VERSION + version] = STAMP if stamped else PASS
             elif version in _TAG_CHECKED.get(api, ()) and all(
@@ -112,18 +132,29 @@ class NativeRelay:
         self._engine = _relay.Engine(LATENCY_BUCKETS)
         self._metrics = metrics
         self._waiting: dict[int, trio.Event] = {}
-        self._tables: dict[tuple[int, bool], tuple[FilterChain, bytes]] = {}
-        # Stamp plans by the key the engine counts them under: one per produce chain.
-        self._stamp_keys: dict[int, int] = {}
-        self._stamp_plans: dict[int, native_stamp.StampPlan] = {}
+        self._tables: dict[tuple[int, bool, bool], tuple[FilterChain, bytes]] = {}
+        # Stamp and fetch plans by the key the engine counts them under: one per chain.
+        self._plan_keys: dict[int, int] = {}
+        self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
         metrics.before_scrape.append(self.fold)
 
-    def table(self, chain: FilterChain, stamp: bool = False) -> bytes:
-        """`passable_table(chain, stamp)`, computed once per chain until `forget_tables`."""
-        found = self._tables.get((id(chain), stamp))
+    def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
+        """`passable_table(chain, stamp, fetch)`, computed once per chain until
+        `forget_tables`."""
+        key = (id(chain), stamp, fetch)
+        found = self._tables.get(key)
         if found is None or found[0] is not chain:
-            found = self._tables[(id(chain), stamp)] = (chain, passable_table(chain, stamp))
+            found = self._tables[key] = (chain, passable_table(chain, stamp, fetch))
         return found[1]
+
+    def _key(self, plan: native_stamp.StampPlan | native_fetch.FetchPlan) -> int:
+        """The key the engine counts a plan's work under: one per chain, as long as it
+        lives."""
+        key = self._plan_keys.get(id(plan.chain))
+        if key is None or self._plans[key].chain is not plan.chain:
+            key = self._plan_keys[id(plan.chain)] = len(self._plans) + 1
+        self._plans[key] = plan
+        return key
 
     def stamp_plan(self, chain: FilterChain, ctx: SessionContext
                    ) -> tuple[native_stamp.StampPlan, int] | None:
@@ -132,11 +163,15 @@ class NativeRelay:
         plan = native_stamp.stamp_plan(chain, ctx)
         if plan is None:
             return None
-        key = self._stamp_keys.get(id(plan.chain))
-        if key is None or self._stamp_plans[key].chain is not plan.chain:
-            key = self._stamp_keys[id(plan.chain)] = len(self._stamp_plans) + 1
-        self._stamp_plans[key] = plan
-        return plan, key
+        return plan, self._key(plan)
+
+    def fetch_plan(self, chain: FilterChain) -> tuple[native_fetch.FetchPlan, int] | None:
+        """The session's fetch plan (see proxy/native_fetch.py) and the key the engine counts
+        its scans under, or None when its Fetch responses go to Python."""
+        plan = native_fetch.fetch_plan(chain)
+        if plan is None:
+            return None
+        return plan, self._key(plan)
 
     def forget_tables(self) -> None:
         """The chain's members changed (a reload): every native session comes back to Python
@@ -163,17 +198,20 @@ class NativeRelay:
     async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
                     max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
                     frame_timeout_s: float, prefill: bytes = b"",
-                    stamp: tuple[native_stamp.StampPlan, int] | None = None) -> Handover:
+                    stamp: tuple[native_stamp.StampPlan, int] | None = None,
+                    fetch: tuple[native_fetch.FetchPlan, int] | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
         With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
-        marks STAMP."""
+        marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
+        marks SCAN."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
                 session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
-                None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE))
+                None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
+                None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE))
             try:
                 await event.wait()
             finally:
@@ -203,7 +241,7 @@ class NativeRelay:
             _add(metrics.latency, lat, lat_sum)
             _add(metrics.upstream_latency, up, up_sum)
         for key, (batches, records) in self._engine.collect_stamped().items():
-            self._stamp_plans[key].count(batches, records)
+            self._plans[key].count(batches, records)
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

@@ -147,8 +147,9 @@ typedef sc_reader rd_t;
 #define rd_uvarint sc_read_uvarint
 #define rd_skip sc_read_skip
 #define rd_tagged sc_read_tagged
+#define rd_int nc_read_int
 
-static int64_t rd_int(rd_t *r, int width) {
+int64_t nc_read_int(sc_reader *r, int width) {
     if (r->bad || (size_t)width > r->end - r->pos) {
         r->bad = 1;
         return 0;
@@ -161,7 +162,7 @@ static int64_t rd_int(rd_t *r, int width) {
     return width == 2 ? (int64_t)(int16_t)v : (int64_t)(int32_t)v;
 }
 
-static int ascii(const uint8_t *p, size_t n) {
+int nc_ascii(const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (p[i] >= 0x80) {
             return 0;
@@ -188,14 +189,13 @@ static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
     }
     *at = r->p + r->pos;
     rd_skip(r, (uint64_t)n);
-    if (r->bad || !ascii(*at, (size_t)n)) {
+    if (r->bad || !nc_ascii(*at, (size_t)n)) {
         return -2;
     }
     return n;
 }
 
-/* Is this topic id one Herald knows? (The ids are sorted.) */
-static int known_id(const nc_plan *plan, const uint8_t *id) {
+int nc_known_id(const nc_plan *plan, const uint8_t *id) {
     size_t lo = 0, hi = plan->ntopic_ids;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -212,7 +212,7 @@ static int known_id(const nc_plan *plan, const uint8_t *id) {
     return 0;
 }
 
-static int rd_count(rd_t *r, int compact, int64_t *count) {
+int nc_read_count(sc_reader *r, int compact, int64_t *count) {
     *count = compact ? (int64_t)rd_uvarint(r) - 1 : rd_int(r, 4);
     return !r->bad && *count >= 0;
 }
@@ -334,13 +334,8 @@ static void free_tail(tail_t *t) {
     free(t->draws[1]);
 }
 
-typedef struct {
-    const nc_plan *plan;
-    int hit;
-} watch_t;
-
-static int watched_key(void *arg, const uint8_t *key, size_t len) {
-    watch_t *w = arg;
+int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
+    nc_watch *w = arg;
     const nc_plan *plan = w->plan;
     for (size_t i = 0; i < plan->nkeys + plan->nprefixes; i++) {
         size_t n = plan->key_lens[i];
@@ -385,10 +380,10 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     size_t added = plan->ncols;
     size_t pos = BATCH_HEADER, total = BATCH_HEADER;
     int64_t n = 0;
-    watch_t w = {plan, 0};
+    nc_watch w = {plan, 0};
     while (pos < *size) {
         sc_rec r;
-        if (n >= count || sc_walk_record(b, &pos, *size, &r, watched_key, &w) != NULL) {
+        if (n >= count || sc_walk_record(b, &pos, *size, &r, nc_watched_key, &w) != NULL) {
             return "malformed records";
         }
         if (w.hit) {
@@ -607,7 +602,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     rd_skip(&r, 6); /* acks, timeout */
     int64_t topics;
-    if (!rd_count(&r, flexible, &topics)) {
+    if (!nc_read_count(&r, flexible, &topics)) {
         return NC_PYTHON;
     }
     tail_t t = {0};
@@ -623,7 +618,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         if (ver >= 13) {
             const uint8_t *id = r.p + r.pos;
             rd_skip(&r, 16);
-            if (!r.bad && !known_id(plan, id)) {
+            if (!r.bad && !nc_known_id(plan, id)) {
                 *why = "a topic id Herald has not learnt";
                 result = NC_PYTHON;
                 break;
@@ -633,7 +628,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
             result = NC_PYTHON;
             break;
         }
-        if (!rd_count(&r, flexible, &partitions)) {
+        if (!nc_read_count(&r, flexible, &partitions)) {
             result = NC_PYTHON;
             break;
         }

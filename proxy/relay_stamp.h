@@ -48,6 +48,22 @@ typedef struct {
 
 enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 
+/* Readers shared with the Fetch scan (relay_fetch.c), bounded by sc_reader: a big-endian
+ * int of 2 or 4 bytes; an array count (compact or int32; 0 when negative or unreadable);
+ * whether a topic id is one the plan knows. */
+#include "stamp_core.h"
+int64_t nc_read_int(sc_reader *r, int width);
+int nc_read_count(sc_reader *r, int compact, int64_t *count);
+int nc_known_id(const nc_plan *plan, const uint8_t *id);
+int nc_ascii(const uint8_t *p, size_t n); /* 1: every byte is ASCII */
+
+/* A record walk's key callback (sc_key_fn): sets `hit` at the first key the plan watches. */
+typedef struct {
+    const nc_plan *plan;
+    int hit;
+} nc_watch;
+int nc_watched_key(void *arg, const uint8_t *key, size_t len);
+
 /* The plan from its Python form (proxy/native_stamp.py `NativePlan.wire`); 0 with a Python
  * exception set when it is not one. */
 int nc_plan_parse(PyObject *obj, nc_plan *plan);

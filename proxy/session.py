@@ -33,6 +33,7 @@ from proxy.memory_budget import Holder, MemoryBudget
 from proxy.metrics import ApiMetrics, Metrics
 from proxy.native_relay import (
     BUFFER_SIZE,
+    FETCH_BUFFER_SIZE,
     RESUME,
     STAMP_BUFFER_SIZE,
     Handover,
@@ -207,8 +208,10 @@ class Session:
         native = self._native
         assert native is not None
         stamp = native.stamp_plan(self.chain, self.ctx)
-        # Its two buffers; stamping, a larger request buffer and the stamped request's (when
-        # the budget has no room for those, Python stamps).
+        fetch = native.fetch_plan(self.chain)
+        # Its two buffers; stamping, a larger request buffer and the stamped request's;
+        # scanning Fetch responses, a larger response buffer (when the budget has no room for
+        # those, Python does that work).
         booked = 2 * BUFFER_SIZE
         held = self._held_native
         if held is not None:
@@ -216,6 +219,11 @@ class Session:
                 booked = STAMPING
             else:
                 stamp = None
+            scanning = booked - BUFFER_SIZE + FETCH_BUFFER_SIZE
+            if fetch is not None and held.room(scanning) >= scanning:
+                booked = scanning
+            else:
+                fetch = None
             if held.room(booked) < booked:
                 return
             held.set(booked)
@@ -224,11 +232,12 @@ class Session:
         try:
             state = await native.relay(
                 self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                native.table(self.chain, stamp is not None), self.max_frame_bytes,
+                native.table(self.chain, stamp is not None, fetch is not None),
+                self.max_frame_bytes,
                 self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.take(), stamp,
+                self._requests.take(), stamp, fetch,
             )
         finally:
             self._in_native = False

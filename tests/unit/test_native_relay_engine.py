@@ -87,6 +87,26 @@ class Rig:
                 return native_relay.Handover(*self.engine.take(self.sid))
         raise AssertionError("the engine did not hand the session over")
 
+    def replan(self, allowed: bytes, stamp: tuple | None = None, fetch: tuple | None = None
+               ) -> None:
+        """Take the session back and register it again with a stamp or fetch plan."""
+        self.engine.stop(self.sid)
+        self.wait_handover()
+        self.sid += 10_000
+        self.engine.register(self.sid, self.client_end.fileno(), self.upstream_end.fileno(),
+                             allowed, 1 << 20, 100, 64 * 1024, 600.0, 60.0, b"", stamp, fetch)
+
+    def send_in_pieces(self, sock: socket.socket, data: bytes) -> threading.Thread:
+        """Send `data` from a thread in writes of 1000 bytes (frames split across many)."""
+
+        def send() -> None:
+            for i in range(0, len(data), 1000):
+                sock.sendall(data[i:i + 1000])
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        return sender
+
     def close(self) -> None:
         self.engine.close()
         for s in (self.app, self.client_end, self.upstream_end, self.broker):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import struct
-import threading
 from typing import Any
 
 import crc32c
@@ -239,6 +238,23 @@ def test_the_limits_send_requests_to_python() -> None:
     assert "max_request_records" in refused(one_partition(two), plan)
 
 
+def mangled(rng: random.Random, base: bytes, head: int) -> bytes:
+    """A frame made malformed one of three ways (its size prefix fixed up): cut short after
+    `head` bytes or more, bits flipped, or a length field from `head` on made huge."""
+    data = bytearray(base)
+    how = rng.randrange(3)
+    if how == 0:
+        data = data[:rng.randrange(head, len(data))]
+    elif how == 1:
+        for _ in range(rng.randrange(1, 4)):
+            data[rng.randrange(4, len(data))] ^= 1 << rng.randrange(8)
+    else:
+        at = rng.randrange(head, len(data) - 4)
+        data[at:at + 4] = b"\x7f\xff\xff\xf0"
+    struct.pack_into(">i", data, 0, len(data) - 4)
+    return bytes(data)
+
+
 def test_malformed_requests_are_refused_never_mangled() -> None:
     rng = random.Random(11)
     _, plan = setup({"mode": "record"}, {})
@@ -246,18 +262,8 @@ def test_malformed_requests_are_refused_never_mangled() -> None:
     good3 = frame(3, request(rng, 1, 2, 1))
     for base in (good, good3):
         for _ in range(400):
-            data = bytearray(base)
-            how = rng.randrange(3)
-            if how == 0:  # cut short, size fixed up
-                data = data[:rng.randrange(12, len(data))]
-            elif how == 1:  # flipped bytes
-                for _ in range(rng.randrange(1, 4)):
-                    data[rng.randrange(4, len(data))] ^= 1 << rng.randrange(8)
-            else:  # a length field made huge
-                at = rng.randrange(12, len(data) - 4)
-                data[at:at + 4] = b"\x7f\xff\xff\xf0"
-            struct.pack_into(">i", data, 0, len(data) - 4)
-            out = _relay.stamp_produce(bytes(data), plan.wire, bytes(24 * 4096),
+            data = mangled(rng, base, 12)
+            out = _relay.stamp_produce(data, plan.wire, bytes(24 * 4096),
                                        bytes(12 * 4096), NOW)
             if out[0] is not None:  # still a well-formed request: its CRCs must hold
                 assert_batches_valid(out[0])
@@ -340,20 +346,8 @@ def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
             [Record(b"k", b"v", [("traceparent", b"00-1-2-01")])]))])]), corr=9)
     rig = Rig(passable_table(chain, stamp=True))
     try:
-        rig.engine.stop(rig.sid)  # a fresh session with a plan instead
-        rig.wait_handover()
-        sid = rig.sid = rig.sid + 10_000
-        rig.engine.register(sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
-                            passable_table(chain, stamp=True), 1 << 20, 100, 64 * 1024,
-                            600.0, 60.0, b"", (plan.wire, 5, 1 << 20))
-        data = b"".join(stamped) + traced
-
-        def send() -> None:
-            for i in range(0, len(data), 1000):  # frames split across many writes
-                rig.app.sendall(data[i:i + 1000])
-
-        sender = threading.Thread(target=send)
-        sender.start()
+        rig.replan(passable_table(chain, stamp=True), stamp=(plan.wire, 5, 1 << 20))
+        sender = rig.send_in_pieces(rig.app, b"".join(stamped) + traced)
         for original in stamped:
             size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
             got = struct.pack(">i", size) + rig.recv_exactly(rig.broker, size)
