@@ -27,6 +27,7 @@ from protocol.messages.fetch_response import (
 )
 from protocol.records import Record, build_batch
 from proxy import native_relay
+from proxy.address_rewrite import AddressRewriter
 from proxy.filters import Exchange, FilterChain, SessionContext
 from proxy.interception import InterceptorFilter
 from proxy.native_fetch import FetchPlan, fetch_plan
@@ -236,6 +237,11 @@ def test_the_table_scans_fetch_v4_to_v18_only_with_a_plan() -> None:
     assert [plain[32 + v] for v in range(19)] == [0] * 19
     assert scanned[0 * 32 + 7] == plain[0 * 32 + 7] == PASS  # Produce passes either way
     assert SCAN_UNLESS_TAGGED not in fetch
+    # Herald's address rewriting reads leader hints (top-level tagged fields) from v16 on.
+    chain = FilterChain([AddressRewriter(None), filt])  # type: ignore[arg-type]
+    assert fetch_plan(chain) is not None
+    scanned = passable_table(chain, fetch=True)
+    assert [scanned[32 + v] for v in range(4, 19)] == [SCAN] * 12 + [SCAN_UNLESS_TAGGED] * 3
 
 
 def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
