@@ -282,3 +282,33 @@ def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
         assert counted[0] == 3 * 2 * 2 * 3
     finally:
         rig.close()
+
+
+def test_a_response_larger_than_the_scan_buffer_goes_to_python() -> None:
+    from tests.unit.test_native_relay_engine import Rig, request
+
+    filt, plan = setup()
+    table = passable_table(FilterChain([filt]), fetch=True)
+    rng = random.Random(22)
+    small = frame(12, response(rng, 12, 1, 1, 2, 0.0), corr=0)
+    large = frame(12, response(rng, 12, 2, 2, 12, 0.0), corr=1)
+    assert len(small) < 64 * 1024 < len(large)
+    assert scan(large, 12, plan)[0] is not None  # clean: only its size sends it to Python
+    rig = Rig(table)
+    try:
+        rig.replan(table, fetch=(plan.wire, 9, 64 * 1024))  # no larger than the buffer
+        for corr in range(2):
+            rig.app.sendall(request(1, 12, corr, b"\x00" * 40, flexible=True))
+        for _ in range(2):
+            rig.recv_exactly(rig.broker, struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0])
+        # Its header tells its size: the engine hands it over without reading it all.
+        rig.broker.sendall(small + large[:20_000])
+        assert rig.recv_exactly(rig.app, len(small)) == small
+        state = rig.wait_handover()
+        assert state.reason == "response"
+        assert 8 <= len(state.upstream) <= 20_000
+        assert state.upstream == large[:len(state.upstream)]
+        assert [e[0] for e in state.in_flight] == [1]
+        assert rig.nothing_on(rig.app)
+    finally:
+        rig.close()
