@@ -9,6 +9,7 @@ closes only that one.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
 import signal
 import ssl
@@ -467,6 +468,15 @@ def _peer(stream: trio.SocketStream) -> str:
         return "unknown"
 
 
+def _ready(proxy: Proxy, on_ready: Callable[[Proxy], None] | None) -> None:
+    # Everything made while starting (modules, the generated codec, config, chains) lives as
+    # long as the process: frozen, the cyclic collector no longer walks it on every full
+    # collection, which took a tenth of Herald's CPU on a busy consumer.
+    gc.freeze()
+    if on_ready is not None:
+        on_ready(proxy)
+
+
 def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) -> None:
     """Run the proxy in the foreground until SIGTERM/SIGINT, then drain and return.
 
@@ -482,7 +492,7 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
             nursery.start_soon(proxy.handle_signals)
             if config.reload_watch_s > 0 and config.source is not None:
                 nursery.start_soon(watch_file, config.source, config.reload_watch_s, proxy.reload)
-            await proxy.serve(on_ready)
+            await proxy.serve(lambda p: _ready(p, on_ready))
             nursery.cancel_scope.cancel()
 
     try:
