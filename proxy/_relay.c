@@ -24,6 +24,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -83,7 +84,11 @@ typedef struct {
     size_t sent;        /* bytes of buf written to the other side */
     size_t parsed;      /* bytes of buf approved for forwarding */
     uint64_t remaining; /* bytes of the current frame beyond `parsed` */
-    uint64_t off;       /* stream offset of buf[0] */
+    uint64_t off;       /* stream offset of buf[0] (bytes spliced past it included) */
+    int pipe[2];        /* for splicing; made on first use */
+    int splicing;       /* 1 pipe made, -1 splice unavailable, 0 not tried */
+    size_t pipe_cap;
+    size_t piped;       /* bytes in the pipe not yet written: they precede buf[0] */
 } dir_t;
 
 /* Where a walk over a streamed Fetch v16+ response is: the walk needs only the structure
@@ -169,6 +174,7 @@ typedef struct {
     int nbounds;
     double bounds[MAX_BOUNDS];
     uint64_t bytes[4]; /* client->proxy, proxy->upstream, upstream->proxy, proxy->client */
+    uint64_t spliced;  /* of bytes[0] and bytes[2], those spliced: never reset */
     pair_stats_t *stats[MAX_API];
     stamp_stats_t *stamp_stats;
     size_t nstamp_stats, stamp_stats_cap;
@@ -938,7 +944,7 @@ static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver
 
 /* Responses whose last byte reached the client: time them and free their slots. */
 static void complete_responses(engine_t *e, session_t *s, double now) {
-    uint64_t written = s->resp.off + s->resp.sent;
+    uint64_t written = s->resp.off + s->resp.sent - s->resp.piped;
     while (s->fstarted > 0) {
         pending_t *entry = &s->fifo[s->fhead];
         if (entry->end == 0 || entry->end > written) {
@@ -992,22 +998,136 @@ static int read_into(engine_t *e, dir_t *d, int fd, int counter) {
     return -2;
 }
 
-/* Write what is approved: 1 all out, 0 some left (wait for EPOLLOUT), -2 error. */
+/* ---- splicing: frame bytes no check reads go socket to pipe to socket, never copied into
+ * the engine's buffers (a plain Fetch response's records, a passing Produce request's body) */
+
+#define SPLICE_MIN (32 * 1024) /* below this, one recv into the buffer costs less */
+#define PIPE_SIZE (1024 * 1024)
+
+/* Make d's pipe once; a direction that cannot have one (no descriptors left, a blocking
+ * socket) reads into its buffer as before. */
+static int make_pipe(dir_t *d, int from_fd) {
+    if (d->splicing == 0) {
+        int flags = fcntl(from_fd, F_GETFL);
+        if (flags < 0 || !(flags & O_NONBLOCK) || pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+            d->splicing = -1;
+            return 0;
+        }
+        (void)fcntl(d->pipe[1], F_SETPIPE_SZ, PIPE_SIZE); /* the default 64 KiB if refused */
+        int size = fcntl(d->pipe[1], F_GETPIPE_SZ);
+        d->pipe_cap = size > 0 ? (size_t)size : 65536;
+        d->splicing = 1;
+    }
+    return d->splicing > 0;
+}
+
+/* How many of the coming bytes of d may be spliced: bytes of the frame in progress that
+ * pass unread (the rest of a passing frame, or the records a walked Fetch response skips),
+ * when nothing buffered must be written before them. 0: read into the buffer. */
+static uint64_t splice_budget(session_t *s, dir_t *d, int from_fd) {
+    if (d->splicing < 0 || d->sent != d->len || d->piped > 0) {
+        return 0;
+    }
+    uint64_t n = d->remaining;
+    if (d == &s->resp && s->walking) {
+        uint64_t to_end = s->frame_end - (d->off + d->len);
+        n = s->walk.skip < to_end ? s->walk.skip : to_end;
+    }
+    if (n < SPLICE_MIN || !make_pipe(d, from_fd)) {
+        return 0;
+    }
+    return n;
+}
+
+/* One splice of up to `budget` bytes from fd into d's pipe; returns as read_into does, and
+ * -3 when the socket cannot splice (the caller reads instead). */
+static int splice_in(engine_t *e, session_t *s, dir_t *d, int fd, int counter, uint64_t budget,
+                     int *more) {
+    size_t want = budget < d->pipe_cap ? (size_t)budget : d->pipe_cap;
+    ssize_t n = splice(fd, NULL, d->pipe[1], NULL, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+        compact(d); /* everything buffered was written: the buffer starts afresh after these */
+        d->off += (uint64_t)n;
+        d->piped += (size_t)n;
+        d->remaining -= (uint64_t)n;
+        e->bytes[counter] += (uint64_t)n;
+        e->spliced += (uint64_t)n;
+        if (d == &s->resp && s->walking) {
+            s->walk.skip -= (uint64_t)n;
+        } else if (d == &s->resp && d->remaining == 0) {
+            s->fifo[(s->fhead + s->fstarted - 1) % s->fcap].end = d->off;
+        }
+        *more = (size_t)n == want;
+        return 1;
+    }
+    *more = 0;
+    if (n == 0) {
+        return -1;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        return 0;
+    }
+    if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+        d->splicing = -1;
+        return -3;
+    }
+    return -2;
+}
+
+/* Read what may come into d, spliced where it passes unread: as read_into; `more` says the
+ * socket may hold more now. */
+static int pull(engine_t *e, session_t *s, dir_t *d, int fd, int counter, int *more) {
+    uint64_t budget = splice_budget(s, d, fd);
+    if (budget > 0) {
+        int r = splice_in(e, s, d, fd, counter, budget, more);
+        if (r != -3) {
+            return r;
+        }
+    }
+    int r = read_into(e, d, fd, counter);
+    *more = r == 1 && d->len == d->cap; /* a short read drained the socket */
+    return r;
+}
+
+/* What a write that returned n means: 1 go on, 0 wait for EPOLLOUT, -2 error (errno set). */
+static int write_result(ssize_t n) {
+    if (n > 0 || (n < 0 && errno == EINTR)) {
+        return 1;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return 0;
+    }
+    if (n == 0) {
+        errno = EPIPE;
+    }
+    return -2;
+}
+
+/* Write what is approved, the pipe's bytes first (they precede the buffer's): 1 all out,
+ * 0 some left (wait for EPOLLOUT), -2 error. */
 static int flush(engine_t *e, dir_t *d, int fd, int counter) {
+    while (d->piped > 0) {
+        ssize_t n = splice(d->pipe[0], NULL, fd, NULL, d->piped,
+                           SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        int r = write_result(n);
+        if (r != 1) {
+            return r;
+        }
+        if (n > 0) {
+            d->piped -= (size_t)n;
+            e->bytes[counter] += (uint64_t)n;
+        }
+    }
     while (d->sent < d->parsed) {
         ssize_t n = send(fd, d->buf + d->sent, d->parsed - d->sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        int r = write_result(n);
+        if (r != 1) {
+            return r;
+        }
         if (n > 0) {
             d->sent += (size_t)n;
             e->bytes[counter] += (uint64_t)n;
-            continue;
         }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        return -2;
     }
     compact(d);
     return 1;
@@ -1019,17 +1139,18 @@ static void socket_error(engine_t *e, session_t *s, const char *side, int err) {
     fail(e, s, R_SOCKET, why);
 }
 
-/* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish. */
+/* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish; never while
+ * its pipe holds bytes (they go out first). */
 static int may_read(session_t *s, dir_t *d) {
-    return s->state == ACTIVE || (s->state == STOPPING && d->remaining > 0);
+    return d->piped == 0 && (s->state == ACTIVE || (s->state == STOPPING && d->remaining > 0));
 }
 
 static void set_interest(engine_t *e, session_t *s) {
     uint32_t want[2];
     want[CLIENT] = (may_read(s, &s->req) && s->req.len < s->req.cap ? EPOLLIN : 0) |
-                   (s->resp.sent < s->resp.parsed ? EPOLLOUT : 0);
+                   (s->resp.sent < s->resp.parsed || s->resp.piped > 0 ? EPOLLOUT : 0);
     want[UPSTREAM] = (may_read(s, &s->resp) && s->resp.len < s->resp.cap ? EPOLLIN : 0) |
-                     (s->req.sent < s->req.parsed ? EPOLLOUT : 0);
+                     (s->req.sent < s->req.parsed || s->req.piped > 0 ? EPOLLOUT : 0);
     for (int side = 0; side < 2; side++) {
         if (want[side] != s->mask[side]) {
             struct epoll_event ev = {.events = want[side], .data.ptr = &s->ep[side]};
@@ -1045,7 +1166,8 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
     for (int round = 0; round < 8 && (s->state == ACTIVE || s->state == STOPPING); round++) {
         int progress = 0;
         if (readable_client && may_read(s, &s->req)) {
-            int r = read_into(e, &s->req, s->fd[CLIENT], 0);
+            int more = 0;
+            int r = pull(e, s, &s->req, s->fd[CLIENT], 0, &more);
             if (r == -2) {
                 socket_error(e, s, "client", errno);
                 return;
@@ -1060,7 +1182,7 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
             } else if (r == 1) {
                 progress = 1;
                 s->last_active = now;
-                readable_client = s->req.len == s->req.cap; /* short read: drained */
+                readable_client = more;
             } else {
                 readable_client = 0;
             }
@@ -1086,7 +1208,8 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
             return;
         }
         if (readable_upstream && may_read(s, &s->resp)) {
-            int r = read_into(e, &s->resp, s->fd[UPSTREAM], 2);
+            int more = 0;
+            int r = pull(e, s, &s->resp, s->fd[UPSTREAM], 2, &more);
             if (r == -2) {
                 socket_error(e, s, "upstream", errno);
                 return;
@@ -1097,7 +1220,7 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
             }
             if (r == 1) {
                 progress = 1;
-                readable_upstream = s->resp.len == s->resp.cap;
+                readable_upstream = more;
             } else {
                 readable_upstream = 0;
             }
@@ -1123,7 +1246,8 @@ static void service(engine_t *e, session_t *s, int readable_client, int readable
         }
     }
     if (s->state == STOPPING && s->req.remaining == 0 && s->req.sent == s->req.parsed &&
-        s->resp.remaining == 0 && s->resp.sent == s->resp.parsed &&
+        s->resp.remaining == 0 && s->resp.sent == s->resp.parsed && s->req.piped == 0 &&
+        s->resp.piped == 0 &&
         (s->fstarted == 0 || (s->tail > 0 && s->fstarted == 1))) {
         hand_over(e, s);
         return;
@@ -1172,7 +1296,17 @@ static void check_deadlines(engine_t *e, double now, int *timeout_ms) {
     }
 }
 
+static void close_pipe(dir_t *d) {
+    if (d->splicing > 0) {
+        close(d->pipe[0]);
+        close(d->pipe[1]);
+        d->splicing = 0;
+    }
+}
+
 static void free_session(session_t *s) {
+    close_pipe(&s->req);
+    close_pipe(&s->resp);
     if (s->stamping) {
         nc_plan_free(&s->plan);
     }
@@ -1645,6 +1779,13 @@ static PyObject *engine_notify_fd(engine_t *self, void *closure) {
     return PyLong_FromLong(self->notify_fd);
 }
 
+static PyObject *engine_spliced(engine_t *self, void *closure) {
+    pthread_mutex_lock(&self->mu);
+    unsigned long long n = (unsigned long long)self->spliced;
+    pthread_mutex_unlock(&self->mu);
+    return PyLong_FromUnsignedLongLong(n);
+}
+
 static PyMethodDef engine_methods[] = {
     {"register", (PyCFunction)(void (*)(void))engine_register, METH_VARARGS | METH_KEYWORDS,
      "Hand a session's descriptors to the engine."},
@@ -1664,6 +1805,9 @@ static PyMethodDef engine_methods[] = {
 
 static PyGetSetDef engine_getset[] = {
     {"notify_fd", (getter)engine_notify_fd, NULL, "Readable when events() has news.", NULL},
+    {"spliced", (getter)engine_spliced, NULL,
+     "Bytes moved socket to socket through a pipe, never copied (since the engine began).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -6,6 +6,7 @@ other; the engine holds the proxy's two ends.
 
 from __future__ import annotations
 
+import random
 import select
 import socket
 import struct
@@ -51,14 +52,24 @@ def response(corr: int, body: bytes = b"\x00\x00") -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    """Two connected TCP sockets over loopback: what the engine holds in a real proxy."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        near = socket.create_connection(listener.getsockname())
+        far, _ = listener.accept()
+    return near, far
+
+
 class Rig:
     """An engine, a client socket pair and an upstream socket pair."""
 
     def __init__(self, allowed: bytes, max_frame: int = 1 << 20, max_in_flight: int = 100,
-                 idle: float = 600.0, frame: float = 60.0, prefill: bytes = b"") -> None:
+                 idle: float = 600.0, frame: float = 60.0, prefill: bytes = b"",
+                 tcp: bool = False) -> None:
         self.engine = native_relay._relay.Engine((0.001, 0.01, 0.1, 1.0))
-        self.app, self.client_end = socket.socketpair()
-        self.upstream_end, self.broker = socket.socketpair()
+        pair = tcp_pair if tcp else socket.socketpair
+        self.app, self.client_end = pair()
+        self.upstream_end, self.broker = pair()
         for s in (self.app, self.broker):
             s.settimeout(5)
         for s in (self.client_end, self.upstream_end):
@@ -127,6 +138,16 @@ def rigs():
         rig.close()
 
 
+def drain(rig: Rig) -> tuple:
+    """Stop the session; it must hand over with nothing left in flight or unforwarded (every
+    response seen to its end). Returns the engine's counters."""
+    rig.engine.stop(rig.sid)
+    state = rig.wait_handover()
+    assert (state.reason, state.client, state.upstream, state.in_flight) == (
+        "drain", b"", b"", [])
+    return rig.engine.collect()
+
+
 def test_frames_pass_byte_for_byte_and_are_counted(rigs) -> None:
     rig = rigs(table((API_VERSIONS, 3), (FETCH, 12)))
     requests = request(API_VERSIONS, 3, 1, b"\x00\x00", flexible=True) + request(
@@ -137,11 +158,7 @@ def test_frames_pass_byte_for_byte_and_are_counted(rigs) -> None:
     responses = response(1, b"v" * 100) + response(2, b"f" * 200_000)
     rig.broker.sendall(responses)
     assert rig.recv_exactly(rig.app, len(responses)) == responses
-    rig.engine.stop(rig.sid)
-    state = rig.wait_handover()
-    assert (state.reason, state.client, state.upstream, state.in_flight) == (
-        "drain", b"", b"", [])
-    counted, pairs = rig.engine.collect()
+    counted, pairs = drain(rig)
     assert counted == (len(requests), len(requests), len(responses), len(responses))
     assert pairs[(API_VERSIONS, 3)][0] == 1 and pairs[(FETCH, 12)][0] == 1
     assert sum(pairs[(FETCH, 12)][1]) == 1  # one latency observation
@@ -392,3 +409,102 @@ def test_a_streamed_fetch_with_leader_hints_ends_in_python(rigs) -> None:
     assert after.startswith(state.upstream[state.tail:])
     assert [e[0] for e in state.in_flight] == [7, 8]
     assert rig.nothing_on(rig.app)
+
+
+# ---- splicing: the bytes of a frame that pass unread never enter the engine's buffers ----
+
+
+def spliced_frames(seed: int) -> tuple[list[bytes], list[bytes]]:
+    """Requests and their responses, big and small mixed: whole passing frames (Fetch v12),
+    walked ones (Fetch v16 with large records), and small ones between them."""
+    rng = random.Random(seed)
+    requests, responses = [], []
+    for corr in range(1, 25):
+        kind = rng.choice(("small", "big", "walked"))
+        size = rng.choice((10, 40_000, 300_000, 1_500_000)) if kind != "small" else 10
+        body = bytes(rng.getrandbits(8) for _ in range(64)) * (size // 64 + 1)
+        if kind == "walked":
+            requests.append(request(FETCH, 16, corr, flexible=True))
+            responses.append(fetch_response_v16(corr, body[:size]))
+        else:
+            requests.append(request(FETCH, 12, corr, body[:size], flexible=True))
+            responses.append(response(corr, body[: size // 2]))
+    return requests, responses
+
+
+def send_in_random_pieces(sock: socket.socket, data: bytes, seed: int) -> threading.Thread:
+    """Send from a thread in pieces of random sizes, some tiny, some far above any buffer."""
+    rng = random.Random(seed)
+
+    def send() -> None:
+        i = 0
+        while i < len(data):
+            n = rng.choice((1, 7, 4096, 70_000, 2_000_000))
+            sock.sendall(data[i:i + n])
+            i += n
+
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    return sender
+
+
+@pytest.mark.parametrize("tcp", [False, True], ids=["unix", "tcp"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_spliced_frames_pass_byte_for_byte_in_order(rigs, tcp: bool, seed: int) -> None:
+    table_ = bytearray(table((FETCH, 12)))
+    table_[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    rig = rigs(bytes(table_), max_frame=8 << 20, tcp=tcp)
+    requests, responses = spliced_frames(seed)
+    up = b"".join(requests)
+    down = b"".join(responses)
+    send_in_random_pieces(rig.app, up, seed)
+    assert rig.recv_exactly(rig.broker, len(up)) == up
+    send_in_random_pieces(rig.broker, down, seed + 100)
+    assert rig.recv_exactly(rig.app, len(down)) == down
+    assert rig.engine.spliced > len(up + down) // 2  # most of the bytes went through pipes
+    counted, pairs = drain(rig)
+    assert counted == (len(up), len(up), len(down), len(down))
+    assert sum(sum(p[1]) for p in pairs.values()) == len(requests)  # a latency each
+
+
+def test_a_spliced_response_to_a_slow_reader_holds_the_broker_back(rigs) -> None:
+    rig = rigs(table((FETCH, 12)), max_frame=16 << 20, tcp=True)
+    for sock, option in ((rig.client_end, socket.SO_SNDBUF), (rig.app, socket.SO_RCVBUF),
+                         (rig.broker, socket.SO_SNDBUF), (rig.upstream_end, socket.SO_RCVBUF)):
+        sock.setsockopt(socket.SOL_SOCKET, option, 64 * 1024)  # socket buffers << 10 MB
+    rig.app.sendall(request(FETCH, 12, 1, flexible=True))
+    rig.recv_exactly(rig.broker, len(request(FETCH, 12, 1, flexible=True)))
+    big = response(1, bytes(range(256)) * 40_000)  # 10 MB: more than the pipe and buffers
+    sender = threading.Thread(target=rig.broker.sendall, args=(big,), daemon=True)
+    sender.start()
+    sender.join(1.0)
+    assert sender.is_alive()  # the engine stopped reading while its pipe was full
+    assert rig.recv_exactly(rig.app, len(big)) == big
+    sender.join(5)
+    assert rig.engine.spliced > len(big) // 2
+    request_after = request(FETCH, 12, 2, flexible=True)
+    rig.app.sendall(request_after)
+    assert rig.recv_exactly(rig.broker, len(request_after)) == request_after
+
+
+def test_a_hand_over_after_spliced_frames_returns_the_exact_state(rigs) -> None:
+    rig = rigs(table((FETCH, 12)), max_frame=8 << 20, tcp=True)
+    big = request(FETCH, 12, 1, b"q" * 500_000, flexible=True)
+    metadata = request(METADATA, 12, 2, b"\x01\x00\x00", flexible=True)  # not in the table
+    send_in_random_pieces(rig.app, big + metadata, 9)
+    assert rig.recv_exactly(rig.broker, len(big)) == big
+    state = rig.wait_handover()
+    assert (state.reason, state.client) == ("request", metadata)
+    assert [e[0] for e in state.in_flight] == [1]
+    assert rig.engine.spliced > 0
+    assert rig.nothing_on(rig.broker)
+
+
+def test_a_client_that_closes_mid_splice_ends_the_session(rigs) -> None:
+    rig = rigs(table((FETCH, 12)), max_frame=8 << 20, tcp=True)
+    big = request(FETCH, 12, 1, b"q" * 500_000, flexible=True)
+    rig.app.sendall(big[:200_000])
+    assert rig.recv_exactly(rig.broker, 100_000) == big[:100_000]
+    rig.app.close()
+    state = rig.wait_handover()
+    assert state.reason == "client_closed"
