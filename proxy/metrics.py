@@ -265,6 +265,10 @@ class Metrics:
             "herald_native_relay_handovers",
             "Native relay phases of sessions that ended, by reason (request: a frame a filter "
             "reads went to Python)", ["reason"], registry=r)
+        self.native_spliced = Counter(
+            "herald_native_relay_spliced_bytes",
+            "Bytes the native relay moved socket to socket with splice(2), never copied into "
+            "Herald (they are also in herald_bytes_total)", registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
         self.tls_handshakes = Counter(

@@ -136,6 +136,7 @@ class NativeRelay:
         # Stamp and fetch plans by the key the engine counts them under: one per chain.
         self._plan_keys: dict[int, int] = {}
         self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
+        self._spliced = 0  # the engine's count at the last fold
         metrics.before_scrape.append(self.fold)
 
     def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
@@ -242,6 +243,10 @@ class NativeRelay:
             _add(metrics.upstream_latency, up, up_sum)
         for key, (batches, records) in self._engine.collect_stamped().items():
             self._plans[key].count(batches, records)
+        spliced = self._engine.spliced
+        if spliced > self._spliced:
+            m.native_spliced.inc(spliced - self._spliced)
+            self._spliced = spliced
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:
