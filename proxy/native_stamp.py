@@ -7,9 +7,8 @@ has no record carrying a header a member watches, it appends the members' column
 record itself (proxy/relay_stamp.c). A record that carries its own valid trace context is
 stamped too when the trace member declares it keeps such a record's (`NativeColumn.
 keeps_valid`): that column appends nothing to it. Any other request goes to Python at its
-frame boundary,
-which runs the chain as always: the Python chain is the reference the engine is tested
-against.
+frame boundary, which runs the chain as always: the Python chain is the reference the engine
+is tested against.
 
 A session is eligible when, apart from the interceptor filter, no filter reads Produce
 requests, tracing is off (spans need Python), no per-topic counters are kept, and every
@@ -157,14 +156,17 @@ def _batch_limit(filt: InterceptorFilter) -> int:
 def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeColumn]]
             ) -> tuple[ChainMember, str] | None:
     """The (member, key) of the one column that keeps a record's own valid traceparent, when
-    exactly one declares it (`NativeColumn.keeps_valid`) and no other member watches that
-    key or ``tracestate`` (it would look at such a record too: Python's then)."""
+    exactly one declares it (`NativeColumn.keeps_valid`), its member looks at records carrying
+    that key (else Python would append to them) and no other member watches that key or
+    ``tracestate`` (it would look at such a record too: Python's then)."""
     found = [(m, key) for m, native in zip(members, natives, strict=True)
              for key, c in zip(m.interceptor.stamps.appends, native,  # type: ignore[union-attr]
                                strict=True) if c.keeps_valid]
     if len(found) != 1:
         return None
     keeper, key = found[0]
+    if not keeper.interceptor.stamps.watched(key):  # type: ignore[union-attr]
+        return None
     for m in members:
         if m is not keeper and any(m.interceptor.stamps.watched(k)  # type: ignore[union-attr]
                                    for k in (key, TRACESTATE)):

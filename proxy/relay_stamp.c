@@ -3,13 +3,16 @@
  * For a session whose produce chain the engine can run (proxy/native_stamp.py decides, and
  * gives the plan: the columns each member appends, what they watch, the limits, the topic ids
  * Herald knows), a Produce request v3-v13 is walked whole (v13 names topics by id: one Herald
- * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2, uncompressed, not a control
- * batch, within the limits, with no record carrying a watched header. Then every record gets
- * the columns appended (as protocol/_stamp.c `append` does), each batch its new length and
- * CRC32C, each records field its new length, the frame its new size. Anything else hands the
- * request to Python unchanged (NC_PYTHON). Ids are cut from random bytes drawn per batch in
- * the layout of interceptors/ids.py (24 bytes per trace context, 12 per message id, the first
- * record's chunk last), so that a test can feed the same draws to both.
+ * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2,
+ * uncompressed, not a control batch, within the limits, with no record carrying a watched
+ * header, but for a record that keeps its own trace context: one valid traceparent and only
+ * valid tracestates, when the plan's traceparent column `keeps` (relay_trace.c checks them;
+ * that column appends nothing to such a record). Then every record gets the columns appended
+ * (as protocol/_stamp.c `append` does), each batch its new length and CRC32C, each records
+ * field its new length, the frame its new size. Anything else hands the request to Python
+ * unchanged (NC_PYTHON). Ids are cut from random bytes drawn per batch in the layout of
+ * interceptors/ids.py (24 bytes per trace context, for the records that get one, 12 per
+ * message id, the first record's chunk last), so that a test can feed the same draws to both.
  *
  * Safety: every read is bounded by the frame, every length checked before it is used.
  */

@@ -13,6 +13,8 @@ import pytest
 import trio
 
 from interceptors import build_chains, ids
+from interceptors.api import TRACEPARENT, Interceptor, NativeColumn, Stamps
+from interceptors.chain import ChainMember, Chains, ProduceChain
 from interceptors.context import ProxyInfo
 from protocol.compression import LZ4
 from protocol.messages.produce_request import (
@@ -314,6 +316,24 @@ def test_a_traceparent_another_member_watches_goes_to_python() -> None:
     _, plan = setup({"mode": "record"}, {})
     assert [column[5] for column in plan.wire[0]] == [True] + [False] * 8
     assert refused_not(one_partition(chunk), plan)
+
+
+class _Blind(Interceptor):
+    """A plugin that appends a traceparent to every record and looks at none: it cannot keep
+    a record's own (Python would append a second one), whatever its column says."""
+
+    stamps = Stamps(("traceparent",))
+
+    def native_columns(self, conn: Any) -> list[NativeColumn]:
+        return [NativeColumn(TRACEPARENT, keeps_valid=True)]
+
+
+def test_only_a_member_that_looks_at_the_traceparent_keeps_it() -> None:
+    chains = Chains(produce=ProduceChain([ChainMember("blind", _Blind(None, ProxyInfo()))]))
+    plan = stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session())
+    assert plan is not None and plan.wire[0][0][5] is False
+    with pytest.raises(ValueError, match="traceparent"):
+        NativeColumn("uuid7", keeps_valid=True)
 
 
 def test_the_limits_send_requests_to_python() -> None:
