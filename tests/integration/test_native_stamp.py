@@ -88,11 +88,7 @@ def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off:
             assert headers["herald.principal"] == b"User:ANONYMOUS"
             assert headers["herald.time"].isdigit()
             assert headers["herald.cluster"] == headers["herald.origin"] != b""
-        after = wait_for(proc, lambda s, b=before: moved(
-            b, s, "herald_interceptor_records_total", outcome="seen") >= 2 * count)
-        counted[on] = {name: _by_labels(before, after, name) for name in COUNTERS}
-        counted[on]["produce"] = moved(before, after, "herald_requests_total", api="Produce")
-        counted[on]["handovers"] = moved(before, after, HANDOVERS, reason="request")
+        counted[on] = _counted(proc, before, count)
     assert keys[True] == keys[False]
     assert keys[True][0] == ["app", "traceparent", "herald.client_id", "herald.principal",
                              "herald.source", "herald.proxy", "herald.cluster", "herald.time",
@@ -155,11 +151,7 @@ def test_records_with_their_own_traceparent_stay_native(
             assert [k for k, _ in headers[len(own):]] == AUDIT
             assert dict(headers)["herald.client_id"] == b"apm-app"
             keys[on][i] = [k for k, _ in headers]
-        after = wait_for(proc, lambda s, b=before: moved(
-            b, s, "herald_interceptor_records_total", outcome="seen") >= 2 * TRACED)
-        counted[on] = {name: _by_labels(before, after, name) for name in COUNTERS}
-        counted[on]["produce"] = moved(before, after, "herald_requests_total", api="Produce")
-        counted[on]["handovers"] = moved(before, sending, HANDOVERS, reason="request")
+        counted[on] = _counted(proc, before, TRACED, sending)
     assert keys[True] == keys[False]
     on, off = counted[True], counted[False]
     # Python sees the first Metadata requests of the new producer, and no Produce request:
@@ -170,6 +162,18 @@ def test_records_with_their_own_traceparent_stay_native(
     assert on["produce"] >= TRACED // 2
     events = on["herald_interceptor_events_total"]
     assert not any("trace_new_context" in str(labels) for labels in events), events
+
+
+def _counted(proc: HeraldProcess, before: dict, records: int, sent: dict | None = None
+             ) -> dict:
+    """The counters that moved since `before`, once both members have seen `records` records;
+    the Produce requests, and the requests handed to Python until `sent` (default: now)."""
+    after = wait_for(proc, lambda s: moved(
+        before, s, "herald_interceptor_records_total", outcome="seen") >= 2 * records)
+    counted: dict = {name: _by_labels(before, after, name) for name in COUNTERS}
+    counted["produce"] = moved(before, after, "herald_requests_total", api="Produce")
+    counted["handovers"] = moved(before, sent or after, HANDOVERS, reason="request")
+    return counted
 
 
 def _by_labels(before: dict, after: dict, name: str) -> dict:
