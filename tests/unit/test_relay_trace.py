@@ -53,7 +53,7 @@ valid_tp = st.builds(
     st.sampled_from(["", "-", "-01", "-anything at all"]))
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(valid_tp | near_traceparent | st.binary(max_size=80)
        | st.text(HEX + "-ABCDEF \t", max_size=70).map(str.encode))
 @example(GIVEN)
@@ -100,7 +100,7 @@ near_tracestate = st.lists(member | short_member | st.just(""), max_size=6).map(
     lambda ms: ",".join(ms).encode())
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(near_tracestate | st.binary(max_size=60)
        | st.text("ab=,@ \t1-*/Z", max_size=40).map(str.encode))
 @example(None)
