@@ -16,8 +16,9 @@ setup(ext_modules=[
               include_dirs=["protocol"], depends=["protocol/stamp_core.h"],
               extra_compile_args=["-O2"]),
     Extension("proxy._relay", ["proxy/_relay.c", "proxy/relay_stamp.c", "proxy/relay_fetch.c",
-                                    "protocol/stamp_core.c"],
+                                    "proxy/relay_trace.c", "protocol/stamp_core.c"],
               optional=True, include_dirs=["protocol", "proxy"],
-              depends=["protocol/stamp_core.h", "proxy/relay_stamp.h", "proxy/relay_fetch.h"],
+              depends=["protocol/stamp_core.h", "proxy/relay_stamp.h", "proxy/relay_fetch.h",
+                       "proxy/relay_trace.h"],
               extra_compile_args=["-O2"], libraries=["pthread"]),
 ])

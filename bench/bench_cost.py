@@ -1,6 +1,7 @@
 """What a proxy costs per megabyte it moves and at low steady rates: Herald beside a native relay.
 
     python bench/bench_cost.py [--interceptors none|trace_audit|drop_headers] [--rounds 3]
+                               [--client-traces]
 
 A ratio of throughputs with the broker, the load tools and the proxy sharing two cores
 measures the machine. What travels across machines is the proxy's own CPU per MB it moves, and
@@ -17,12 +18,18 @@ Per round, for the minimal native relay (`bench/relay.c`) and for Herald, in the
     in microseconds: the proxy's CPU in millicores over the window, and the latency it adds
     over the direct run at the same rate.
 Figures are medians of per-round values.
+
+`--client-traces` is the APM case: an application that traces its own sends, so every record
+carries a valid W3C `traceparent` of its own. ProducerPerformance cannot set headers, so the
+full-speed produce is then a librdkafka producer in this process (on the load CPU, like the
+Java tools), and the timed producer sets one too; every target gets the same load.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -40,6 +47,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from bench.bench_proxy import (  # noqa: E402
     CpuClock,
+    ProduceResult,
     consume,
     create_topic,
     data_bytes,
@@ -47,6 +55,7 @@ from bench.bench_proxy import (  # noqa: E402
     delete_topics,
     log,
     produce,
+    send,
 )
 from bench.bench_relay import build_relay  # noqa: E402
 from bench.pinning import (  # noqa: E402
@@ -97,8 +106,47 @@ class Timed:
     kept_up: bool
 
 
+def client_traceparents(n: int = 1024) -> list[bytes]:
+    """Valid version-00 traceparents, sampled, as an instrumented application sets them."""
+    rng = random.Random(17)
+    return [b"00-%032x-%016x-01" % (rng.getrandbits(128) | 1, rng.getrandbits(64) | 1)
+            for _ in range(n)]
+
+
+def produce_traced(bootstrap: str, topic: str, records: int, size: int) -> ProduceResult:
+    """Produce `records` at full speed from a librdkafka producer that gives every record a
+    traceparent of its own; acks=all and the Java producer's defaults, as ProducerPerformance
+    runs: 16 KiB batches, linger.ms 5, at most 5 requests in flight. (librdkafka's own 1 MB
+    batches make requests of several MB, which Herald stamps in Python; and with its default
+    of a million requests in flight a full-speed producer never lets every request be
+    answered, which is when Herald gives a session it took back to the engine.)"""
+    errors = 0
+
+    def report(err: Any, _msg: Any) -> None:
+        nonlocal errors
+        if err is not None:
+            errors += 1
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": False, "queue.buffering.max.messages": 200_000,
+                         "batch.size": 16384, "linger.ms": 5,
+                         "max.in.flight.requests.per.connection": 5, "on_delivery": report})
+    value = b"x" * size
+    contexts = client_traceparents()
+    started = time.perf_counter()
+    for i in range(records):
+        send(producer, topic, value, [("traceparent", contexts[i % len(contexts)])], 0.001)
+        if i % 1000 == 0:
+            producer.poll(0)
+    if producer.flush(120) or errors:
+        raise RuntimeError(f"traced producer: {errors} failed deliveries, {len(producer)} left")
+    seconds = time.perf_counter() - started
+    return ProduceResult(records, records / seconds, records * size / 1e6 / seconds,
+                         float("nan"), float("nan"), float("nan"))
+
+
 def timed_produce(bootstrap: str, topic: str, rate: int, seconds: float, linger_ms: float,
-                  warmup_s: float = 2.0) -> Timed:
+                  warmup_s: float = 2.0, traced: bool = False) -> Timed:
     """Produce `rate` records/s for `seconds` after a warm-up; p50 and p99 of produce() to
     delivery report, in microseconds (librdkafka stamps each record when produce() queues it
     and `latency()` reads its microsecond clock when the report is served).
@@ -127,6 +175,7 @@ def timed_produce(bootstrap: str, topic: str, rate: int, seconds: float, linger_
                          "linger.ms": linger_ms, "enable.idempotence": False,
                          "on_delivery": report})
     value = b"x" * 1024
+    contexts = client_traceparents() if traced else None
     tick = 0.001
     started = time.perf_counter()
     measured_from = started + warmup_s
@@ -144,7 +193,11 @@ def timed_produce(bootstrap: str, topic: str, rate: int, seconds: float, linger_
                 due, sent, started = 0.0, 0, now
             due = (now - started) * rate
             while sent < due:
-                producer.produce(topic, value)
+                if contexts is None:
+                    producer.produce(topic, value)
+                else:
+                    producer.produce(topic, value,
+                                     headers=[("traceparent", contexts[sent % len(contexts)])])
                 sent += 1
             if measuring:
                 max_backlog = max(max_backlog, len(producer))
@@ -188,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--native", choices=("off", "auto"), default="auto",
                         help="Herald's performance.native_relay (default auto, Herald's own "
                              "default; the baseline keeps its own default)")
+    parser.add_argument("--client-traces", action="store_true",
+                        help="every produced record carries its own valid traceparent (an "
+                             "application that traces its sends); the full-speed produce is "
+                             "then a librdkafka producer in this process")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -309,7 +366,10 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
     create_topic(broker, topic, args.partitions)
     mb = args.records * 1024 / 1e6
     before = clock.read() if clock else (0.0, 0.0)
-    p = produce(bootstrap, topic, args.records, 1024, -1)
+    if args.client_traces:
+        p = produce_traced(bootstrap, topic, args.records, 1024)
+    else:
+        p = produce(bootstrap, topic, args.records, 1024, -1)
     produce_cpu = _cpu(clock, before)
     before = clock.read() if clock else (0.0, 0.0)
     c = consume(bootstrap, topic, args.records)
@@ -332,7 +392,8 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
             load_wait = RunQueueWait(load_pids)
             proxy_wait = RunQueueWait([proxy_pid] if proxy_pid else [])
             started = time.perf_counter()
-            t = timed_produce(bootstrap, rate_topic, rate, args.rate_seconds, args.linger_ms)
+            t = timed_produce(bootstrap, rate_topic, rate, args.rate_seconds, args.linger_ms,
+                              traced=args.client_traces)
             wall = time.perf_counter() - started
             millicores = _cpu(clock, before) / wall * 1000
             waits = (f"CPU wait: load side {load_wait.seconds() / wall * 1000:.0f} ms/s, "
@@ -358,8 +419,10 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
     direct = figures["direct"]
     layout = ("pinned: broker and load tools on CPU 0, proxy on CPU 1" if pinned
               else "unpinned: everything on every core")
+    traces = ("; every record with its own traceparent (librdkafka at full speed)"
+              if args.client_traces else "")
     print(f"\n{args.records:,} x 1 KiB records, acks=all, Herald interceptors: "
-          f"{args.interceptors}; medians of {args.rounds} rounds; {layout}; "
+          f"{args.interceptors}{traces}; medians of {args.rounds} rounds; {layout}; "
           f"load average at the end {_loadavg()}\n")
     print("Proxy CPU per MB of client payload (ms per MB = millicores per MB/s)")
     print(f"  {'':8}{'produce':>10}{'consume':>10}")

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import Producer  # noqa: E402
 
-from bench.bench_proxy import create_topic, data_dir, delete_topics, log  # noqa: E402
+from bench.bench_proxy import create_topic, data_dir, delete_topics, log, send  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
 from proxy.embedded_kafka import KafkaCluster  # noqa: E402
 
@@ -56,12 +56,7 @@ def write_flows(bootstrap: str, topics: list[str], records: int) -> None:
                        ] if traced else []
             headers += audit + [("herald.time", str(now + flow + 3 * hop).encode()),
                                 ("herald.msg_id", uuid.uuid4().bytes.hex().encode())]
-            while True:
-                try:
-                    producer.produce(topic, value, headers=headers)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+            send(producer, topic, value, headers, 0.05)
             written += 1
         flow += 1
         if flow % 10_000 == 0:

@@ -186,6 +186,16 @@ def produce(
     return parsed
 
 
+def send(producer: Any, topic: str, value: bytes, headers: list, wait_s: float) -> None:
+    """Produce one record with librdkafka, polling while its local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, value, headers=headers)
+            return
+        except BufferError:
+            producer.poll(wait_s)
+
+
 def consume(bootstrap: str, topic: str, records: int) -> ConsumeResult:
     result = run_tool(
         CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,

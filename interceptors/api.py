@@ -149,6 +149,15 @@ class NativeColumn:
 
     `event`, when set, is the member's counter (`MemberStats.count`) of values made: one per
     record, or one per batch with `per_batch`.
+
+    `keeps_valid` (kind `TRACEPARENT` only) declares the W3C pass-through: a record that
+    carries exactly one valid traceparent under the column's key (`interceptors.tracing.
+    valid_traceparent`), and beside it only valid ``tracestate`` headers (`parse_tracestate`),
+    keeps them, and the column appends nothing to it; the member counts nothing for it, and
+    with `per_batch` a batch whose records all keep theirs makes no value. The engine then
+    stamps such records itself (the other columns as usual) instead of handing the request to
+    Python, provided no other member watches those two keys. Any other record carrying a
+    header the member watches still goes to Python.
     """
 
     kind: str
@@ -156,10 +165,13 @@ class NativeColumn:
     sampled: bool = True
     per_batch: bool = False
     event: str | None = None
+    keeps_valid: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in NATIVE_KINDS:
             raise ValueError(f"unknown native column kind {self.kind!r}")
+        if self.keeps_valid and self.kind != TRACEPARENT:
+            raise ValueError("only a traceparent column keeps a record's own")
 
 
 @dataclass

@@ -155,7 +155,7 @@ typedef struct {
 /* What was stamped for one stamp key since the last collect. */
 typedef struct {
     long long key;
-    uint64_t batches, records;
+    nc_counts counts;
 } stamp_stats_t;
 
 typedef struct {
@@ -476,8 +476,7 @@ static int engine_draw(void *arg, int stream, uint8_t *dst, size_t n) {
 static void count_stamped(engine_t *e, long long key, const nc_counts *counts) {
     for (size_t i = 0; i < e->nstamp_stats; i++) {
         if (e->stamp_stats[i].key == key) {
-            e->stamp_stats[i].batches += counts->batches;
-            e->stamp_stats[i].records += counts->records;
+            nc_counts_add(&e->stamp_stats[i].counts, counts);
             return;
         }
     }
@@ -492,8 +491,7 @@ static void count_stamped(engine_t *e, long long key, const nc_counts *counts) {
     }
     stamp_stats_t *row = &e->stamp_stats[e->nstamp_stats++];
     row->key = key;
-    row->batches = counts->batches;
-    row->records = counts->records;
+    row->counts = *counts;
 }
 
 enum { S_DONE, S_WAIT, S_PYTHON };
@@ -1747,7 +1745,7 @@ static PyObject *engine_collect(engine_t *self, PyObject *unused) {
     return out;
 }
 
-/* What was stamped since the last call, {stamp key: (batches, records)}, and reset. */
+/* What was stamped since the last call, {stamp key: nc_counts_tuple}, and reset. */
 static PyObject *engine_collect_stamped(engine_t *self, PyObject *unused) {
     PyObject *out = PyDict_New();
     if (out == NULL) {
@@ -1757,8 +1755,7 @@ static PyObject *engine_collect_stamped(engine_t *self, PyObject *unused) {
     for (size_t i = 0; i < self->nstamp_stats && out != NULL; i++) {
         stamp_stats_t *row = &self->stamp_stats[i];
         PyObject *key = PyLong_FromLongLong(row->key);
-        PyObject *val = Py_BuildValue("(KK)", (unsigned long long)row->batches,
-                                      (unsigned long long)row->records);
+        PyObject *val = nc_counts_tuple(&row->counts);
         if (key == NULL || val == NULL || PyDict_SetItem(out, key, val) != 0) {
             Py_CLEAR(out);
         }
@@ -1825,8 +1822,14 @@ static PyTypeObject engine_type = {
 
 static PyMethodDef module_methods[] = {
     {"stamp_produce", nc_py_stamp_produce, METH_VARARGS,
-     "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, batches, "
-     "records), or (None, why) when the request goes to Python: the engine's rewrite"},
+     "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, (batches, "
+     "records, kept, kept_batches)), or (None, why) when the request goes to Python: the "
+     "engine's rewrite"},
+    {"valid_traceparent", nt_py_valid_traceparent, METH_O,
+     "valid_traceparent(value) -> the engine's interceptors.tracing.valid_traceparent"},
+    {"valid_tracestate", nt_py_valid_tracestate, METH_O,
+     "valid_tracestate(value) -> whether interceptors.tracing.parse_tracestate accepts it, "
+     "as the engine decides"},
     {"scan_fetch", nf_py_scan_fetch, METH_VARARGS,
      "scan_fetch(frame, version, plan, check_tags) -> (batches, records) when the Fetch "
      "response passes as it is, or (None, why) when it goes to Python: the engine's verdict"},

@@ -40,9 +40,10 @@ class FetchPlan:
     chain: FetchChain
     members: tuple[ChainMember, ...]
 
-    def count(self, batches: int, records: int) -> None:
+    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0) -> None:
         """Add what the engine scanned to the counters the Python path keeps for a chain run
-        that changes nothing: batches and records seen, by the chain and by each member."""
+        that changes nothing: batches and records seen, by the chain and by each member.
+        (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan.)"""
         run = ChainStats(self.chain.path, {}, batches, 0, records)
         for m in self.members:
             run.members[m.name] = MemberStats(m.name, m.type, records)

@@ -241,8 +241,8 @@ class NativeRelay:
                 metrics.requests.inc(requests)
             _add(metrics.latency, lat, lat_sum)
             _add(metrics.upstream_latency, up, up_sum)
-        for key, (batches, records) in self._engine.collect_stamped().items():
-            self._plans[key].count(batches, records)
+        for key, counts in self._engine.collect_stamped().items():
+            self._plans[key].count(*counts)
         spliced = self._engine.spliced
         if spliced > self._spliced:
             m.native_spliced.inc(spliced - self._spliced)

@@ -99,7 +99,7 @@ static int64_t read_length(sc_reader *r, int compact, int width) {
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why) {
     sc_reader r = {frame, 0, len, 0};
-    counts->batches = counts->records = 0;
+    memset(counts, 0, sizeof *counts);
     *why = "a malformed Fetch response";
     if (ver < NF_MIN_VERSION || ver > NF_MAX_VERSION) {
         *why = "a Fetch version the scan does not read";

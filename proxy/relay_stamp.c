@@ -3,13 +3,16 @@
  * For a session whose produce chain the engine can run (proxy/native_stamp.py decides, and
  * gives the plan: the columns each member appends, what they watch, the limits, the topic ids
  * Herald knows), a Produce request v3-v13 is walked whole (v13 names topics by id: one Herald
- * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2, uncompressed, not a control
- * batch, within the limits, with no record carrying a watched header. Then every record gets
- * the columns appended (as protocol/_stamp.c `append` does), each batch its new length and
- * CRC32C, each records field its new length, the frame its new size. Anything else hands the
- * request to Python unchanged (NC_PYTHON). Ids are cut from random bytes drawn per batch in
- * the layout of interceptors/ids.py (24 bytes per trace context, 12 per message id, the first
- * record's chunk last), so that a test can feed the same draws to both.
+ * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2,
+ * uncompressed, not a control batch, within the limits, with no record carrying a watched
+ * header, but for a record that keeps its own trace context: one valid traceparent and only
+ * valid tracestates, when the plan's traceparent column `keeps` (relay_trace.c checks them;
+ * that column appends nothing to such a record). Then every record gets the columns appended
+ * (as protocol/_stamp.c `append` does), each batch its new length and CRC32C, each records
+ * field its new length, the frame its new size. Anything else hands the request to Python
+ * unchanged (NC_PYTHON). Ids are cut from random bytes drawn per batch in the layout of
+ * interceptors/ids.py (24 bytes per trace context, for the records that get one, 12 per
+ * message id, the first record's chunk last), so that a test can feed the same draws to both.
  *
  * Safety: every read is bounded by the frame, every length checked before it is used.
  */
@@ -95,23 +98,38 @@ int nc_plan_parse(PyObject *obj, nc_plan *plan) {
         return bad_plan(plan, "");
     }
     for (Py_ssize_t i = 0; i < nc; i++) {
-        int kind, sampled, per_batch;
+        int kind, sampled, per_batch, keeps;
         PyObject *key, *value;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iO!Opp", &kind, &PyBytes_Type, &key,
-                              &value, &sampled, &per_batch)) {
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iO!Oppp", &kind, &PyBytes_Type, &key,
+                              &value, &sampled, &per_batch, &keeps)) {
             return bad_plan(plan, "");
         }
         if (kind < NC_CONST || kind > NC_TRACEPARENT || (value != Py_None && !PyBytes_Check(value))) {
-            return bad_plan(plan, "a column is (kind 0-4, key bytes, bytes or None, bool, bool)");
+            return bad_plan(plan, "a column is (kind 0-4, key bytes, bytes or None, bool, bool, "
+                                  "bool)");
+        }
+        if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
+            return bad_plan(plan, "one traceparent column at most keeps a record's own");
         }
         nc_col *c = &plan->cols[plan->ncols++];
         c->kind = kind;
         c->sampled = sampled;
         c->per_batch = per_batch;
+        c->keeps = keeps;
         if ((c->key = copy_bytes(key, &c->key_len)) == NULL ||
             (value != Py_None && (c->value = copy_bytes(value, &c->value_len)) == NULL)) {
             PyErr_NoMemory();
             return bad_plan(plan, "");
+        }
+        if (keeps) {
+            size_t at = 0;
+            uint64_t z;
+            if (!sc_uvarint(c->key, &at, c->key_len, &z) || z != 2 * (c->key_len - at)) {
+                return bad_plan(plan, "a column key is its zigzag length, then the key");
+            }
+            plan->keeper = c;
+            plan->keeper_key = c->key + at;
+            plan->keeper_key_len = c->key_len - at;
         }
     }
     Py_ssize_t nk = PyTuple_GET_SIZE(keys), np = PyTuple_GET_SIZE(prefixes);
@@ -255,6 +273,7 @@ typedef struct {
     uint8_t *tail;
     size_t len;
     size_t *slot; /* per column: offset of its id in tail (per-record columns) */
+    size_t keep_from, keep_to; /* the keeper column's bytes in tail, which kept records skip */
     uint8_t *draws[2];
     size_t draws_cap[2];
 } tail_t;
@@ -284,6 +303,9 @@ static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
     uint8_t *w = t->tail;
     for (size_t i = 0; i < plan->ncols; i++) {
         const nc_col *c = &plan->cols[i];
+        if (c == plan->keeper) {
+            t->keep_from = (size_t)(w - t->tail);
+        }
         memcpy(w, c->key, c->key_len);
         w += c->key_len;
         const uint8_t *value = NULL;
@@ -313,6 +335,9 @@ static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
             t->slot[i] = (size_t)(w - t->tail);
             memset(w, '0', TP_LEN);
             w += TP_LEN;
+            if (c == plan->keeper) {
+                t->keep_to = (size_t)(w - t->tail);
+            }
             continue;
         }
         if (n < 0) {
@@ -347,11 +372,90 @@ int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
     return 0;
 }
 
+/* What a record's headers make of it: stamped like any (R_PLAIN), stamped but for the keeper
+ * column, as it carries one valid traceparent and only valid tracestates (R_KEPT), or one
+ * for Python, which looks at records carrying a watched header (R_PYTHON). */
+enum { R_PLAIN, R_KEPT, R_PYTHON };
+
+#define TRACESTATE "tracestate"
+#define TRACESTATE_LEN 10
+
+typedef struct {
+    const nc_plan *plan;
+    int other;       /* a watched key the keeper does not keep */
+    uint64_t tp, ts; /* the keeper's key and tracestate headers, with a keeper */
+} rec_keys;
+
+static int is_key(const uint8_t *key, size_t len, const uint8_t *want, size_t want_len) {
+    return len == want_len && memcmp(key, want, len) == 0;
+}
+
+/* The record walk's key callback (sc_key_fn). */
+static int record_key(void *arg, const uint8_t *key, size_t len) {
+    rec_keys *k = arg;
+    const nc_plan *plan = k->plan;
+    if (plan->keeper != NULL) {
+        if (is_key(key, len, plan->keeper_key, plan->keeper_key_len)) {
+            k->tp++;
+            return 0;
+        }
+        if (is_key(key, len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+            k->ts++;
+            return 0;
+        }
+    }
+    nc_watch w = {plan, 0};
+    k->other = nc_watched_key(&w, key, len);
+    return k->other;
+}
+
+/* The class of a record walked (sc_walk_record, which checked its headers) with record_key. */
+static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k) {
+    if (!(k->other | k->tp | k->ts)) {
+        return R_PLAIN;
+    }
+    if (k->other || k->tp != 1) {
+        return R_PYTHON; /* tracestate alone, several traceparents, other watched keys */
+    }
+    const nc_plan *plan = k->plan;
+    size_t p = r->first;
+    for (uint64_t h = 0; h < r->count; h++) {
+        uint64_t z;
+        sc_uvarint(b, &p, r->end, &z);
+        const uint8_t *key = b + p;
+        size_t key_len = (size_t)(z >> 1);
+        p += key_len;
+        sc_uvarint(b, &p, r->end, &z);
+        int64_t n = z == 1 ? -1 : (int64_t)(z >> 1);
+        const uint8_t *value = n < 0 ? NULL : b + p;
+        p += n < 0 ? 0 : (size_t)n;
+        if (is_key(key, key_len, plan->keeper_key, plan->keeper_key_len)) {
+            if (!nt_valid_traceparent(value, n)) {
+                return R_PYTHON;
+            }
+        } else if (is_key(key, key_len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+            if (!nt_valid_tracestate(value, n)) {
+                return R_PYTHON; /* Python counts it (tracestate_invalid) */
+            }
+        }
+    }
+    return R_KEPT;
+}
+
+/* Walk one record (checked before) at *pos and classify it. */
+static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan *plan,
+                      sc_rec *r) {
+    rec_keys k = {plan, 0, 0, 0};
+    sc_walk_record(b, pos, size, r, record_key, &k);
+    return classify(b, r, &k);
+}
+
 /* Check one batch at b (at most `room` bytes to the end of its records field): its size and
- * its size once stamped, or a reason it is not ours. */
+ * its size once stamped, how many of its records keep their own traceparent, or a reason it
+ * is not ours. */
 static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
-                               size_t tail_len, size_t *size, size_t *new_size,
-                               int64_t *records) {
+                               const tail_t *t, size_t *size, size_t *new_size,
+                               int64_t *records, int64_t *kept) {
     if (room < BATCH_HEADER) {
         return "a partial record batch";
     }
@@ -377,17 +481,24 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     if (count > plan->max_batch_records) {
         return "a batch over limits.max_batch_records";
     }
-    size_t added = plan->ncols;
     size_t pos = BATCH_HEADER, total = BATCH_HEADER;
     int64_t n = 0;
-    nc_watch w = {plan, 0};
+    *kept = 0;
     while (pos < *size) {
         sc_rec r;
-        if (n >= count || sc_walk_record(b, &pos, *size, &r, nc_watched_key, &w) != NULL) {
+        rec_keys k = {plan, 0, 0, 0};
+        if (n >= count || sc_walk_record(b, &pos, *size, &r, record_key, &k) != NULL) {
             return "malformed records";
         }
-        if (w.hit) {
+        int cls = classify(b, &r, &k);
+        if (cls == R_PYTHON) {
             return "a record with a watched header";
+        }
+        size_t added = plan->ncols, tail_len = t->len;
+        if (cls == R_KEPT) {
+            added--;
+            tail_len -= t->keep_to - t->keep_from;
+            ++*kept;
         }
         size_t rec = (r.hpos - r.body) + sc_varint_size(sc_zigzag((int64_t)(r.count + added))) +
                      (r.end - r.first) + tail_len;
@@ -409,17 +520,26 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     return NULL;
 }
 
+/* How many bytes of random draws column c takes for a batch of `count` records, `fresh` of
+ * which get its value (all but those that keep their own traceparent, for the keeper). */
+static size_t draw_size(const nc_col *c, int64_t count, int64_t fresh) {
+    if (c->kind == NC_UUID7) {
+        return 12 * (size_t)count;
+    }
+    if (c->kind != NC_TRACEPARENT) {
+        return 0;
+    }
+    int64_t n = c->keeps ? fresh : count;
+    return c->per_batch ? (n > 0 ? 24 : 0) : 24 * (size_t)n;
+}
+
 /* Fill the per-batch ids into t->draws (NC_OK, or NC_PYTHON / NC_NOMEM). */
-static int draw_batch(tail_t *t, const nc_plan *plan, int64_t count, nc_draw_fn draw,
-                      void *arg, const char **why) {
+static int draw_batch(tail_t *t, const nc_plan *plan, int64_t count, int64_t fresh,
+                      nc_draw_fn draw, void *arg, const char **why) {
     size_t need[2] = {0, 0};
     for (size_t i = 0; i < plan->ncols; i++) {
         const nc_col *c = &plan->cols[i];
-        if (c->kind == NC_TRACEPARENT) {
-            need[NC_TRACE_DRAWS] += c->per_batch ? 24 : 24 * (size_t)count;
-        } else if (c->kind == NC_UUID7) {
-            need[NC_MSG_DRAWS] += 12 * (size_t)count;
-        }
+        need[c->kind == NC_UUID7 ? NC_MSG_DRAWS : NC_TRACE_DRAWS] += draw_size(c, count, fresh);
     }
     for (int s = 0; s < 2; s++) {
         if (need[s] > t->draws_cap[s]) {
@@ -431,19 +551,17 @@ static int draw_batch(tail_t *t, const nc_plan *plan, int64_t count, nc_draw_fn 
             t->draws_cap[s] = need[s];
         }
     }
-    /* Column by column, as the Python chain draws: each column's draw is one call. */
+    /* Column by column, as the Python chain draws: each column's draw is one call (a column
+     * with nothing to make, a batch whose records all keep their traceparent, draws nothing,
+     * as Python makes a batch's shared context on first use). */
     size_t at[2] = {0, 0};
     for (size_t i = 0; i < plan->ncols; i++) {
         const nc_col *c = &plan->cols[i];
-        int s = c->kind == NC_TRACEPARENT ? NC_TRACE_DRAWS
-                : c->kind == NC_UUID7     ? NC_MSG_DRAWS
-                                          : -1;
-        if (s < 0) {
+        size_t n = draw_size(c, count, fresh);
+        if (n == 0) {
             continue;
         }
-        size_t n = c->kind == NC_UUID7 ? 12 * (size_t)count
-                   : c->per_batch      ? 24
-                                       : 24 * (size_t)count;
+        int s = c->kind == NC_UUID7 ? NC_MSG_DRAWS : NC_TRACE_DRAWS;
         if (!draw(arg, s, t->draws[s] + at[s], n)) {
             *why = "no random bytes left";
             return NC_PYTHON;
@@ -453,52 +571,70 @@ static int draw_batch(tail_t *t, const nc_plan *plan, int64_t count, nc_draw_fn 
     return NC_OK;
 }
 
-/* Write the ids of record `index` of `count` into the tail's slots. */
-static void fill_ids(tail_t *t, const nc_plan *plan, int64_t count, int64_t index) {
+/* Write the ids of record `index` of `count` into the tail's slots; the record is number
+ * `nth` of the batch's `fresh` records that get the keeper's value, or keeps its own (`kept`).
+ * Python makes each value in record order, the first record's from the first draw, which
+ * the engine's one draw per batch holds last. */
+static void fill_ids(tail_t *t, const nc_plan *plan, int64_t count, int64_t index,
+                     int64_t fresh, int64_t nth, int kept) {
     size_t at[2] = {0, 0};
     for (size_t i = 0; i < plan->ncols; i++) {
         const nc_col *c = &plan->cols[i];
+        size_t n = draw_size(c, count, fresh);
         if (c->kind == NC_TRACEPARENT) {
             const sc_cut *spec = c->sampled ? TP_SAMPLED : TP_UNSAMPLED;
-            if (c->per_batch) {
-                if (index == 0) {
-                    sc_hex_cut(t->tail + t->slot[i], t->draws[0] + at[0], spec, 3);
-                }
-                at[0] += 24;
-            } else {
-                sc_hex_cut(t->tail + t->slot[i],
-                           t->draws[0] + at[0] + 24 * (size_t)(count - 1 - index), spec, 3);
-                at[0] += 24 * (size_t)count;
+            int64_t of = c->keeps ? fresh : count, k = c->keeps ? nth : index;
+            if (!(c->keeps && kept) && (!c->per_batch || k == 0)) {
+                size_t chunk = c->per_batch ? 0 : 24 * (size_t)(of - 1 - k);
+                sc_hex_cut(t->tail + t->slot[i], t->draws[0] + at[0] + chunk, spec, 3);
             }
+            at[0] += n;
         } else if (c->kind == NC_UUID7) {
             sc_hex_cut(t->tail + t->slot[i],
                        t->draws[1] + at[1] + 12 * (size_t)(count - 1 - index), UUID7_RANDOM, 4);
-            at[1] += 12 * (size_t)count;
+            at[1] += n;
         }
     }
 }
 
-/* Write the stamped batch (checked by check_batch) at out. */
+/* Write the stamped batch (checked by check_batch; `kept` of its records keep their own
+ * traceparent) at out. */
 static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t count,
-                        const nc_plan *plan, tail_t *t, uint8_t *out) {
+                        int64_t kept, const nc_plan *plan, tail_t *t, uint8_t *out) {
     memcpy(out, b, BATCH_HEADER);
     put_be32(out + 8, (uint32_t)(new_size - 12));
     uint8_t *w = out + BATCH_HEADER;
     size_t pos = BATCH_HEADER;
+    int64_t nth = 0;
     for (int64_t i = 0; i < count; i++) {
         sc_rec r;
-        sc_walk_record(b, &pos, size, &r, NULL, NULL); /* checked before */
-        fill_ids(t, plan, count, i);
-        uint64_t headers = sc_zigzag((int64_t)(r.count + plan->ncols));
-        size_t rec = (r.hpos - r.body) + sc_varint_size(headers) + (r.end - r.first) + t->len;
+        int keeps = 0;
+        if (kept) { /* only then are records walked for their keys again */
+            keeps = walk_class(b, &pos, size, plan, &r) == R_KEPT;
+        } else {
+            sc_walk_record(b, &pos, size, &r, NULL, NULL); /* checked before */
+        }
+        fill_ids(t, plan, count, i, count - kept, nth, keeps);
+        nth += !keeps;
+        size_t skip = keeps ? t->keep_to - t->keep_from : 0;
+        uint64_t headers = sc_zigzag((int64_t)(r.count + plan->ncols - (keeps ? 1 : 0)));
+        size_t rec = (r.hpos - r.body) + sc_varint_size(headers) + (r.end - r.first) + t->len -
+                     skip;
         w = sc_put_varint(w, sc_zigzag((int64_t)rec));
         memcpy(w, b + r.body, r.hpos - r.body);
         w += r.hpos - r.body;
         w = sc_put_varint(w, headers);
         memcpy(w, b + r.first, r.end - r.first);
         w += r.end - r.first;
-        memcpy(w, t->tail, t->len);
-        w += t->len;
+        if (keeps) {
+            memcpy(w, t->tail, t->keep_from);
+            w += t->keep_from;
+            memcpy(w, t->tail + t->keep_to, t->len - t->keep_to);
+            w += t->len - t->keep_to;
+        } else {
+            memcpy(w, t->tail, t->len);
+            w += t->len;
+        }
     }
     put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
 }
@@ -511,13 +647,15 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
     size_t pos = 0, total = 0;
     while (pos < len) {
         size_t size, new_size;
-        int64_t records;
-        if ((*why = check_batch(f + pos, len - pos, plan, t->len, &size, &new_size, &records))
+        int64_t records, kept;
+        if ((*why = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept))
             != NULL) {
             return NC_PYTHON;
         }
         counts->batches++;
         counts->records += (uint64_t)records;
+        counts->kept += (uint64_t)kept;
+        counts->kept_batches += kept == records;
         if ((int64_t)counts->records > plan->max_request_records) {
             *why = "a request over limits.max_request_records";
             return NC_PYTHON;
@@ -541,13 +679,13 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
     pos = 0;
     while (pos < len) {
         size_t size, new_size;
-        int64_t records;
-        check_batch(f + pos, len - pos, plan, t->len, &size, &new_size, &records);
-        int r = draw_batch(t, plan, records, draw, arg, why);
+        int64_t records, kept;
+        check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept);
+        int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
         if (r != NC_OK) {
             return r;
         }
-        write_batch(f + pos, size, new_size, records, plan, t, out->buf + out->len);
+        write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
         out->len += new_size;
         pos += size;
     }
@@ -568,7 +706,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
                      const char **why) {
     rd_t r = {frame, 0, len, 0};
     out->len = 0;
-    counts->batches = counts->records = 0;
+    memset(counts, 0, sizeof *counts);
     *why = "a malformed Produce request";
     if (len < 12 || (uint64_t)(uint32_t)rd_int(&r, 4) + 4 != len) {
         return NC_PYTHON;
@@ -679,7 +817,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     if (result == NC_OK) {
         put_be32(out->buf, (uint32_t)(out->len - 4));
     } else {
-        counts->batches = counts->records = 0;
+        memset(counts, 0, sizeof *counts);
     }
     free_tail(&t);
     return result;
@@ -724,9 +862,11 @@ PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
         } else if (r == NC_PYTHON) {
             out = Py_BuildValue("(Os)", Py_None, why);
         } else {
-            out = Py_BuildValue("(y#KK)", (const char *)buf.buf, (Py_ssize_t)buf.len,
-                                (unsigned long long)counts.batches,
-                                (unsigned long long)counts.records);
+            PyObject *tuple = nc_counts_tuple(&counts);
+            out = tuple == NULL ? NULL
+                                : Py_BuildValue("(y#O)", (const char *)buf.buf,
+                                                (Py_ssize_t)buf.len, tuple);
+            Py_XDECREF(tuple);
         }
         free(buf.buf);
         nc_plan_free(&plan);
@@ -735,6 +875,19 @@ PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
     PyBuffer_Release(&trace);
     PyBuffer_Release(&msg);
     return out;
+}
+
+void nc_counts_add(nc_counts *into, const nc_counts *more) {
+    into->batches += more->batches;
+    into->records += more->records;
+    into->kept += more->kept;
+    into->kept_batches += more->kept_batches;
+}
+
+PyObject *nc_counts_tuple(const nc_counts *c) {
+    return Py_BuildValue("(KKKK)", (unsigned long long)c->batches,
+                         (unsigned long long)c->records, (unsigned long long)c->kept,
+                         (unsigned long long)c->kept_batches);
 }
 
 PyObject *nc_py_crc32c(PyObject *self, PyObject *args) {

@@ -19,6 +19,7 @@ typedef struct {
     uint8_t *value; /* NC_CONST: the value, NULL for a null value */
     size_t value_len;
     int sampled, per_batch; /* NC_TRACEPARENT */
+    int keeps; /* NC_TRACEPARENT: a record with one valid traceparent keeps it (no value) */
 } nc_col;
 
 typedef struct {
@@ -31,6 +32,9 @@ typedef struct {
     int64_t max_batch_bytes; /* < 0: none */
     uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
     size_t ntopic_ids;
+    const nc_col *keeper;     /* the column that `keeps`, if any (at most one) */
+    const uint8_t *keeper_key; /* its key (in keeper->key, past the length) */
+    size_t keeper_key_len;
 } nc_plan;
 
 typedef struct {
@@ -42,15 +46,22 @@ typedef struct {
 /* Fills dst with n random bytes of a stream; 0 when it cannot. */
 typedef int (*nc_draw_fn)(void *arg, int stream, uint8_t *dst, size_t n);
 
+/* What a stamped request held: batches and records; records that kept their own traceparent
+ * (the keeper column appended nothing to them), and batches all of whose records did. */
 typedef struct {
-    uint64_t batches, records;
+    uint64_t batches, records, kept, kept_batches;
 } nc_counts;
+
+void nc_counts_add(nc_counts *into, const nc_counts *more);
+/* (batches, records, kept, kept_batches) */
+PyObject *nc_counts_tuple(const nc_counts *counts);
 
 enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 
 /* Readers shared with the Fetch scan (relay_fetch.c), bounded by sc_reader: a big-endian
  * int of 2 or 4 bytes; an array count (compact or int32; 0 when negative or unreadable);
  * whether a topic id is one the plan knows. */
+#include "relay_trace.h"
 #include "stamp_core.h"
 int64_t nc_read_int(sc_reader *r, int width);
 int nc_read_count(sc_reader *r, int compact, int64_t *count);
@@ -78,7 +89,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
                      const char **why);
 
 /* _relay.stamp_produce(frame, plan, trace_draws, msg_draws, now_ms): the pure rewrite, for
- * tests. Returns (new frame, batches, records), or (None, why) when it hands over. */
+ * tests. Returns (new frame, nc_counts_tuple), or (None, why) when it hands over. */
 PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args);
 
 /* _relay.crc32c(data, table=False): the CRC32C the engine writes (table: the portable way

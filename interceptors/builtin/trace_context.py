@@ -117,8 +117,11 @@ class TraceContext(Interceptor):
     def native_columns(self, conn: ConnectionInfo) -> list[NativeColumn] | None:
         if self.stamps is None:  # B3 headers or trace id copies: every record is looked at
             return None
+        # A record with one valid traceparent (and valid tracestates) keeps it: `on_record`
+        # changes and counts nothing for it. An invalid tracestate is counted there: Python's.
         return [NativeColumn(NATIVE_TRACEPARENT, sampled=self._sampled,
-                             per_batch=self._per_batch, event="trace_new_context")]
+                             per_batch=self._per_batch, event="trace_new_context",
+                             keeps_valid=True)]
 
     def _new_sampled(self, ctx: RecordContext) -> bytes:
         return self._new_context(ctx, self._sampled)

@@ -1,8 +1,9 @@
 """The native relay stamping Produce requests (`performance.native_relay: auto` with a
 `trace_context` + `audit` chain) through a real broker, compared with the Python path (`off`):
 the same header keys in the same order on every record, valid values, records that carry
-their own trace context keep it (Python stamps those), compressed batches still work
-(Python), and the interceptor metrics and request counts match.
+their own trace context keep it (the engine stamps those too, an application that traces every
+send never leaving it), compressed batches still work (Python), and the interceptor metrics
+and request counts match.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off:
         for i, m in enumerate(got):
             headers = dict(m.headers())
             if i % 10 == 3:
-                assert headers["traceparent"] == GIVEN  # went through Python, kept
+                assert headers["traceparent"] == GIVEN  # kept
             else:
                 assert TRACEPARENT.fullmatch(headers["traceparent"])
             assert UUID7.fullmatch(headers["herald.msg_id"])
@@ -87,11 +88,7 @@ def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off:
             assert headers["herald.principal"] == b"User:ANONYMOUS"
             assert headers["herald.time"].isdigit()
             assert headers["herald.cluster"] == headers["herald.origin"] != b""
-        after = wait_for(proc, lambda s, b=before: moved(
-            b, s, "herald_interceptor_records_total", outcome="seen") >= 2 * count)
-        counted[on] = {name: _by_labels(before, after, name) for name in COUNTERS}
-        counted[on]["produce"] = moved(before, after, "herald_requests_total", api="Produce")
-        counted[on]["handovers"] = moved(before, after, HANDOVERS, reason="request")
+        counted[on] = _counted(proc, before, count)
     assert keys[True] == keys[False]
     assert keys[True][0] == ["app", "traceparent", "herald.client_id", "herald.principal",
                              "herald.source", "herald.proxy", "herald.cluster", "herald.time",
@@ -101,6 +98,90 @@ def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off:
     assert off.pop("handovers") == 0
     assert on == off
     assert on["produce"] == count
+
+
+def _send_traced(bootstrap: str, topic: str) -> list[list[tuple[str, bytes]]]:
+    """An application that traces its sends: every record carries its own valid traceparent
+    (a later version's now and then), every third a tracestate too. First one request per
+    record, then one request of a batch per partition (a long linger, then a flush)."""
+    sent = []
+    for linger, records in ((0, range(TRACED // 2)), (2000, range(TRACED // 2, TRACED))):
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger,
+                             "acks": "all", "client.id": "apm-app"})
+        for i in records:
+            version = b"00" if i % 4 else b"01"
+            tp = b"%s-%032x-%016x-%02x" % (version, 0xABC0 + i, 0x1230 + i, i % 2)
+            if version != b"00":
+                tp += b"-later"
+            headers = [("app", b"%d" % i), ("traceparent", tp)]
+            if i % 3 == 0:
+                headers.append(("tracestate", b"vendor=%d,other@sys=x" % i))
+            sent.append(headers)
+            producer.produce(topic, b"v%d" % i, headers=headers, partition=i % 2)
+            if not linger:
+                assert producer.flush(30) == 0  # one Produce request per record
+        assert producer.flush(30) == 0
+    return sent
+
+
+TRACED = 80
+AUDIT = ["herald.client_id", "herald.principal", "herald.source", "herald.proxy",
+         "herald.cluster", "herald.time", "herald.msg_id", "herald.origin"]
+
+
+def test_records_with_their_own_traceparent_stay_native(
+        stamping_on: HeraldProcess, stamping_off: HeraldProcess, topic_name: str) -> None:
+    """Every record keeps its own trace context byte for byte and gets the audit headers;
+    the Produce requests are stamped by the engine (no hand-over: without the keeping rule
+    each would go to Python); the keys and the counters are those of the Python path."""
+    counted = {}
+    keys = {}
+    for proc in (stamping_on, stamping_off):
+        on = proc is stamping_on
+        topic = f"{topic_name}-{on}"
+        create_topic(proc.bootstrap, topic, partitions=2)
+        # A first record per partition, so that no request counted below is refused and
+        # retried while the new topic's leaders settle (on one side only).
+        warm = Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 0})
+        for partition in (0, 1):
+            warm.produce(topic, b"warm", partition=partition)
+            assert warm.flush(30) == 0
+        before = scrape(proc)
+        sent = _send_traced(proc.bootstrap, topic)
+        sending = scrape(proc)  # before the consumer's requests, which Python reads
+        got = consume_all(proc.bootstrap, topic, TRACED + 2)
+        assert len(got) == TRACED + 2
+        by_value = {m.value(): m.headers() for m in got}
+        keys[on] = {}
+        for i, own in enumerate(sent):
+            headers = by_value[b"v%d" % i]
+            assert headers[:len(own)] == own  # kept as sent, in place
+            assert [k for k, _ in headers[len(own):]] == AUDIT
+            assert dict(headers)["herald.client_id"] == b"apm-app"
+            keys[on][i] = [k for k, _ in headers]
+        counted[on] = _counted(proc, before, TRACED, sending)
+    assert keys[True] == keys[False]
+    on, off = counted[True], counted[False]
+    # Python sees the first Metadata requests of the new producers, and no Produce request:
+    # at least TRACED // 2 + 1 of them, every record carrying a traceparent.
+    assert on.pop("handovers") < 5
+    assert off.pop("handovers") == 0
+    assert on == off
+    assert on["produce"] >= TRACED // 2 + 1
+    events = on["herald_interceptor_events_total"]
+    assert not any("trace_new_context" in str(labels) for labels in events), events
+
+
+def _counted(proc: HeraldProcess, before: dict, records: int, sent: dict | None = None
+             ) -> dict:
+    """The counters that moved since `before`, once both members have seen `records` records;
+    the Produce requests, and the requests handed to Python until `sent` (default: now)."""
+    after = wait_for(proc, lambda s: moved(
+        before, s, "herald_interceptor_records_total", outcome="seen") >= 2 * records)
+    counted: dict = {name: _by_labels(before, after, name) for name in COUNTERS}
+    counted["produce"] = moved(before, after, "herald_requests_total", api="Produce")
+    counted["handovers"] = moved(before, sent or after, HANDOVERS, reason="request")
+    return counted
 
 
 def _by_labels(before: dict, after: dict, name: str) -> dict:

@@ -278,7 +278,7 @@ def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
             python_unchanged(filt, original, 12)
         after = filt.chains.fetch.stats.snapshot()
         assert counted == (after["batches_seen"] - before["batches_seen"],
-                           after["records_seen"] - before["records_seen"])
+                           after["records_seen"] - before["records_seen"], 0, 0)
         assert counted[0] == 3 * 2 * 2 * 3
     finally:
         rig.close()

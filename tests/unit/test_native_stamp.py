@@ -13,6 +13,8 @@ import pytest
 import trio
 
 from interceptors import build_chains, ids
+from interceptors.api import TRACEPARENT, Interceptor, NativeColumn, Stamps
+from interceptors.chain import ChainMember, Chains, ProduceChain
 from interceptors.context import ProxyInfo
 from protocol.compression import LZ4
 from protocol.messages.produce_request import (
@@ -59,25 +61,45 @@ def frame(version: int, msg: ProduceRequest, client_id: str | None = "app-1",
     return struct.pack(">i", len(payload)) + payload
 
 
-def records(rng: random.Random, n: int) -> list[Record]:
+STATES = (b"congo=t61rcWkgMzE,rojo=00f067aa0ba902b7", b"", b" a@b-c=1 ,, \tz=~ x")
+
+
+def own_context(rng: random.Random) -> list[tuple[str, bytes]]:
+    """A client's own valid trace context: a traceparent (now and then of a later version,
+    which may go on after its flags) and zero to two valid tracestate headers."""
+    version = rng.choice((b"00", b"00", b"01", b"fe"))
+    tp = b"%s-%032x-%016x-%02x" % (version, rng.getrandbits(128) | 1, rng.getrandbits(64) | 1,
+                                   rng.randrange(256))
+    if version != b"00" and rng.random() < 0.5:
+        tp += b"-future"
+    return [("traceparent", tp)] + [("tracestate", rng.choice(STATES))
+                                    for _ in range(rng.choice((0, 0, 1, 2)))]
+
+
+def records(rng: random.Random, n: int, traced: float = 0.0) -> list[Record]:
+    """`traced`: the share of records that carry their own trace context."""
     out = []
     for i in range(n):
         headers = [(f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 9)))
                    for j in range(rng.choice((0, 0, 1, 3)))]
+        if rng.random() < traced:
+            for header in own_context(rng):
+                headers.insert(rng.randrange(len(headers) + 1), header)
         key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 20))
         value = None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 5, 200, 3000)))
         out.append(Record(key, value, headers, offset_delta=i))
     return out
 
 
-def request(rng: random.Random, topics: int = 2, partitions: int = 2, batches: int = 2
-            ) -> ProduceRequest:
+def request(rng: random.Random, topics: int = 2, partitions: int = 2, batches: int = 2,
+            traced: float = 0.0) -> ProduceRequest:
     data = []
     for t in range(topics):
         parts = []
         for p in range(partitions):
             chunk = b"".join(
-                build_batch(records(rng, rng.randrange(1, 40)), producer_id=rng.choice((-1, 42)),
+                build_batch(records(rng, rng.randrange(1, 40), traced),
+                            producer_id=rng.choice((-1, 42)),
                             producer_epoch=1, base_sequence=rng.choice((-1, 100)),
                             is_transactional=rng.random() < 0.3, base_timestamp=NOW - 5)
                 for _ in range(batches))
@@ -100,26 +122,28 @@ def python_output(filt: InterceptorFilter, ctx: SessionContext, data: bytes) -> 
     ctx.client_id = head.client_id
     offset, msg = decode_request(head, payload)
     changed = trio.run(filt.on_request, ctx, Exchange(), 0, head.api_version, msg)
-    assert changed
+    if not changed:  # every record kept its own traceparent and nothing else was appended
+        return data
     out = encode_request(head, payload, offset, msg)
     return struct.pack(">i", len(out)) + out
 
 
-def draws_of(msg: ProduceRequest, seed: int, per_batch: bool, traces: bool, uuids: bool
-             ) -> tuple[bytes, bytes]:
+def draws_of(msg: ProduceRequest, seed: int, per_batch: bool, traces: bool, uuids: bool,
+             keeps: bool = True) -> tuple[bytes, bytes]:
     """The random bytes the Python chain draws for `msg` after `ids.seed(seed)`, batch by
-    batch in the layout the engine takes."""
+    batch in the layout the engine takes. With `keeps`, records that carry their own
+    traceparent get no new one: in record mode they draw nothing, in batch mode a batch all of
+    whose records carry one draws nothing."""
     ids.seed(seed)
     trace, message = bytearray(), bytearray()
     for t in msg.topic_data:
         for p in t.partition_data:
-            pos = 0
-            while p.records is not None and pos < len(p.records):
-                size = 12 + struct.unpack_from(">i", p.records, pos + 8)[0]
-                n = struct.unpack_from(">i", p.records, pos + 57)[0]
-                pos += size
-                if traces:
-                    bits = 192 if per_batch else 192 * n
+            for batch in split_batches(p.records or b""):
+                n = batch.record_count
+                fresh = n - sum(keeps and any(k == "traceparent" for k, _ in r.headers)
+                                for r in batch.records)
+                if traces and fresh:
+                    bits = 192 if per_batch else 192 * fresh
                     trace += ids._trace_random.getrandbits(bits).to_bytes(bits // 8, "big")
                 if uuids:
                     message += ids._message_random.getrandbits(96 * n).to_bytes(12 * n, "big")
@@ -150,26 +174,46 @@ CASES = [
 
 @pytest.mark.parametrize("version", [3, 7, 8, 9, 11, 12, 13])
 @pytest.mark.parametrize("case", range(len(CASES)))
-def test_native_stamping_equals_the_python_chain(version: int, case: int) -> None:
+@pytest.mark.parametrize("traced", [0.0, 0.5, 1.0])
+def test_native_stamping_equals_the_python_chain(version: int, case: int, traced: float
+                                                 ) -> None:
+    """Records with and without their own valid trace context (some batches all one, some
+    mixed): the same bytes, and the same chain and member counters."""
     trace, audit = CASES[case]
-    rng = random.Random(version * 100 + case)
+    rng = random.Random(version * 100 + case + int(traced * 10_000))
     for round_ in range(3):
         filt, plan = setup(trace, audit)
-        msg = request(rng, topics=1 + round_ % 2, partitions=1 + round_, batches=1 + round_ % 3)
+        msg = request(rng, topics=1 + round_ % 2, partitions=1 + round_, batches=1 + round_ % 3,
+                      traced=traced)
         client_id = ("app-1", None, "")[round_]
         data = frame(version, msg, client_id)
         seed = rng.randrange(1 << 30)
         per_batch = trace is not None and trace.get("mode") == "batch"
         wants_uuid = audit is not None and "msg_id" in audit.get("fields", ["msg_id"])
-        trace_draws, msg_draws = draws_of(msg, seed, per_batch, trace is not None, wants_uuid)
+        trace_draws, msg_draws = draws_of(msg, seed, per_batch, trace is not None, wants_uuid,
+                                          keeps=trace is not None)
         ids.seed(seed)
         expected = python_output(filt, session(client_id), data)
         got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
         assert got[0] is not None, got[1]
         assert got[0] == expected
         filled = [p.records for t in msg.topic_data for p in t.partition_data if p.records]
-        assert got[1] == len(filled) * (1 + round_ % 3)
-        assert got[2] == sum(b.record_count for r in filled for b in split_batches(r))
+        batches = [b for r in filled for b in split_batches(r)]
+        own = [sum(any(k == "traceparent" for k, _ in r.headers) for r in b.records)
+               for b in batches] if trace is not None else [0] * len(batches)
+        all_own = sum(n == b.record_count for n, b in zip(own, batches, strict=True))
+        assert got[1] == (len(filled) * (1 + round_ % 3), sum(b.record_count for b in batches),
+                          sum(own), all_own)
+        engine, _ = setup(trace, audit)
+        plan_of(engine).count(*got[1])
+        assert engine.chains.produce.stats.snapshot() == filt.chains.produce.stats.snapshot()
+        assert engine.codec.reencoded == filt.codec.reencoded
+
+
+def plan_of(filt: InterceptorFilter) -> Any:
+    plan = stamp_plan(FilterChain([filt]), session())
+    assert plan is not None
+    return plan
 
 
 def test_the_counts_match_the_python_chains() -> None:
@@ -179,7 +223,9 @@ def test_the_counts_match_the_python_chains() -> None:
     msg = request(rng, topics=2, partitions=2, batches=3)
     data = frame(9, msg)
     trace_draws, msg_draws = draws_of(msg, 1, True, True, True)
-    _, batches, recs = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
+    _, (batches, recs, kept, _) = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws,
+                                                       NOW)
+    assert kept == 0
     python_output(filt, session(), data)
     python = filt.chains.produce.stats.snapshot()
     filt2, plan2 = setup(trace, audit)
@@ -223,6 +269,71 @@ def test_batches_the_engine_does_not_stamp_go_to_python() -> None:
     accented = TopicProduceData(name="tópico", partition_data=[
         PartitionProduceData(index=0, records=build_batch(plain))])
     assert "ASCII" in refused(frame(9, ProduceRequest(acks=1, topic_data=[accented])), plan)
+
+
+OWN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+@pytest.mark.parametrize("mode", ["record", "batch"])
+def test_records_whose_trace_context_python_must_handle_go_to_python(mode: str) -> None:
+    """Only one valid traceparent with valid tracestates beside it stays native; anything
+    else trace_context or audit looks at hands the request over, whole, as before."""
+    _, plan = setup({"mode": mode, "b3_read": True}, {})
+    plain = Record(b"k", b"v", [("a", b"1")])
+    own = Record(b"k", b"v", [("traceparent", OWN)])
+    for headers in (
+        [("traceparent", OWN), ("traceparent", OWN)],  # collapsed by Python
+        [("traceparent", OWN.upper())],  # invalid: a new context
+        [("traceparent", None)],
+        [("traceparent", OWN[:-1])],
+        [("traceparent", b"ff" + OWN[2:])],
+        [("traceparent", OWN), ("tracestate", b"a=1,a=2")],  # counted tracestate_invalid
+        [("traceparent", OWN), ("tracestate", b"ok=1"), ("tracestate", None)],
+        [("tracestate", b"a=1")],  # removed by Python
+        [("traceparent", OWN), ("b3", b"1")],  # b3_read
+        [("traceparent", OWN), ("herald.time", b"1")],  # forged
+    ):
+        chunk = build_batch([own, plain, Record(b"k", b"v", headers)])
+        assert "watched" in refused(one_partition(chunk), plan), headers
+    assert refused_not(one_partition(build_batch([own, plain])), plan)
+
+
+def refused_not(data: bytes, plan: Any) -> bool:
+    out = _relay.stamp_produce(data, plan.wire, bytes(24 * 4096), bytes(12 * 4096), NOW)
+    return out[0] is not None
+
+
+def test_a_traceparent_another_member_watches_goes_to_python() -> None:
+    """The column keeps a record's own traceparent only when its member alone looks at it:
+    here audit's prefix covers it, and Python runs audit on such records."""
+    chains = build_chains({"produce": [{"type": "audit", "prefix": "trace"},
+                                       {"type": "trace_context"}]},
+                          ProxyInfo(cluster_id=CLUSTER))
+    plan = stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session())
+    assert plan is not None and not any(column[5] for column in plan.wire[0])
+    chunk = build_batch([Record(b"k", b"v", [("traceparent", OWN)])])
+    assert "watched" in refused(one_partition(chunk), plan)
+    _, plan = setup({"mode": "record"}, {})
+    assert [column[5] for column in plan.wire[0]] == [True] + [False] * 8
+    assert refused_not(one_partition(chunk), plan)
+
+
+class _Blind(Interceptor):
+    """A plugin that appends a traceparent to every record and looks at none: it cannot keep
+    a record's own (Python would append a second one), whatever its column says."""
+
+    stamps = Stamps(("traceparent",))
+
+    def native_columns(self, conn: Any) -> list[NativeColumn]:
+        return [NativeColumn(TRACEPARENT, keeps_valid=True)]
+
+
+def test_only_a_member_that_looks_at_the_traceparent_keeps_it() -> None:
+    chains = Chains(produce=ProduceChain([ChainMember("blind", _Blind(None, ProxyInfo()))]))
+    plan = stamp_plan(FilterChain([InterceptorFilter(chains, TopicIds())]), session())
+    assert plan is not None and plan.wire[0][0][5] is False
+    with pytest.raises(ValueError, match="traceparent"):
+        NativeColumn("uuid7", keeps_valid=True)
 
 
 def test_the_limits_send_requests_to_python() -> None:
@@ -332,15 +443,17 @@ def test_the_table_stamps_produce_v3_to_v13_only_with_a_plan() -> None:
 
 
 def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
-    """Over socket pairs: stamped requests pipelined with one the engine must not stamp (it
-    carries a traceparent), which comes back to Python unchanged, with the frames before it
+    """Over socket pairs: stamped requests (one with records that carry their own trace
+    context, which they keep) pipelined with one the engine must not stamp (it carries an
+    invalid traceparent), which comes back to Python unchanged, with the frames before it
     forwarded stamped and counted."""
     from tests.unit.test_native_relay_engine import Rig
 
     filt, plan = setup({"mode": "batch"}, {})
     chain = FilterChain([filt])
     rng = random.Random(21)
-    stamped = [frame(v, request(rng, 1, 2, 2), corr=i) for i, v in enumerate((9, 3, 12))]
+    stamped = [frame(v, request(rng, 1, 2, 2, traced=0.5 * (i == 1)), corr=i)
+               for i, v in enumerate((9, 3, 12))]
     traced = frame(9, ProduceRequest(acks=-1, topic_data=[TopicProduceData(
         name="t", partition_data=[PartitionProduceData(index=0, records=build_batch(
             [Record(b"k", b"v", [("traceparent", b"00-1-2-01")])]))])]), corr=9)
@@ -360,7 +473,8 @@ def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
                     for b in split_batches(p.records or b""):
                         for rec in b.records:
                             keys = [k for k, _ in rec.headers]
-                            assert keys[-9:] == ["traceparent", "herald.client_id",
+                            assert keys.count("traceparent") == 1
+                            assert keys[-8:] == ["herald.client_id",
                                                  "herald.principal", "herald.source",
                                                  "herald.proxy", "herald.cluster",
                                                  "herald.time", "herald.msg_id",
@@ -375,6 +489,11 @@ def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
                       for t in decode_request(parse_request_header(f[4:]), f[4:])[1].topic_data
                       for p in t.partition_data if p.records)
         assert stamped_counts[5][0] == batches
+        own = sum(any(k == "traceparent" for k, _ in rec.headers) for f in stamped
+                  for t in decode_request(parse_request_header(f[4:]), f[4:])[1].topic_data
+                  for p in t.partition_data for b in split_batches(p.records or b"")
+                  for rec in b.records)
+        assert stamped_counts[5][2] == own > 0  # records that kept their own traceparent
         assert rig.engine.collect_stamped() == {}
     finally:
         rig.close()
