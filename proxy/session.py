@@ -371,14 +371,17 @@ class Session:
                         turn.release()
             if self._held_in is not None:
                 self._held_in.set(decoder.buffered)
-            if self._native is not None and not decoder.buffered:
+            # A partial frame goes to the engine with the session (it reads the rest), so a
+            # client that never pauses between requests still gets back to the engine.
+            if self._native is not None and decoder.buffered <= BUFFER_SIZE:
                 await self._offer_hand_back()
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
 
     async def _offer_hand_back(self) -> None:
-        """At a frame boundary: once every request Python forwarded is answered, the native
-        relay takes the session again (nothing Python-handled is in flight then)."""
+        """After a read: once every request Python forwarded is answered, the native relay
+        takes the session again (nothing Python-handled is in flight then), with the start of
+        the next frame if part of it is here."""
         if self._stay_left:
             self._stay_left -= 1
             return

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
+from bench.bench_proxy import send
 from proxy import native_relay
 from proxy.embedded_kafka import KafkaCluster, free_port
 from tests.integration.test_metrics import moved, scrape, wait_for
@@ -140,6 +141,31 @@ def test_large_records_are_spliced_through_byte_for_byte(herald_on: HeraldProces
     after = scrape(herald_on)
     payload = sum(map(len, values))
     assert moved(before, after, "herald_native_relay_spliced_bytes_total") > payload
+
+
+def test_a_producer_that_never_pauses_gets_back_to_the_engine(herald_on: HeraldProcess,
+                                                              topic_name: str) -> None:
+    # librdkafka at full speed always has a request partly read: the Python pumps must hand
+    # the session back with that part, or after its first Metadata request (librdkafka
+    # refreshes every 5 minutes) the producer would stay on the Python path for good.
+    create_topic(herald_on.bootstrap, topic_name, partitions=3)
+    failed = []
+    producer = Producer({"bootstrap.servers": herald_on.bootstrap, "acks": "all",
+                         "on_delivery": lambda err, msg: err and failed.append(err)})
+    value = b"v" * 1024
+    send(producer, topic_name, value, [], 0.001)
+    assert producer.flush(30) == 0
+    before = scrape(herald_on)
+    for i in range(60_000):
+        send(producer, topic_name, value, [], 0.001)
+        if i % 20_000 == 5_000:
+            producer.list_topics(topic_name, timeout=10)  # a Metadata request: Python's
+            last_metadata = scrape(herald_on)
+    assert producer.flush(60) == 0 and not failed
+    after = scrape(herald_on)
+    assert moved(before, after, HANDOVERS, reason="request") >= 3  # back after each
+    # After the last Metadata request, 15 MB more: the engine carried them.
+    assert moved(last_metadata, after, "herald_native_relay_spliced_bytes_total") > 5e6
 
 
 def test_a_chain_on_produce_still_sees_every_record(kafka: KafkaCluster, topic_name: str) -> None:
