@@ -135,9 +135,14 @@ typedef struct session {
     endpoint_t ep[2];
     int stamping;       /* has a stamp plan */
     size_t stamp_cap;   /* the request buffer may grow to this for a frame to stamp */
+    uint64_t stamp_wait; /* the whole size of a frame waiting to be read whole and stamped */
+    size_t base_cap;     /* the buffers' size before any growth */
     nc_plan plan;
     long long stamp_key; /* whose counters its stamping adds to (proxy/native_stamp.py) */
     nc_buf stamped;      /* the last stamped frame */
+    uint64_t stamped_at; /* stream offset + 1 of the frame `stamped` holds while it waits for
+                          * room in the buffer; 0: none */
+    nc_counts stamped_counts;
     int scanning;        /* has a fetch plan */
     size_t fetch_cap;    /* the response buffer may grow to this for a response to scan */
     nc_plan fetch_plan;
@@ -527,16 +532,19 @@ static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
     if (d->len - d->parsed < *total) {
         return S_WAIT;
     }
-    s->stamped.limit = s->stamp_cap; /* a larger frame could not be held here anyway */
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    nc_counts counts;
-    const char *why;
-    int r = nc_stamp_produce(d->buf + d->parsed, (size_t)*total, &s->plan, engine_draw, e,
-                             now_ms, &s->stamped, &counts, &why);
-    if (r != NC_OK) {
-        return S_PYTHON;
+    uint64_t frame_at = d->off + d->parsed + 1;
+    if (s->stamped_at != frame_at) { /* not stamped already, waiting for room */
+        s->stamped.limit = s->stamp_cap; /* a larger frame could not be held here anyway */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        const char *why;
+        int r = nc_stamp_produce(d->buf + d->parsed, (size_t)*total, &s->plan, engine_draw, e,
+                                 now_ms, &s->stamped, &s->stamped_counts, &why);
+        if (r != NC_OK) {
+            return S_PYTHON;
+        }
+        s->stamped_at = frame_at;
     }
     size_t grown = s->stamped.len - (size_t)*total;
     if (d->len + grown > d->cap && d->sent > 0) {
@@ -552,14 +560,19 @@ static int stamp_request(engine_t *e, session_t *s, uint64_t *total) {
     if (d->len + grown > d->cap) {
         /* what follows the frame leaves no room: wait for what precedes it to go out, or
          * let Python take it when nothing does */
-        return d->parsed > 0 ? S_WAIT : S_PYTHON;
+        if (d->parsed > 0) {
+            return S_WAIT;
+        }
+        s->stamped_at = 0;
+        return S_PYTHON;
     }
     uint8_t *at = d->buf + d->parsed;
     memmove(at + s->stamped.len, at + *total, d->len - d->parsed - (size_t)*total);
     memcpy(at, s->stamped.buf, s->stamped.len);
     d->len += grown;
     *total = s->stamped.len;
-    count_stamped(e, s->stamp_key, &counts);
+    s->stamped_at = 0;
+    count_stamped(e, s->stamp_key, &s->stamped_counts);
     return S_DONE;
 }
 
@@ -601,6 +614,7 @@ static void parse_requests(engine_t *e, session_t *s, double now) {
         }
         if (stamp) {
             int done = stamp_request(e, s, &total);
+            s->stamp_wait = done == S_WAIT ? total : 0;
             if (done == S_WAIT) {
                 return;
             }
@@ -974,10 +988,14 @@ static void compact(dir_t *d) {
     }
 }
 
-/* One read into d: 1 data, 0 nothing now, -1 end of stream, -2 error (errno set). */
-static int read_into(engine_t *e, dir_t *d, int fd, int counter) {
+/* One read into d of at most `limit` bytes (0: as many as fit): 1 data, 0 nothing now, -1 end
+ * of stream, -2 error (errno set). */
+static int read_into(engine_t *e, dir_t *d, int fd, int counter, size_t limit) {
     compact(d);
     size_t space = d->cap - d->len;
+    if (limit > 0 && limit < space) {
+        space = limit;
+    }
     if (space == 0) {
         return 0;
     }
@@ -1082,8 +1100,22 @@ static int pull(engine_t *e, session_t *s, dir_t *d, int fd, int counter, int *m
             return r;
         }
     }
-    int r = read_into(e, d, fd, counter);
-    *more = r == 1 && d->len == d->cap; /* a short read drained the socket */
+    /* In a session that stamps, requests are read no further than the one to stamp (first
+     * its head, in a read no larger than the buffer's first size; then up to its end): the
+     * buffer's room past it is where it grows when stamped. */
+    size_t limit = 0;
+    if (d == &s->req && s->stamping) {
+        size_t unparsed = d->len - d->parsed;
+        if (s->stamp_wait > unparsed) {
+            limit = (size_t)(s->stamp_wait - unparsed);
+        } else if (s->stamp_wait == 0 && d->remaining == 0 && unparsed < s->base_cap) {
+            limit = s->base_cap - unparsed;
+        }
+    }
+    size_t before = d->len;
+    int r = read_into(e, d, fd, counter, limit);
+    /* a short read drained the socket */
+    *more = r == 1 && (d->len == d->cap || (limit > 0 && d->len - before == limit));
     return r;
 }
 
@@ -1138,8 +1170,11 @@ static void socket_error(engine_t *e, session_t *s, const char *side, int err) {
 }
 
 /* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish; never while
- * its pipe holds bytes (they go out first). */
+ * its pipe holds bytes (they go out first), nor past a frame waiting to be stamped. */
 static int may_read(session_t *s, dir_t *d) {
+    if (d == &s->req && s->stamp_wait > 0 && d->len - d->parsed >= s->stamp_wait) {
+        return 0; /* a frame to stamp is here whole: its room comes from what goes out */
+    }
     return d->piped == 0 && (s->state == ACTIVE || (s->state == STOPPING && d->remaining > 0));
 }
 
@@ -1556,7 +1591,7 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
     s->idle_s = idle_s;
     s->frame_s = frame_s;
     s->last_active = now_s();
-    s->req.cap = s->resp.cap = (size_t)buf_size;
+    s->req.cap = s->resp.cap = s->base_cap = (size_t)buf_size;
     s->req.buf = malloc((size_t)buf_size);
     s->resp.buf = malloc((size_t)buf_size);
     s->fcap = (size_t)max_in_flight;

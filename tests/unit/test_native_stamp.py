@@ -497,3 +497,33 @@ def test_the_engine_stamps_in_flight_and_hands_the_rest_to_python() -> None:
         assert rig.engine.collect_stamped() == {}
     finally:
         rig.close()
+
+
+def test_pipelined_large_requests_are_all_stamped() -> None:
+    """Requests over half the stamping buffer's size, sent back to back at once: reading on
+    past a request to stamp would fill the room it grows into when stamped (it went to Python
+    then). Each is read up to its end, stamped once, and placed once what precedes it went
+    out."""
+    from tests.unit.test_native_relay_engine import Rig, send_behind
+
+    filt, plan = setup({"mode": "record"}, {})
+    chain = FilterChain([filt])
+    value = bytes(range(256)) * 4
+    frames = [frame(9, ProduceRequest(acks=-1, timeout_ms=30_000, topic_data=[
+        TopicProduceData(name="topic-0", partition_data=[PartitionProduceData(
+            index=p, records=build_batch([Record(b"k%d" % i, value, []) for i in range(300)]))
+            for p in range(2)])]), corr=i) for i in range(8)]
+    rig = Rig(passable_table(chain, stamp=True), tcp=True)  # socket buffers of megabytes
+    try:
+        rig.replan(passable_table(chain, stamp=True), stamp=(plan.wire, 5, 1 << 20))
+        send_behind(rig.app, b"".join(frames))
+        for i, original in enumerate(frames):
+            size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
+            got = struct.pack(">i", size) + rig.recv_exactly(rig.broker, size)
+            assert len(got) > len(original), f"request {i} was not stamped"
+            assert_batches_valid(got)
+            assert struct.unpack(">i", got[8:12])[0] == i  # in order
+        assert rig.sid not in rig.engine.events()  # no request went to Python
+        assert rig.engine.collect_stamped()[5][:2] == (2 * len(frames), 600 * len(frames))
+    finally:
+        rig.close()
