@@ -1547,7 +1547,7 @@ static int plan_arg(PyObject *arg, nc_plan *plan, long long *key, size_t *cap,
 static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"session_id", "client_fd", "upstream_fd", "table", "max_frame",
                              "max_in_flight", "buffer_size", "idle_timeout", "frame_timeout",
-                             "prefill", "stamp", "fetch", NULL};
+                             "prefill", "stamp", "fetch", "frame_age", NULL};
     long long id;
     int cfd, ufd;
     Py_buffer table, prefill = {0};
@@ -1555,9 +1555,10 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
     Py_ssize_t max_in_flight, buf_size;
     double idle_s, frame_s;
     PyObject *stamp = Py_None, *fetch = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OO", kwlist, &id, &cfd, &ufd,
+    double frame_age = 0; /* seconds since the prefilled partial frame began */
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OOd", kwlist, &id, &cfd, &ufd,
                                      &table, &max_frame, &max_in_flight, &buf_size, &idle_s,
-                                     &frame_s, &prefill, &stamp, &fetch)) {
+                                     &frame_s, &prefill, &stamp, &fetch, &frame_age)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -1603,8 +1604,8 @@ static PyObject *engine_register(engine_t *self, PyObject *args, PyObject *kwds)
     }
     memcpy(s->req.buf, prefill.buf, (size_t)prefill.len);
     s->req.len = (size_t)prefill.len;
-    if (prefill.len > 0) {
-        s->frame_started = s->last_active;
+    if (prefill.len > 0) { /* its deadline runs from when it began, not from now */
+        s->frame_started = s->last_active - (frame_age > 0 ? frame_age : 0);
     }
     s->ep[CLIENT].s = s->ep[UPSTREAM].s = s;
     s->ep[CLIENT].side = CLIENT;
@@ -1707,8 +1708,11 @@ static PyObject *engine_take(engine_t *self, PyObject *arg) {
     }
     PyObject *out = NULL;
     if (entries != NULL && client != NULL && upstream != NULL) {
-        out = Py_BuildValue("(ssOOOKn)", REASONS[s->reason], s->detail, client, upstream,
-                            entries, (unsigned long long)s->forwarded, (Py_ssize_t)s->tail);
+        out = Py_BuildValue("(ssOOOKnd)", REASONS[s->reason], s->detail, client, upstream,
+                            entries, (unsigned long long)s->forwarded, (Py_ssize_t)s->tail,
+                            s->req.len > s->req.parsed && s->frame_started > 0
+                                ? now_s() - s->frame_started
+                                : -1.0);
     }
     Py_XDECREF(entries);
     Py_XDECREF(client);

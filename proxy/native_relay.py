@@ -76,6 +76,8 @@ class Handover:
     tail: int  # > 0: the first `tail` bytes of `upstream` end the response to the first
     # in-flight entry, whose earlier bytes the engine sent (a Fetch response with leader
     # hints in its top-level tagged fields, which Python rewrites at the same length)
+    frame_age: float = -1.0  # >= 0: seconds since the partial request in `client` began,
+    # so its frame deadline does not start over in Python
 
 
 PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED, SCAN, SCAN_UNLESS_TAGGED = range(7)
@@ -200,19 +202,22 @@ class NativeRelay:
                     max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
                     frame_timeout_s: float, prefill: bytes = b"",
                     stamp: tuple[native_stamp.StampPlan, int] | None = None,
-                    fetch: tuple[native_fetch.FetchPlan, int] | None = None) -> Handover:
+                    fetch: tuple[native_fetch.FetchPlan, int] | None = None,
+                    frame_age: float = 0.0) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
         With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
         marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
-        marks SCAN."""
+        marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
+        frame deadline runs from then)."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
                 session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
-                None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE))
+                None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
+                frame_age)
             try:
                 await event.wait()
             finally:

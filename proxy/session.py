@@ -238,6 +238,8 @@ class Session:
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
                 self._requests.take(), stamp, fetch,
+                trio.current_time() - deadlines.frame_started
+                if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
             )
         finally:
             self._in_native = False
@@ -272,6 +274,8 @@ class Session:
         if self.deadlines is not None:
             self.deadlines.frame_started = math.inf
             self.deadlines.received(0, self._requests.buffered)
+            if state.frame_age >= 0 and self._requests.buffered:  # the same frame's clock
+                self.deadlines.frame_started = trio.current_time() - state.frame_age
         if self._held_in is not None:
             self._held_in.set(self._requests.buffered)
             self._held_out.set(self._responses.buffered)

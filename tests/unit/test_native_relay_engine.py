@@ -286,6 +286,32 @@ def test_deadlines(rigs) -> None:
     assert rig.wait_handover().reason == "frame_timeout"
 
 
+def test_a_partial_request_keeps_its_frame_clock_across_hand_overs(rigs) -> None:
+    partial = request(FETCH, 12, 1, b"x" * 100, flexible=True)[:30]
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    # Python hands the session back with a partial request that began 1.5 s ago: with a
+    # 2 s frame deadline, the engine ends the phase within about 0.5 s, not 2 s.
+    rig.sid += 10_000
+    started = time.monotonic()
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 2.0, partial,
+                        frame_age=1.5)
+    state = rig.wait_handover()
+    assert state.reason == "frame_timeout"
+    assert time.monotonic() - started < 1.5
+
+    # Taken back with a partial request unforwarded (too little of it to read its header),
+    # the engine says how old it is.
+    rig = rigs(table((FETCH, 12)))
+    rig.app.sendall(partial[:3])
+    time.sleep(0.3)
+    state = native_relay.Handover(*rig.engine.take(rig.sid))
+    assert state.client == partial[:3]
+    assert 0.25 <= state.frame_age < 5
+
+
 def test_take_detaches_a_running_session(rigs) -> None:
     rig = rigs(table((FETCH, 12)))
     state = native_relay.Handover(*rig.engine.take(rig.sid))
