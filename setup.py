@@ -1,7 +1,7 @@
 """Build of the optional native parts: the record stamper (`protocol._stamp`, see
-protocol/stamping.py) and the passthrough relay engine (`proxy._relay`, see
-proxy/native_relay.py), which also stamps Produce requests (proxy/relay_stamp.c) and scans
-Fetch responses (proxy/relay_fetch.c).
+protocol/stamping.py) and the passthrough relay engine (`proxy.native._relay`, see
+proxy/native/relay.py), which also stamps Produce requests (proxy/native/relay_stamp.c) and
+scans Fetch responses (proxy/native/relay_fetch.c).
 
 Both share the record walk, varints, id cutting and CRC32C of protocol/stamp_core.c,
 compiled into each. Everything else about the package is in pyproject.toml.
@@ -15,10 +15,11 @@ setup(ext_modules=[
     Extension("protocol._stamp", ["protocol/_stamp.c", "protocol/stamp_core.c"], optional=True,
               include_dirs=["protocol"], depends=["protocol/stamp_core.h"],
               extra_compile_args=["-O2"]),
-    Extension("proxy._relay", ["proxy/_relay.c", "proxy/relay_stamp.c", "proxy/relay_fetch.c",
-                                    "proxy/relay_trace.c", "protocol/stamp_core.c"],
-              optional=True, include_dirs=["protocol", "proxy"],
-              depends=["protocol/stamp_core.h", "proxy/relay_stamp.h", "proxy/relay_fetch.h",
-                       "proxy/relay_trace.h"],
+    Extension("proxy.native._relay",
+              ["proxy/native/_relay.c", "proxy/native/relay_stamp.c", "proxy/native/relay_fetch.c",
+               "proxy/native/relay_trace.c", "protocol/stamp_core.c"],
+              optional=True, include_dirs=["protocol", "proxy/native"],
+              depends=["protocol/stamp_core.h", "proxy/native/relay_stamp.h",
+                       "proxy/native/relay_fetch.h", "proxy/native/relay_trace.h"],
               extra_compile_args=["-O2"], libraries=["pthread"]),
 ])

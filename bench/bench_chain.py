@@ -37,10 +37,10 @@ from protocol.messages.produce_request import (
     TopicProduceData,
 )
 from protocol.records import Record, build_batch
-from proxy import wire
-from proxy.filters import Exchange, SessionContext
-from proxy.interception import InterceptorFilter
-from proxy.topic_ids import TopicIds
+from proxy.filters.chain import Exchange, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.session import wire
+from proxy.upstream.topic_ids import TopicIds
 from tests.support.raw_client import request_frame
 
 CHAINS = {

@@ -67,7 +67,7 @@ from bench.pinning import (  # noqa: E402
     pin_self_to_load_cpu,
     verify_tree,
 )
-from proxy.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
 from tests.support import herald_process  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 

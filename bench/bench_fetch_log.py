@@ -49,7 +49,7 @@ from bench.bench_proxy import (  # noqa: E402
     log,
 )
 from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify  # noqa: E402
-from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
 RECORD = 1024

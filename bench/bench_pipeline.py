@@ -28,7 +28,7 @@ from confluent_kafka import Producer  # noqa: E402
 
 from bench.bench_proxy import create_topic, data_dir, delete_topics, log, send  # noqa: E402
 from pipeline.config import PipelineConfig  # noqa: E402
-from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 
 ROLES = ("orders", "payments", "shipments")
 RECORD_BYTES = 100 + 60 + 8 * 40  # value, traceparent, audit headers (approximate)

@@ -38,7 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 from tests.support.java_tools import (  # noqa: E402
     CONSUMER_PERF,

@@ -28,7 +28,7 @@ from bench.bench_proxy import (  # noqa: E402
     log,
     produce,
 )
-from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,8 +38,8 @@ from bench.bench_proxy import (  # noqa: E402
     log,
     produce,
 )
-from proxy.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
-from proxy.kafka_dist import cache_root  # noqa: E402
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
+from proxy.devtools.kafka_dist import cache_root  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
 SOURCE = Path(__file__).with_name("relay.c")

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 
 from bench.bench_proxy import CpuClock, create_topic, data_dir, log, median  # noqa: E402
-from proxy.embedded_kafka import KafkaCluster  # noqa: E402
+from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
 RULES = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
@@ -121,12 +121,12 @@ def filter_cost(size: int, rounds: int) -> dict[str, float]:
     from prometheus_client import CollectorRegistry
 
     from protocol.records import Record, build_batch
-    from proxy.config import parse_config
+    from proxy.config.proxy_yaml import parse_config
+    from proxy.observability.routing_stats import RoutingStats
     from proxy.routing.destinations import Destination
     from proxy.routing.produce_filter import RoutingFilter
     from proxy.routing.rules import RoutingTable
-    from proxy.routing.stats import RoutingStats
-    from proxy.topic_ids import TopicIds
+    from proxy.upstream.topic_ids import TopicIds
 
     nowhere = "127.0.0.1:1"  # nothing listens: records stay queued until purged
     config = parse_config({"upstream": {"bootstrap": nowhere},

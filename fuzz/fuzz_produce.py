@@ -41,7 +41,7 @@ from interceptors import ConnectionInfo, build_chains  # noqa: E402
 from protocol.compression import CODEC_NAMES, compress  # noqa: E402
 from protocol.errors import CodecError  # noqa: E402
 from protocol.records import Record, RecordBatch, build_batch, split_batches  # noqa: E402
-from proxy.interception import (  # noqa: E402
+from proxy.filters.interception import (  # noqa: E402
     RequestAllowance,
     _count_records,
     _decompress,

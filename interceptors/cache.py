@@ -1,5 +1,5 @@
 """The project's cache folder, one rule for everything Herald fetches once and keeps: the
-Kafka jars (`proxy.kafka_dist`), Spark's Kafka connector (`pipeline.deps`), build tools.
+Kafka jars (`proxy.devtools.kafka_dist`), Spark's Kafka connector (`pipeline.deps`), build tools.
 
 It lives here because `interceptors` is the one package both `proxy` and `pipeline` import
 (the pipeline never imports `proxy`).

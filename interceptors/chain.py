@@ -485,7 +485,7 @@ class _Chain:
 
     def add_run(self, run: ChainStats) -> None:
         """Add counters of work done outside `process` (the native relay stamping for this
-        chain: proxy/native_stamp.py) to the chain's, as a run's would be."""
+        chain: proxy/native/stamp_plan.py) to the chain's, as a run's would be."""
         with self._merging:
             self.stats.merge(run)
 

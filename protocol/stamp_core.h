@@ -1,5 +1,5 @@
 /* The record-level pieces shared by the record stamper (protocol/_stamp.c) and the native
- * relay's Produce stamping (proxy/relay_stamp.c): one walk over a magic-2 record, varints,
+ * relay's Produce stamping (proxy/native/relay_stamp.c): one walk over a magic-2 record, varints,
  * the hex cutting of ids, and CRC32C. Compiled into both extensions (setup.py); nothing here
  * touches Python objects. */
 #ifndef HERALD_STAMP_CORE_H

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
-from proxy import logs
-from proxy.config import (
+from proxy.config.proxy_yaml import (
     ConfigError,
     HostPort,
     ListenError,
@@ -24,6 +23,7 @@ from proxy.config import (
     load_config,
 )
 from proxy.k8s import command as k8s_command
+from proxy.observability import logs
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
 
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         return _serve(config)
 
-    from proxy.embedded_kafka import KafkaCluster, KafkaStartError
-    from proxy.kafka_dist import KafkaDistError
+    from proxy.devtools.embedded_kafka import KafkaCluster, KafkaStartError
+    from proxy.devtools.kafka_dist import KafkaDistError
 
     names = ["upstream", *config.clusters]
     print(f"herald dev: starting Apache Kafka {args.kafka_version} "

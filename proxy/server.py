@@ -19,13 +19,7 @@ import trio
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import ProxyInfo, build_chains
-from proxy import allocator
-from proxy.address_rewrite import AddressRewriter
-from proxy.admin import AdminServer
-from proxy.api_versions import ApiVersionsNegotiator
-from proxy.brokers import BrokerDirectory
-from proxy.cluster import AuthRequired, UpstreamCluster
-from proxy.config import (
+from proxy.config.proxy_yaml import (
     NATIVE_RELAY_AUTO,
     ConfigError,
     HostPort,
@@ -33,28 +27,34 @@ from proxy.config import (
     ProxyConfig,
     load_config,
 )
-from proxy.config_watch import watch_file
-from proxy.connection_guard import ClientDeadlines, ConnectionGuard
-from proxy.filters import Filter, FilterChain, SessionContext
-from proxy.group_learner import ConsumerGroupLearner
-from proxy.interception import InterceptorFilter
-from proxy.logs import get_logger
-from proxy.memory_budget import MemoryBudget
-from proxy.metrics import Metrics
-from proxy.native_relay import NativeRelay
-from proxy.native_relay import available as native_relay_available
-from proxy.principal import NoRuleMatched, tls_principal
+from proxy.config.watch import watch_file
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.api_versions import ApiVersionsNegotiator
+from proxy.filters.chain import Filter, FilterChain, SessionContext
+from proxy.filters.group_learner import ConsumerGroupLearner
+from proxy.filters.interception import InterceptorFilter
+from proxy.limits import allocator
+from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
+from proxy.limits.memory_budget import MemoryBudget
+from proxy.native.relay import NativeRelay
+from proxy.native.relay import available as native_relay_available
+from proxy.observability.admin import AdminServer
+from proxy.observability.logs import get_logger
+from proxy.observability.metrics import Metrics
+from proxy.observability.routing_stats import RoutingStats
+from proxy.observability.tracing import Tracing, TracingFilter, tracing_from_env
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import PRIMARY, RoutingTable
-from proxy.routing.stats import RoutingStats
-from proxy.sasl_filters import SaslPrincipalLearner, SaslRefusal
-from proxy.session import Session
-from proxy.tls import ReloadingContext
-from proxy.topic_ids import TopicIdLearner, TopicIds
-from proxy.topic_limits import TopicLimits
-from proxy.tracing import Tracing, TracingFilter, tracing_from_env
-from proxy.transport import PlainTransport, TlsTransport, Transport
+from proxy.security.principal import NoRuleMatched, tls_principal
+from proxy.security.sasl_filters import SaslPrincipalLearner, SaslRefusal
+from proxy.security.tls import ReloadingContext
+from proxy.session.session import Session
+from proxy.session.transport import PlainTransport, TlsTransport, Transport
+from proxy.upstream.brokers import BrokerDirectory
+from proxy.upstream.cluster import AuthRequired, UpstreamCluster
+from proxy.upstream.topic_ids import TopicIdLearner, TopicIds
+from proxy.upstream.topic_limits import TopicLimits
 
 log = get_logger("server")
 
@@ -130,7 +130,7 @@ class Proxy:
                 self.native = NativeRelay(self.metrics)
             else:
                 log.warning("native_relay_unavailable",
-                            note="performance.native_relay is auto but proxy._relay is not "
+                            note="performance.native_relay is auto but proxy.native._relay is not "
                             "built; every session uses the Python path")
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:

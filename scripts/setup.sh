@@ -14,7 +14,7 @@ fi
 stamp=.venv/.herald-installed
 # The native stamper and relay are compiled at install time: a change to their source
 # reinstalls.
-want=$(cat pyproject.toml setup.py protocol/*.c protocol/*.h proxy/*.c proxy/*.h | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py protocol/*.c protocol/*.h proxy/native/*.c proxy/native/*.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,pipeline]'
@@ -22,7 +22,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 .venv/bin/python - <<'PY'
 from protocol.kafka_versions import KAFKA_VERSION
-from proxy.kafka_dist import kafka_libs
+from proxy.devtools.kafka_dist import kafka_libs
 print(f"setup: Kafka {KAFKA_VERSION} jars in {kafka_libs(KAFKA_VERSION)}")
 PY
 
@@ -41,7 +41,7 @@ if [ ! -x "$helm_bin" ]; then
     GOBIN="$tmp_bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   mkdir -p "$cache/go/bin"
   mv "$tmp_bin/helm" "$helm_bin"
-  rmdir "$tmp_bin"
+  rm -rf "$tmp_bin"
 fi
 checkov_venv="$cache/tools/checkov-$CHECKOV_VERSION"
 if [ ! -x "$checkov_venv/bin/checkov" ]; then

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.herald_process import HeraldProcess, herald_config
 
 

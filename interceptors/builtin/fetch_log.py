@@ -76,7 +76,7 @@ class FetchLogConfig:
             "delivery.report.only.error": True,
         }
         if self.security != (None, None):
-            from proxy.security_config import librdkafka_security
+            from proxy.security.config import librdkafka_security
 
             settings.update(librdkafka_security(*self.security))
         return settings
@@ -86,9 +86,9 @@ def _parse_security(tls: Any, sasl: Any) -> tuple[Any, Any]:
     """`tls` and `sasl` through the parsers of `upstream.tls` / `upstream.sasl`; their errors
     name the key below this member (`tls.ca_file: ...`), which the loader prefixes with the
     member's own path."""
-    from proxy.security_config import parse_client_tls, parse_sasl_client
-    from proxy.yamlconf import ConfigError as SectionError
-    from proxy.yamlconf import Node
+    from proxy.config.yamlconf import ConfigError as SectionError
+    from proxy.config.yamlconf import Node
+    from proxy.security.config import parse_client_tls, parse_sasl_client
 
     node = Node({"tls": tls, "sasl": sasl}, "")
     try:

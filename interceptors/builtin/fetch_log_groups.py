@@ -4,7 +4,7 @@ A Fetch request names no group, but the same client also speaks the group protoc
 SyncGroup, Heartbeat, OffsetCommit, OffsetFetch and LeaveGroup (classic groups) and
 ConsumerGroupHeartbeat (KIP-848) all carry the group id, usually on another connection (to the
 group coordinator) than its fetches. What ties them together is the client: its source host
-and its client id. The proxy's learner (`proxy.group_learner`) records (host, client id) →
+and its client id. The proxy's learner (`proxy.filters.group_learner`) records (host, client id) →
 group here; `fetch_log` looks its fetching clients up and stamps the group on what it
 publishes. A client that never spoke the group protocol (`assign()` without committing) has no
 entry: it reads without a group.

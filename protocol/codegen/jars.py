@@ -18,7 +18,7 @@ def kafka_libs_dir(version: str) -> pathlib.Path:
     Imported lazily: the generator is a development tool, and the download belongs to the
     proxy's distribution code rather than to the sans-I/O codec.
     """
-    from proxy.kafka_dist import kafka_libs
+    from proxy.devtools.kafka_dist import kafka_libs
 
     return pathlib.Path(kafka_libs(version))
 

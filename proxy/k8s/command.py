@@ -11,7 +11,7 @@ import yaml
 
 from interceptors.errors import ConfigError as InterceptorConfigError
 from interceptors.schema import read_yaml
-from proxy.config import ConfigError, parse_config
+from proxy.config.proxy_yaml import ConfigError, parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from interceptors.typed import Type, parse_value
-from proxy.yamlconf import ConfigError
+from proxy.config.yamlconf import ConfigError
 
 Header = tuple[str, bytes | None]
 Predicate = Callable[[list[Header]], bool]

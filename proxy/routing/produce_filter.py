@@ -27,9 +27,20 @@ import trio
 from interceptors import PartitionOutcome
 from protocol.api_keys import ApiKey
 from protocol.records import RecordBatch, build_batch, join_batches, split_batches
-from proxy.filters import Exchange, Filter, SessionContext
-from proxy.interception import OFFLOAD_BYTES, Rejected, merge_answers
-from proxy.logs import get_logger
+from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
+from proxy.observability.logs import get_logger
+from proxy.observability.routing_spans import end_span, start_span
+from proxy.observability.routing_stats import (
+    BEST_EFFORT,
+    DELIVERED,
+    DUPLICATE,
+    FAILED,
+    REFUSED,
+    REJECTED,
+    SHADOW,
+    RoutingStats,
+)
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
@@ -43,18 +54,7 @@ from proxy.routing.rules import (
     Rule,
 )
 from proxy.routing.sequences import Attempt, SequenceMap
-from proxy.routing.spans import end_span, start_span
-from proxy.routing.stats import (
-    BEST_EFFORT,
-    DELIVERED,
-    DUPLICATE,
-    FAILED,
-    REFUSED,
-    REJECTED,
-    SHADOW,
-    RoutingStats,
-)
-from proxy.topic_ids import TopicIds
+from proxy.upstream.topic_ids import TopicIds
 
 log = get_logger("routing")
 
@@ -115,7 +115,7 @@ class RoutingFilter(Filter):
         self.stats = stats
         self.sequences = SequenceMap()
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
-        self.tracing: Any = None  # proxy.tracing.Tracing when tracing is on: a span per batch
+        self.tracing: Any = None  # observability.tracing.Tracing when on: a span per batch
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.PRODUCE and bool(self.table.rules)

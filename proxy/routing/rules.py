@@ -32,8 +32,8 @@ from typing import Any
 
 from interceptors.errors import InvalidConfig
 from interceptors.patterns import NameMatcher, matcher
+from proxy.config.yamlconf import ConfigError, Node
 from proxy.routing.predicates import Header, Predicate, compile_predicate
-from proxy.yamlconf import ConfigError, Node
 
 PRIMARY = "upstream"
 """The name the primary cluster goes by in rules and metrics."""

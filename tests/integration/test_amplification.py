@@ -20,7 +20,7 @@ from protocol.messages.produce_request import (
 )
 from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support import raw_client as raw
 from tests.support.herald_process import HeraldProcess, herald_config
 

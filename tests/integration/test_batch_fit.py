@@ -27,10 +27,10 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from proxy.cluster import UpstreamCluster
-from proxy.config import parse_config
-from proxy.embedded_kafka import KafkaCluster, free_port
-from proxy.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
+from proxy.config.proxy_yaml import parse_config
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from proxy.upstream.cluster import UpstreamCluster
+from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 

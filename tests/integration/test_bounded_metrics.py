@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.herald_process import HeraldProcess, herald_config
 
 PAIRS = 30_000

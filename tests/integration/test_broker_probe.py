@@ -6,9 +6,9 @@ handshake, an ApiVersions exchange and, with credentials, a SASL exchange.
 
 from __future__ import annotations
 
-from proxy.cluster import UpstreamCluster
-from proxy.config import parse_config
-from proxy.embedded_kafka import KafkaCluster
+from proxy.config.proxy_yaml import parse_config
+from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.upstream.cluster import UpstreamCluster
 from tests.support.herald_process import herald_config
 
 

@@ -19,7 +19,7 @@ from protocol.compression import ZSTD
 from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, build_batch, split_batches
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.integration.test_amplification import produce_request, send_and_answer
 from tests.integration.test_metrics import moved, scrape, total, wait_for
 from tests.support import raw_client as raw

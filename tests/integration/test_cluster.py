@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from protocol.api_keys import ApiKey
 from protocol.fetch_tail import PAD_TAG
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
-from proxy.embedded_kafka import KafkaCluster, free_port
-from proxy.wire import decode_response
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from proxy.session.wire import decode_response
 from tests.support.clients import consume_all
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.raw_client import SocketRawClient, metadata, request_frame

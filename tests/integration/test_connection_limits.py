@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.steady_producer import SteadyProducer

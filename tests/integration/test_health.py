@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer
 
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.conftest import kafka_version
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config

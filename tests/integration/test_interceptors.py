@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool

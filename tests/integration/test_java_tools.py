@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import (
     CONSOLE_CONSUMER,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support import raw_client as raw
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config

@@ -21,7 +21,7 @@ import yaml
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from proxy.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 

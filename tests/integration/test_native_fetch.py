@@ -12,15 +12,15 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from proxy import native_relay
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.integration.test_native_relay import _herald as herald_with
 from tests.integration.test_native_stamp import _by_labels
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
 CHAINS = {"fetch": [{"type": "drop_headers", "headers": ["x-debug", "prefix:x-tenant-"]}]}
 HANDOVERS = "herald_native_relay_handovers_total"

@@ -8,7 +8,7 @@ import time
 import yaml
 from confluent_kafka import Producer
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all
 from tests.support.herald_process import HeraldProcess, herald_config
 

@@ -22,11 +22,11 @@ from protocol.api_keys import ApiKey
 from protocol.messages.api_versions_response import ApiVersionsResponse
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from protocol.messages.produce_response import ProduceResponse
-from proxy import wire
-from proxy.config import parse_config
-from proxy.embedded_kafka import KafkaCluster
+from proxy.config.proxy_yaml import parse_config
+from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.server import Proxy
-from proxy.splice import Splicer
+from proxy.session import wire
+from proxy.session.splice import Splicer
 from tests.support import raw_client as raw
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -173,7 +173,7 @@ async def test_large_responses_stream_through_byte_identical(
     meta = await client.recv()
     assert meta is not None
     topic_id = wire.decode_response(ApiKey.METADATA, 12, meta)[1].topics[0].topic_id
-    streamed = proxy.metrics.responses_streamed._value.get()
+    streamed = proxy.observability.metrics.responses_streamed._value.get()
     start = len(client.received)
     # v12: no filter reads it; v16: the address rewriter reads only its tail.
     sent = raw.fetch(3, topic_name) + raw.fetch(4, "", version=16, topic_id=topic_id)
@@ -182,7 +182,7 @@ async def test_large_responses_stream_through_byte_identical(
     for body in bodies:
         assert body is not None and len(body) > 400_000
         assert all(v in body for v in values)
-    assert proxy.metrics.responses_streamed._value.get() == streamed + 2
+    assert proxy.observability.metrics.responses_streamed._value.get() == streamed + 2
     (session,) = proxy.sessions
     assert (session._splicer is not None) is splice
     ours = [c for c in relay.connections if bytes(c[0]).endswith(sent)]
@@ -217,11 +217,11 @@ async def test_a_half_closed_client_still_gets_the_response_being_streamed(
     fetch = FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 24, topics=[FetchTopic(
         topic=topic_name, partitions=[FetchPartition(
             partition=0, fetch_offset=0, partition_max_bytes=1 << 24)])])
-    streamed = proxy.metrics.responses_streamed._value.get()
+    streamed = proxy.observability.metrics.responses_streamed._value.get()
     await stream.send_all(raw.request_frame(1, 12, 99, fetch))
     received = bytearray(await stream.receive_some(8))
     with trio.fail_after(10):
-        while proxy.metrics.responses_streamed._value.get() == streamed:
+        while proxy.observability.metrics.responses_streamed._value.get() == streamed:
             await trio.sleep(0.01)
     await stream.send_eof()
     await trio.sleep(0.5)  # Herald reads the end of the client's requests meanwhile
@@ -279,7 +279,7 @@ async def test_bad_frames_close_only_their_own_connection(
 async def test_api_versions_advertise_only_what_herald_decodes(
     proxy: Proxy, kafka: KafkaCluster
 ) -> None:
-    from proxy.api_versions import codec_range
+    from proxy.filters.api_versions import codec_range
 
     async def versions(address: str) -> dict[int, tuple[int, int]]:
         client = await raw.TrioRawClient.connect(address)
@@ -325,7 +325,7 @@ async def test_api_versions_newer_than_the_broker_get_its_v0_answer_narrowed(
     through = await fallback(bootstrap_of(proxy))
     direct = await fallback(kafka.nodes[0].address)
     assert direct.error_code == through.error_code == 35
-    from proxy.api_versions import codec_range
+    from proxy.filters.api_versions import codec_range
 
     # The broker lists what a client needs to retry lower (ApiVersions itself, at least).
     ranges = {k.api_key: (k.min_version, k.max_version) for k in through.api_keys}

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.routing.partitioner import key_partition
 from proxy.routing.rules import ORIGIN_HEADER
 from tests.conftest import kafka_version

@@ -21,7 +21,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.routing.partitioner import key_partition
 from tests.integration.test_routing import (
     assert_where_rules_say,

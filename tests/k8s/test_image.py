@@ -19,7 +19,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.k8s import sidecar
 from tests.support.clients import consume_all
 from tests.support.herald_process import free_port_block

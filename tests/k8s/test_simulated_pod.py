@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy.embedded_kafka import ExtraListener, KafkaCluster
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster
 from proxy.k8s.inject import InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
 from tests.conftest import kafka_version

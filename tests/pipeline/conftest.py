@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from pipeline.config import PipelineConfig
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import MAX_WAIT_MS, Played, play, topic_names
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config

@@ -15,7 +15,7 @@ from interceptors.errors import ConfigError
 from interceptors.tracing import parse_traceparent
 from pipeline.config import load_pipeline_config
 from pipeline.hops import to_hops
-from proxy.config import load_config
+from proxy.config.proxy_yaml import load_config
 from tests.support.herald_process import REPO
 
 HERALD = [sys.executable, "-m", "proxy"]

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 
 from pipeline.config import StreamConfig
 from pipeline.jobs import run_batch, start_stream, write_outputs
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.conftest import pipeline_config
 from tests.pipeline.scenario import create_topics, play, topic_names
 from tests.support.herald_process import HeraldProcess

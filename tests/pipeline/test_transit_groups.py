@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.config import PipelineConfig
-from proxy.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.conftest import FETCH_TOPIC, _observations
 from tests.pipeline.scenario import expected_transit
 from tests.support.clients import consume_all, create_topic

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from proxy.embedded_kafka import write_log_config
-from proxy.kafka_dist import cache_root, classpath
+from proxy.devtools.embedded_kafka import write_log_config
+from proxy.devtools.kafka_dist import cache_root, classpath
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from proxy.kafka_dist import cache_root
+from proxy.devtools.kafka_dist import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

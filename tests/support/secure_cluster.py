@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy.embedded_kafka import ExtraListener, KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port
 from tests.support.certs import CertificateAuthority, Issued
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "herald": "herald-secret"}

@@ -9,13 +9,14 @@ import sys
 
 import pytest
 
-from proxy import allocator
+from proxy.limits import allocator
 
 MIB = 1 << 20
 
 
 def _tune_in_child(keep: int, env: dict[str, str]) -> dict[str, int]:
-    code = f"import json; from proxy import allocator; print(json.dumps(allocator.tune({keep})))"
+    code = ("import json; from proxy.limits import allocator; "
+            f"print(json.dumps(allocator.tune({keep})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env={**os.environ, **env})
     return json.loads(out.stdout)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import deps
-from proxy import kafka_dist
+from proxy.devtools import kafka_dist
 
 
 def test_kafka_jars_and_the_spark_connector_share_one_cache_root(
@@ -17,6 +17,6 @@ def test_kafka_jars_and_the_spark_connector_share_one_cache_root(
     assert kafka_dist.cache_root() == deps.cache_root() == tmp_path
     assert deps.ivy_dir() == tmp_path / "spark-ivy"
     monkeypatch.delenv("HERALD_CACHE_DIR")
-    checkout = Path(kafka_dist.__file__).resolve().parent.parent
+    checkout = Path(kafka_dist.__file__).resolve().parents[2]
     assert deps.ivy_dir() == checkout / ".cache" / "spark-ivy"
     assert kafka_dist.cache_root() == checkout / ".cache"

@@ -107,7 +107,7 @@ def test_a_shadow_fetch_member_changes_nothing_and_counts_what_it_would_do(membe
 
 
 def test_shadow_counts_are_labelled_as_what_would_have_happened():
-    from proxy.metrics import flatten, record_counts
+    from proxy.observability.metrics import flatten, record_counts
 
     raw = raw_partition([[[("k", b"1")], [], [("k", b"2")]]])
     chains = build_chains({"fetch": [shadowed(FETCH[0]), FETCH[1]]}, env())

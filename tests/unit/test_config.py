@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.config import ConfigError, HostPort, load_config, parse_config
+from proxy.config.proxy_yaml import ConfigError, HostPort, load_config, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 

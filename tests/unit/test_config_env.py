@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config import ConfigError, parse_config
-from proxy.env_expand import UnsetVariable, expand_env
+from proxy.config.env_expand import UnsetVariable, expand_env
+from proxy.config.proxy_yaml import ConfigError, parse_config
 
 BASE = {"upstream": {"bootstrap": "k:9092"}, "listen": {"bootstrap": "127.0.0.1:19092"}}
 

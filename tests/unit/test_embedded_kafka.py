@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.embedded_kafka import ExtraListener, KafkaCluster, KafkaNode
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, KafkaNode
 
 
 def test_an_extra_listener_is_listened_on_and_advertises_its_own_port(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from interceptors.config import build_chains
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
 from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup
-from proxy.filters import Exchange, SessionContext
-from proxy.group_learner import ConsumerGroupLearner
+from proxy.filters.chain import Exchange, SessionContext
+from proxy.filters.group_learner import ConsumerGroupLearner
 
 
 class _Clock:

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from proxy.cli import main
-from proxy.config import parse_config
+from proxy.config.proxy_yaml import parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.command import dump_documents
 from proxy.k8s.inject import InjectError, InjectOptions, inject

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from proxy.metrics import _LATENCY_BUCKETS, LatencyHistogram, PlainCounter
+from proxy.observability.metrics import _LATENCY_BUCKETS, LatencyHistogram, PlainCounter
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple], float]:

@@ -6,8 +6,8 @@ import resource
 
 import pytest
 
-from proxy.config import ConfigError, parse_config
-from proxy.limits import FDS_PER_CONNECTION, MIB, default_memory_budget, machine_memory
+from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.limits.config import FDS_PER_CONNECTION, MIB, default_memory_budget, machine_memory
 
 
 def doc(**limits: object) -> dict:

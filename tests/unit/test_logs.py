@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy import logs
+from proxy.observability import logs
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The native relay's Fetch scan (proxy/relay_fetch.c) held to the Python fetch chain.
+"""The native relay's Fetch scan (proxy/native/relay_fetch.c) held to the Python fetch chain.
 
 The engine may forward a Fetch response unchanged only when the Python chain would leave it
 byte for byte as it came, and must then count what the chain would have counted. Responses
@@ -26,17 +26,17 @@ from protocol.messages.fetch_response import (
     PartitionData,
 )
 from protocol.records import Record, build_batch
-from proxy import native_relay
-from proxy.address_rewrite import AddressRewriter
-from proxy.filters import Exchange, FilterChain, SessionContext
-from proxy.interception import InterceptorFilter
-from proxy.native_fetch import FetchPlan, fetch_plan
-from proxy.native_relay import PASS, SCAN, SCAN_UNLESS_TAGGED, passable_table
-from proxy.topic_ids import TopicIds
-from proxy.wire import decode_response, encode_response
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.chain import Exchange, FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.native import relay as native_relay
+from proxy.native.fetch_plan import FetchPlan, fetch_plan
+from proxy.native.relay import PASS, SCAN, SCAN_UNLESS_TAGGED, passable_table
+from proxy.session.wire import decode_response, encode_response
+from proxy.upstream.topic_ids import TopicIds
 from tests.unit.test_native_stamp import mangled
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 _relay = native_relay._relay
 
 DROPPED = ["x-debug", "prefix:x-tenant-"]

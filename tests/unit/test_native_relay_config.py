@@ -6,12 +6,12 @@ import pytest
 import yaml
 
 from protocol.api_keys import ApiKey
-from proxy import native_relay
-from proxy.address_rewrite import AddressRewriter
-from proxy.api_versions import ApiVersionsNegotiator
-from proxy.brokers import BrokerDirectory
-from proxy.config import ConfigError, parse_config
-from proxy.filters import Filter, FilterChain
+from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.api_versions import ApiVersionsNegotiator
+from proxy.filters.chain import Filter, FilterChain
+from proxy.native import relay as native_relay
+from proxy.upstream.brokers import BrokerDirectory
 
 BASE = {"upstream": {"bootstrap": "127.0.0.1:9092"}, "listen": {"bootstrap": "127.0.0.1:0"}}
 

@@ -1,4 +1,4 @@
-"""The native relay engine (`proxy._relay`) over socket pairs, with frames built here.
+"""The native relay engine (`proxy.native._relay`) over socket pairs, with frames built here.
 
 Each test plays both peers: the client application on one socket pair, the broker on the
 other; the engine holds the proxy's two ends.
@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from proxy import native_relay, wire
+from proxy.native import relay as native_relay
+from proxy.session import wire
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
 METADATA, PRODUCE, FETCH, API_VERSIONS = 3, 0, 1, 18
 MAX_VERSION = native_relay.MAX_VERSION

@@ -19,17 +19,17 @@ from protocol.messages.fetch_response import (
     NodeEndpoint,
     PartitionData,
 )
-from proxy import native_relay
-from proxy.address_rewrite import AddressRewriter
-from proxy.api_versions import ApiVersionsNegotiator
-from proxy.brokers import BrokerDirectory
-from proxy.config import parse_config
-from proxy.filters import FilterChain, SessionContext
-from proxy.metrics import Metrics
-from proxy.session import Session
-from proxy.transport import PlainTransport
+from proxy.config.proxy_yaml import parse_config
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.api_versions import ApiVersionsNegotiator
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.native import relay as native_relay
+from proxy.observability.metrics import Metrics
+from proxy.session.session import Session
+from proxy.session.transport import PlainTransport
+from proxy.upstream.brokers import BrokerDirectory
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="proxy._relay not built")
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
 FETCH, HEARTBEAT = 1, 12
 CONFIG = parse_config({"upstream": {"bootstrap": "127.0.0.1:9092"},

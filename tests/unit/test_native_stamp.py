@@ -1,6 +1,6 @@
-"""The native relay's Produce stamping (proxy/relay_stamp.c) against its reference, the Python
-produce chain: the same requests, the same random draws and the same time give the same bytes,
-and whatever the engine does not stamp it refuses (the request goes to Python) unchanged."""
+"""The native relay's Produce stamping (proxy/native/relay_stamp.c) against its reference, the
+Python produce chain: the same requests, the same random draws and the same time give the same
+bytes, and whatever the engine does not stamp it refuses (the request goes to Python) unchanged."""
 
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ from protocol.messages.produce_request import (
     TopicProduceData,
 )
 from protocol.records import Record, build_batch, split_batches
-from proxy.filters import Exchange, FilterChain, SessionContext
-from proxy.interception import InterceptorFilter
-from proxy.limits import LimitsConfig
-from proxy.native_relay import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
-from proxy.native_stamp import stamp_plan
-from proxy.topic_ids import TopicIds
-from proxy.wire import decode_request, encode_request, parse_request_header
+from proxy.filters.chain import Exchange, FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.limits.config import LimitsConfig
+from proxy.native.relay import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
+from proxy.native.stamp_plan import stamp_plan
+from proxy.session.wire import decode_request, encode_request, parse_request_header
+from proxy.upstream.topic_ids import TopicIds
 
-_relay = pytest.importorskip("proxy._relay")
+_relay = pytest.importorskip("proxy.native._relay")
 
 NOW = 1_764_000_000_123
 CLUSTER = "clu-ster-1"

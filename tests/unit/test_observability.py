@@ -32,13 +32,13 @@ from protocol.messages.produce_response import (
     TopicProduceResponse,
 )
 from protocol.records import Record, build_batch, split_batches
-from proxy.config import ConfigError, parse_config
-from proxy.filters import Exchange, SessionContext
-from proxy.interception import InterceptorFilter
-from proxy.metrics import Metrics
+from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.filters.chain import Exchange, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.observability.metrics import Metrics
+from proxy.observability.tracing import Tracing, TracingFilter, exporters_from_env, tracing_from_env
 from proxy.server import Proxy
-from proxy.topic_ids import TopicIds
-from proxy.tracing import Tracing, TracingFilter, exporters_from_env, tracing_from_env
+from proxy.upstream.topic_ids import TopicIds
 
 REPO = Path(__file__).resolve().parents[2]
 CHAINS = {"produce": [{"type": "insert_header", "header": "app", "value": "x"}]}

@@ -30,7 +30,7 @@ BASE_TS = 1_700_000_000_000
 
 def kafka_jars() -> Path:
     """The folder of Kafka's runtime jars (fetched with Maven and cached on first use)."""
-    from proxy.kafka_dist import kafka_libs
+    from proxy.devtools.kafka_dist import kafka_libs
 
     return Path(kafka_libs(KAFKA_VERSION))
 

@@ -1,7 +1,7 @@
-"""The engine's W3C checks (proxy/relay_trace.c) against their reference, the Python functions
-the `trace_context` member uses: `valid_traceparent`, and `parse_tracestate` (valid when it
-returns members, not None). The engine keeps a record's own traceparent only when both agree,
-so they must give the same answer on valid, near-valid and random values."""
+"""The engine's W3C checks (proxy/native/relay_trace.c) against their reference, the Python
+functions the `trace_context` member uses: `valid_traceparent`, and `parse_tracestate` (valid
+when it returns members, not None). The engine keeps a record's own traceparent only when both
+agree, so they must give the same answer on valid, near-valid and random values."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from interceptors.tracing import parse_tracestate, valid_traceparent
 
-_relay = pytest.importorskip("proxy._relay")
+_relay = pytest.importorskip("proxy.native._relay")
 
 HEX = "0123456789abcdef"
 GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.config import parse_config
+from proxy.config.proxy_yaml import parse_config
+from proxy.config.yamlconf import ConfigError
 from proxy.routing.partitioner import key_partition, murmur2
 from proxy.routing.predicates import compile_predicate
 from proxy.routing.produce_filter import _kept_batch
 from proxy.routing.rules import ORIGIN_HEADER, RoutingTable
 from proxy.routing.sequences import SequenceMap
-from proxy.yamlconf import ConfigError
 
 BASE = {"upstream": {"bootstrap": "127.0.0.1:9092"},
         "listen": {"bootstrap": "127.0.0.1:19092"}}
@@ -250,10 +250,10 @@ def test_kept_batch_is_renumbered_under_the_upstream_sequence() -> None:
 def test_producer_settings_carry_the_cluster_security(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from proxy.config import UpstreamConfig
+    from proxy.config.proxy_yaml import UpstreamConfig
+    from proxy.config.yamlconf import HostPort
     from proxy.routing.destinations import producer_settings
-    from proxy.security_config import ClientTlsConfig, SaslClientConfig, SecretRef
-    from proxy.yamlconf import HostPort
+    from proxy.security.config import ClientTlsConfig, SaslClientConfig, SecretRef
 
     monkeypatch.setenv("EU_USER", "router")
     monkeypatch.setenv("EU_PASS", "s3cret")
@@ -287,10 +287,10 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
 
     from confluent_kafka import Producer
 
-    from proxy.config import UpstreamConfig
+    from proxy.config.proxy_yaml import UpstreamConfig
+    from proxy.config.yamlconf import HostPort
     from proxy.routing.destinations import producer_settings
-    from proxy.security_config import SaslClientConfig, SecretRef
-    from proxy.yamlconf import HostPort
+    from proxy.security.config import SaslClientConfig, SecretRef
 
     claims = base64.urlsafe_b64encode(json.dumps({"sub": "r", "exp": 2000000000}).encode())
     token = "e30." + claims.decode().rstrip("=") + "."
@@ -307,9 +307,9 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
 def _filter(rules: list) -> object:
     from prometheus_client import CollectorRegistry
 
+    from proxy.observability.routing_stats import RoutingStats
     from proxy.routing.produce_filter import RoutingFilter
-    from proxy.routing.stats import RoutingStats
-    from proxy.topic_ids import TopicIds
+    from proxy.upstream.topic_ids import TopicIds
 
     table = RoutingTable(config(rules).routing)
     return RoutingFilter(table, TopicIds(), {}, RoutingStats(CollectorRegistry()))
@@ -374,7 +374,7 @@ def test_sighup_reload_swaps_rules_and_refuses_a_cluster_that_needs_a_restart(
 ) -> None:
     import yaml
 
-    from proxy.config import load_config
+    from proxy.config.proxy_yaml import load_config
     from proxy.server import Proxy
 
     path = tmp_path / "proxy.yaml"  # type: ignore[operator]

@@ -9,9 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, parse_config
-from proxy.principal import NoRuleMatched, PrincipalMapper, PrincipalRuleError, tls_principal
-from proxy.sasl import (
+from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.security.principal import (
+    NoRuleMatched,
+    PrincipalMapper,
+    PrincipalRuleError,
+    tls_principal,
+)
+from proxy.security.sasl import (
     SaslError,
     ScramClient,
     is_scram_client_final,

@@ -1,0 +1,74 @@
+"""Broker address rewriting, as an ordinary filter-chain member.
+
+Every response that tells a client where a broker is gets Herald's address for that broker
+instead, so no client ever connects to a broker directly: Metadata (all versions),
+FindCoordinator (single-key v0-3 and batched v4+), DescribeCluster, and the KIP-951 node
+endpoints of Produce v10+ and Fetch v16+ responses (leader hints after NOT_LEADER errors).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.api_keys import ApiKey
+from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.upstream.brokers import BrokerDirectory
+
+# DescribeCluster v1+ may describe controllers (KIP-919); those are not proxied.
+_CONTROLLER_ENDPOINTS = 2
+
+
+class AddressRewriter(Filter):
+    name = "address_rewrite"
+
+    def __init__(self, directory: BrokerDirectory) -> None:
+        self.directory = directory
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        if api_key in (ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER):
+            return True
+        if api_key == ApiKey.PRODUCE:
+            return version >= 10
+        if api_key == ApiKey.FETCH:
+            return version >= 16
+        return False
+
+    def tail_only(self, api_key: int, version: int) -> bool:
+        # Node endpoints are a top-level tagged field of Fetch v16+.
+        return api_key == ApiKey.FETCH
+
+    def tagged_only(self, api_key: int, version: int) -> bool:
+        # Leader hints are the only thing read in Produce v10+ and Fetch v16+ responses.
+        return api_key in (ApiKey.PRODUCE, ApiKey.FETCH)
+
+    async def on_response(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        learn = self.directory.learn
+        if api_key == ApiKey.METADATA:
+            for b in msg.brokers:
+                b.host, b.port = await learn(b.node_id, b.host, b.port)
+            return bool(msg.brokers)
+        if api_key == ApiKey.FIND_COORDINATOR:
+            if version < 4:
+                if msg.node_id < 0:
+                    return False
+                msg.host, msg.port = await learn(msg.node_id, msg.host, msg.port)
+                return True
+            changed = False
+            for c in msg.coordinators:
+                if c.node_id >= 0:
+                    c.host, c.port = await learn(c.node_id, c.host, c.port)
+                    changed = True
+            return changed
+        if api_key == ApiKey.DESCRIBE_CLUSTER:
+            if getattr(msg, "endpoint_type", 1) == _CONTROLLER_ENDPOINTS:
+                return False
+            for b in msg.brokers:
+                b.host, b.port = await learn(b.broker_id, b.host, b.port)
+            return bool(msg.brokers)
+        # Produce v10+ / Fetch v16+: leader hints, usually absent.
+        endpoints = msg.node_endpoints
+        for e in endpoints:
+            e.host, e.port = await learn(e.node_id, e.host, e.port)
+        return bool(endpoints)

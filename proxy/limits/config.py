@@ -1,0 +1,132 @@
+"""The `limits:` section of proxy.yaml: every bound Herald puts on what clients can make it
+hold or do, with defaults a real deployment can keep.
+
+Defaults that depend on the machine (the connection cap on the descriptor limit, the memory
+budget on the memory Herald may use) are computed once, when the configuration is loaded.
+Each limit, its metric and what to do when it trips are listed in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from protocol.compression import DEFAULT_MAX_DECOMPRESSED
+from protocol.framing import DEFAULT_MAX_FRAME_BYTES
+from proxy.config.yamlconf import ConfigError
+
+MIB = 1024 * 1024
+
+FDS_PER_CONNECTION = 4
+"""A client socket, its upstream socket, and the pipe pair of a streamed response."""
+
+_FDS_KEPT = 128  # listeners, the admin endpoint, Herald's own broker connections, logs
+
+
+def raise_descriptor_limit() -> int:
+    """Raise the soft limit on open files to the hard one (as Go and the JVM do on start);
+    return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def default_max_connections() -> int:
+    """As many client connections as the descriptor limit allows, at most 10,000."""
+    fds = raise_descriptor_limit()
+    return max(16, min(10_000, (fds - _FDS_KEPT) // FDS_PER_CONNECTION))
+
+
+def machine_memory() -> int:
+    """Bytes of memory this process may use: the cgroup limit when there is one, else the
+    machine's physical memory."""
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < physical:
+            return int(text)
+    return physical
+
+
+def default_memory_budget() -> int:
+    """A quarter of the memory Herald may use, between 256 MiB and 8 GiB: the rest stays for
+    the interpreter, socket buffers and whatever shares the machine or pod."""
+    return max(256 * MIB, min(8 * 1024 * MIB, machine_memory() // 4))
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_in_flight: int = 1000
+    # Connections
+    idle_timeout_s: float = 600.0  # Kafka's broker default connections.max.idle.ms
+    frame_timeout_s: float = 60.0
+    max_connections: int = field(default_factory=default_max_connections)
+    max_connections_per_source: int = 1000
+    # Amplification
+    max_batch_records: int = 200_000
+    max_request_records: int = 1_000_000
+    max_batch_decompressed_bytes: int = DEFAULT_MAX_DECOMPRESSED
+    max_request_decompressed_bytes: int = 256 * MIB
+    big_batch_workers: int = 2
+    # Memory
+    memory_budget_bytes: int = field(default_factory=default_memory_budget)
+
+
+def _machine_default(node: Any, key: str, default: Callable[[], int]) -> int:
+    """A positive int, or the machine-dependent default when the key is absent."""
+    if node.get(key) is None:
+        return default()
+    return node.number(key, 0, int, 1)
+
+
+def parse_limits(node: Any) -> LimitsConfig:
+    """Validate the `limits` mapping (a config `Node`); errors name the YAML path."""
+    defaults = LimitsConfig(max_connections=0, memory_budget_bytes=0)
+    n = node.number
+    frame = n("max_frame_bytes", defaults.max_frame_bytes, int, 1024)
+    limits = LimitsConfig(
+        max_frame_bytes=frame,
+        max_in_flight=n("max_in_flight", defaults.max_in_flight, int, 1),
+        idle_timeout_s=n("idle_timeout_s", defaults.idle_timeout_s, float, 0.1),
+        frame_timeout_s=n("frame_timeout_s", defaults.frame_timeout_s, float, 0.1),
+        max_connections=_machine_default(node, "max_connections", default_max_connections),
+        max_connections_per_source=n(
+            "max_connections_per_source", defaults.max_connections_per_source, int, 1),
+        max_batch_records=n("max_batch_records", defaults.max_batch_records, int, 1),
+        max_request_records=n("max_request_records", defaults.max_request_records, int, 1),
+        max_batch_decompressed_bytes=n(
+            "max_batch_decompressed_bytes", defaults.max_batch_decompressed_bytes, int, 1024),
+        max_request_decompressed_bytes=n(
+            "max_request_decompressed_bytes", defaults.max_request_decompressed_bytes, int,
+            1024),
+        big_batch_workers=n("big_batch_workers", defaults.big_batch_workers, int, 1),
+        memory_budget_bytes=_machine_default(node, "memory_budget_bytes", default_memory_budget),
+    )
+    node.done()
+    need = 2 * limits.max_frame_bytes
+    if limits.memory_budget_bytes < need:
+        raise ConfigError(
+            f"{node.key_path('memory_budget_bytes')}: must be at least twice "
+            f"limits.max_frame_bytes ({need}), got {limits.memory_budget_bytes}"
+        )
+    if limits.max_request_records < limits.max_batch_records:
+        raise ConfigError(
+            f"{node.key_path('max_request_records')}: must be >= limits.max_batch_records")
+    if limits.max_request_decompressed_bytes < limits.max_batch_decompressed_bytes:
+        raise ConfigError(f"{node.key_path('max_request_decompressed_bytes')}: must be >= "
+                          "limits.max_batch_decompressed_bytes")
+    return limits

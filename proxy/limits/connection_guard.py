@@ -1,0 +1,112 @@
+"""Limits on client connections: how many, from where, and how long they may sit idle or
+take to send a frame.
+
+A proxy holds two descriptors (and some memory) for every client connection, so a client
+that opens connections and never uses them, or starts a frame and never finishes it
+(slowloris), would otherwise hold them for ever. Each limit that trips logs one line and
+counts one `herald_connection_limit_hits{limit=...}`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import trio
+
+from proxy.observability.logs import get_logger
+
+log = get_logger("limits")
+
+MAX_CONNECTIONS = "max_connections"
+MAX_CONNECTIONS_PER_SOURCE = "max_connections_per_source"
+IDLE_TIMEOUT = "idle_timeout"
+FRAME_TIMEOUT = "frame_timeout"
+LIMITS = (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE, IDLE_TIMEOUT, FRAME_TIMEOUT)
+
+
+class ConnectionGuard:
+    """Admits client connections within the total and per-source-address caps."""
+
+    def __init__(self, max_total: int, max_per_source: int, hit: Callable[[str], None]) -> None:
+        self.max_total = max_total
+        self.max_per_source = max_per_source
+        self._hit = hit
+        self.total = 0
+        self.by_source: dict[str, int] = {}
+
+    def admit(self, source: str) -> str | None:
+        """Count a new connection from `source` in, or return the limit it would break."""
+        if self.total >= self.max_total:
+            return self._refuse(MAX_CONNECTIONS, source, self.max_total)
+        held = self.by_source.get(source, 0)
+        if held >= self.max_per_source:
+            return self._refuse(MAX_CONNECTIONS_PER_SOURCE, source, self.max_per_source)
+        self.total += 1
+        self.by_source[source] = held + 1
+        return None
+
+    def release(self, source: str) -> None:
+        self.total -= 1
+        left = self.by_source[source] - 1
+        if left:
+            self.by_source[source] = left
+        else:
+            del self.by_source[source]
+
+    def _refuse(self, limit: str, source: str, value: int) -> str:
+        self._hit(limit)
+        log.warning("connection_refused", reason=f"limits.{limit} reached", limit=value,
+                    client=source)
+        return limit
+
+
+class ClientDeadlines:
+    """The idle and frame deadlines of one client connection.
+
+    Idle: no request in flight and nothing received from the client for `idle_s` (Kafka's
+    `connections.max.idle.ms` does the same on brokers; clients reconnect when they need to).
+    Frame: once the first bytes of a frame arrived, the rest must arrive within `frame_s`.
+    The session calls `received` after each read; `expired` is a task of the session.
+    """
+
+    __slots__ = ("idle_s", "frame_s", "last_active", "frame_started", "_sleep")
+
+    def __init__(self, idle_s: float, frame_s: float) -> None:
+        self.idle_s = idle_s
+        self.frame_s = frame_s
+        self.last_active = trio.current_time()
+        self.frame_started = math.inf
+        self._sleep = trio.CancelScope()
+
+    def received(self, frames: int, partial: int) -> None:
+        """A read brought `frames` complete frames and left `partial` bytes of the next."""
+        now = trio.current_time()
+        self.last_active = now
+        if not partial:
+            self.frame_started = math.inf
+        elif frames or self.frame_started == math.inf:
+            self.frame_started = now
+            deadline = now + self.frame_s
+            if deadline < self._sleep.deadline:
+                self._sleep.deadline = deadline  # wake the watch for the new deadline
+
+    async def expired(self, busy: Callable[[], bool]) -> tuple[str, str]:
+        """Return (limit, reason) once a deadline passes; `busy()` is True while a request
+        is outstanding, which keeps the connection from being idle."""
+        while True:
+            now = trio.current_time()
+            frame_deadline = self.frame_started + self.frame_s
+            if now >= frame_deadline:
+                return FRAME_TIMEOUT, (
+                    f"limits.frame_timeout_s: a frame was not complete {self.frame_s:g} s "
+                    "after it began")
+            if busy():
+                self.last_active = now
+            idle_deadline = self.last_active + self.idle_s
+            if now >= idle_deadline:
+                return IDLE_TIMEOUT, f"limits.idle_timeout_s: idle for {self.idle_s:g} s"
+            # While busy the idle clock is pushed on at every wake-up, at least once a second.
+            wake = min(frame_deadline, idle_deadline, now + 1.0 if busy() else math.inf)
+            with trio.move_on_at(wake) as self._sleep:
+                await trio.sleep_forever()

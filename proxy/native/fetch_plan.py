@@ -1,0 +1,94 @@
+"""Which sessions' Fetch responses the native relay scans itself, and the plan it follows.
+
+With `performance.native_relay: auto`, a fetch chain whose members only watch header keys
+(`Stamps` with no appends: `drop_headers` with names and prefixes) no longer sends every
+Fetch response to Python. The engine buffers the response whole, walks it, and when no batch
+holds a record carrying a watched key (and every batch is magic 2 and uncompressed, every
+topic id one Herald knows) it forwards the response unchanged, which is what the Python
+chain would have sent (proxy/native/relay_fetch.c). Any other response goes to Python at its frame
+boundary, which runs the chain as always: the Python chain is the reference the engine is
+tested against.
+
+A session is eligible when, apart from the interceptor filter, no filter reads Fetch
+responses (or only their top-level tagged fields), no per-topic counters are kept, and every
+fetch-chain member applies to every topic and client, is live (not shadow), declares what it
+watches and appends nothing, has no batch hook, and needs headers or less.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from interceptors.api import Interceptor
+from interceptors.chain import ChainMember, FetchChain
+from interceptors.stats import ChainStats, MemberStats
+from protocol import stamping
+from proxy.filters.chain import FilterChain
+from proxy.filters.interception import InterceptorFilter
+
+FETCH = 1
+VERSIONS = range(4, 19)
+"""Fetch versions the engine walks: v4-v18 (the layouts of protocol/messages/
+fetch_response.py; v13+ name topics by id: one Herald has not learnt goes to Python)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPlan:
+    """What the engine checks for one session (`wire`), and whose counters it adds to."""
+
+    wire: tuple
+    chain: FetchChain
+    members: tuple[ChainMember, ...]
+
+    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0) -> None:
+        """Add what the engine scanned to the counters the Python path keeps for a chain run
+        that changes nothing: batches and records seen, by the chain and by each member.
+        (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan.)"""
+        run = ChainStats(self.chain.path, {}, batches, 0, records)
+        for m in self.members:
+            run.members[m.name] = MemberStats(m.name, m.type, records)
+        self.chain.add_run(run)
+
+
+def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
+    """The interceptor filter, when it reads Fetch v4-v18 responses and no filter reads
+    their requests (whether other filters read the responses is `passable_table`'s to say)."""
+    found = None
+    for version in VERSIONS:
+        if chain.for_request(FETCH, version):
+            return None
+        filters = [f for f in chain.for_response(FETCH, version)
+                   if isinstance(f, InterceptorFilter)]
+        if len(filters) != 1 or (found is not None and filters[0] is not found):
+            return None
+        found = filters[0]
+    return found
+
+
+def _watch_only(m: ChainMember) -> bool:
+    icpt = m.interceptor
+    stamps = icpt.stamps
+    return (not m.shadow and m.topics is None and m.client_ids is None and stamps is not None
+            and stamps.appends == () and icpt.needs in ("headers", "read")
+            and type(icpt).on_batch is Interceptor.on_batch)
+
+
+def fetch_plan(chain: FilterChain) -> FetchPlan | None:
+    """The session's plan, or None when its Fetch responses stay in Python."""
+    filt = interceptor_filter(chain)
+    if filt is None or filt.tally is not None:
+        return None
+    fetch = filt.chains.fetch
+    if not fetch.members or not all(_watch_only(m) for m in fetch.members):
+        return None
+    keys: set[str] = set()
+    prefixes: list[str] = []
+    for m in fetch.members:
+        keys |= m.interceptor.stamps.watches
+        prefixes += m.interceptor.stamps.watch_prefixes
+    wire_keys = stamping.wire_keys(sorted(keys))
+    wire_prefixes = stamping.wire_keys(prefixes)
+    if wire_keys is None or wire_prefixes is None:
+        return None
+    wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(filt.topics.names)))
+    return FetchPlan(wire, fetch, fetch.members)

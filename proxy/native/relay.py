@@ -1,0 +1,262 @@
+"""The trio side of the native passthrough relay (`proxy/native/_relay.c`).
+
+trio's per-wake-up machinery costs more than everything else a plaintext session does when no
+filter reads its frames. With `performance.native_relay: auto`, such a session hands its two
+descriptors to one engine thread that forwards the frames no filter wants (see
+`passable_table`) without waking trio. The first frame a filter wants (or one the engine
+cannot read) hands the session back to its Python pumps with the exact state: the client bytes
+not forwarded, the response bytes not parsed, the requests still waiting for an answer. The
+session returns to the engine once nothing Python handles is in flight.
+
+The engine counts bytes, requests and latencies in plain integers; they are folded into the
+Prometheus metrics at every hand-over and before every scrape.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import trio
+
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.native import fetch_plan as native_fetch
+from proxy.native import stamp_plan as native_stamp
+from proxy.observability.logs import get_logger
+from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
+
+try:
+    from proxy.native import _relay
+except ImportError:  # built without a C compiler: the Python path serves every session
+    _relay = None
+
+log = get_logger("native_relay")
+
+BUFFER_SIZE = 128 * 1024
+"""Bytes the engine buffers per direction and session, booked in the memory budget."""
+
+STAMP_BUFFER_SIZE = 2 * 1024 * 1024
+"""What a session whose Produce requests the engine stamps may buffer for one request, and
+again for its stamped form (a request that would grow past it goes to Python): booked, with
+the response buffer, in the memory budget. Clients send requests of up to about 1 MiB."""
+
+FETCH_BUFFER_SIZE = 4 * 1024 * 1024
+"""What a session whose Fetch responses the engine scans may buffer for one response (a
+larger one goes to Python), booked in the memory budget. Consumers ask for up to 1 MiB per
+partition by default (librdkafka, the Java client), and a response may hold several."""
+
+MAX_API = _relay.MAX_API if _relay is not None else 128
+MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
+
+RESUME = frozenset({"request", "response", "client_eof", "drain"})
+"""Hand-over reasons after which the Python pumps carry on; every other one ends the session."""
+
+_BYTE_LABELS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
+_ids = itertools.count(1)
+
+
+def available() -> bool:
+    return _relay is not None
+
+
+def next_session_id() -> int:
+    return next(_ids)
+
+
+@dataclass(slots=True)
+class Handover:
+    """What the engine gives back when a session's native phase ends."""
+
+    reason: str  # one of RESUME, or why the session must close
+    detail: str  # the message to log for a closing reason
+    client: bytes  # bytes read from the client and not forwarded, from a frame boundary on
+    upstream: bytes  # bytes read from the upstream and not forwarded, from a frame boundary on
+    in_flight: list[tuple[int, int, int, float]]  # (corr id, api key, version, received)
+    forwarded: int  # requests the engine passed in this phase
+    tail: int  # > 0: the first `tail` bytes of `upstream` end the response to the first
+    # in-flight entry, whose earlier bytes the engine sent (a Fetch response with leader
+    # hints in its top-level tagged fields, which Python rewrites at the same length)
+    frame_age: float = -1.0  # >= 0: seconds since the partial request in `client` began,
+    # so its frame deadline does not start over in Python
+
+
+PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED, SCAN, SCAN_UNLESS_TAGGED = range(7)
+"""Table values: Python handles the pair; it passes; it passes when its response carries no
+top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
+their layouts, in protocol/messages, are the ones it knows); the engine stamps the request
+(a Produce request, for a session registered with a stamp plan: proxy/native/stamp_plan.py) and
+its response passes, or passes unless tagged; the request passes and the engine scans the
+response, which passes when the fetch chain would not change it (a Fetch response, for a
+session registered with a fetch plan: proxy/native/fetch_plan.py), and unless tagged."""
+
+_TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
+
+
+def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
+    """One byte per (api key, version): what the engine may do with that pair's requests.
+    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
+    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
+    tagged fields) are scanned."""
+    table = bytearray(MAX_API * MAX_VERSION)
+    for api in range(MAX_API):
+        for version in range(MAX_VERSION):
+            stamped = stamp and api == native_stamp.PRODUCE and version in native_stamp.VERSIONS
+            scanned = fetch and api == native_fetch.FETCH and version in native_fetch.VERSIONS
+            if chain.for_request(api, version) and not stamped:
+                continue
+            readers = chain.for_response(api, version)
+            if scanned:
+                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
+                if not readers:
+                    table[api * MAX_VERSION + version] = SCAN
+                elif version in _TAG_CHECKED[api] and all(
+                    f.tagged_only(api, version) for f in readers
+                ):
+                    table[api * MAX_VERSION + version] = SCAN_UNLESS_TAGGED
+                continue
+            if not readers:
+                table[api * MAX_VERSION + version] = STAMP if stamped else PASS
+            elif version in _TAG_CHECKED.get(api, ()) and all(
+                f.tagged_only(api, version) for f in readers
+            ):
+                table[api * MAX_VERSION + version] = (STAMP_UNLESS_TAGGED if stamped
+                                                      else UNLESS_TAGGED)
+    return bytes(table)
+
+
+class NativeRelay:
+    """One engine for a proxy: a thread of its own, and a trio task that wakes the sessions
+    the engine handed back."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        if _relay is None:
+            raise RuntimeError("the native relay is not built (no C compiler at install?)")
+        self._engine = _relay.Engine(LATENCY_BUCKETS)
+        self._metrics = metrics
+        self._waiting: dict[int, trio.Event] = {}
+        self._tables: dict[tuple[int, bool, bool], tuple[FilterChain, bytes]] = {}
+        # Stamp and fetch plans by the key the engine counts them under: one per chain.
+        self._plan_keys: dict[int, int] = {}
+        self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
+        self._spliced = 0  # the engine's count at the last fold
+        metrics.before_scrape.append(self.fold)
+
+    def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
+        """`passable_table(chain, stamp, fetch)`, computed once per chain until
+        `forget_tables`."""
+        key = (id(chain), stamp, fetch)
+        found = self._tables.get(key)
+        if found is None or found[0] is not chain:
+            found = self._tables[key] = (chain, passable_table(chain, stamp, fetch))
+        return found[1]
+
+    def _key(self, plan: native_stamp.StampPlan | native_fetch.FetchPlan) -> int:
+        """The key the engine counts a plan's work under: one per chain, as long as it
+        lives."""
+        key = self._plan_keys.get(id(plan.chain))
+        if key is None or self._plans[key].chain is not plan.chain:
+            key = self._plan_keys[id(plan.chain)] = len(self._plans) + 1
+        self._plans[key] = plan
+        return key
+
+    def stamp_plan(self, chain: FilterChain, ctx: SessionContext
+                   ) -> tuple[native_stamp.StampPlan, int] | None:
+        """The session's stamp plan (see proxy/native/stamp_plan.py) and the key the engine counts
+        its work under, or None when its Produce requests go to Python."""
+        plan = native_stamp.stamp_plan(chain, ctx)
+        if plan is None:
+            return None
+        return plan, self._key(plan)
+
+    def fetch_plan(self, chain: FilterChain) -> tuple[native_fetch.FetchPlan, int] | None:
+        """The session's fetch plan (see proxy/native/fetch_plan.py) and the key the engine counts
+        its scans under, or None when its Fetch responses go to Python."""
+        plan = native_fetch.fetch_plan(chain)
+        if plan is None:
+            return None
+        return plan, self._key(plan)
+
+    def forget_tables(self) -> None:
+        """The chain's members changed (a reload): every native session comes back to Python
+        at its next frame boundary, and returns with a table of what passes now."""
+        self._tables.clear()
+        for session_id in self._waiting:
+            self._engine.stop(session_id)
+
+    async def run(self) -> None:
+        """Wake the sessions the engine hands back; runs for the proxy's lifetime."""
+        engine = self._engine
+        fd = engine.notify_fd
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            for session_id in engine.events():
+                event = self._waiting.get(session_id)
+                if event is not None:
+                    event.set()
+
+    def close(self) -> None:
+        """Stop the engine's thread (once no session is left on it)."""
+        self._engine.close()
+
+    async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
+                    max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
+                    frame_timeout_s: float, prefill: bytes = b"",
+                    stamp: tuple[native_stamp.StampPlan, int] | None = None,
+                    fetch: tuple[native_fetch.FetchPlan, int] | None = None,
+                    frame_age: float = 0.0) -> Handover:
+        """Run a session natively until the engine hands it back. Cancelled, the session is
+        taken back at once (reason "detached"), so its descriptors can be closed safely.
+        With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
+        marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
+        marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
+        frame deadline runs from then)."""
+        event = self._waiting[session_id] = trio.Event()
+        try:
+            self._engine.register(
+                session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
+                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
+                None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
+                None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
+                frame_age)
+            try:
+                await event.wait()
+            finally:
+                state = self._engine.take(session_id)
+        finally:
+            del self._waiting[session_id]
+        self.fold()
+        handover = Handover(*state)
+        self._metrics.native_handovers.labels(handover.reason).inc()
+        return handover
+
+    def stop(self, session_id: int) -> None:
+        """Ask a session to come back at its next frame boundary (the proxy drains)."""
+        self._engine.stop(session_id)
+
+    def fold(self) -> None:
+        """Add what the engine counted since the last fold to the Prometheus metrics."""
+        counted, pairs = self._engine.collect()
+        m = self._metrics
+        for label, n in zip(_BYTE_LABELS, counted, strict=True):
+            if n:
+                m.bytes.labels(label).inc(n)
+        for (api, version), (requests, lat, lat_sum, up, up_sum) in pairs.items():
+            metrics = m.for_api(api, version)
+            if requests:
+                metrics.requests.inc(requests)
+            _add(metrics.latency, lat, lat_sum)
+            _add(metrics.upstream_latency, up, up_sum)
+        for key, counts in self._engine.collect_stamped().items():
+            self._plans[key].count(*counts)
+        spliced = self._engine.spliced
+        if spliced > self._spliced:
+            m.native_spliced.inc(spliced - self._spliced)
+            self._spliced = spliced
+
+
+def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:
+    mine = series.counts
+    for i, n in enumerate(counts):
+        mine[i] += n
+    series.sum += total

@@ -1,0 +1,221 @@
+/* Scanning Fetch responses in the native relay, with the Python fetch chain as the reference.
+ *
+ * For a session whose fetch chain only watches header keys (proxy/native/fetch_plan.py decides:
+ * `drop_headers` with names and prefixes), a Fetch response v4-v18 that fits the session's
+ * buffer is walked whole (the layouts of protocol/messages/fetch_response.py, flexible from
+ * v12, topic ids from v13). Every partition's records field is cut into batches as
+ * protocol/records.py `split_batches` cuts it: a trailing partial batch is skipped, as the
+ * chain skips it, and so are control batches. Every other batch must be magic 2 and
+ * uncompressed, have a valid CRC32C (the Python path checks it before reading a record),
+ * hold the records it declares, and no record may carry a watched header key.
+ * Then the chain would change nothing and the response passes as it came; anything else
+ * (a watched header, a compressed or legacy batch, a topic id Herald has not learnt, leader
+ * hints where a filter reads them, bytes that are not a well-formed response) goes to Python.
+ *
+ * Safety: every read is bounded by the frame (sc_reader), every length checked before use.
+ */
+#include "relay_fetch.h"
+
+#include <string.h>
+
+#define BATCH_HEADER 61
+#define LENGTH_OVERHEAD 12
+#define LEGACY_MIN_LENGTH 14 /* protocol/records.py _LEGACY_MIN_LENGTH */
+#define MAGIC_AT 16
+
+static uint32_t be32at(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* One records field: NULL when the chain would leave it unchanged, else why not. */
+static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
+                                nc_counts *counts) {
+    size_t pos = 0;
+    while (pos < n) {
+        size_t room = n - pos;
+        if (room < MAGIC_AT + 1) {
+            return NULL; /* a partial batch: not even its magic byte */
+        }
+        const uint8_t *b = f + pos;
+        int64_t length = (int32_t)be32at(b + 8);
+        if (length < LEGACY_MIN_LENGTH) {
+            return "a record batch length out of range";
+        }
+        if ((uint64_t)length + LENGTH_OVERHEAD > room) {
+            return NULL; /* the trailing partial batch a Fetch response may end with */
+        }
+        size_t size = (size_t)length + LENGTH_OVERHEAD;
+        if (b[MAGIC_AT] != 2) {
+            return "a batch of magic 0 or 1";
+        }
+        if (size < BATCH_HEADER) {
+            return "a record batch shorter than its header";
+        }
+        unsigned attributes = (unsigned)b[21] << 8 | b[22];
+        if (!(attributes & 0x20)) { /* control batches are never touched */
+            if (attributes & 7) {
+                return "a compressed batch";
+            }
+            /* As the Python path, which checks it before it reads any record. */
+            if (sc_crc32c(0, b + 21, size - 21) != be32at(b + 17)) {
+                return "a record batch CRC mismatch";
+            }
+            int64_t count = (int32_t)be32at(b + 57);
+            if (count <= 0) {
+                return "an empty batch";
+            }
+            nc_watch w = {plan, 0};
+            size_t at = BATCH_HEADER;
+            int64_t seen = 0;
+            while (at < size) {
+                sc_rec r;
+                if (seen >= count || sc_walk_record(b, &at, size, &r, nc_watched_key, &w)) {
+                    return "malformed records";
+                }
+                if (w.hit) {
+                    return "a record with a watched header";
+                }
+                seen++;
+            }
+            if (seen != count) {
+                return "a batch holding fewer records than it declares";
+            }
+            counts->batches++;
+            counts->records += (uint64_t)count;
+        }
+        pos += size;
+    }
+    return NULL;
+}
+
+/* A nullable string or bytes length: compact (uvarint N+1) or int16/int32; -1 for null. */
+static int64_t read_length(sc_reader *r, int compact, int width) {
+    if (compact) {
+        return (int64_t)sc_read_uvarint(r) - 1;
+    }
+    return nc_read_int(r, width);
+}
+
+int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+                  int check_tags, nc_counts *counts, const char **why) {
+    sc_reader r = {frame, 0, len, 0};
+    memset(counts, 0, sizeof *counts);
+    *why = "a malformed Fetch response";
+    if (ver < NF_MIN_VERSION || ver > NF_MAX_VERSION) {
+        *why = "a Fetch version the scan does not read";
+        return NC_PYTHON;
+    }
+    if (len < 8 || (uint64_t)be32at(frame) + 4 != len) {
+        return NC_PYTHON;
+    }
+    int flexible = ver >= 12;
+    sc_read_skip(&r, 8); /* size, correlation id */
+    if (flexible) {
+        sc_read_tagged(&r); /* response header v1 */
+    }
+    sc_read_skip(&r, ver >= 7 ? 10 : 4); /* throttle time[, error code, session id] */
+    int64_t topics;
+    if (!nc_read_count(&r, flexible, &topics)) {
+        return NC_PYTHON;
+    }
+    for (int64_t t = 0; t < topics && !r.bad; t++) {
+        if (ver >= 13) {
+            const uint8_t *id = frame + r.pos;
+            sc_read_skip(&r, 16);
+            if (r.bad) {
+                break;
+            }
+            if (!nc_known_id(plan, id)) {
+                *why = "a topic id Herald has not learnt";
+                return NC_PYTHON;
+            }
+        } else {
+            int64_t n = read_length(&r, flexible, 2);
+            const uint8_t *name = frame + r.pos;
+            sc_read_skip(&r, n < 0 ? 0 : (uint64_t)n);
+            if (n < 0 || r.bad || !nc_ascii(name, (size_t)n)) {
+                *why = "a topic name that is null or not ASCII";
+                return NC_PYTHON; /* the Python codec decides what such a name is */
+            }
+        }
+        int64_t parts;
+        if (!nc_read_count(&r, flexible, &parts)) {
+            return NC_PYTHON;
+        }
+        for (int64_t p = 0; p < parts && !r.bad; p++) {
+            /* index, error, high watermark, last stable[, log start] offsets */
+            sc_read_skip(&r, ver >= 5 ? 30 : 22);
+            int64_t aborted = flexible ? (int64_t)sc_read_uvarint(&r) - 1 : nc_read_int(&r, 4);
+            for (int64_t a = 0; a < aborted && !r.bad; a++) {
+                sc_read_skip(&r, 16); /* producer id, first offset */
+                if (flexible) {
+                    sc_read_tagged(&r);
+                }
+            }
+            if (aborted < -1) {
+                return NC_PYTHON;
+            }
+            if (ver >= 11) {
+                sc_read_skip(&r, 4); /* preferred read replica */
+            }
+            int64_t n = read_length(&r, flexible, 4);
+            if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
+                return NC_PYTHON;
+            }
+            if (n > 0) {
+                const char *no = scan_records(frame + r.pos, (size_t)n, plan, counts);
+                if (no != NULL) {
+                    *why = no;
+                    return NC_PYTHON;
+                }
+                r.pos += (size_t)n;
+            }
+            if (flexible) {
+                sc_read_tagged(&r);
+            }
+        }
+        if (flexible) {
+            sc_read_tagged(&r);
+        }
+    }
+    if (flexible) {
+        size_t at = r.pos;
+        uint64_t tags = sc_read_uvarint(&r);
+        if (!r.bad && tags > 0 && check_tags) {
+            *why = "top-level tagged fields (leader hints)";
+            return NC_PYTHON;
+        }
+        r.pos = at;
+        sc_read_tagged(&r);
+    }
+    if (r.bad || r.pos != len) {
+        *why = "a malformed Fetch response";
+        return NC_PYTHON;
+    }
+    return NC_OK;
+}
+
+PyObject *nf_py_scan_fetch(PyObject *self, PyObject *args) {
+    Py_buffer frame;
+    int ver, check_tags;
+    PyObject *plan_obj;
+    if (!PyArg_ParseTuple(args, "y*iOp", &frame, &ver, &plan_obj, &check_tags)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    nc_plan plan;
+    if (nc_plan_parse(plan_obj, &plan)) {
+        nc_counts counts;
+        const char *why = NULL;
+        if (nf_scan_fetch(frame.buf, (size_t)frame.len, ver, &plan, check_tags, &counts,
+                          &why) == NC_OK) {
+            out = Py_BuildValue("(KK)", (unsigned long long)counts.batches,
+                                (unsigned long long)counts.records);
+        } else {
+            out = Py_BuildValue("(Os)", Py_None, why);
+        }
+        nc_plan_free(&plan);
+    }
+    PyBuffer_Release(&frame);
+    return out;
+}

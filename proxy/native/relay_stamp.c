@@ -1,0 +1,903 @@
+/* Stamping Produce requests in the native relay, with the Python chain as the reference.
+ *
+ * For a session whose produce chain the engine can run (proxy/native/stamp_plan.py decides, and
+ * gives the plan: the columns each member appends, what they watch, the limits, the topic ids
+ * Herald knows), a Produce request v3-v13 is walked whole (v13 names topics by id: one Herald
+ * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2,
+ * uncompressed, not a control batch, within the limits, with no record carrying a watched
+ * header, but for a record that keeps its own trace context: one valid traceparent and only
+ * valid tracestates, when the plan's traceparent column `keeps` (relay_trace.c checks them;
+ * that column appends nothing to such a record). Then every record gets the columns appended
+ * (as protocol/_stamp.c `append` does), each batch its new length and CRC32C, each records
+ * field its new length, the frame its new size. Anything else hands the request to Python
+ * unchanged (NC_PYTHON). Ids are cut from random bytes drawn per batch in the layout of
+ * interceptors/ids.py (24 bytes per trace context, for the records that get one, 12 per
+ * message id, the first record's chunk last), so that a test can feed the same draws to both.
+ *
+ * Safety: every read is bounded by the frame, every length checked before it is used.
+ */
+#include "relay_stamp.h"
+
+#include <string.h>
+
+#include "stamp_core.h"
+
+#define BATCH_HEADER 61
+#define TP_LEN 55
+#define UUID_LEN 36
+#define UUID_PREFIX 15
+
+static const sc_cut TP_SAMPLED[] = {
+    {(const uint8_t *)"00-", 3, 32}, {(const uint8_t *)"-", 1, 16}, {(const uint8_t *)"-01", 3, 0}};
+static const sc_cut TP_UNSAMPLED[] = {
+    {(const uint8_t *)"00-", 3, 32}, {(const uint8_t *)"-", 1, 16}, {(const uint8_t *)"-00", 3, 0}};
+static const sc_cut UUID7_RANDOM[] = {
+    {(const uint8_t *)"", 0, 3}, {(const uint8_t *)"-", 1, -1}, {(const uint8_t *)"", 0, 3},
+    {(const uint8_t *)"-", 1, 12}};
+
+/* ---- the plan ------------------------------------------------------------------------- */
+
+static uint8_t *copy_bytes(PyObject *b, size_t *len) {
+    *len = (size_t)PyBytes_GET_SIZE(b);
+    uint8_t *out = malloc(*len ? *len : 1);
+    if (out != NULL) {
+        memcpy(out, PyBytes_AS_STRING(b), *len);
+    }
+    return out;
+}
+
+void nc_plan_free(nc_plan *plan) {
+    for (size_t i = 0; i < plan->ncols; i++) {
+        free(plan->cols[i].key);
+        free(plan->cols[i].value);
+    }
+    for (size_t i = 0; i < plan->nkeys + plan->nprefixes; i++) {
+        free(plan->keys[i]);
+    }
+    free(plan->cols);
+    free(plan->topic_ids);
+    free(plan->keys);
+    free(plan->key_lens);
+    memset(plan, 0, sizeof *plan);
+}
+
+static int bad_plan(nc_plan *plan, const char *why) {
+    nc_plan_free(plan);
+    if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, why);
+    }
+    return 0;
+}
+
+/* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes, topic
+ * ids), each column (kind, key wire form, value or None, sampled, per batch), the topic ids
+ * 16 bytes each, sorted. */
+int nc_plan_parse(PyObject *obj, nc_plan *plan) {
+    memset(plan, 0, sizeof *plan);
+    PyObject *cols, *keys, *prefixes, *ids;
+    long long mbr, mrr, mbb;
+    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
+                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids)) {
+        return 0;
+    }
+    if (PyBytes_GET_SIZE(ids) % 16) {
+        return bad_plan(plan, "topic ids must be 16 bytes each");
+    }
+    if ((plan->topic_ids = copy_bytes(ids, &plan->ntopic_ids)) == NULL) {
+        PyErr_NoMemory();
+        return bad_plan(plan, "");
+    }
+    plan->ntopic_ids /= 16;
+    plan->max_batch_records = mbr;
+    plan->max_request_records = mrr;
+    plan->max_batch_bytes = mbb;
+    Py_ssize_t nc = PyTuple_GET_SIZE(cols);
+    plan->cols = calloc((size_t)(nc ? nc : 1), sizeof(nc_col));
+    if (plan->cols == NULL) {
+        PyErr_NoMemory();
+        return bad_plan(plan, "");
+    }
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        int kind, sampled, per_batch, keeps;
+        PyObject *key, *value;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iO!Oppp", &kind, &PyBytes_Type, &key,
+                              &value, &sampled, &per_batch, &keeps)) {
+            return bad_plan(plan, "");
+        }
+        if (kind < NC_CONST || kind > NC_TRACEPARENT || (value != Py_None && !PyBytes_Check(value))) {
+            return bad_plan(plan, "a column is (kind 0-4, key bytes, bytes or None, bool, bool, "
+                                  "bool)");
+        }
+        if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
+            return bad_plan(plan, "one traceparent column at most keeps a record's own");
+        }
+        nc_col *c = &plan->cols[plan->ncols++];
+        c->kind = kind;
+        c->sampled = sampled;
+        c->per_batch = per_batch;
+        c->keeps = keeps;
+        if ((c->key = copy_bytes(key, &c->key_len)) == NULL ||
+            (value != Py_None && (c->value = copy_bytes(value, &c->value_len)) == NULL)) {
+            PyErr_NoMemory();
+            return bad_plan(plan, "");
+        }
+        if (keeps) {
+            size_t at = 0;
+            uint64_t z;
+            if (!sc_uvarint(c->key, &at, c->key_len, &z) || z != 2 * (c->key_len - at)) {
+                return bad_plan(plan, "a column key is its zigzag length, then the key");
+            }
+            plan->keeper = c;
+            plan->keeper_key = c->key + at;
+            plan->keeper_key_len = c->key_len - at;
+        }
+    }
+    Py_ssize_t nk = PyTuple_GET_SIZE(keys), np = PyTuple_GET_SIZE(prefixes);
+    size_t all = (size_t)(nk + np);
+    plan->keys = calloc(all ? all : 1, sizeof(uint8_t *));
+    plan->key_lens = calloc(all ? all : 1, sizeof(size_t));
+    if (plan->keys == NULL || plan->key_lens == NULL) {
+        PyErr_NoMemory();
+        return bad_plan(plan, "");
+    }
+    for (size_t i = 0; i < all; i++) {
+        PyObject *k = i < (size_t)nk ? PyTuple_GET_ITEM(keys, i)
+                                     : PyTuple_GET_ITEM(prefixes, i - (size_t)nk);
+        if (!PyBytes_Check(k)) {
+            return bad_plan(plan, "watched keys and prefixes must be bytes");
+        }
+        if ((plan->keys[i] = copy_bytes(k, &plan->key_lens[i])) == NULL) {
+            PyErr_NoMemory();
+            return bad_plan(plan, "");
+        }
+        if (i < (size_t)nk) {
+            plan->nkeys++;
+        } else {
+            plan->nprefixes++;
+        }
+    }
+    return 1;
+}
+
+/* ---- reading the request -------------------------------------------------------------- */
+
+typedef sc_reader rd_t;
+#define rd_uvarint sc_read_uvarint
+#define rd_skip sc_read_skip
+#define rd_tagged sc_read_tagged
+#define rd_int nc_read_int
+
+int64_t nc_read_int(sc_reader *r, int width) {
+    if (r->bad || (size_t)width > r->end - r->pos) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < width; i++) {
+        v = (v << 8) | r->p[r->pos + (size_t)i];
+    }
+    r->pos += (size_t)width;
+    return width == 2 ? (int64_t)(int16_t)v : (int64_t)(int32_t)v;
+}
+
+int nc_ascii(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] >= 0x80) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A name (topic name, client id) the Python codec reads as the same text: ASCII only.
+ * Returns its length, -1 for null, -2 when it cannot be taken. */
+static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
+    int64_t n;
+    if (compact) {
+        uint64_t c = rd_uvarint(r);
+        n = (int64_t)c - 1;
+    } else {
+        n = rd_int(r, 2);
+    }
+    if (r->bad || n < -1) {
+        return -2;
+    }
+    if (n < 0) {
+        return -1;
+    }
+    *at = r->p + r->pos;
+    rd_skip(r, (uint64_t)n);
+    if (r->bad || !nc_ascii(*at, (size_t)n)) {
+        return -2;
+    }
+    return n;
+}
+
+int nc_known_id(const nc_plan *plan, const uint8_t *id) {
+    size_t lo = 0, hi = plan->ntopic_ids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = memcmp(plan->topic_ids + 16 * mid, id, 16);
+        if (c == 0) {
+            return 1;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return 0;
+}
+
+int nc_read_count(sc_reader *r, int compact, int64_t *count) {
+    *count = compact ? (int64_t)rd_uvarint(r) - 1 : rd_int(r, 4);
+    return !r->bad && *count >= 0;
+}
+
+/* ---- output --------------------------------------------------------------------------- */
+
+static int reserve(nc_buf *b, size_t more) {
+    if (b->cap - b->len >= more) {
+        return 1;
+    }
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap - b->len < more) {
+        cap *= 2;
+    }
+    uint8_t *grown = realloc(b->buf, cap);
+    if (grown == NULL) {
+        return 0;
+    }
+    b->buf = grown;
+    b->cap = cap;
+    return 1;
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t be32u(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ---- one request ---------------------------------------------------------------------- */
+
+/* What every record gets appended: `tail` (the same bytes for every record of the request,
+ * but for the per-record ids, written into their slots per record or per batch). */
+typedef struct {
+    uint8_t *tail;
+    size_t len;
+    size_t *slot; /* per column: offset of its id in tail (per-record columns) */
+    size_t keep_from, keep_to; /* the keeper column's bytes in tail, which kept records skip */
+    uint8_t *draws[2];
+    size_t draws_cap[2];
+} tail_t;
+
+static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
+                      int64_t client_len, int64_t now_ms) {
+    char time_text[24];
+    int time_len = snprintf(time_text, sizeof time_text, "%lld", (long long)now_ms);
+    uint8_t prefix[UUID_PREFIX];
+    char hex[13];
+    snprintf(hex, sizeof hex, "%012llx", (unsigned long long)now_ms & ((1ULL << 48) - 1));
+    memcpy(prefix, hex, 8);
+    prefix[8] = '-';
+    memcpy(prefix + 9, hex + 8, 4);
+    prefix[13] = '-';
+    prefix[14] = '7';
+    size_t size = 0;
+    for (size_t i = 0; i < plan->ncols; i++) {
+        size += plan->cols[i].key_len + 10 + plan->cols[i].value_len +
+                (size_t)(client_len > 0 ? client_len : 0) + (size_t)time_len + UUID_LEN + TP_LEN;
+    }
+    t->tail = malloc(size ? size : 1);
+    t->slot = calloc(plan->ncols ? plan->ncols : 1, sizeof(size_t));
+    if (t->tail == NULL || t->slot == NULL) {
+        return 0;
+    }
+    uint8_t *w = t->tail;
+    for (size_t i = 0; i < plan->ncols; i++) {
+        const nc_col *c = &plan->cols[i];
+        if (c == plan->keeper) {
+            t->keep_from = (size_t)(w - t->tail);
+        }
+        memcpy(w, c->key, c->key_len);
+        w += c->key_len;
+        const uint8_t *value = NULL;
+        int64_t n = -1;
+        switch (c->kind) {
+        case NC_CONST:
+            value = c->value;
+            n = value != NULL ? (int64_t)c->value_len : -1;
+            break;
+        case NC_CLIENT_ID:
+            value = client_id;
+            n = client_len;
+            break;
+        case NC_TIME_MS_TEXT:
+            value = (const uint8_t *)time_text;
+            n = time_len;
+            break;
+        case NC_UUID7:
+            w = sc_put_varint(w, sc_zigzag(UUID_LEN));
+            memcpy(w, prefix, UUID_PREFIX);
+            t->slot[i] = (size_t)(w - t->tail) + UUID_PREFIX;
+            memset(w + UUID_PREFIX, '0', UUID_LEN - UUID_PREFIX);
+            w += UUID_LEN;
+            continue;
+        case NC_TRACEPARENT:
+            w = sc_put_varint(w, sc_zigzag(TP_LEN));
+            t->slot[i] = (size_t)(w - t->tail);
+            memset(w, '0', TP_LEN);
+            w += TP_LEN;
+            if (c == plan->keeper) {
+                t->keep_to = (size_t)(w - t->tail);
+            }
+            continue;
+        }
+        if (n < 0) {
+            *w++ = 1; /* zigzag(-1): a null value */
+        } else {
+            w = sc_put_varint(w, sc_zigzag(n));
+            memcpy(w, value, (size_t)n);
+            w += n;
+        }
+    }
+    t->len = (size_t)(w - t->tail);
+    return 1;
+}
+
+static void free_tail(tail_t *t) {
+    free(t->tail);
+    free(t->slot);
+    free(t->draws[0]);
+    free(t->draws[1]);
+}
+
+int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
+    nc_watch *w = arg;
+    const nc_plan *plan = w->plan;
+    for (size_t i = 0; i < plan->nkeys + plan->nprefixes; i++) {
+        size_t n = plan->key_lens[i];
+        if ((i < plan->nkeys ? n == len : n <= len) && memcmp(plan->keys[i], key, n) == 0) {
+            w->hit = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* What a record's headers make of it: stamped like any (R_PLAIN), stamped but for the keeper
+ * column, as it carries one valid traceparent and only valid tracestates (R_KEPT), or one
+ * for Python, which looks at records carrying a watched header (R_PYTHON). */
+enum { R_PLAIN, R_KEPT, R_PYTHON };
+
+#define TRACESTATE "tracestate"
+#define TRACESTATE_LEN 10
+
+typedef struct {
+    const nc_plan *plan;
+    int other;       /* a watched key the keeper does not keep */
+    uint64_t tp, ts; /* the keeper's key and tracestate headers, with a keeper */
+} rec_keys;
+
+static int is_key(const uint8_t *key, size_t len, const uint8_t *want, size_t want_len) {
+    return len == want_len && memcmp(key, want, len) == 0;
+}
+
+/* The record walk's key callback (sc_key_fn). */
+static int record_key(void *arg, const uint8_t *key, size_t len) {
+    rec_keys *k = arg;
+    const nc_plan *plan = k->plan;
+    if (plan->keeper != NULL) {
+        if (is_key(key, len, plan->keeper_key, plan->keeper_key_len)) {
+            k->tp++;
+            return 0;
+        }
+        if (is_key(key, len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+            k->ts++;
+            return 0;
+        }
+    }
+    nc_watch w = {plan, 0};
+    k->other = nc_watched_key(&w, key, len);
+    return k->other;
+}
+
+/* The class of a record walked (sc_walk_record, which checked its headers) with record_key. */
+static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k) {
+    if (!(k->other | k->tp | k->ts)) {
+        return R_PLAIN;
+    }
+    if (k->other || k->tp != 1) {
+        return R_PYTHON; /* tracestate alone, several traceparents, other watched keys */
+    }
+    const nc_plan *plan = k->plan;
+    size_t p = r->first;
+    for (uint64_t h = 0; h < r->count; h++) {
+        uint64_t z;
+        sc_uvarint(b, &p, r->end, &z);
+        const uint8_t *key = b + p;
+        size_t key_len = (size_t)(z >> 1);
+        p += key_len;
+        sc_uvarint(b, &p, r->end, &z);
+        int64_t n = z == 1 ? -1 : (int64_t)(z >> 1);
+        const uint8_t *value = n < 0 ? NULL : b + p;
+        p += n < 0 ? 0 : (size_t)n;
+        if (is_key(key, key_len, plan->keeper_key, plan->keeper_key_len)) {
+            if (!nt_valid_traceparent(value, n)) {
+                return R_PYTHON;
+            }
+        } else if (is_key(key, key_len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+            if (!nt_valid_tracestate(value, n)) {
+                return R_PYTHON; /* Python counts it (tracestate_invalid) */
+            }
+        }
+    }
+    return R_KEPT;
+}
+
+/* Walk one record (checked before) at *pos and classify it. */
+static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan *plan,
+                      sc_rec *r) {
+    rec_keys k = {plan, 0, 0, 0};
+    sc_walk_record(b, pos, size, r, record_key, &k);
+    return classify(b, r, &k);
+}
+
+/* Check one batch at b (at most `room` bytes to the end of its records field): its size and
+ * its size once stamped, how many of its records keep their own traceparent, or a reason it
+ * is not ours. */
+static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
+                               const tail_t *t, size_t *size, size_t *new_size,
+                               int64_t *records, int64_t *kept) {
+    if (room < BATCH_HEADER) {
+        return "a partial record batch";
+    }
+    int64_t length = (int32_t)be32u(b + 8);
+    if (length < BATCH_HEADER - 12 || (uint64_t)length + 12 > room) {
+        return "a batch length out of range";
+    }
+    *size = (size_t)length + 12;
+    if (b[16] != 2) {
+        return "a batch of magic 0 or 1";
+    }
+    unsigned attributes = (unsigned)b[21] << 8 | b[22];
+    if (attributes & 7) {
+        return "a compressed batch";
+    }
+    if (attributes & 0x20) {
+        return "a control batch";
+    }
+    int64_t count = (int32_t)be32u(b + 57);
+    if (count <= 0) {
+        return "an empty batch";
+    }
+    if (count > plan->max_batch_records) {
+        return "a batch over limits.max_batch_records";
+    }
+    size_t pos = BATCH_HEADER, total = BATCH_HEADER;
+    int64_t n = 0;
+    *kept = 0;
+    while (pos < *size) {
+        sc_rec r;
+        rec_keys k = {plan, 0, 0, 0};
+        if (n >= count || sc_walk_record(b, &pos, *size, &r, record_key, &k) != NULL) {
+            return "malformed records";
+        }
+        int cls = classify(b, &r, &k);
+        if (cls == R_PYTHON) {
+            return "a record with a watched header";
+        }
+        size_t added = plan->ncols, tail_len = t->len;
+        if (cls == R_KEPT) {
+            added--;
+            tail_len -= t->keep_to - t->keep_from;
+            ++*kept;
+        }
+        size_t rec = (r.hpos - r.body) + sc_varint_size(sc_zigzag((int64_t)(r.count + added))) +
+                     (r.end - r.first) + tail_len;
+        total += sc_varint_size(sc_zigzag((int64_t)rec)) + rec;
+        n++;
+    }
+    if (n != count) {
+        return "a batch holding fewer records than it declares";
+    }
+    if (total > INT32_MAX) {
+        return "a batch too large once stamped";
+    }
+    if (plan->max_batch_bytes >= 0 && (int64_t)total > plan->max_batch_bytes &&
+        (int64_t)*size <= plan->max_batch_bytes) {
+        return "a batch over the topic's size limit once stamped";
+    }
+    *new_size = total;
+    *records = count;
+    return NULL;
+}
+
+/* How many bytes of random draws column c takes for a batch of `count` records, `fresh` of
+ * which get its value (all but those that keep their own traceparent, for the keeper). */
+static size_t draw_size(const nc_col *c, int64_t count, int64_t fresh) {
+    if (c->kind == NC_UUID7) {
+        return 12 * (size_t)count;
+    }
+    if (c->kind != NC_TRACEPARENT) {
+        return 0;
+    }
+    int64_t n = c->keeps ? fresh : count;
+    return c->per_batch ? (n > 0 ? 24 : 0) : 24 * (size_t)n;
+}
+
+/* Fill the per-batch ids into t->draws (NC_OK, or NC_PYTHON / NC_NOMEM). */
+static int draw_batch(tail_t *t, const nc_plan *plan, int64_t count, int64_t fresh,
+                      nc_draw_fn draw, void *arg, const char **why) {
+    size_t need[2] = {0, 0};
+    for (size_t i = 0; i < plan->ncols; i++) {
+        const nc_col *c = &plan->cols[i];
+        need[c->kind == NC_UUID7 ? NC_MSG_DRAWS : NC_TRACE_DRAWS] += draw_size(c, count, fresh);
+    }
+    for (int s = 0; s < 2; s++) {
+        if (need[s] > t->draws_cap[s]) {
+            uint8_t *grown = realloc(t->draws[s], need[s]);
+            if (grown == NULL) {
+                return NC_NOMEM;
+            }
+            t->draws[s] = grown;
+            t->draws_cap[s] = need[s];
+        }
+    }
+    /* Column by column, as the Python chain draws: each column's draw is one call (a column
+     * with nothing to make, a batch whose records all keep their traceparent, draws nothing,
+     * as Python makes a batch's shared context on first use). */
+    size_t at[2] = {0, 0};
+    for (size_t i = 0; i < plan->ncols; i++) {
+        const nc_col *c = &plan->cols[i];
+        size_t n = draw_size(c, count, fresh);
+        if (n == 0) {
+            continue;
+        }
+        int s = c->kind == NC_UUID7 ? NC_MSG_DRAWS : NC_TRACE_DRAWS;
+        if (!draw(arg, s, t->draws[s] + at[s], n)) {
+            *why = "no random bytes left";
+            return NC_PYTHON;
+        }
+        at[s] += n;
+    }
+    return NC_OK;
+}
+
+/* Write the ids of record `index` of `count` into the tail's slots; the record is number
+ * `nth` of the batch's `fresh` records that get the keeper's value, or keeps its own (`kept`).
+ * Python makes each value in record order, the first record's from the first draw, which
+ * the engine's one draw per batch holds last. */
+static void fill_ids(tail_t *t, const nc_plan *plan, int64_t count, int64_t index,
+                     int64_t fresh, int64_t nth, int kept) {
+    size_t at[2] = {0, 0};
+    for (size_t i = 0; i < plan->ncols; i++) {
+        const nc_col *c = &plan->cols[i];
+        size_t n = draw_size(c, count, fresh);
+        if (c->kind == NC_TRACEPARENT) {
+            const sc_cut *spec = c->sampled ? TP_SAMPLED : TP_UNSAMPLED;
+            int64_t of = c->keeps ? fresh : count, k = c->keeps ? nth : index;
+            if (!(c->keeps && kept) && (!c->per_batch || k == 0)) {
+                size_t chunk = c->per_batch ? 0 : 24 * (size_t)(of - 1 - k);
+                sc_hex_cut(t->tail + t->slot[i], t->draws[0] + at[0] + chunk, spec, 3);
+            }
+            at[0] += n;
+        } else if (c->kind == NC_UUID7) {
+            sc_hex_cut(t->tail + t->slot[i],
+                       t->draws[1] + at[1] + 12 * (size_t)(count - 1 - index), UUID7_RANDOM, 4);
+            at[1] += n;
+        }
+    }
+}
+
+/* Write the stamped batch (checked by check_batch; `kept` of its records keep their own
+ * traceparent) at out. */
+static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t count,
+                        int64_t kept, const nc_plan *plan, tail_t *t, uint8_t *out) {
+    memcpy(out, b, BATCH_HEADER);
+    put_be32(out + 8, (uint32_t)(new_size - 12));
+    uint8_t *w = out + BATCH_HEADER;
+    size_t pos = BATCH_HEADER;
+    int64_t nth = 0;
+    for (int64_t i = 0; i < count; i++) {
+        sc_rec r;
+        int keeps = 0;
+        if (kept) { /* only then are records walked for their keys again */
+            keeps = walk_class(b, &pos, size, plan, &r) == R_KEPT;
+        } else {
+            sc_walk_record(b, &pos, size, &r, NULL, NULL); /* checked before */
+        }
+        fill_ids(t, plan, count, i, count - kept, nth, keeps);
+        nth += !keeps;
+        size_t skip = keeps ? t->keep_to - t->keep_from : 0;
+        uint64_t headers = sc_zigzag((int64_t)(r.count + plan->ncols - (keeps ? 1 : 0)));
+        size_t rec = (r.hpos - r.body) + sc_varint_size(headers) + (r.end - r.first) + t->len -
+                     skip;
+        w = sc_put_varint(w, sc_zigzag((int64_t)rec));
+        memcpy(w, b + r.body, r.hpos - r.body);
+        w += r.hpos - r.body;
+        w = sc_put_varint(w, headers);
+        memcpy(w, b + r.first, r.end - r.first);
+        w += r.end - r.first;
+        if (keeps) {
+            memcpy(w, t->tail, t->keep_from);
+            w += t->keep_from;
+            memcpy(w, t->tail + t->keep_to, t->len - t->keep_to);
+            w += t->len - t->keep_to;
+        } else {
+            memcpy(w, t->tail, t->len);
+            w += t->len;
+        }
+    }
+    put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
+}
+
+/* One records field of `len` bytes at f: its stamped form appended to out. */
+static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_plan *plan,
+                         tail_t *t, nc_draw_fn draw, void *arg, nc_buf *out,
+                         nc_counts *counts, const char **why) {
+    /* First check every batch and size the new field, then write it. */
+    size_t pos = 0, total = 0;
+    while (pos < len) {
+        size_t size, new_size;
+        int64_t records, kept;
+        if ((*why = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept))
+            != NULL) {
+            return NC_PYTHON;
+        }
+        counts->batches++;
+        counts->records += (uint64_t)records;
+        counts->kept += (uint64_t)kept;
+        counts->kept_batches += kept == records;
+        if ((int64_t)counts->records > plan->max_request_records) {
+            *why = "a request over limits.max_request_records";
+            return NC_PYTHON;
+        }
+        pos += size;
+        total += new_size;
+    }
+    if (total > INT32_MAX - 1 || (out->limit > 0 && out->len + 5 + total > out->limit)) {
+        *why = "records too large once stamped";
+        return NC_PYTHON;
+    }
+    if (!reserve(out, 5 + total)) {
+        return NC_NOMEM;
+    }
+    if (compact) {
+        out->len = (size_t)(sc_put_varint(out->buf + out->len, (uint64_t)total + 1) - out->buf);
+    } else {
+        put_be32(out->buf + out->len, (uint32_t)total);
+        out->len += 4;
+    }
+    pos = 0;
+    while (pos < len) {
+        size_t size, new_size;
+        int64_t records, kept;
+        check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept);
+        int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+        if (r != NC_OK) {
+            return r;
+        }
+        write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
+        out->len += new_size;
+        pos += size;
+    }
+    return NC_OK;
+}
+
+static int copy_to(nc_buf *out, const uint8_t *from, size_t n) {
+    if (!reserve(out, n)) {
+        return 0;
+    }
+    memcpy(out->buf + out->len, from, n);
+    out->len += n;
+    return 1;
+}
+
+int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_draw_fn draw,
+                     void *draw_arg, int64_t now_ms, nc_buf *out, nc_counts *counts,
+                     const char **why) {
+    rd_t r = {frame, 0, len, 0};
+    out->len = 0;
+    memset(counts, 0, sizeof *counts);
+    *why = "a malformed Produce request";
+    if (len < 12 || (uint64_t)(uint32_t)rd_int(&r, 4) + 4 != len) {
+        return NC_PYTHON;
+    }
+    int64_t api = rd_int(&r, 2), ver = rd_int(&r, 2);
+    rd_skip(&r, 4); /* correlation id */
+    if (api != 0 || ver < 3 || ver > 13) {
+        *why = "not a Produce request of v3-v13";
+        return NC_PYTHON;
+    }
+    int flexible = ver >= 9;
+    const uint8_t *client_id = NULL;
+    int64_t client_len = rd_name(&r, 0, &client_id);
+    if (client_len == -2) {
+        *why = r.bad ? "a malformed Produce request" : "a client id that is not ASCII";
+        return NC_PYTHON;
+    }
+    if (flexible) {
+        rd_tagged(&r); /* request header v2 */
+    }
+    /* the transactional id (nullable) */
+    if (flexible) {
+        uint64_t n = rd_uvarint(&r);
+        rd_skip(&r, n ? n - 1 : 0);
+    } else {
+        int64_t n = rd_int(&r, 2);
+        if (n < -1) {
+            return NC_PYTHON;
+        }
+        rd_skip(&r, n > 0 ? (uint64_t)n : 0);
+    }
+    rd_skip(&r, 6); /* acks, timeout */
+    int64_t topics;
+    if (!nc_read_count(&r, flexible, &topics)) {
+        return NC_PYTHON;
+    }
+    tail_t t = {0};
+    if (!build_tail(&t, plan, client_id, client_len, now_ms)) {
+        free_tail(&t);
+        return NC_NOMEM;
+    }
+    int result = NC_OK;
+    size_t copied = 0;
+    for (int64_t ti = 0; ti < topics && result == NC_OK; ti++) {
+        const uint8_t *name;
+        int64_t partitions;
+        if (ver >= 13) {
+            const uint8_t *id = r.p + r.pos;
+            rd_skip(&r, 16);
+            if (!r.bad && !nc_known_id(plan, id)) {
+                *why = "a topic id Herald has not learnt";
+                result = NC_PYTHON;
+                break;
+            }
+        } else if (rd_name(&r, flexible, &name) < 0) {
+            *why = r.bad ? "a malformed Produce request" : "a topic name that is not ASCII";
+            result = NC_PYTHON;
+            break;
+        }
+        if (!nc_read_count(&r, flexible, &partitions)) {
+            result = NC_PYTHON;
+            break;
+        }
+        for (int64_t pi = 0; pi < partitions && result == NC_OK; pi++) {
+            rd_skip(&r, 4); /* index */
+            size_t field = r.pos;
+            int64_t n = flexible ? (int64_t)rd_uvarint(&r) - 1 : rd_int(&r, 4);
+            if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
+                result = NC_PYTHON;
+                break;
+            }
+            if (n > 0) {
+                if (!copy_to(out, frame + copied, field - copied)) {
+                    result = NC_NOMEM;
+                    break;
+                }
+                result = stamp_records(frame + r.pos, (size_t)n, flexible, plan, &t, draw,
+                                       draw_arg, out, counts, why);
+                r.pos += (size_t)n;
+                copied = r.pos;
+            }
+            if (flexible) {
+                rd_tagged(&r);
+            }
+        }
+        if (flexible) {
+            rd_tagged(&r);
+        }
+    }
+    if (flexible) {
+        rd_tagged(&r);
+    }
+    if (result == NC_OK && (r.bad || r.pos != len)) {
+        *why = "a malformed Produce request";
+        result = NC_PYTHON;
+    }
+    if (result == NC_OK && counts->batches == 0) {
+        *why = "no records to stamp";
+        result = NC_PYTHON;
+    }
+    if (result == NC_OK && !copy_to(out, frame + copied, len - copied)) {
+        result = NC_NOMEM;
+    }
+    if (result == NC_OK && out->len - 4 > INT32_MAX) {
+        *why = "a request too large once stamped";
+        result = NC_PYTHON;
+    }
+    if (result == NC_OK) {
+        put_be32(out->buf, (uint32_t)(out->len - 4));
+    } else {
+        memset(counts, 0, sizeof *counts);
+    }
+    free_tail(&t);
+    return result;
+}
+
+/* ---- the pure rewrite, for tests ------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer *streams[2];
+    size_t at[2];
+} given_t;
+
+static int given_draw(void *arg, int stream, uint8_t *dst, size_t n) {
+    given_t *g = arg;
+    Py_buffer *b = g->streams[stream];
+    if ((size_t)b->len - g->at[stream] < n) {
+        return 0;
+    }
+    memcpy(dst, (const uint8_t *)b->buf + g->at[stream], n);
+    g->at[stream] += n;
+    return 1;
+}
+
+PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
+    Py_buffer frame, trace, msg;
+    PyObject *plan_obj;
+    long long now_ms;
+    if (!PyArg_ParseTuple(args, "y*Oy*y*L", &frame, &plan_obj, &trace, &msg, &now_ms)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    nc_plan plan;
+    if (nc_plan_parse(plan_obj, &plan)) {
+        given_t g = {{&trace, &msg}, {0, 0}};
+        nc_buf buf = {0};
+        nc_counts counts;
+        const char *why = NULL;
+        int r = nc_stamp_produce(frame.buf, (size_t)frame.len, &plan, given_draw, &g, now_ms,
+                                 &buf, &counts, &why);
+        if (r == NC_NOMEM) {
+            PyErr_NoMemory();
+        } else if (r == NC_PYTHON) {
+            out = Py_BuildValue("(Os)", Py_None, why);
+        } else {
+            PyObject *tuple = nc_counts_tuple(&counts);
+            out = tuple == NULL ? NULL
+                                : Py_BuildValue("(y#O)", (const char *)buf.buf,
+                                                (Py_ssize_t)buf.len, tuple);
+            Py_XDECREF(tuple);
+        }
+        free(buf.buf);
+        nc_plan_free(&plan);
+    }
+    PyBuffer_Release(&frame);
+    PyBuffer_Release(&trace);
+    PyBuffer_Release(&msg);
+    return out;
+}
+
+void nc_counts_add(nc_counts *into, const nc_counts *more) {
+    into->batches += more->batches;
+    into->records += more->records;
+    into->kept += more->kept;
+    into->kept_batches += more->kept_batches;
+}
+
+PyObject *nc_counts_tuple(const nc_counts *c) {
+    return Py_BuildValue("(KKKK)", (unsigned long long)c->batches,
+                         (unsigned long long)c->records, (unsigned long long)c->kept,
+                         (unsigned long long)c->kept_batches);
+}
+
+PyObject *nc_py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int table = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &data, &table)) {
+        return NULL;
+    }
+    uint32_t crc = table ? sc_crc32c_table(0, data.buf, (size_t)data.len)
+                         : sc_crc32c(0, data.buf, (size_t)data.len);
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}

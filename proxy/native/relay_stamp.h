@@ -1,0 +1,99 @@
+/* Stamping Produce requests in the native relay: see relay_stamp.c. */
+#ifndef HERALD_RELAY_STAMP_H
+#define HERALD_RELAY_STAMP_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a column's value is (interceptors.api.NativeColumn.kind). */
+enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRACEPARENT = 4 };
+/* Which stream of random bytes a column draws from (interceptors.ids: trace ids, message ids). */
+enum { NC_TRACE_DRAWS = 0, NC_MSG_DRAWS = 1 };
+
+typedef struct {
+    int kind;
+    uint8_t *key; /* the key's wire form: zigzag length, then the key */
+    size_t key_len;
+    uint8_t *value; /* NC_CONST: the value, NULL for a null value */
+    size_t value_len;
+    int sampled, per_batch; /* NC_TRACEPARENT */
+    int keeps; /* NC_TRACEPARENT: a record with one valid traceparent keeps it (no value) */
+} nc_col;
+
+typedef struct {
+    nc_col *cols;
+    size_t ncols;
+    uint8_t **keys; /* watched header keys, then watched prefixes */
+    size_t *key_lens;
+    size_t nkeys, nprefixes;
+    int64_t max_batch_records, max_request_records;
+    int64_t max_batch_bytes; /* < 0: none */
+    uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
+    size_t ntopic_ids;
+    const nc_col *keeper;     /* the column that `keeps`, if any (at most one) */
+    const uint8_t *keeper_key; /* its key (in keeper->key, past the length) */
+    size_t keeper_key_len;
+} nc_plan;
+
+typedef struct {
+    uint8_t *buf;
+    size_t len, cap;
+    size_t limit; /* > 0: a request that would grow past this is not stamped */
+} nc_buf;
+
+/* Fills dst with n random bytes of a stream; 0 when it cannot. */
+typedef int (*nc_draw_fn)(void *arg, int stream, uint8_t *dst, size_t n);
+
+/* What a stamped request held: batches and records; records that kept their own traceparent
+ * (the keeper column appended nothing to them), and batches all of whose records did. */
+typedef struct {
+    uint64_t batches, records, kept, kept_batches;
+} nc_counts;
+
+void nc_counts_add(nc_counts *into, const nc_counts *more);
+/* (batches, records, kept, kept_batches) */
+PyObject *nc_counts_tuple(const nc_counts *counts);
+
+enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
+
+/* Readers shared with the Fetch scan (relay_fetch.c), bounded by sc_reader: a big-endian
+ * int of 2 or 4 bytes; an array count (compact or int32; 0 when negative or unreadable);
+ * whether a topic id is one the plan knows. */
+#include "relay_trace.h"
+#include "stamp_core.h"
+int64_t nc_read_int(sc_reader *r, int width);
+int nc_read_count(sc_reader *r, int compact, int64_t *count);
+int nc_known_id(const nc_plan *plan, const uint8_t *id);
+int nc_ascii(const uint8_t *p, size_t n); /* 1: every byte is ASCII */
+
+/* A record walk's key callback (sc_key_fn): sets `hit` at the first key the plan watches. */
+typedef struct {
+    const nc_plan *plan;
+    int hit;
+} nc_watch;
+int nc_watched_key(void *arg, const uint8_t *key, size_t len);
+
+/* The plan from its Python form (proxy/native/stamp_plan.py `NativePlan.wire`); 0 with a Python
+ * exception set when it is not one. */
+int nc_plan_parse(PyObject *obj, nc_plan *plan);
+void nc_plan_free(nc_plan *plan);
+
+/* Stamp one whole Produce request frame (size prefix included) into out (reset first).
+ * NC_OK: out holds the new frame and counts what was stamped; NC_PYTHON: the request is one
+ * the engine does not stamp (or not well formed), *why says why; NC_NOMEM. Reads nothing
+ * outside frame[0..len). */
+int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_draw_fn draw,
+                     void *draw_arg, int64_t now_ms, nc_buf *out, nc_counts *counts,
+                     const char **why);
+
+/* _relay.stamp_produce(frame, plan, trace_draws, msg_draws, now_ms): the pure rewrite, for
+ * tests. Returns (new frame, nc_counts_tuple), or (None, why) when it hands over. */
+PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args);
+
+/* _relay.crc32c(data, table=False): the CRC32C the engine writes (table: the portable way
+ * even where the CPU has the instruction), for tests. */
+PyObject *nc_py_crc32c(PyObject *self, PyObject *args);
+
+#endif

@@ -1,0 +1,186 @@
+"""Which sessions' Produce requests the native relay stamps itself, and the plan it follows.
+
+With `performance.native_relay: auto`, a produce chain of stamping members the engine knows
+(`Interceptor.native_columns`: `trace_context`, `audit`) no longer sends every Produce request
+to Python. The engine walks the request, and when every batch is uncompressed, magic 2 and
+has no record carrying a header a member watches, it appends the members' columns to every
+record itself (proxy/native/relay_stamp.c). A record that carries its own valid trace context is
+stamped too when the trace member declares it keeps such a record's (`NativeColumn.
+keeps_valid`): that column appends nothing to it. Any other request goes to Python at its
+frame boundary, which runs the chain as always: the Python chain is the reference the engine
+is tested against.
+
+A session is eligible when, apart from the interceptor filter, no filter reads Produce
+requests, tracing is off (spans need Python), no per-topic counters are kept, and every
+produce-chain member applies to every topic and client, is live (not shadow), stamps, and
+can give its columns natively for this connection. Otherwise Produce goes to Python exactly
+as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from interceptors.api import NATIVE_KINDS, NativeColumn
+from interceptors.chain import ChainMember, ProduceChain
+from interceptors.stats import ChainStats, MemberStats
+from protocol import stamping
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter, connection_info
+from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
+
+PRODUCE = 0
+VERSIONS = range(3, 14)
+"""Produce versions the engine walks: v3-v13 (v13 names topics by id: the engine stamps those
+Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
+
+
+TRACESTATE = "tracestate"
+
+
+@dataclass(frozen=True, slots=True)
+class _Member:
+    member: ChainMember
+    appends: int  # headers it appends to a record
+    keeps: int  # of which those it does not append to a record that keeps its own (0 or 1)
+    events: tuple[tuple[str, bool, bool], ...]  # (event, per batch, keeps) per value made
+
+
+@dataclass(frozen=True, slots=True)
+class StampPlan:
+    """What the engine stamps for one session (`wire`), and whose counters it adds to."""
+
+    wire: tuple
+    chain: ProduceChain
+    interceptors: InterceptorFilter
+    members: tuple[_Member, ...]
+
+    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0) -> None:
+        """Add what the engine stamped to the counters the Python path keeps for the same
+        work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
+
+        `kept` records kept their own traceparent (the keeping column appended nothing to
+        them), and in `kept_batches` every record did: such a batch changed only if another
+        column appended to it."""
+        fresh, fresh_batches = records - kept, batches - kept_batches
+        only_keeps = all(m.appends == m.keeps for m in self.members)
+        changed_batches = fresh_batches if only_keeps else batches
+        run = ChainStats(self.chain.path, {}, batches, changed_batches, records)
+        for m in self.members:
+            others = m.appends - m.keeps
+            changed = records if others else (fresh if m.keeps else 0)
+            st = MemberStats(m.member.name, m.member.type, records, changed,
+                             others * records + m.keeps * fresh)
+            for event, per_batch, keeps in m.events:
+                made = (fresh_batches if per_batch else fresh) if keeps else (
+                    batches if per_batch else records)
+                if made:
+                    st.count(event, made)
+            run.members[m.member.name] = st
+        self.chain.add_run(run)
+        self.interceptors.codec.reencoded[0] += changed_batches
+
+
+def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
+    """The interceptor filter, when it is the only filter that reads Produce v3-v13
+    requests."""
+    found = None
+    for version in VERSIONS:
+        readers = chain.for_request(PRODUCE, version)
+        if len(readers) != 1 or not isinstance(readers[0], InterceptorFilter):
+            return None
+        if found is not None and readers[0] is not found:
+            return None
+        found = readers[0]
+    return found
+
+
+def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
+    """The session's plan, or None when its Produce requests stay in Python."""
+    filt = interceptor_filter(chain)
+    if filt is None or filt.report_traces or filt.tally is not None:
+        return None
+    produce = filt.chains.produce
+    if not produce.members or not produce.fast_paths:
+        return None
+    conn = connection_info(ctx)
+    columns: list[tuple] = []
+    members: list[_Member] = []
+    keys: set[str] = set()
+    prefixes: list[str] = []
+    appended: list[str] = []
+    natives = []
+    for m in produce.members:
+        icpt = m.interceptor
+        stamps = icpt.stamps
+        if (m.shadow or m.topics is not None or m.client_ids is not None or stamps is None
+                or icpt.needs != "headers"):
+            return None
+        native = icpt.native_columns(conn)
+        if native is None or len(native) != len(stamps.appends):
+            return None
+        # A member that watches what an earlier one appends would look at every record.
+        if any(stamps.watched(key) for key in appended):
+            return None
+        appended += stamps.appends
+        keys |= stamps.watches
+        prefixes += stamps.watch_prefixes
+        natives.append(native)
+    keeper = _keeper(produce.members, natives)
+    for m, native in zip(produce.members, natives, strict=True):
+        appends = m.interceptor.stamps.appends  # type: ignore[union-attr]
+        keeps = [c.keeps_valid and (m, key) == keeper for key, c in zip(appends, native,
+                                                                       strict=True)]
+        columns += (_wire_column(key, c, k) for key, c, k in zip(appends, native, keeps,
+                                                                 strict=True))
+        members.append(_Member(m, len(appends), sum(keeps), _events(native, keeps)))
+    wire_keys = stamping.wire_keys(sorted(keys))
+    wire_prefixes = stamping.wire_keys(prefixes)
+    if wire_keys is None or wire_prefixes is None or not columns:
+        return None
+    limits = filt.limits
+    wire = (tuple(columns), wire_keys, wire_prefixes, limits.max_batch_records,
+            limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)))
+    return StampPlan(wire, produce, filt, tuple(members))
+
+
+def _batch_limit(filt: InterceptorFilter) -> int:
+    """The smallest batch size limit a stamped batch must keep to (-1: none): above it,
+    Python decides how the batch fits its topic."""
+    if filt.topic_limits is None:
+        return -1
+    return min((BROKER_DEFAULT_MAX_MESSAGE_BYTES, *filt.topic_limits.known.values()))
+
+
+def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeColumn]]
+            ) -> tuple[ChainMember, str] | None:
+    """The (member, key) of the one column that keeps a record's own valid traceparent, when
+    exactly one declares it (`NativeColumn.keeps_valid`), its member looks at records carrying
+    that key (else Python would append to them) and no other member watches that key or
+    ``tracestate`` (it would look at such a record too: Python's then)."""
+    found = [(m, key) for m, native in zip(members, natives, strict=True)
+             for key, c in zip(m.interceptor.stamps.appends, native,  # type: ignore[union-attr]
+                               strict=True) if c.keeps_valid]
+    if len(found) != 1:
+        return None
+    keeper, key = found[0]
+    if not keeper.interceptor.stamps.watched(key):  # type: ignore[union-attr]
+        return None
+    for m in members:
+        if m is not keeper and any(m.interceptor.stamps.watched(k)  # type: ignore[union-attr]
+                                   for k in (key, TRACESTATE)):
+            return None
+    return found[0]
+
+
+def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:
+    key_wire = stamping.value_column(key, [])[0]
+    return (NATIVE_KINDS.index(column.kind), key_wire, column.value, column.sampled,
+            column.per_batch, keeps)
+
+
+def _events(columns: Sequence[NativeColumn], keeps: Sequence[bool]
+            ) -> tuple[tuple[str, bool, bool], ...]:
+    return tuple((c.event, c.per_batch, k) for c, k in zip(columns, keeps, strict=True)
+                 if c.event is not None)

@@ -1,0 +1,48 @@
+"""Which upstream broker each Herald port stands for, and the ports clients are told to use.
+
+The broker with node id N is reached at `broker_port_base + N` on Herald. The directory learns
+upstream addresses from the responses that carry them (Metadata, FindCoordinator,
+DescribeCluster, KIP-951 node endpoints) and asks the server to open a listener for every
+broker it has not seen before, before the client can learn the new address.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from proxy.config.proxy_yaml import HostPort, ListenConfig
+from proxy.observability.logs import get_logger
+
+log = get_logger("brokers")
+
+
+class BrokerDirectory:
+    def __init__(
+        self,
+        listen: ListenConfig,
+        open_listener: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        self.listen = listen
+        self.upstream: dict[int, HostPort] = {}
+        self._open_listener = open_listener
+
+    def advertised_port(self, node_id: int) -> int:
+        port = self.listen.broker_port_base + node_id
+        if not 0 < port <= 65535:
+            raise ValueError(
+                f"broker node id {node_id} does not fit listen.broker_port_base "
+                f"{self.listen.broker_port_base}"
+            )
+        return port
+
+    async def learn(self, node_id: int, host: str, port: int) -> tuple[str, int]:
+        """Record where broker `node_id` really is; return the address clients must use."""
+        address = HostPort(host, port)
+        known = self.upstream.get(node_id)
+        if known != address:
+            self.upstream[node_id] = address
+            log.info("broker_learned", node_id=node_id, upstream=address,
+                     port=self.advertised_port(node_id))
+            if known is None and self._open_listener is not None:
+                await self._open_listener(node_id)
+        return self.listen.advertised_host, self.advertised_port(node_id)

@@ -1,0 +1,71 @@
+"""The topic id <-> name map and the cluster id, learned from Metadata responses.
+
+Produce v13 and Fetch v13+ name topics only by id (a UUID); interceptors are configured by
+topic name. Clients always ask Metadata (through Herald) before producing or fetching, so the
+map is filled before it is needed. One map serves all connections of the process. The cluster
+id (Metadata v2+) is what the audit interceptor stamps as the upstream cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from protocol.api_keys import ApiKey
+from protocol.primitives import ZERO_UUID
+from proxy.filters.chain import Exchange, Filter, SessionContext
+
+# Produce and Fetch name topics by id, not by name, from this version on.
+BY_ID_FROM_VERSION = 13
+
+
+def topic_key(name: str | None, topic_id: bytes, version: int) -> str | bytes | None:
+    """How a Produce or Fetch message of `version` identifies a topic: its name, or its id."""
+    return name if version < BY_ID_FROM_VERSION else topic_id
+
+
+class TopicIds:
+    def __init__(self, on_cluster_id: Callable[[str], None] | None = None) -> None:
+        self.names: dict[bytes, str] = {}
+        self.ids: dict[str, bytes] = {}
+        self.cluster_id: str | None = None
+        self._on_cluster_id = on_cluster_id
+
+    def learn_cluster_id(self, cluster_id: str | None) -> None:
+        if cluster_id and cluster_id != self.cluster_id:
+            self.cluster_id = cluster_id
+            if self._on_cluster_id is not None:
+                self._on_cluster_id(cluster_id)
+
+    def learn(self, topic_id: bytes, name: str) -> None:
+        if self.names.get(topic_id) != name:
+            self.names[topic_id] = name
+            self.ids[name] = topic_id
+
+    def name(self, topic_id: bytes) -> str | None:
+        return self.names.get(topic_id)
+
+    def topic(self, name: str | None, topic_id: bytes, version: int) -> str | None:
+        """The name of a topic of a Produce or Fetch message of `version` (None for an id
+        not learned yet)."""
+        return name if version < BY_ID_FROM_VERSION else self.names.get(topic_id)
+
+
+class TopicIdLearner(Filter):
+    name = "topic_ids"
+
+    def __init__(self, topics: TopicIds) -> None:
+        self.topics = topics
+
+    def wants_response(self, api_key: int, version: int) -> bool:
+        return api_key == ApiKey.METADATA and version >= 2
+
+    async def on_response(
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+    ) -> bool:
+        self.topics.learn_cluster_id(msg.cluster_id)
+        if version >= 10:
+            for t in msg.topics:
+                if t.name is not None and t.topic_id != ZERO_UUID:
+                    self.topics.learn(t.topic_id, t.name)
+        return False
