@@ -22,15 +22,10 @@ from interceptors.api import (
     Verdict,
 )
 from interceptors.chain import ChainMember, Chains, FetchChain, PartitionOutcome, ProduceChain
-from interceptors.config import build_chains
+from interceptors.config import ConfigError, InvalidConfig
+from interceptors.config.chains import build_chains
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext, TraceInfo
-from interceptors.errors import (
-    INVALID_RECORD,
-    UNKNOWN_SERVER_ERROR,
-    ConfigError,
-    InvalidConfig,
-    RejectRecord,
-)
+from interceptors.errors import INVALID_RECORD, UNKNOWN_SERVER_ERROR, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
 from interceptors.stats import ChainStats, MemberStats
 

@@ -38,19 +38,3 @@ class RejectRecord(Exception):
 
     def __repr__(self) -> str:
         return f"RejectRecord({self.error_code}, {self.message!r}, reason={self.reason!r})"
-
-
-class ConfigError(ValueError):
-    """A bad interceptor configuration. The message starts with the YAML path of the bad key,
-    e.g. ``interceptors.produce[2].header: required``."""
-
-
-class InvalidConfig(ValueError):
-    """Raised by a config dataclass (`__post_init__`) or an interceptor constructor to reject
-    a setting. `field` is the YAML key at fault (empty for the member as a whole); the loader
-    turns it into a `ConfigError` carrying the full path."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}" if field else message)
-        self.field = field
-        self.message = message

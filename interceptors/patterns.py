@@ -19,7 +19,7 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
-from interceptors.errors import InvalidConfig
+from interceptors.config import InvalidConfig
 
 _CACHE_LIMIT = 4096
 _KINDS = ("prefix", "glob", "regex")

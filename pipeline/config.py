@@ -1,7 +1,7 @@
 """The pipeline's settings: a `pipeline:` section of a YAML file of the proxy.yaml family
 (Herald itself ignores that section), then command-line flags on top.
 
-Validation goes through `interceptors.schema.build_config`, so a bad value is refused with
+Validation goes through `interceptors.config.schema.build_config`, so a bad value is refused with
 its YAML path (`pipeline.stream.trigger: expected one of ...`), the same way Herald's own
 configuration is.
 """
@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from interceptors.errors import ConfigError, InvalidConfig
-from interceptors.schema import build_config, read_yaml
+from interceptors.config import ConfigError, InvalidConfig, build_config, read_yaml
 
 SECTION = "pipeline"
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")

@@ -47,8 +47,9 @@ from interceptors.api import (
     PerRecord,
     Stamps,
 )
+from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
-from interceptors.errors import INVALID_RECORD, InvalidConfig, RejectRecord
+from interceptors.errors import INVALID_RECORD, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
 from interceptors.ids import uuid7, uuid7_many, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interceptors.api import FETCH, Interceptor
+from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
-from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.tracing import parse_traceparent
 
@@ -86,8 +86,8 @@ def _parse_security(tls: Any, sasl: Any) -> tuple[Any, Any]:
     """`tls` and `sasl` through the parsers of `upstream.tls` / `upstream.sasl`; their errors
     name the key below this member (`tls.ca_file: ...`), which the loader prefixes with the
     member's own path."""
-    from proxy.config.yamlconf import ConfigError as SectionError
-    from proxy.config.yamlconf import Node
+    from interceptors.config import ConfigError as SectionError
+    from interceptors.config import Node
     from proxy.security.config import parse_client_tls, parse_sasl_client
 
     node = Node({"tls": tls, "sasl": sasl}, "")

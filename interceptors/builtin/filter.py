@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from interceptors.api import DROP, FETCH, Interceptor, Verdict
+from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
-from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 
 

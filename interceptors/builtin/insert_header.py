@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from interceptors.api import ColumnValue, Interceptor, PerRecord, Stamps
+from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
-from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.ids import uuid4
 from interceptors.typed import format_value

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from interceptors.api import Interceptor
+from interceptors.config import InvalidConfig
 from interceptors.context import RecordContext
-from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 
 

@@ -42,8 +42,8 @@ from interceptors.api import (
     Stamps,
 )
 from interceptors.api import TRACEPARENT as NATIVE_TRACEPARENT
+from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
-from interceptors.errors import InvalidConfig
 from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
 from interceptors.tracing import (

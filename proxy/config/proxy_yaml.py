@@ -15,10 +15,9 @@ from typing import Any
 
 from interceptors import ConfigError as InterceptorConfigError
 from interceptors import build_chains
-from interceptors.schema import read_yaml
+from interceptors.config import ConfigError, HostPort, parse_host_port, read_yaml
+from interceptors.config import Node as _Node
 from proxy.config.env_expand import UnsetVariable, expand_env
-from proxy.config.yamlconf import ConfigError, HostPort, parse_host_port
-from proxy.config.yamlconf import Node as _Node
 from proxy.limits.config import LimitsConfig, parse_limits
 from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
 from proxy.security.config import (

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from interceptors.errors import ConfigError as InterceptorConfigError
-from interceptors.schema import read_yaml
+from interceptors.config import ConfigError as InterceptorConfigError
+from interceptors.config import read_yaml
 from proxy.config.proxy_yaml import ConfigError, parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions, inject

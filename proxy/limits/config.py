@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interceptors.config import ConfigError
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
-from proxy.config.yamlconf import ConfigError
 
 MIB = 1024 * 1024
 

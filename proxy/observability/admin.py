@@ -17,8 +17,8 @@ from collections.abc import Callable
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from interceptors.config import ConfigError
 from proxy.config.proxy_yaml import HostPort, ListenError
-from proxy.config.yamlconf import ConfigError
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.security.config import SecretRef

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from interceptors.config import ConfigError
 from interceptors.typed import Type, parse_value
-from proxy.config.yamlconf import ConfigError
 
 Header = tuple[str, bytes | None]
 Predicate = Callable[[list[Header]], bool]

@@ -30,9 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from interceptors.errors import InvalidConfig
+from interceptors.config import ConfigError, InvalidConfig, Node
 from interceptors.patterns import NameMatcher, matcher
-from proxy.config.yamlconf import ConfigError, Node
 from proxy.routing.predicates import Header, Predicate, compile_predicate
 
 PRIMARY = "upstream"

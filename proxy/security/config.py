@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proxy.config.yamlconf import ConfigError, Node
+from interceptors.config import ConfigError, Node
 from proxy.security.principal import PrincipalMapper, PrincipalRuleError
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 import trio
 
+from interceptors.config import ConfigError
 from protocol.errors import CodecError
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
-from proxy.config.yamlconf import ConfigError
 from proxy.filters.chain import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
 from proxy.limits.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder, MemoryBudget

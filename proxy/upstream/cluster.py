@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import trio
 
+from interceptors.config import ConfigError
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, frame
@@ -21,7 +22,6 @@ from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
 from proxy.config.proxy_yaml import HostPort, UpstreamConfig
-from proxy.config.yamlconf import ConfigError
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import (
     SCRAM_HASHES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from interceptors import ProxyInfo
 from interceptors.builtin.fetch_log_groups import MAX_ID, ConsumerGroups, source_host
-from interceptors.config import build_chains
+from interceptors.config.chains import build_chains
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
 from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from interceptors.config import ConfigError
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.config.proxy_yaml import parse_config
-from proxy.config.yamlconf import ConfigError
 from proxy.routing.partitioner import key_partition, murmur2
 from proxy.routing.predicates import compile_predicate
 from proxy.routing.produce_filter import _kept_batch
@@ -250,8 +250,8 @@ def test_kept_batch_is_renumbered_under_the_upstream_sequence() -> None:
 def test_producer_settings_carry_the_cluster_security(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
+    from interceptors.config import HostPort
     from proxy.config.proxy_yaml import UpstreamConfig
-    from proxy.config.yamlconf import HostPort
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import ClientTlsConfig, SaslClientConfig, SecretRef
 
@@ -287,8 +287,8 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
 
     from confluent_kafka import Producer
 
+    from interceptors.config import HostPort
     from proxy.config.proxy_yaml import UpstreamConfig
-    from proxy.config.yamlconf import HostPort
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import SaslClientConfig, SecretRef
 

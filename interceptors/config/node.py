@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message starts with the YAML path of the bad key."""
+from interceptors.config.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from interceptors.errors import ConfigError, InvalidConfig
+from interceptors.config.errors import ConfigError, InvalidConfig
 
 __all__ = ["build_config", "yaml_key"]
 

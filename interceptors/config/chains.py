@@ -28,11 +28,11 @@ from typing import Any
 
 from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor, Stamps
 from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
+from interceptors.config.errors import ConfigError, InvalidConfig
+from interceptors.config.schema import build_config
 from interceptors.context import ProxyInfo
-from interceptors.errors import ConfigError, InvalidConfig
 from interceptors.patterns import NameMatcher, matcher
 from interceptors.plugins import PluginError, Registry
-from interceptors.schema import build_config
 
 __all__ = ["COMMON_KEYS", "ConfigError", "build_chains"]
 

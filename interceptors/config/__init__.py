@@ -1,0 +1,27 @@
+"""Herald's one configuration layer: every YAML section, the proxy's and the interceptors',
+is read through these pieces, so every error names the YAML path of the bad key.
+
+* `Node`: a mapping being validated by hand, which knows its path and refuses unknown keys;
+* `build_config`: a mapping checked against a dataclass of settings (interceptors, routing
+  actions, the pipeline);
+* `ConfigError`: the one error type; `InvalidConfig` is what a settings dataclass raises to
+  reject a value, turned into a `ConfigError` with the full path by `build_config`.
+
+The layer lives under `interceptors` because that is the lowest package every other one may
+import (`protocol` stays a codec).
+"""
+
+from interceptors.config.errors import ConfigError, InvalidConfig
+from interceptors.config.node import HostPort, Node, parse_host_port
+from interceptors.config.schema import build_config, read_yaml, yaml_key
+
+__all__ = [
+    "ConfigError",
+    "HostPort",
+    "InvalidConfig",
+    "Node",
+    "build_config",
+    "parse_host_port",
+    "read_yaml",
+    "yaml_key",
+]
