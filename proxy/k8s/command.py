@@ -9,9 +9,8 @@ from typing import Any
 
 import yaml
 
-from interceptors.config import ConfigError as InterceptorConfigError
-from interceptors.config import read_yaml
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError, read_yaml
+from proxy.config.proxy_yaml import parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
@@ -126,12 +125,12 @@ def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     try:
         data = read_yaml(path)
         text = path.read_text()  # carried into the ConfigMap as the user wrote it
-    except (InterceptorConfigError, OSError) as exc:
+    except (ConfigError, OSError) as exc:
         raise InjectError(str(exc)) from None
     try:
         config = parse_config(_without_pod_files(data), source=path, environ=_SIDECAR_ENV)
     except ConfigError as exc:
-        raise InjectError(f"{path}: {exc}") from None
+        raise InjectError("\n".join(f"{path}: {error}" for error in exc.errors)) from None
     admin = config.admin.bind
     if admin is None:
         raise InjectError(f"{path}: admin.bind: required: the kubelet probes /healthz and "
@@ -169,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
         options = _options(args)
         docs, report = inject(_read(args.files), options)
     except InjectError as exc:
-        print(f"herald k8s inject: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"herald k8s inject: {line}", file=sys.stderr)
         return 2
     text = dump_documents(docs)
     if args.output is not None:
