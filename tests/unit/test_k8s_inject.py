@@ -142,6 +142,48 @@ def test_several_containers_get_one_sidecar_and_the_named_ones_the_address() -> 
     assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "api"
 
 
+def test_without_container_names_only_containers_that_have_the_variable_are_changed() -> None:
+    doc = workload("Deployment", containers=[
+        {"name": "api", "image": "a", "env": [
+            {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka:9092"},
+            {"name": "OTHER", "value": "kept"}]},
+        {"name": "metrics-exporter", "image": "m", "env": [{"name": "PORT", "value": "9100"}]},
+        {"name": "log-shipper", "image": "l"},
+    ])
+    docs, report = inject([doc], InjectOptions())
+    api, exporter, shipper = the_pod(docs[1])["spec"]["containers"]
+    assert api["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:19092"},
+                          {"name": "OTHER", "value": "kept"}]
+    assert exporter["env"] == [{"name": "PORT", "value": "9100"}]
+    assert "env" not in shipper
+    assert report.injected == ["Deployment/web"] and report.unpointed == []
+
+
+def test_named_containers_get_the_variable_and_no_other_is_changed() -> None:
+    doc = workload("Deployment", containers=[
+        {"name": "api", "image": "a"},
+        {"name": "side", "image": "s", "env": [
+            {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "logs-kafka:9092"}]},
+    ])
+    docs, _ = inject([doc], InjectOptions(containers=("api",)))
+    api, side = the_pod(docs[1])["spec"]["containers"]
+    assert api["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:19092"}]
+    assert side["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "logs-kafka:9092"}]
+
+
+def test_a_pod_where_no_container_has_the_variable_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _write(tmp_path / "app.yaml", workload("Deployment", containers=[
+        {"name": "api", "image": "a"}, {"name": "exporter", "image": "e"}]))
+    assert main(["k8s", "inject", str(source), "--bootstrap-env", "BROKERS"]) == 0
+    out, err = capsys.readouterr()
+    pod = the_pod(list(yaml.safe_load_all(out))[1])
+    assert all("env" not in c for c in pod["spec"]["containers"])
+    assert ("Deployment/web: no container has BROKERS, so none was pointed at Herald "
+            "(name the application's with --container)") in err
+
+
 def test_existing_init_containers_run_after_herald() -> None:
     doc = workload("Deployment", containers=[{"name": "app", "image": "a"}],
                    initContainers=[{"name": "migrate", "image": "m"}])
