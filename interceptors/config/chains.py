@@ -106,9 +106,9 @@ def _string(node: Node, key: str) -> str:
 
 
 def _patterns(node: Node, key: str) -> NameMatcher | None:
-    value = node.get(key)
-    if value is None:
+    if key not in node.data:
         return None
+    value = node.data[key]  # an explicit null is refused: leave the key out to match all
     path = node.key_path(key)
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{path}: expected a list of names or patterns")
@@ -152,7 +152,7 @@ def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registr
                             f"{chain} path, got {on_error!r}")
     else:
         on_error = cls.default_on_error if cls.default_on_error in allowed else "pass"
-    shadow = node.get("shadow", False)
+    shadow = entry.get("shadow", False)
     if not isinstance(shadow, bool):
         node.errors.add(f"{path}.shadow: expected true or false, got {shadow!r}")
     own = {k: v for k, v in entry.items() if k not in COMMON_KEYS}

@@ -24,7 +24,10 @@ class ConfigError(ValueError):
 
     def __init__(self, *errors: str) -> None:
         self.errors: tuple[str, ...] = tuple(dict.fromkeys(errors)) or ("invalid configuration",)
-        super().__init__("\n".join(self.errors))
+        super().__init__(*self.errors)
+
+    def __str__(self) -> str:
+        return "\n".join(self.errors)
 
 
 class InvalidConfig(ValueError):

@@ -198,6 +198,7 @@ def parse_admin(node: Node) -> AdminConfig:
 
 
 def parse_logging(node: Node) -> LoggingConfig:
+    """The `logging` section: how much Herald logs, and in which line format."""
     return _only(node, LoggingConfig(
         level=node.choice("level", "warning", ("debug", "info", "warning", "error")),
         format=node.choice("format", "kv", ("kv", "json")),
