@@ -385,3 +385,19 @@ def test_cli_refuses_a_proxy_yaml_the_sidecar_could_not_run(
     source = _write(tmp_path / "app.yaml", workload("Deployment"))
     assert main(["k8s", "inject", str(source), "--config", str(own)]) == 2
     assert f"proxy.yaml: {message}" in capsys.readouterr().err
+
+
+def test_cli_names_every_error_of_a_given_proxy_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {"upstream": {"bootstrap": "k:9092"},
+              "listen": {"bootstrap": "127.0.0.1:19092", "colour": "blue"},
+              "admin": {"bind": "0.0.0.0:9464"}, "logging": {"level": "loud"}}
+    own = tmp_path / "proxy.yaml"
+    own.write_text(yaml.safe_dump(config))
+    source = _write(tmp_path / "app.yaml", workload("Deployment"))
+    assert main(["k8s", "inject", str(source), "--config", str(own)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"herald k8s inject: {own}: listen.colour: unknown key"
+    assert lines[1].startswith(f"herald k8s inject: {own}: logging.level: expected one of")
+    assert len(lines) == 2
