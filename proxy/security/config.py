@@ -218,7 +218,7 @@ def parse_server_tls(parent: Node, key: str = "tls") -> ServerTlsConfig | None:
     key_file = node.attempt(_file, node, "key_file", True)
     ca = node.attempt(_file, node, "client_ca_file")
     auth = node.choice("client_auth", "required" if ca else "none", CLIENT_AUTH)
-    if auth != "none" and ca is None and node.valid:
+    if auth != "none" and node.data.get("client_ca_file") is None:
         node.errors.add(f"{node.key_path('client_auth')}: {auth!r} needs client_ca_file")
     version = _min_version(node)
     principal_from = node.choice("principal_from", "subject", PRINCIPAL_FROM)
