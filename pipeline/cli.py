@@ -108,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"herald pipeline: report {html}")
         return 0
     try:
-        config = load_pipeline_config(args.config, _overrides(args))
-        if args.command == "stream" and not config.stream.checkpoint:
-            raise ConfigError("pipeline.stream.checkpoint: required (or --checkpoint)")
+        config = load_pipeline_config(args.config, _overrides(args),
+                                      streaming=args.command == "stream")
     except ConfigError as exc:
-        print(f"herald pipeline: invalid config: {exc}", file=sys.stderr)
+        for error in exc.errors:
+            print(f"herald pipeline: invalid config: {error}", file=sys.stderr)
         return 2
 
     from pipeline.jobs import run_batch, start_stream

@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from interceptors.config import ConfigError, InvalidConfig, build_config, read_yaml
+from interceptors.config import (
+    ConfigError,
+    ErrorCollector,
+    InvalidConfig,
+    build_config,
+    read_yaml,
+)
 
 SECTION = "pipeline"
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -81,27 +87,35 @@ class PipelineConfig:
 
 
 def parse_pipeline_config(data: Any, path: str = SECTION) -> PipelineConfig:
+    """The settings of a `pipeline:` mapping; every bad key is reported (one `ConfigError`).
+
+    Keys a run needs but flags may give instead (`topics`, `stream.checkpoint`) are checked by
+    `load_pipeline_config`, once the flags are applied.
+    """
     return build_config(PipelineConfig, data, path)
 
 
+def pipeline_section(doc: Any, file: str | Path) -> dict[str, Any]:
+    """The `pipeline:` mapping of a parsed YAML document of the proxy.yaml family ({} when it
+    has none)."""
+    if doc is not None and not isinstance(doc, dict):
+        raise ConfigError(f"{file}: expected a mapping at the top level")
+    section = (doc or {}).get(SECTION)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"{SECTION}: expected a mapping")
+    return dict(section)
+
+
 def load_pipeline_config(file: str | Path | None, overrides: dict[str, Any] | None = None,
-                         ) -> PipelineConfig:
+                         *, streaming: bool = False) -> PipelineConfig:
     """The `pipeline:` section of `file` (if given) with `overrides` (flags) applied on top.
 
-    Overrides are applied before validation, so a bad flag is reported like a bad key.
+    Overrides are applied before validation, so a bad flag is reported like a bad key, and
+    every error is reported at once. `streaming` runs also need `stream.checkpoint`.
     """
-    data: dict[str, Any] = {}
-    if file is not None:
-        file = Path(file)
-        doc = read_yaml(file)
-        if doc is not None and not isinstance(doc, dict):
-            raise ConfigError(f"{file}: expected a mapping at the top level")
-        section = (doc or {}).get(SECTION, {})
-        if section is None:
-            section = {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"{SECTION}: expected a mapping")
-        data = dict(section)
+    data = pipeline_section(read_yaml(file), file) if file is not None else {}
     for key, value in (overrides or {}).items():
         if value is None:
             continue
@@ -110,7 +124,13 @@ def load_pipeline_config(file: str | Path | None, overrides: dict[str, Any] | No
             data[outer] = {**(data.get(outer) or {}), inner: value}
         else:
             data[key] = value
-    config = parse_pipeline_config(data)
-    if not config.topics:
-        raise ConfigError(f"{SECTION}.topics: required (or --topics)")
+    errors = ErrorCollector()
+    config = errors.attempt(parse_pipeline_config, data)
+    if not data.get("topics"):
+        errors.add(f"{SECTION}.topics: required (or --topics)")
+    stream = data.get("stream") or {}
+    if streaming and isinstance(stream, dict) and not stream.get("checkpoint"):
+        errors.add(f"{SECTION}.stream.checkpoint: required (or --checkpoint)")
+    errors.check()
+    assert config is not None
     return config

@@ -3,6 +3,8 @@
 `herald run --config FILE` is the production mode: the proxy alone, in front of the cluster the
 file names. `herald dev` is the try-it-now mode: it starts a local single-node Apache Kafka
 broker (KRaft; jars fetched once with Maven and cached) and the proxy in front of it.
+`herald check --config FILE` validates a file as `run` would, and reports every error, without
+serving (for CI of configuration changes, like `nginx -t`).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import argparse
 import contextlib
 import dataclasses
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from interceptors.config import ErrorCollector, read_yaml
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.config.proxy_yaml import (
     ConfigError,
@@ -21,6 +25,7 @@ from proxy.config.proxy_yaml import (
     ProxyConfig,
     UpstreamConfig,
     load_config,
+    parse_config,
 )
 from proxy.k8s import command as k8s_command
 from proxy.observability import logs
@@ -43,7 +48,19 @@ clients), admin.tls and admin.token; see docs/security.md.
 
 Admin endpoint (admin.bind): /metrics, /healthz, /readyz. Traces: the standard OTEL_*
 environment variables (off unless an exporter or OTLP endpoint is set).
+
+`herald check --config FILE` validates the file as `run` does before serving and exits 0
+(`FILE: ok`) or 1, with every error on stderr, one per line, each naming its YAML path.
 """
+
+
+def herald_version() -> str:
+    """The installed distribution's version (a source tree that was never installed has
+    none: `0+unknown`)."""
+    try:
+        return version("herald")
+    except PackageNotFoundError:
+        return "0+unknown"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="herald", description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"herald {herald_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
@@ -73,6 +91,18 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--kafka-version", default=KAFKA_VERSION,
                      help=f"Kafka release to run (default {KAFKA_VERSION}; "
                           f"{KAFKA_LEGACY_VERSION} is also tested)")
+    check = sub.add_parser(
+        "check", help="validate a config file as run would, without serving",
+        description=(
+            "Load and validate the config file as `herald run` does before it serves: every "
+            "section, the interceptor chains (plugins loaded), the routing rules, and the "
+            "files it names (TLS certificates and keys, secret files) read. Nothing is bound "
+            "or connected to. A `pipeline:` section is checked as `herald pipeline` reads it. "
+            "Exit status 0 with `FILE: ok` on stdout, or 1 with every error on stderr, one "
+            "per line, each naming the YAML path of its key."
+        ),
+    )
+    check.add_argument("--config", "-c", required=True, type=Path, help="the YAML config file")
     k8s_command.add_parser(sub)
     sub.add_parser("pipeline", add_help=False,
                    help="the analytics pipeline on Spark (herald pipeline --help)")
@@ -115,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "k8s":
         return k8s_command.run(args)
+    if args.command == "check":
+        return _check(args.config)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"herald: invalid config: {exc}", file=sys.stderr)
+        for error in exc.errors:
+            print(f"herald: invalid config: {error}", file=sys.stderr)
         return 2
     if args.command == "run":
         return _serve(config)
@@ -144,6 +177,29 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"herald dev: cluster {name} is at {local[name]}", file=sys.stderr)
         return _serve(_local(config, local))
     return 1  # not reached: the with block returns
+
+
+def _check(path: Path) -> int:
+    """`herald check`: exit status 0 when `run` would accept the file, else 1 and every error
+    (`FILE: YAML.PATH: message`), one per line on stderr."""
+    try:
+        doc = read_yaml(path)
+    except ConfigError as exc:  # unreadable or not YAML: the message names the file
+        print(exc, file=sys.stderr)
+        return 1
+    errors = ErrorCollector()
+    errors.attempt(parse_config, doc, path)
+    if isinstance(doc, dict) and doc.get("pipeline") is not None:
+        # The same file feeds `herald pipeline`; its config module imports no Spark.
+        from pipeline.config import parse_pipeline_config
+
+        errors.attempt(parse_pipeline_config, doc["pipeline"])
+    for error in errors.errors:
+        print(f"{path}: {error}", file=sys.stderr)
+    if errors.errors:
+        return 1
+    print(f"{path}: ok")
+    return 0
 
 
 def _local(config: ProxyConfig, local: dict[str, HostPort]) -> ProxyConfig:

@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import trio
 
-from interceptors import ConfigError as InterceptorConfigError
 from interceptors import ProxyInfo, build_chains
 from proxy.config.proxy_yaml import (
     NATIVE_RELAY_AUTO,
@@ -263,7 +262,7 @@ class Proxy:
                 raise ConfigError(f"routing.rules: no rule wrote to cluster "
                                   f"{sorted(missing)[0]!r} at start, so Herald has no producer "
                                   "for it; routing there needs a restart")
-        except (ConfigError, InterceptorConfigError) as exc:
+        except ConfigError as exc:
             self.metrics.config_reloads.labels("rejected").inc()
             log.error("config_reload_rejected", path=str(source), error=str(exc))
             return False

@@ -4,19 +4,23 @@ is read through these pieces, so every error names the YAML path of the bad key.
 * `Node`: a mapping being validated by hand, which knows its path and refuses unknown keys;
 * `build_config`: a mapping checked against a dataclass of settings (interceptors, routing
   actions, the pipeline);
-* `ConfigError`: the one error type; `InvalidConfig` is what a settings dataclass raises to
-  reject a value, turned into a `ConfigError` with the full path by `build_config`.
+* `ConfigError`: the one error type, listing every bad key of a document; `InvalidConfig` is
+  what a settings dataclass raises to reject a value, turned into a `ConfigError` with the
+  full path by `build_config`;
+* `ErrorCollector`: where a loader records errors and carries on, so one check reports every
+  mistake of a file (`herald check`), not only the first.
 
 The layer lives under `interceptors` because that is the lowest package every other one may
 import (`protocol` stays a codec).
 """
 
-from interceptors.config.errors import ConfigError, InvalidConfig
+from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
 from interceptors.config.node import HostPort, Node, parse_host_port
 from interceptors.config.schema import build_config, read_yaml, yaml_key
 
 __all__ = [
     "ConfigError",
+    "ErrorCollector",
     "HostPort",
     "InvalidConfig",
     "Node",

@@ -18,8 +18,8 @@ Every member takes these common keys besides its own (see docs/interceptors.md):
 * ``shadow``: true to evaluate and count the member without applying anything it does
   (default false; a reload without it promotes the member).
 
-Any error raises `ConfigError` naming the path of the bad key, e.g.
-``interceptors.produce[2].header: required``.
+Every error is reported, each naming the path of the bad key, e.g.
+``interceptors.produce[2].header: required``, in one `ConfigError`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 
 from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor, Stamps
 from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
-from interceptors.config.errors import ConfigError, InvalidConfig
+from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
+from interceptors.config.node import Node
 from interceptors.config.schema import build_config
 from interceptors.context import ProxyInfo
 from interceptors.patterns import NameMatcher, matcher
@@ -46,18 +47,25 @@ def build_chains(
     registry: Registry | None = None,
     path: str = "interceptors",
 ) -> Chains:
-    """Validate `spec` and build both chains; raise `ConfigError` on any mistake."""
+    """Validate `spec` and build both chains; raise one `ConfigError` listing every mistake.
+
+    Each member is checked on its own, so a bad one does not hide the mistakes of the next.
+    """
     if spec is None:
         spec = {}
     if not isinstance(spec, dict):
         raise ConfigError(f"{path}: expected a mapping with 'produce' and/or 'fetch'")
+    errors = ErrorCollector()
     for key in spec:
         if key not in (PRODUCE, FETCH):
-            raise ConfigError(f"{path}.{key}: unknown key (known: produce, fetch)")
+            errors.add(f"{path}.{key}: unknown key (known: produce, fetch)")
     env = env if env is not None else ProxyInfo()
     registry = registry if registry is not None else Registry()
-    produce = _members(spec.get(PRODUCE), PRODUCE, f"{path}.{PRODUCE}", env, registry)
-    fetch = _members(spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
+    produce = errors.attempt(_members, spec.get(PRODUCE), PRODUCE, f"{path}.{PRODUCE}", env,
+                             registry)
+    fetch = errors.attempt(_members, spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
+    errors.check()
+    assert produce is not None and fetch is not None
     return Chains(ProduceChain(produce), FetchChain(fetch))
 
 
@@ -68,50 +76,57 @@ def _members(
         return []
     if not isinstance(entries, list):
         raise ConfigError(f"{path}: expected a list of interceptors")
+    errors = ErrorCollector()
     members: list[ChainMember] = []
     names: dict[str, int] = {}
     for i, entry in enumerate(entries):
-        member = _member(entry, chain, f"{path}[{i}]", env, registry)
+        member = errors.attempt(_member, entry, chain, f"{path}[{i}]", env, registry)
+        if member is None:
+            continue
         if member.name in names:
             if "name" in entry:
-                raise ConfigError(f"{path}[{i}].name: {member.name!r} is already used by "
-                                  f"{path}[{names[member.name]}]")
+                errors.add(f"{path}[{i}].name: {member.name!r} is already used by "
+                           f"{path}[{names[member.name]}]")
+                continue
             n = 2
             while f"{member.name}#{n}" in names:
                 n += 1
             member.name = f"{member.name}#{n}"
         names[member.name] = i
         members.append(member)
+    errors.check()
     return members
 
 
-def _string(entry: dict, key: str, path: str) -> str:
-    value = entry[key]
+def _string(node: Node, key: str) -> str:
+    value = node.get(key)
     if not isinstance(value, str) or not value:
-        raise ConfigError(f"{path}.{key}: expected a non-empty string")
+        raise ConfigError(f"{node.key_path(key)}: expected a non-empty string")
     return value
 
 
-def _patterns(entry: dict, key: str, path: str) -> NameMatcher | None:
-    if key not in entry:
+def _patterns(node: Node, key: str) -> NameMatcher | None:
+    if key not in node.data:
         return None
-    value = entry[key]
+    value = node.data[key]  # an explicit null is refused: leave the key out to match all
+    path = node.key_path(key)
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{path}.{key}: expected a list of names or patterns")
+        raise ConfigError(f"{path}: expected a list of names or patterns")
     if not value:
-        raise ConfigError(f"{path}.{key}: must not be empty (leave it out to match all)")
+        raise ConfigError(f"{path}: must not be empty (leave it out to match all)")
     try:
         return matcher(value, key)
     except InvalidConfig as exc:
-        raise ConfigError(f"{path}.{exc.field}: {exc.message}") from None
+        raise exc.at(node.path) from None
 
 
 def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registry) -> ChainMember:
     if not isinstance(entry, dict):
         raise ConfigError(f"{path}: expected a mapping with a 'type' key")
+    node = Node(entry, path, ErrorCollector())
     if "type" not in entry:
         raise ConfigError(f"{path}.type: required")
-    type_name = _string(entry, "type", path)
+    type_name = _string(node, "type")
     try:
         cls = registry.get(type_name)
     except KeyError:
@@ -125,23 +140,25 @@ def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registr
         (only,) = cls.paths
         raise ConfigError(f"{path}.type: {type_name!r} runs on the {only} path only")
 
-    name = _string(entry, "name", path) if "name" in entry else type_name
-    topics = _patterns(entry, "topics", path)
-    client_ids = _patterns(entry, "client_ids", path)
+    # The common keys and the member's own settings are each checked, then reported together.
+    name = node.attempt(_string, node, "name") if "name" in entry else type_name
+    topics = node.attempt(_patterns, node, "topics")
+    client_ids = node.attempt(_patterns, node, "client_ids")
     allowed = ON_ERROR[chain]
     if "on_error" in entry:
         on_error = entry["on_error"]
         if on_error not in allowed:
-            raise ConfigError(f"{path}.on_error: expected one of {', '.join(allowed)} on the "
-                              f"{chain} path, got {on_error!r}")
+            node.errors.add(f"{path}.on_error: expected one of {', '.join(allowed)} on the "
+                            f"{chain} path, got {on_error!r}")
     else:
         on_error = cls.default_on_error if cls.default_on_error in allowed else "pass"
-
     shadow = entry.get("shadow", False)
     if not isinstance(shadow, bool):
-        raise ConfigError(f"{path}.shadow: expected true or false, got {shadow!r}")
+        node.errors.add(f"{path}.shadow: expected true or false, got {shadow!r}")
     own = {k: v for k, v in entry.items() if k not in COMMON_KEYS}
-    config = build_config(cls.Config, own, path, COMMON_KEYS)
+    config = node.attempt(build_config, cls.Config, own, path, COMMON_KEYS)
+    node.errors.check()
+    assert name is not None
     interceptor = _instantiate(cls, config, env, path, type_name)
     return ChainMember(name, interceptor, topics, client_ids, on_error, type_name, shadow)
 
@@ -152,8 +169,7 @@ def _instantiate(
     try:
         interceptor = cls(config, env)
     except InvalidConfig as exc:
-        raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
-                          else f"{path}: {exc.message}") from None
+        raise exc.at(path) from None
     except ConfigError:
         raise
     except Exception as exc:

@@ -1,8 +1,9 @@
 """Turn plain YAML data into config dataclasses, with errors that name the YAML path.
 
 Each interceptor declares its settings as a dataclass; this module checks a mapping against
-it: unknown keys, missing required keys and wrong types all raise `ConfigError` starting with
-the path of the bad key (``interceptors.produce[2].header: required``).
+it: unknown keys, missing required keys and wrong types are all reported, in one `ConfigError`
+whose messages start with the path of the bad key (``interceptors.produce[2].header:
+required``).
 
 Supported field types: str, int, float, bool, `Any`, ``X | None``, ``Literal[...]``,
 ``list[X]``, ``dict[str, X]`` and nested dataclasses. A field whose Python name would clash
@@ -21,7 +22,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from interceptors.config.errors import ConfigError, InvalidConfig
+from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
 
 __all__ = ["build_config", "yaml_key"]
 
@@ -51,7 +52,9 @@ def _kind(value: Any) -> str:
 def build_config(cls: type, data: Any, path: str, also_known: tuple[str, ...] = ()) -> Any:
     """An instance of dataclass `cls` from the mapping `data` found at `path`.
 
-    `also_known` names keys the caller handles itself (listed in unknown-key errors).
+    Every unknown key, missing required key and wrong value of the mapping is reported (one
+    `ConfigError` listing them all), not only the first. `also_known` names keys the caller
+    handles itself (listed in unknown-key errors).
     """
     if data is None:
         data = {}
@@ -59,21 +62,22 @@ def build_config(cls: type, data: Any, path: str, also_known: tuple[str, ...] = 
         raise ConfigError(f"{path}: expected a mapping, got {_kind(data)}")
     hints = typing.get_type_hints(cls)
     fields = {yaml_key(f): f for f in dataclasses.fields(cls) if f.init}
+    errors = ErrorCollector()
+    known = ", ".join([*also_known, *fields]) or "none"
     for key in data:
         if key not in fields:
-            known = ", ".join([*also_known, *fields]) or "none"
-            raise ConfigError(f"{path}.{key}: unknown key (known: {known})")
+            errors.add(f"{path}.{key}: unknown key (known: {known})")
     kwargs = {}
     for key, f in fields.items():
         if key in data:
-            kwargs[f.name] = _convert(hints[f.name], data[key], f"{path}.{key}")
+            kwargs[f.name] = errors.attempt(_convert, hints[f.name], data[key], f"{path}.{key}")
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{path}.{key}: required")
+            errors.add(f"{path}.{key}: required")
+    errors.check()  # checks across values (__post_init__) only see well-typed ones
     try:
         return cls(**kwargs)
     except InvalidConfig as exc:
-        raise ConfigError(f"{path}.{exc.field}: {exc.message}" if exc.field
-                          else f"{path}: {exc.message}") from None
+        raise exc.at(path) from None
 
 
 def _convert(hint: Any, value: Any, path: str) -> Any:
@@ -87,13 +91,13 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         options = [a for a in args if a is not type(None)]
         if len(options) == 1:
             return _convert(options[0], value, path)
-        errors = []
+        failures = []
         for option in options:
             try:
                 return _convert(option, value, path)
             except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0])
+                failures.append(exc)
+        raise failures[0]
     if origin is Literal:
         if value not in args or isinstance(value, bool) != any(isinstance(a, bool) for a in args):
             choices = ", ".join(str(a) for a in args)
@@ -103,16 +107,22 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{path}: expected a list, got {_kind(value)}")
         (item,) = args or (Any,)
-        return [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        errors = ErrorCollector()
+        items = [errors.attempt(_convert, item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        errors.check()
+        return items
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{path}: expected a mapping, got {_kind(value)}")
         _, item = args or (str, Any)
+        errors = ErrorCollector()
         out = {}
         for k, v in value.items():
-            if not isinstance(k, str):
-                raise ConfigError(f"{path}: keys must be strings, got {k!r}")
-            out[k] = _convert(item, v, f"{path}.{k}")
+            if isinstance(k, str):
+                out[k] = errors.attempt(_convert, item, v, f"{path}.{k}")
+            else:
+                errors.add(f"{path}: keys must be strings, got {k!r}")
+        errors.check()
         return out
     if dataclasses.is_dataclass(hint):
         return build_config(hint, value, path)

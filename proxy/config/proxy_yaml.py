@@ -13,10 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interceptors import ConfigError as InterceptorConfigError
-from interceptors import build_chains
-from interceptors.config import ConfigError, HostPort, parse_host_port, read_yaml
-from interceptors.config import Node as _Node
+from interceptors.config import (
+    ConfigError,
+    ErrorCollector,
+    HostPort,
+    Node,
+    parse_host_port,
+    read_yaml,
+)
+from interceptors.config.chains import build_chains
+from interceptors.context import ProxyInfo
 from proxy.config.env_expand import UnsetVariable, expand_env
 from proxy.limits.config import LimitsConfig, parse_limits
 from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
@@ -100,82 +106,39 @@ class ProxyConfig:
 def parse_config(
     data: Any, source: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> ProxyConfig:
-    """Validate a parsed YAML document into a `ProxyConfig`.
+    """Validate a parsed YAML document into a `ProxyConfig`, or raise one `ConfigError` that
+    lists every bad key of the document (each section is checked even when one before it
+    failed).
 
     `environ` is what `${NAME}` references are expanded from (default: this process's
     environment); a config checked for another process passes that process's variables.
     """
-    top = _Node(data if data is not None else {}, "")
+    errors = ErrorCollector()
+    top = Node(data if data is not None else {}, "", errors)
 
-    upstream = parse_upstream(top.child("upstream", required=True))
-
-    ls = top.child("listen", required=True)
-    listen = ListenConfig(
-        bootstrap=parse_host_port(ls.get("bootstrap", required=True), ls.key_path("bootstrap")),
-        advertised_host=_expanded(ls, "advertised_host", "localhost", environ),
-        broker_port_base=ls.number("broker_port_base", 19100, int, 1),
-        tls=parse_server_tls(ls),
-        sasl=parse_passthrough_sasl(ls),
-        allow_unauthenticated_clients=_flag(ls, "allow_unauthenticated_clients", False),
-    )
-    if upstream.sasl is not None and not listen.allow_unauthenticated_clients and not (
-        _is_loopback(listen.bootstrap.host)
-    ):
-        raise ConfigError(
-            f"{ls.key_path('bootstrap')}: with upstream.sasl set, Herald authenticates for "
-            "every client, so it listens on a loopback address only; set "
-            "listen.allow_unauthenticated_clients: true to accept clients from elsewhere"
-        )
-    if listen.broker_port_base > 65535:
-        raise ConfigError(f"{ls.key_path('broker_port_base')}: must be <= 65535")
-    ls.done()
-
-    limits = parse_limits(top.child("limits"))
-
-    adm = top.child("admin")
-    bind = adm.get("bind")
-    admin = AdminConfig(
-        bind=parse_host_port(bind, adm.key_path("bind")) if bind else None,
-        topic_labels=_topic_names(adm, "topic_labels"),
-        tls=parse_server_tls(adm),
-        token=parse_secret(adm, "token"),
-    )
-    if admin.tls is not None and admin.tls.client_auth != "none":
-        raise ConfigError(f"{adm.key_path('tls')}.client_ca_file: not used by the admin endpoint")
-    adm.done()
-
-    lg = top.child("logging")
-    logging_cfg = LoggingConfig(
-        level=lg.choice("level", "warning", ("debug", "info", "warning", "error")),
-        format=lg.choice("format", "kv", ("kv", "json")),
-    )
-    lg.done()
-
-    sd = top.child("shutdown")
-    grace = sd.number("grace_s", 10.0, float, 0)
-    sd.done()
-
-    inst = top.child("instance")
-    instance_id = _expanded(inst, "id", None, environ)
-    inst.done()
-
-    native_relay = parse_performance(top.child("performance"))
-
-    rl = top.child("reload")
-    watch_s = rl.number("watch_s", 0.0, float, 0)
-    rl.done()
+    upstream = top.section("upstream", parse_upstream, required=True)
+    listen = top.section("listen", parse_listen, environ, required=True)
+    if upstream is not None and listen is not None:
+        top.attempt(_check_injection_listens_locally, upstream, listen)
+    limits = top.section("limits", parse_limits)
+    admin = top.section("admin", parse_admin)
+    logging_cfg = top.section("logging", parse_logging)
+    grace = top.section("shutdown", lambda n: _only(n, n.number("grace_s", 10.0, float, 0)))
+    instance_id = top.section("instance", lambda n: _only(n, _expanded(n, "id", None, environ)))
+    native_relay = top.section("performance", parse_performance)
+    watch_s = top.section("reload", lambda n: _only(n, n.number("watch_s", 0.0, float, 0)))
 
     interceptors = top.get("interceptors", {})
     if not isinstance(interceptors, dict):
-        raise ConfigError("interceptors: expected a mapping")
-    try:
-        build_chains(interceptors)  # validation only; the proxy builds its own chains
-    except InterceptorConfigError as exc:
-        raise ConfigError(str(exc)) from None
-    clusters = parse_clusters(top.child("clusters"), parse_upstream)
-    routing = parse_routing(top.child("routing"), set(clusters))
+        errors.add("interceptors: expected a mapping")
+    else:  # validation only, with the instance id the proxy builds its own chains with
+        info = ProxyInfo() if instance_id is None else ProxyInfo(instance_id)
+        top.attempt(build_chains, interceptors, info)
+    clusters = top.section("clusters", parse_clusters, parse_upstream) or {}
+    routing = top.section("routing", parse_routing, set(clusters))
     top.get("pipeline")  # the analytics pipeline's section, validated by pipeline/config.py
     top.done()
+    errors.check()
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
@@ -184,7 +147,65 @@ def parse_config(
     )
 
 
-def parse_performance(node: _Node) -> str:
+def _only(node: Node, value: Any) -> Any:
+    """`value`, read from `node`, which has no other key."""
+    node.done()
+    return value
+
+
+def parse_listen(node: Node, environ: Mapping[str, str] | None = None) -> ListenConfig:
+    """The `listen` section: where clients connect, and how they are served."""
+    bootstrap = node.attempt(lambda: parse_host_port(node.get("bootstrap", required=True),
+                                                     node.key_path("bootstrap")))
+    listen = ListenConfig(
+        bootstrap=bootstrap,
+        advertised_host=_expanded(node, "advertised_host", "localhost", environ),
+        broker_port_base=node.number("broker_port_base", 19100, int, 1),
+        tls=node.attempt(parse_server_tls, node),
+        sasl=node.attempt(parse_passthrough_sasl, node),
+        allow_unauthenticated_clients=node.flag("allow_unauthenticated_clients", False),
+    )
+    if listen.broker_port_base > 65535:
+        node.errors.add(f"{node.key_path('broker_port_base')}: must be <= 65535")
+    node.done()
+    return listen
+
+
+def _check_injection_listens_locally(upstream: UpstreamConfig, listen: ListenConfig) -> None:
+    if listen.bootstrap is None or upstream.sasl is None:
+        return
+    if not listen.allow_unauthenticated_clients and not _is_loopback(listen.bootstrap.host):
+        raise ConfigError(
+            "listen.bootstrap: with upstream.sasl set, Herald authenticates for "
+            "every client, so it listens on a loopback address only; set "
+            "listen.allow_unauthenticated_clients: true to accept clients from elsewhere"
+        )
+
+
+def parse_admin(node: Node) -> AdminConfig:
+    """The `admin` section: the HTTP endpoint of metrics and health."""
+    bind = node.get("bind")
+    admin = AdminConfig(
+        bind=node.attempt(parse_host_port, bind, node.key_path("bind")) if bind else None,
+        topic_labels=node.attempt(_topic_names, node, "topic_labels"),
+        tls=node.attempt(parse_server_tls, node),
+        token=node.attempt(parse_secret, node, "token"),
+    )
+    if admin.tls is not None and admin.tls.client_auth != "none":
+        node.errors.add(f"{node.key_path('tls')}.client_ca_file: not used by the admin endpoint")
+    node.done()
+    return admin
+
+
+def parse_logging(node: Node) -> LoggingConfig:
+    """The `logging` section: how much Herald logs, and in which line format."""
+    return _only(node, LoggingConfig(
+        level=node.choice("level", "warning", ("debug", "info", "warning", "error")),
+        format=node.choice("format", "kv", ("kv", "json")),
+    ))
+
+
+def parse_performance(node: Node) -> str:
     """`performance.native_relay`: `auto`, the default (plaintext sessions move the frames no
     filter reads through the native relay, when it is built) or `off` (every session on the
     Python path: the way back should the engine misbehave somewhere).
@@ -195,29 +216,31 @@ def parse_performance(node: _Node) -> str:
     if value is False:
         value = NATIVE_RELAY_OFF
     if value not in (NATIVE_RELAY_OFF, NATIVE_RELAY_AUTO):
-        raise ConfigError(f"{node.key_path('native_relay')}: expected off or auto, got {value!r}")
-    node.done()
-    return value
+        node.errors.add(f"{node.key_path('native_relay')}: expected off or auto, got {value!r}")
+    return _only(node, value)
 
 
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
-def parse_upstream(node: _Node) -> UpstreamConfig:
+def parse_upstream(node: Node) -> UpstreamConfig:
     """One cluster's section (`upstream`, or a named cluster of the same shape)."""
-    raw_bootstrap = node.get("bootstrap", required=True)
-    items = raw_bootstrap.split(",") if isinstance(raw_bootstrap, str) else raw_bootstrap
+    config = UpstreamConfig(
+        bootstrap=node.attempt(_bootstrap, node),
+        connect_timeout_s=node.number("connect_timeout_s", 10.0, float, 0.1),
+        tls=node.attempt(parse_client_tls, node),
+        sasl=node.attempt(parse_sasl_client, node),
+    )
+    return _only(node, config)
+
+
+def _bootstrap(node: Node) -> list[HostPort]:
+    raw = node.get("bootstrap", required=True)
+    items = raw.split(",") if isinstance(raw, str) else raw
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{node.key_path('bootstrap')}: expected HOST:PORT or a list of them")
-    config = UpstreamConfig(
-        bootstrap=[parse_host_port(s.strip() if isinstance(s, str) else s,
-                                   f"{node.key_path('bootstrap')}") for s in items],
-        connect_timeout_s=node.number("connect_timeout_s", 10.0, float, 0.1),
-        tls=parse_client_tls(node),
-        sasl=parse_sasl_client(node),
-    )
-    node.done()
-    return config
+    return [parse_host_port(s.strip() if isinstance(s, str) else s, node.key_path("bootstrap"))
+            for s in items]
 
 
 def _is_loopback(host: str) -> bool:
@@ -229,54 +252,41 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _flag(node: _Node, key: str, default: bool) -> bool:
-    value = node.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{node.key_path(key)}: expected true or false, got {value!r}")
-    return value
-
-
-def _topic_names(node: _Node, key: str) -> tuple[str, ...]:
+def _topic_names(node: Node, key: str) -> tuple[str, ...]:
     """A list of Kafka topic names (the metric label allowlist): exact names, no patterns,
     because every entry becomes a label value."""
     value = node.get(key, [])
     path = node.key_path(key)
     if not isinstance(value, list):
         raise ConfigError(f"{path}: expected a list of topic names")
+    names = []
     for i, name in enumerate(value):
         if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-            raise ConfigError(f"{path}[{i}]: expected a topic name, got {name!r}")
-    return tuple(dict.fromkeys(value))
-
-
-def _string(node: _Node, key: str, default: str) -> str:
-    value = node.get(key, default)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"{node.key_path(key)}: expected a non-empty string")
-    return value
+            node.errors.add(f"{path}[{i}]: expected a topic name, got {name!r}")
+        else:
+            names.append(name)
+    return tuple(dict.fromkeys(names))
 
 
 def _expanded(
-    node: _Node, key: str, default: str | None, environ: Mapping[str, str] | None
+    node: Node, key: str, default: str | None, environ: Mapping[str, str] | None
 ) -> Any:
     """A string in which `${NAME}` is replaced by the environment variable (see env_expand)."""
-    if node.get(key) is None:
+    text = node.string(key)
+    if text is None:
         return default
-    text = _string(node, key, "")
     try:
         value = expand_env(text, environ)
     except UnsetVariable as exc:
-        raise ConfigError(f"{node.key_path(key)}: {exc}") from None
+        node.errors.add(f"{node.key_path(key)}: {exc}")
+        return default
     if not value:
-        raise ConfigError(f"{node.key_path(key)}: {text!r} expands to an empty string")
+        node.errors.add(f"{node.key_path(key)}: {text!r} expands to an empty string")
+        return default
     return value
 
 
 def load_config(path: str | Path) -> ProxyConfig:
     """Read and validate a YAML config file."""
     path = Path(path)
-    try:
-        data = read_yaml(path)
-    except InterceptorConfigError as exc:
-        raise ConfigError(str(exc)) from None
-    return parse_config(data, source=path)
+    return parse_config(read_yaml(path), source=path)

@@ -9,9 +9,8 @@ from typing import Any
 
 import yaml
 
-from interceptors.config import ConfigError as InterceptorConfigError
-from interceptors.config import read_yaml
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError, read_yaml
+from proxy.config.proxy_yaml import parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
@@ -26,7 +25,9 @@ with the Herald sidecar added to every workload (Deployment, StatefulSet, Daemon
 Job, CronJob, Pod): by default a native sidecar (an init container with restartPolicy: Always,
 Kubernetes 1.29+), its ConfigMap (<workload>-herald), probes on /healthz and /readyz, the pod's
 name, namespace and node for the audit headers, and resource requests sized from the expected
-throughput. The application containers' bootstrap variable is set to Herald's loopback listener.
+throughput. The application's bootstrap variable is set to Herald's loopback listener: in every
+container that has it, or in those named with --container (added where missing); a pod's only
+container gets it in any case.
 
 Injecting twice changes nothing: pods marked {sidecar.INJECTED} are left as they are.
 """
@@ -46,8 +47,9 @@ def add_parser(sub: Any) -> None:
                    help="environment variable of the application that holds the Kafka "
                         "bootstrap; repeatable (default: KAFKA_BOOTSTRAP_SERVERS)")
     p.add_argument("--container", action="append", default=[], metavar="NAME",
-                   help="only this application container gets the bootstrap variable; "
-                        "repeatable (default: all)")
+                   help="only this application container gets the bootstrap variable, added "
+                        "if it has none; repeatable (default: the containers that have it, or "
+                        "a pod's only container)")
     p.add_argument("--image", default=SidecarSpec.image, help="Herald's container image")
     p.add_argument("--classic", action="store_true",
                    help="a plain sidecar container (clusters before 1.29; not for Jobs)")
@@ -126,12 +128,12 @@ def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     try:
         data = read_yaml(path)
         text = path.read_text()  # carried into the ConfigMap as the user wrote it
-    except (InterceptorConfigError, OSError) as exc:
+    except (ConfigError, OSError) as exc:
         raise InjectError(str(exc)) from None
     try:
         config = parse_config(_without_pod_files(data), source=path, environ=_SIDECAR_ENV)
     except ConfigError as exc:
-        raise InjectError(f"{path}: {exc}") from None
+        raise InjectError("\n".join(f"{path}: {error}" for error in exc.errors)) from None
     admin = config.admin.bind
     if admin is None:
         raise InjectError(f"{path}: admin.bind: required: the kubelet probes /healthz and "
@@ -169,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         options = _options(args)
         docs, report = inject(_read(args.files), options)
     except InjectError as exc:
-        print(f"herald k8s inject: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():
+            print(f"herald k8s inject: {line}", file=sys.stderr)
         return 2
     text = dump_documents(docs)
     if args.output is not None:
@@ -180,4 +183,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"herald k8s inject: {name}: sidecar added", file=sys.stderr)
     for name in report.unchanged:
         print(f"herald k8s inject: {name}: already injected, unchanged", file=sys.stderr)
+    variables = ", ".join(options.bootstrap_env)
+    for name in report.unpointed:
+        print(f"herald k8s inject: {name}: no container has {variables}, so none was pointed "
+              "at Herald (name the application's with --container)", file=sys.stderr)
     return 0

@@ -46,7 +46,9 @@ class InjectOptions:
     spec: SidecarSpec = field(default_factory=SidecarSpec)
     # Environment variables of the application containers that hold the Kafka bootstrap.
     bootstrap_env: tuple[str, ...] = ("KAFKA_BOOTSTRAP_SERVERS",)
-    # Which containers get them (default: every application container).
+    # Which containers get them, added where missing. Default: those that already have them
+    # (a pod's only application container gets them in any case): a metrics exporter or log
+    # shipper beside the application is not handed a Kafka address it never asked for.
     containers: tuple[str, ...] = ()
     # An existing ConfigMap with the sidecar's proxy.yaml: referenced, none is written.
     config_map: str | None = None
@@ -58,6 +60,8 @@ class InjectOptions:
 class Report:
     injected: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    # Injected workloads where no container was given a bootstrap variable.
+    unpointed: list[str] = field(default_factory=list)
 
 
 class _Doc:
@@ -152,10 +156,16 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
         yield sidecar.config_map(config_map, namespace, text)
 
     apps = pod["containers"]
-    targets = set(options.containers) or {c["name"] for c in apps}
+    pointed = False
     for c in apps:
-        if c["name"] in targets:
-            _point_at_herald(c, options.bootstrap_env, spec.listen_port)
+        if options.containers:
+            if c["name"] in options.containers:
+                pointed |= _point_at_herald(c, options.bootstrap_env, spec.listen_port, add=True)
+        else:
+            pointed |= _point_at_herald(c, options.bootstrap_env, spec.listen_port,
+                                        add=len(apps) == 1)
+    if not pointed:
+        report.unpointed.append(label)
     if spec.native:
         pod["initContainers"] = [sidecar.container(spec), *(pod.get("initContainers") or [])]
     else:
@@ -173,18 +183,26 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
     yield doc
 
 
-def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: int) -> None:
+def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: int,
+                     add: bool) -> bool:
+    """Set each of `names` the container has to Herald's listener (`add`: also those it has
+    not); whether it has one now."""
     env = container.get("env") or []
     value = f"localhost:{port}"
+    pointed = False
     for name in names:
         for i, entry in enumerate(env):
             if entry.get("name") == name:
                 env[i] = {"name": name, "value": value}
+                pointed = True
                 break
         else:
-            env.append({"name": name, "value": value})
+            if add:
+                env.append({"name": name, "value": value})
+                pointed = True
     if env:
         container["env"] = env
+    return pointed
 
 
 def _check_pod(pod: dict[str, Any], path: str, where: _Doc, kind: str,

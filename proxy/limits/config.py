@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 import resource
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError
+from interceptors.config import Node
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
@@ -86,47 +86,48 @@ class LimitsConfig:
     memory_budget_bytes: int = field(default_factory=default_memory_budget)
 
 
-def _machine_default(node: Any, key: str, default: Callable[[], int]) -> int:
-    """A positive int, or the machine-dependent default when the key is absent."""
+_MINIMUM = {"max_frame_bytes": 1024, "idle_timeout_s": 0.1, "frame_timeout_s": 0.1,
+            "max_batch_decompressed_bytes": 1024, "max_request_decompressed_bytes": 1024}
+"""Lowest accepted values; every other limit must be at least 1."""
+
+_MACHINE_DEFAULTS = {"max_connections": default_max_connections,
+                     "memory_budget_bytes": default_memory_budget}
+
+
+def _machine_default(node: Node, key: str, default: Callable[[], int]) -> int:
+    """A positive int, or the machine-dependent default when the key is absent (or wrong,
+    once that is recorded: the checks that compare limits then see a sensible value)."""
     if node.get(key) is None:
         return default()
-    return node.number(key, 0, int, 1)
+    return node.number(key, 0, int, 1) or default()
 
 
-def parse_limits(node: Any) -> LimitsConfig:
-    """Validate the `limits` mapping (a config `Node`); errors name the YAML path."""
-    defaults = LimitsConfig(max_connections=0, memory_budget_bytes=0)
-    n = node.number
-    frame = n("max_frame_bytes", defaults.max_frame_bytes, int, 1024)
-    limits = LimitsConfig(
-        max_frame_bytes=frame,
-        max_in_flight=n("max_in_flight", defaults.max_in_flight, int, 1),
-        idle_timeout_s=n("idle_timeout_s", defaults.idle_timeout_s, float, 0.1),
-        frame_timeout_s=n("frame_timeout_s", defaults.frame_timeout_s, float, 0.1),
-        max_connections=_machine_default(node, "max_connections", default_max_connections),
-        max_connections_per_source=n(
-            "max_connections_per_source", defaults.max_connections_per_source, int, 1),
-        max_batch_records=n("max_batch_records", defaults.max_batch_records, int, 1),
-        max_request_records=n("max_request_records", defaults.max_request_records, int, 1),
-        max_batch_decompressed_bytes=n(
-            "max_batch_decompressed_bytes", defaults.max_batch_decompressed_bytes, int, 1024),
-        max_request_decompressed_bytes=n(
-            "max_request_decompressed_bytes", defaults.max_request_decompressed_bytes, int,
-            1024),
-        big_batch_workers=n("big_batch_workers", defaults.big_batch_workers, int, 1),
-        memory_budget_bytes=_machine_default(node, "memory_budget_bytes", default_memory_budget),
-    )
+def parse_limits(node: Node) -> LimitsConfig:
+    """Validate the `limits` mapping; every bad key is recorded with its YAML path.
+
+    The keys are the fields of `LimitsConfig`, with its defaults: the dataclass is the one
+    list of limits.
+    """
+    values: dict[str, Any] = {}
+    for f in fields(LimitsConfig):
+        machine = _MACHINE_DEFAULTS.get(f.name)
+        if machine is not None:
+            values[f.name] = _machine_default(node, f.name, machine)
+        else:
+            values[f.name] = node.number(f.name, f.default, type(f.default),
+                                         _MINIMUM.get(f.name, 1))
+    limits = LimitsConfig(**values)
     node.done()
     need = 2 * limits.max_frame_bytes
     if limits.memory_budget_bytes < need:
-        raise ConfigError(
+        node.errors.add(
             f"{node.key_path('memory_budget_bytes')}: must be at least twice "
             f"limits.max_frame_bytes ({need}), got {limits.memory_budget_bytes}"
         )
     if limits.max_request_records < limits.max_batch_records:
-        raise ConfigError(
+        node.errors.add(
             f"{node.key_path('max_request_records')}: must be >= limits.max_batch_records")
     if limits.max_request_decompressed_bytes < limits.max_batch_decompressed_bytes:
-        raise ConfigError(f"{node.key_path('max_request_decompressed_bytes')}: must be >= "
-                          "limits.max_batch_decompressed_bytes")
+        node.errors.add(f"{node.key_path('max_request_decompressed_bytes')}: must be >= "
+                        "limits.max_batch_decompressed_bytes")
     return limits

@@ -90,10 +90,16 @@ def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
         raise ConfigError(f"{node.key_path('rules')}: expected a list of rules")
     rules = []
     names: set[str] = set()
+
+    def rule_at(i: int, item: Any) -> Rule:
+        return _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]", node.errors), i, clusters)
+
     for i, item in enumerate(raw):
-        rule = _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]"), i, clusters)
+        rule = node.attempt(rule_at, i, item)  # each rule checked, even after a bad one
+        if rule is None:
+            continue
         if rule.name in names:
-            raise ConfigError(f"{node.key_path('rules')}[{i}].name: {rule.name!r} is used twice")
+            node.errors.add(f"{node.key_path('rules')}[{i}].name: {rule.name!r} is used twice")
         names.add(rule.name)
         rules.append(rule)
     node.done()
@@ -241,12 +247,17 @@ def _has_origin(headers: list[Header]) -> bool:
 
 
 def parse_clusters(node: Node, parse_one: Callable[[Node], Any]) -> dict[str, Any]:
-    """The `clusters:` section: name → whatever `parse_one` makes of each (an UpstreamConfig)."""
+    """The `clusters:` section: name → whatever `parse_one` makes of each (an UpstreamConfig;
+    None for one whose errors were recorded, so rules naming it are not refused again)."""
     out = {}
     for name in list(node.data):
         if not isinstance(name, str) or not name or name == PRIMARY:
-            raise ConfigError(f"{node.key_path(str(name))}: cluster names are non-empty "
-                              f"strings other than {PRIMARY!r}")
-        out[name] = parse_one(node.child(name, required=True))
-    node.done()
+            node.errors.add(f"{node.key_path(str(name))}: cluster names are non-empty "
+                            f"strings other than {PRIMARY!r}")
+            continue
+        out[name] = node.attempt(_cluster, node, name, parse_one)  # None: recorded as bad
     return out
+
+
+def _cluster(node: Node, name: str, parse_one: Callable[[Node], Any]) -> Any:
+    return parse_one(node.child(name, required=True))

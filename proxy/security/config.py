@@ -170,7 +170,7 @@ def parse_secret(node: Node, key: str, required: bool = False) -> SecretRef | No
             f"{path}: expected {{file: PATH}} or {{env: VARIABLE}} (secrets are never "
             "written in the configuration itself)"
         )
-    sub = Node(raw, path)
+    sub = Node(raw, path, node.errors)
     file, env = sub.get("file"), sub.get("env")
     sub.done()
     if (file is None) == (env is None):
@@ -202,68 +202,70 @@ def _file(node: Node, key: str, required: bool = False) -> Path | None:
     return Path(raw)
 
 
-def _bool(node: Node, key: str, default: bool) -> bool:
-    value = node.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{node.key_path(key)}: expected true or false, got {value!r}")
-    return value
+def _min_version(node: Node) -> str:
+    version = str(node.get("min_version", "1.2"))
+    if version not in TLS_VERSIONS:
+        node.errors.add(f"{node.key_path('min_version')}: expected one of {TLS_VERSIONS}")
+        return "1.2"
+    return version
 
 
 def parse_server_tls(parent: Node, key: str = "tls") -> ServerTlsConfig | None:
     if parent.get(key) is None:
         return None
     node = parent.child(key)
-    cert = _file(node, "cert_file", required=True)
-    key_file = _file(node, "key_file", required=True)
-    ca = _file(node, "client_ca_file")
+    cert = node.attempt(_file, node, "cert_file", True)
+    key_file = node.attempt(_file, node, "key_file", True)
+    ca = node.attempt(_file, node, "client_ca_file")
     auth = node.choice("client_auth", "required" if ca else "none", CLIENT_AUTH)
-    if auth != "none" and ca is None:
-        raise ConfigError(f"{node.key_path('client_auth')}: {auth!r} needs client_ca_file")
-    version = str(node.get("min_version", "1.2"))
-    if version not in TLS_VERSIONS:
-        raise ConfigError(f"{node.key_path('min_version')}: expected one of {TLS_VERSIONS}")
+    if auth != "none" and node.data.get("client_ca_file") is None:
+        node.errors.add(f"{node.key_path('client_auth')}: {auth!r} needs client_ca_file")
+    version = _min_version(node)
     principal_from = node.choice("principal_from", "subject", PRINCIPAL_FROM)
-    rules = node.get("principal_mapping_rules")
-    mapper = None
-    if rules is not None:
-        rules_path = node.key_path("principal_mapping_rules")
-        if isinstance(rules, str):
-            rules = [rules]
-        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-            raise ConfigError(f"{rules_path}: expected a list of rules")
-        try:
-            mapper = PrincipalMapper.parse(rules)
-        except PrincipalRuleError as exc:
-            raise ConfigError(f"{rules_path}: {exc}") from None
+    mapper = node.attempt(_principal_mapper, node)
     timeout = node.number("handshake_timeout_s", 10.0, float, 0.1)
     node.done()
-    assert cert is not None and key_file is not None
     config = ServerTlsConfig(cert, key_file, ca, auth, version, principal_from, mapper,
                              timeout, node.path)
-    _check_context(config)
+    if node.valid:
+        _check_context(config)
     return config
+
+
+def _principal_mapper(node: Node) -> PrincipalMapper | None:
+    rules = node.get("principal_mapping_rules")
+    if rules is None:
+        return None
+    rules_path = node.key_path("principal_mapping_rules")
+    if isinstance(rules, str):
+        rules = [rules]
+    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+        raise ConfigError(f"{rules_path}: expected a list of rules")
+    try:
+        return PrincipalMapper.parse(rules)
+    except PrincipalRuleError as exc:
+        raise ConfigError(f"{rules_path}: {exc}") from None
 
 
 def parse_client_tls(parent: Node, key: str = "tls") -> ClientTlsConfig | None:
     raw = parent.get(key)
     if raw is None or raw is False:
         return None
-    node = Node({} if raw is True else raw, parent.key_path(key))
-    ca = _file(node, "ca_file")
-    cert = _file(node, "cert_file")
-    key_file = _file(node, "key_file")
-    if (cert is None) != (key_file is None):
-        raise ConfigError(f"{node.path}: cert_file and key_file go together")
-    verify = _bool(node, "verify_hostname", True)
+    node = Node({} if raw is True else raw, parent.key_path(key), parent.errors)
+    ca = node.attempt(_file, node, "ca_file")
+    cert = node.attempt(_file, node, "cert_file")
+    key_file = node.attempt(_file, node, "key_file")
+    if (node.data.get("cert_file") is None) != (node.data.get("key_file") is None):
+        node.errors.add(f"{node.path}: cert_file and key_file go together")
+    verify = node.flag("verify_hostname", True)
     server_name = node.get("server_name")
     if server_name is not None and (not isinstance(server_name, str) or not server_name):
-        raise ConfigError(f"{node.key_path('server_name')}: expected a host name")
-    version = str(node.get("min_version", "1.2"))
-    if version not in TLS_VERSIONS:
-        raise ConfigError(f"{node.key_path('min_version')}: expected one of {TLS_VERSIONS}")
+        node.errors.add(f"{node.key_path('server_name')}: expected a host name")
+    version = _min_version(node)
     node.done()
     config = ClientTlsConfig(ca, cert, key_file, verify, server_name, version, node.path)
-    _check_context(config)
+    if node.valid:
+        _check_context(config)
     return config
 
 
@@ -279,11 +281,11 @@ def parse_sasl_client(parent: Node, key: str = "sasl") -> SaslClientConfig | Non
         )
     mechanism = mechanism.upper()
     if mechanism == "OAUTHBEARER":
-        token = parse_secret(node, "token", required=True)
+        token = node.attempt(parse_secret, node, "token", True)
         username = password = None
     else:
-        username = parse_secret(node, "username", required=True)
-        password = parse_secret(node, "password", required=True)
+        username = node.attempt(parse_secret, node, "username", True)
+        password = node.attempt(parse_secret, node, "password", True)
         token = None
     node.done()
     return SaslClientConfig(mechanism, username, password, token, node.path)
@@ -293,7 +295,8 @@ def parse_passthrough_sasl(parent: Node, key: str = "sasl") -> PassthroughSaslCo
     node = parent.child(key)
     claim = node.get("oauthbearer_principal_claim", "sub")
     if not isinstance(claim, str) or not claim:
-        raise ConfigError(f"{node.key_path('oauthbearer_principal_claim')}: expected a name")
+        node.errors.add(f"{node.key_path('oauthbearer_principal_claim')}: expected a name")
+        claim = "sub"
     node.done()
     return PassthroughSaslConfig(claim)
 

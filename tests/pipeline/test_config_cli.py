@@ -56,6 +56,16 @@ def test_bad_settings_name_their_yaml_path(tmp_path: Path, section: dict, messag
     assert str(info.value).startswith(message), str(info.value)
 
 
+def test_every_bad_setting_is_reported_at_once(tmp_path: Path) -> None:
+    path = _write(tmp_path, {"pipeline": {"time_source": "sundial", "max_wait_ms": 0,
+                                          "stream": {"trigger": "sometimes"}}})
+    with pytest.raises(ConfigError) as info:
+        load_pipeline_config(path, streaming=True)
+    assert [e.split(":")[0] for e in info.value.errors] == [
+        "pipeline.time_source", "pipeline.stream.trigger", "pipeline.topics",
+        "pipeline.stream.checkpoint"]
+
+
 def test_unreadable_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_pipeline_config(tmp_path / "nope.yaml")

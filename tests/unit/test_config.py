@@ -67,3 +67,67 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(base()))
     assert load_config(good).source == good
+
+
+def test_every_error_of_the_document_is_reported_not_only_the_first() -> None:
+    doc = base()
+    doc["upstream"].update(bootstrap="nohost", colour=1)
+    doc["listen"].update(broker_port_base="x")
+    doc["limits"] = {"max_frame_bytes": 10, "memory_budget_bytes": "lots", "idle": 1}
+    doc["admin"] = {"topic_labels": ["ok", "bad topic", 3]}
+    doc["logging"] = {"level": "loud", "format": "xml"}
+    doc["shutdown"] = {"grace": 1}
+    doc["extra"] = 1
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert [e.split(":")[0] for e in info.value.errors] == [
+        "upstream.bootstrap", "upstream.colour", "listen.broker_port_base",
+        "limits.max_frame_bytes", "limits.memory_budget_bytes", "limits.idle",
+        "admin.topic_labels[1]", "admin.topic_labels[2]", "logging.level", "logging.format",
+        "shutdown.grace", "extra",
+    ]
+    assert str(info.value) == "\n".join(info.value.errors)
+
+
+def test_a_bad_value_is_reported_once_not_again_by_the_checks_that_use_it() -> None:
+    """A wrong value is replaced by its default once recorded, so the checks that compare
+    keys do not report it a second time."""
+    doc = base()
+    doc["limits"] = {"memory_budget_bytes": "lots", "max_batch_records": "many"}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert info.value.errors == (
+        "limits.max_batch_records: expected int, got 'many'",
+        "limits.memory_budget_bytes: expected int, got 'lots'",
+    )
+
+
+def test_every_cluster_and_routing_rule_is_checked_after_a_bad_one() -> None:
+    doc = base()
+    doc["clusters"] = {"eu": {"bootstrap": "x"}, "us": ["bad"], "ap": {"bootstrap": "ap:1"}}
+    doc["routing"] = {"rules": [
+        {"match": {}, "cluster": "asia"},
+        {"match": {}, "cluster": "eu", "name": "a"},  # a bad cluster is still a known name
+        {"cluster": "ap"},
+        {"match": {}, "cluster": "us", "name": "a"},
+    ]}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert info.value.errors == (
+        "clusters.eu.bootstrap: expected HOST:PORT, got 'x'",
+        "clusters.us: expected a mapping",
+        "routing.rules[0].cluster: no cluster named 'asia' (known: ap, eu, upstream, us)",
+        "routing.rules[2].match: required",
+        "routing.rules[3].name: 'a' is used twice",
+    )
+
+
+def test_errors_of_the_interceptor_members_come_with_the_others() -> None:
+    doc = base()
+    doc["listen"]["colour"] = "blue"
+    doc["interceptors"] = {"produce": [{"type": "insert_header", "value": "v"},
+                                       {"type": "nope"}]}
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert [e.split(":")[0] for e in info.value.errors] == [
+        "listen.colour", "interceptors.produce[0].header", "interceptors.produce[1].type"]

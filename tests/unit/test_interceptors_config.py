@@ -117,3 +117,47 @@ def test_name_patterns():
     m = NameMatcher(["orders", "prefix:pay.", "glob:log-?", "regex:(?i)AUDIT\\..*"])
     assert [m(n) for n in ("orders", "pay.eu", "log-1", "audit.x", "Audit.y")] == [True] * 5
     assert [m(n) for n in ("order", "xpay.eu", "log-12", "audit", "orders2")] == [False] * 5
+
+
+def test_every_member_and_every_key_of_a_member_is_reported():
+    with pytest.raises(ConfigError) as info:
+        build_chains({
+            "produce": [
+                {"type": "insert_header", "value": 3, "colour": "x", "shadow": "no"},
+                {"type": "audit", "forged": True, "on_error": "drop", "topics": []},
+                {"type": "trace_context"},
+            ],
+            "fetch": [{"type": "x"}],
+            "consume": [],
+        })
+    assert [e.split(":")[0] for e in info.value.errors] == [
+        "interceptors.consume",
+        "interceptors.produce[0].shadow",
+        "interceptors.produce[0].colour",
+        "interceptors.produce[0].header",
+        "interceptors.produce[0].value",
+        "interceptors.produce[1].topics",
+        "interceptors.produce[1].on_error",
+        "interceptors.produce[1].forged",
+        "interceptors.fetch[0].type",
+    ]
+
+
+def test_build_config_reports_every_bad_item_of_a_list():
+    from dataclasses import dataclass, field
+
+    from interceptors.config import build_config
+
+    @dataclass
+    class Settings:
+        sizes: list[int] = field(default_factory=list)
+        labels: dict[str, str] = field(default_factory=dict)
+
+    with pytest.raises(ConfigError) as info:
+        build_config(Settings, {"sizes": [1, "two", 3, None], "labels": {"a": 1, "b": "ok"}},
+                     "x")
+    assert info.value.errors == (
+        "x.sizes[1]: expected an integer, got a string",
+        "x.sizes[3]: expected an integer, got null",
+        "x.labels.a: expected a string, got an integer",
+    )

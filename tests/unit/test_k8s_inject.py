@@ -142,6 +142,48 @@ def test_several_containers_get_one_sidecar_and_the_named_ones_the_address() -> 
     assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "api"
 
 
+def test_without_container_names_only_containers_that_have_the_variable_are_changed() -> None:
+    doc = workload("Deployment", containers=[
+        {"name": "api", "image": "a", "env": [
+            {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka:9092"},
+            {"name": "OTHER", "value": "kept"}]},
+        {"name": "metrics-exporter", "image": "m", "env": [{"name": "PORT", "value": "9100"}]},
+        {"name": "log-shipper", "image": "l"},
+    ])
+    docs, report = inject([doc], InjectOptions())
+    api, exporter, shipper = the_pod(docs[1])["spec"]["containers"]
+    assert api["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:19092"},
+                          {"name": "OTHER", "value": "kept"}]
+    assert exporter["env"] == [{"name": "PORT", "value": "9100"}]
+    assert "env" not in shipper
+    assert report.injected == ["Deployment/web"] and report.unpointed == []
+
+
+def test_named_containers_get_the_variable_and_no_other_is_changed() -> None:
+    doc = workload("Deployment", containers=[
+        {"name": "api", "image": "a"},
+        {"name": "side", "image": "s", "env": [
+            {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "logs-kafka:9092"}]},
+    ])
+    docs, _ = inject([doc], InjectOptions(containers=("api",)))
+    api, side = the_pod(docs[1])["spec"]["containers"]
+    assert api["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:19092"}]
+    assert side["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "logs-kafka:9092"}]
+
+
+def test_a_pod_where_no_container_has_the_variable_is_reported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = _write(tmp_path / "app.yaml", workload("Deployment", containers=[
+        {"name": "api", "image": "a"}, {"name": "exporter", "image": "e"}]))
+    assert main(["k8s", "inject", str(source), "--bootstrap-env", "BROKERS"]) == 0
+    out, err = capsys.readouterr()
+    pod = the_pod(list(yaml.safe_load_all(out))[1])
+    assert all("env" not in c for c in pod["spec"]["containers"])
+    assert ("Deployment/web: no container has BROKERS, so none was pointed at Herald "
+            "(name the application's with --container)") in err
+
+
 def test_existing_init_containers_run_after_herald() -> None:
     doc = workload("Deployment", containers=[{"name": "app", "image": "a"}],
                    initContainers=[{"name": "migrate", "image": "m"}])
@@ -343,3 +385,19 @@ def test_cli_refuses_a_proxy_yaml_the_sidecar_could_not_run(
     source = _write(tmp_path / "app.yaml", workload("Deployment"))
     assert main(["k8s", "inject", str(source), "--config", str(own)]) == 2
     assert f"proxy.yaml: {message}" in capsys.readouterr().err
+
+
+def test_cli_names_every_error_of_a_given_proxy_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {"upstream": {"bootstrap": "k:9092"},
+              "listen": {"bootstrap": "127.0.0.1:19092", "colour": "blue"},
+              "admin": {"bind": "0.0.0.0:9464"}, "logging": {"level": "loud"}}
+    own = tmp_path / "proxy.yaml"
+    own.write_text(yaml.safe_dump(config))
+    source = _write(tmp_path / "app.yaml", workload("Deployment"))
+    assert main(["k8s", "inject", str(source), "--config", str(own)]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"herald k8s inject: {own}: listen.colour: unknown key"
+    assert lines[1].startswith(f"herald k8s inject: {own}: logging.level: expected one of")
+    assert len(lines) == 2

@@ -237,3 +237,19 @@ def test_injection_listens_on_loopback_unless_told_otherwise(pki: dict[str, str]
     assert parse_config(doc).listen.allow_unauthenticated_clients
     loopback = _base(upstream={"sasl": sasl}, listen={"bootstrap": "[::1]:19092"})
     assert parse_config(loopback).upstream.sasl is not None
+
+
+def test_every_bad_security_key_is_reported_and_no_context_is_built_from_bad_files(
+    pki: dict[str, str],
+) -> None:
+    doc = _base(
+        upstream={"sasl": {"mechanism": "PLAIN", "username": "alice",
+                           "password": {"file": pki["missing"]}}},
+        listen={"tls": {"cert_file": pki["missing"], "key_file": pki["missing"],
+                        "client_auth": "required", "min_version": "1.0"}},
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_config(doc)
+    assert [e.split(":")[0] for e in info.value.errors] == [
+        "upstream.sasl.username", "upstream.sasl.password.file", "listen.tls.cert_file",
+        "listen.tls.key_file", "listen.tls.client_auth", "listen.tls.min_version"]
