@@ -264,5 +264,11 @@ class Chains:
     produce: ProduceChain = field(default_factory=ProduceChain)
     fetch: FetchChain = field(default_factory=FetchChain)
 
+    def uses(self, service: str) -> bool:
+        """Does a member of either chain use `service` (`Interceptor.uses`)? The proxy does
+        the work behind a service only while one does (the chains change on reload)."""
+        return any(service in m.interceptor.uses
+                   for chain in (self.produce, self.fetch) for m in chain.members)
+
     def snapshot(self) -> dict[str, Any]:
         return {"produce": self.produce.stats.snapshot(), "fetch": self.fetch.stats.snapshot()}

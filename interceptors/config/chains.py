@@ -33,6 +33,7 @@ from interceptors.config.schema import build_config
 from interceptors.context import ProxyInfo
 from interceptors.patterns import NameMatcher, matcher
 from interceptors.plugins import PluginError, Registry
+from interceptors.services import SERVICES
 
 __all__ = ["COMMON_KEYS", "ConfigError", "build_chains"]
 
@@ -124,6 +125,10 @@ def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registr
     if chain not in cls.paths:
         (only,) = cls.paths
         raise ConfigError(f"{path}.type: {type_name!r} runs on the {only} path only")
+    unknown = set(cls.uses) - SERVICES
+    if unknown:
+        raise ConfigError(f"{path}.type: {type_name!r} uses unknown services "
+                          f"{sorted(unknown)} (known: {', '.join(sorted(SERVICES))})")
 
     name = _string(entry, "name", path) if "name" in entry else type_name
     topics = _patterns(entry, "topics", path)
