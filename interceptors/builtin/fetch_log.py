@@ -9,7 +9,7 @@ For every record a consumer fetches through Herald, one compact JSON record goes
 keyed by the trace id. The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
 and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
 consumer group. A Fetch request does not name the consumer group: Herald learns it from the
-group requests the same client sends (`fetch_log_groups`), and ``g`` is null for a consumer
+group requests the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer
 that reads without a group (`assign()`). The `group` setting, when given, is stamped instead
 of what was learned (one application per Herald, as a sidecar).
 
@@ -43,6 +43,7 @@ from interceptors.api import FETCH, Interceptor
 from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
+from interceptors.services import CONSUMER_GROUPS
 from interceptors.tracing import parse_traceparent
 
 
@@ -193,6 +194,7 @@ class FetchLog(Interceptor):
     Config = FetchLogConfig
     paths = frozenset({FETCH})
     needs = "read"
+    uses = frozenset({CONSUMER_GROUPS})
 
     def __init__(self, config: FetchLogConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
