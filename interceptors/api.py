@@ -30,6 +30,9 @@ Class attributes tell the engine what the member needs, so it does no work nobod
 * `stamps`: set by a *stamping* member, one that appends header columns to records it need
   not look at (`Stamps`, `columns`); the engine then runs it on its fast paths.
 * `concurrent`: whether runs may overlap (below).
+* `uses`: the services the member asks the proxy for (`interceptors.services`: the consumer
+  groups clients read for, Kafka clients towards a cluster of its own); the proxy supplies
+  them through `ProxyInfo` and does the work behind one only while a member uses it.
 
 Runs. The proxy runs a chain over large batches in worker threads while it keeps running it
 over small ones on its event loop, so several runs of one member may overlap. A member that
@@ -188,6 +191,7 @@ class Interceptor:
     default_on_error: ClassVar[str] = "pass"
     enforcing: ClassVar[bool] = False
     concurrent: ClassVar[bool] = False
+    uses: ClassVar[frozenset[str]] = frozenset()  # of interceptors.services.SERVICES
     stamps: Stamps | None = None  # set (usually in __init__) by a stamping member
 
     def __init__(self, config: Any, env: ProxyInfo) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from interceptors.services import GroupDirectory, KafkaClients
+
 
 @dataclass(frozen=True, slots=True)
 class ConnectionInfo:
@@ -34,18 +36,21 @@ def _instance_id() -> str:
 
 @dataclass(slots=True)
 class ProxyInfo:
-    """Facts about this proxy that interceptors stamp on records.
+    """Facts about this proxy that interceptors stamp on records, and the services it gives
+    the members that use them (`interceptors.services`).
 
     The proxy sets `cluster_id` when it learns it from a Metadata response; members read it
     per batch, so a late value is picked up without rebuilding the chains. `clock` returns
     seconds since the epoch and exists so tests can pin time. `groups` is the consumer groups
-    the proxy learned (`fetch_log_groups.ConsumerGroups`), None where nothing learns them.
+    the proxy learned (`CONSUMER_GROUPS`) and `kafka` how members reach a cluster of their
+    own (`KAFKA_CLIENTS`); each is None where no proxy supplies it.
     """
 
     instance_id: str = field(default_factory=_instance_id)
     cluster_id: str | None = None
     clock: Callable[[], float] = time.time
-    groups: Any = None
+    groups: GroupDirectory | None = None
+    kafka: KafkaClients | None = None
 
     def time_ms(self) -> int:
         return int(self.clock() * 1000)

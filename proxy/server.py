@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import trio
 
-from interceptors import ProxyInfo, build_chains
 from proxy.config.proxy_yaml import (
     NATIVE_RELAY_AUTO,
     ConfigError,
@@ -32,6 +31,7 @@ from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import Filter, FilterChain, SessionContext
 from proxy.filters.group_learner import ConsumerGroupLearner
 from proxy.filters.interception import InterceptorFilter
+from proxy.filters.member_services import build_chains, proxy_info
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
@@ -75,9 +75,7 @@ class Proxy:
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
         self.admin_tls = ReloadingContext(config.admin.tls) if config.admin.tls else None
         self.directory = BrokerDirectory(config.listen, self._open_broker_listener)
-        self.proxy_info = (
-            ProxyInfo() if config.instance_id is None else ProxyInfo(config.instance_id)
-        )
+        self.proxy_info = proxy_info(config.instance_id)
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
         self.topic_limits = TopicLimits(self.cluster.request_once)
         self.interceptors = InterceptorFilter(

@@ -9,7 +9,7 @@ For every record a consumer fetches through Herald, one compact JSON record goes
 keyed by the trace id. The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
 and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
 consumer group. A Fetch request does not name the consumer group: Herald learns it from the
-group requests the same client sends (`fetch_log_groups`), and ``g`` is null for a consumer
+group requests the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer
 that reads without a group (`assign()`). The `group` setting, when given, is stamped instead
 of what was learned (one application per Herald, as a sidecar).
 
@@ -24,10 +24,12 @@ Python callback runs per delivered observation.
 The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
 observations are not themselves intercepted. Towards a secured cluster it takes `tls` and
 `sasl` sections with the keys of `upstream.tls` / `upstream.sasl` (secrets named by file or
-environment variable), parsed and mapped to librdkafka settings by the same proxy functions
-that serve `upstream` and the routing destinations. This member is the one that imports from
-`proxy` (lazily, only when those sections are set): it is a proxy feature that happens to be
-configured as a chain member, and a second parser of the same sections would drift.
+environment variable). The member does not read them itself: it uses the proxy's Kafka
+clients (`KAFKA_CLIENTS`), which check them and map them to librdkafka settings with the
+same functions that serve `upstream` and the routing destinations (a second parser of the
+same sections would drift). Without a proxy to check them (a chain built on its own), only a
+plaintext cluster can be written to. The learned groups come the same way
+(`CONSUMER_GROUPS`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from interceptors.api import FETCH, Interceptor
 from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
+from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS, KafkaClient
 from interceptors.tracing import parse_traceparent
 
 
@@ -55,8 +58,9 @@ class FetchLogConfig:
     linger_ms: int = 50
     tls: Any = None                 # TLS towards `bootstrap`: the keys of `upstream.tls`
     sasl: Any = None                # SASL towards `bootstrap`: the keys of `upstream.sasl`
-    # `tls` and `sasl` as parsed (ClientTlsConfig, SaslClientConfig), or None.
-    security: tuple[Any, Any] = field(init=False, default=(None, None))
+    # `bootstrap`, `tls` and `sasl` as the proxy's Kafka clients checked them (set by the
+    # member when it is built with them), or None.
+    cluster: KafkaClient | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -65,8 +69,6 @@ class FetchLogConfig:
             raise InvalidConfig("topic", "must not be empty")
         if self.queue_size < 1:
             raise InvalidConfig("queue_size", "must be >= 1")
-        if self.tls is not None or self.sasl is not None:
-            self.security = _parse_security(self.tls, self.sasl)
 
     def producer_settings(self) -> dict[str, Any]:
         """librdkafka settings of the observations' producer (secrets are read now)."""
@@ -75,27 +77,12 @@ class FetchLogConfig:
             "linger.ms": self.linger_ms, "enable.idempotence": False, "acks": 1,
             "delivery.report.only.error": True,
         }
-        if self.security != (None, None):
-            from proxy.security.config import librdkafka_security
-
-            settings.update(librdkafka_security(*self.security))
+        if self.cluster is not None:
+            settings.update(self.cluster.librdkafka())
+        elif self.tls is not None or self.sasl is not None:
+            raise RuntimeError("fetch_log: tls and sasl need the proxy's Kafka clients "
+                               "(ProxyInfo.kafka), which check them and map them")
         return settings
-
-
-def _parse_security(tls: Any, sasl: Any) -> tuple[Any, Any]:
-    """`tls` and `sasl` through the parsers of `upstream.tls` / `upstream.sasl`; their errors
-    name the key below this member (`tls.ca_file: ...`), which the loader prefixes with the
-    member's own path."""
-    from interceptors.config import ConfigError as SectionError
-    from interceptors.config import Node
-    from proxy.security.config import parse_client_tls, parse_sasl_client
-
-    node = Node({"tls": tls, "sasl": sasl}, "")
-    try:
-        return parse_client_tls(node, "tls"), parse_sasl_client(node, "sasl")
-    except SectionError as exc:
-        where, _, message = str(exc).partition(": ")
-        raise InvalidConfig(where, message) from None
 
 
 class Publisher:
@@ -176,7 +163,7 @@ _lock = threading.Lock()
 
 def publisher_for(config: FetchLogConfig) -> Publisher:
     """One publisher per distinct setting, kept across chain reloads (SIGHUP)."""
-    key = (config.bootstrap, config.topic, config.queue_size, config.linger_ms, config.security)
+    key = (config.bootstrap, config.topic, config.queue_size, config.linger_ms, config.cluster)
     with _lock:
         pub = _publishers.get(key)
         if pub is None:
@@ -193,9 +180,12 @@ class FetchLog(Interceptor):
     Config = FetchLogConfig
     paths = frozenset({FETCH})
     needs = "read"
+    uses = frozenset({CONSUMER_GROUPS, KAFKA_CLIENTS})
 
     def __init__(self, config: FetchLogConfig, env: ProxyInfo) -> None:
         super().__init__(config, env)
+        if env.kafka is not None:  # checks `tls` and `sasl` now, naming a bad key
+            config.cluster = env.kafka.client(config.bootstrap, config.tls, config.sasl)
         self._publisher: Publisher | None = None
         self._batch: tuple = ()  # (topic, partition, client id, group, fetch time)
         self._base = 0

@@ -34,6 +34,7 @@ from interceptors.config.schema import build_config
 from interceptors.context import ProxyInfo
 from interceptors.patterns import NameMatcher, matcher
 from interceptors.plugins import PluginError, Registry
+from interceptors.services import SERVICES
 
 __all__ = ["COMMON_KEYS", "ConfigError", "build_chains"]
 
@@ -139,6 +140,10 @@ def _member(entry: Any, chain: str, path: str, env: ProxyInfo, registry: Registr
     if chain not in cls.paths:
         (only,) = cls.paths
         raise ConfigError(f"{path}.type: {type_name!r} runs on the {only} path only")
+    unknown = set(cls.uses) - SERVICES
+    if unknown:
+        raise ConfigError(f"{path}.type: {type_name!r} uses unknown services "
+                          f"{sorted(unknown)} (known: {', '.join(sorted(SERVICES))})")
 
     # The common keys and the member's own settings are each checked, then reported together.
     name = node.attempt(_string, node, "name") if "name" in entry else type_name

@@ -21,9 +21,8 @@ from interceptors.config import (
     parse_host_port,
     read_yaml,
 )
-from interceptors.config.chains import build_chains
-from interceptors.context import ProxyInfo
 from proxy.config.env_expand import UnsetVariable, expand_env
+from proxy.filters.member_services import build_chains, proxy_info
 from proxy.limits.config import LimitsConfig, parse_limits
 from proxy.routing.rules import RoutingConfig, parse_clusters, parse_routing
 from proxy.security.config import (
@@ -132,8 +131,7 @@ def parse_config(
     if not isinstance(interceptors, dict):
         errors.add("interceptors: expected a mapping")
     else:  # validation only, with the instance id the proxy builds its own chains with
-        info = ProxyInfo() if instance_id is None else ProxyInfo(instance_id)
-        top.attempt(build_chains, interceptors, info)
+        top.attempt(build_chains, interceptors, proxy_info(instance_id))
     clusters = top.section("clusters", parse_clusters, parse_upstream) or {}
     routing = top.section("routing", parse_routing, set(clusters))
     top.get("pipeline")  # the analytics pipeline's section, validated by pipeline/config.py

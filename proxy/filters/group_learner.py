@@ -1,10 +1,10 @@
 """Learns which consumer group each client reads for, from the group requests it sends.
 
-Only `fetch_log` needs this (to say which group fetched a record), so the member asks for the
-group requests to be decoded only while a `fetch_log` member is configured in the fetch chain;
-otherwise it wants nothing and those frames stay opaque. It only reads: nothing is changed.
-The map it fills is `interceptors.builtin.fetch_log_groups.ConsumerGroups`, handed to the
-interceptors as `ProxyInfo.groups`.
+Only members that use the consumer groups need this (`interceptors.services.CONSUMER_GROUPS`;
+`fetch_log`, to say which group fetched a record), so the filter asks for the group requests
+to be decoded only while such a member is configured; otherwise it wants nothing and those
+frames stay opaque. It only reads: nothing is changed. The map it fills is
+`proxy.filters.consumer_groups.ConsumerGroups`, handed to the members as `ProxyInfo.groups`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from interceptors import Chains, ProxyInfo
-from interceptors.builtin.fetch_log import FetchLog
-from interceptors.builtin.fetch_log_groups import ConsumerGroups
+from interceptors.services import CONSUMER_GROUPS
 from protocol.api_keys import ApiKey
 from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.consumer_groups import ConsumerGroups
 
 GROUP_REQUESTS = frozenset({
     ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT,
@@ -44,10 +44,9 @@ class ConsumerGroupLearner(Filter):
         proxy_info.groups = self.groups
 
     def enabled(self) -> bool:
-        """A fetch_log member is configured (the chains may change on reload; the filter chain
-        then asks again)."""
-        return any(isinstance(m.interceptor, FetchLog)
-                   for m in self.chains().fetch.members)
+        """A member that uses the consumer groups is configured (the chains may change on
+        reload; the filter chain then asks again)."""
+        return self.chains().uses(CONSUMER_GROUPS)
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key in GROUP_REQUESTS and self.enabled()

@@ -14,8 +14,8 @@ from confluent_kafka import Producer
 
 from interceptors.builtin.fetch_log import FetchLogConfig, Publisher
 from interceptors.config import ConfigError
-from interceptors.config.chains import build_chains
 from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.filters.member_services import build_chains
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 

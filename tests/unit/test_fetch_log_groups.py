@@ -4,12 +4,12 @@ group requests (built here as the codecs decode them from bytes)."""
 from __future__ import annotations
 
 from interceptors import ProxyInfo
-from interceptors.builtin.fetch_log_groups import MAX_ID, ConsumerGroups, source_host
 from interceptors.config.chains import build_chains
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
 from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup
 from proxy.filters.chain import Exchange, SessionContext
+from proxy.filters.consumer_groups import MAX_ID, ConsumerGroups, source_host
 from proxy.filters.group_learner import ConsumerGroupLearner
 
 

@@ -5,9 +5,10 @@ SyncGroup, Heartbeat, OffsetCommit, OffsetFetch and LeaveGroup (classic groups) 
 ConsumerGroupHeartbeat (KIP-848) all carry the group id, usually on another connection (to the
 group coordinator) than its fetches. What ties them together is the client: its source host
 and its client id. The proxy's learner (`proxy.filters.group_learner`) records (host, client id) →
-group here; `fetch_log` looks its fetching clients up and stamps the group on what it
-publishes. A client that never spoke the group protocol (`assign()` without committing) has no
-entry: it reads without a group.
+group here, and hands the map to the members that use it (`interceptors.services.
+CONSUMER_GROUPS`, as `ProxyInfo.groups`): `fetch_log` looks its fetching clients up and stamps
+the group on what it publishes. A client that never spoke the group protocol (`assign()`
+without committing) has no entry: it reads without a group.
 
 Client ids and group ids are client input, so the directory is bounded: at most `capacity`
 entries, the least recently confirmed one evicted first, and an entry not confirmed for `ttl_s`
@@ -41,7 +42,8 @@ def source_host(address: str) -> str:
 
 class ConsumerGroups:
     """A bounded map (source host, client id) → group id, safe to read from worker threads
-    (the fetch chain may run there) while the event loop writes."""
+    (the fetch chain may run there) while the event loop writes; members read it as an
+    `interceptors.services.GroupDirectory`."""
 
     def __init__(self, capacity: int = CAPACITY, ttl_s: float = TTL_S,
                  clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,0 +1,31 @@
+"""The chains as the proxy builds them: with the services members may use
+(`interceptors.services`).
+
+Members are built with a `ProxyInfo`; the proxy's carries what a member may ask for beyond
+records: Kafka clients towards a cluster of its own (`KafkaClientFactory`, whose security
+sections are checked as `upstream`'s are, so a bad `tls.ca_file` fails the chains, naming
+`interceptors.fetch[N].tls.ca_file`), and the consumer groups clients read for (filled in by
+`ConsumerGroupLearner`, which takes the same `ProxyInfo`). Build chains through here wherever
+the proxy's checks should hold: at start, on reload, when a configuration is checked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interceptors import Chains, ProxyInfo
+from interceptors.config.chains import build_chains as build_member_chains
+from proxy.security.kafka_clients import KafkaClientFactory
+
+
+def proxy_info(instance_id: str | None = None) -> ProxyInfo:
+    """A `ProxyInfo` with the proxy's services in place (`instance_id` None: a fresh one)."""
+    info = ProxyInfo() if instance_id is None else ProxyInfo(instance_id)
+    info.kafka = KafkaClientFactory()
+    return info
+
+
+def build_chains(spec: Any, info: ProxyInfo | None = None) -> Chains:
+    """Both chains from the ``interceptors`` section, their members given `info` (by default
+    a fresh `proxy_info()`); raise `interceptors.ConfigError` naming the bad key."""
+    return build_member_chains(spec, info if info is not None else proxy_info())
