@@ -68,7 +68,7 @@ from interceptors.api import (
     Stamps,
 )
 from interceptors.context import ConnectionInfo, RecordContext, TraceInfo
-from interceptors.errors import INVALID_RECORD, UNKNOWN_SERVER_ERROR, RejectRecord
+from interceptors.errors import INVALID_RECORD, NONE, UNKNOWN_SERVER_ERROR, RejectRecord
 from interceptors.headers import Headers
 from interceptors.patterns import NameMatcher
 from interceptors.stats import ChainStats, MemberStats
@@ -85,20 +85,20 @@ _RAW = (bytes, bytearray, memoryview)
 class PartitionOutcome:
     """The produce chain's answer for one partition.
 
-    `error_code` 0 means: forward the (possibly modified) batches. Anything else means: write
+    `error_code` NONE (0) means: forward the (possibly modified) batches. Anything else means: write
     nothing of this partition and answer the client with this code and `error_message`;
     `record_errors` holds ``(batch_index, message)`` for Produce v8+ responses. `traces` lists
     the trace contexts the chain wrote (only when ok).
     """
 
-    error_code: int = 0
+    error_code: int = NONE
     error_message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()
     traces: tuple[TraceInfo, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.error_code == 0
+        return self.error_code == NONE
 
 
 OK = PartitionOutcome()
