@@ -10,14 +10,13 @@ from __future__ import annotations
 from struct import Struct
 from struct import error as StructError
 
-from protocol.api_keys import API_KEYS, ApiKey
-from protocol.contracts.features import PRODUCE_TRANSACTIONAL_ID_VERSION
+from protocol.api_keys import ApiKey
+from protocol.contracts.features import PRODUCE_FLEXIBLE_VERSION, PRODUCE_TRANSACTIONAL_ID_VERSION
 from protocol.errors import CodecError
 from protocol.primitives import Buffer, read_unsigned_varint
 
 _INT16 = Struct(">h")
 _PRODUCE_KEY = int(ApiKey.PRODUCE)
-_PRODUCE_FLEXIBLE_MIN = API_KEYS[ApiKey.PRODUCE].flexible_min_version
 
 
 def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
@@ -29,7 +28,7 @@ def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
     pos = offset
     try:
         if version >= PRODUCE_TRANSACTIONAL_ID_VERSION:
-            if version >= _PRODUCE_FLEXIBLE_MIN:
+            if version >= PRODUCE_FLEXIBLE_VERSION:
                 n, pos = read_unsigned_varint(body, pos)
                 pos += max(n - 1, 0)
             else:

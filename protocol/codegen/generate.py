@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import textwrap
 
-from protocol.codegen.contracts import render_features, render_kafka_errors
+from protocol.codegen.contracts import (
+    render_features,
+    render_features_header,
+    render_kafka_errors,
+)
 from protocol.codegen.emit import render_message
 from protocol.codegen.jars import KafkaLibs
 from protocol.codegen.model import APIS, api_key_rows, load_messages, snake_case
@@ -133,5 +137,6 @@ def render_all(libs: KafkaLibs) -> dict[str, str]:
     files["protocol/messages/__init__.py"] = render_registry(libs)
     files["protocol/api_keys.py"] = render_api_keys(libs)
     files["protocol/contracts/features.py"] = render_features(libs)
+    files["protocol/contracts/features.h"] = render_features_header(libs)
     files["protocol/contracts/kafka_errors.py"] = render_kafka_errors(libs)
     return dict(sorted(files.items()))

@@ -11,6 +11,14 @@ TOPIC_ID_VERSION = 13
 Metadata responses taught it. (ProduceRequest.TopicData.TopicId,
 ProduceResponse.Responses.TopicId, FetchRequest.Topics.TopicId, FetchResponse.Responses.TopicId)"""
 
+PRODUCE_FLEXIBLE_VERSION = 9
+"""Produce requests and responses are flexible (request header v2, response header v1) from this
+version on. (ProduceRequest.flexibleVersions, ProduceResponse.flexibleVersions)"""
+
+FETCH_FLEXIBLE_VERSION = 12
+"""Fetch requests and responses are flexible (request header v2, response header v1) from this
+version on. (FetchRequest.flexibleVersions, FetchResponse.flexibleVersions)"""
+
 METADATA_CLUSTER_ID_VERSION = 2
 """Metadata responses carry the cluster id (what ``audit`` stamps) from this version on.
 (MetadataResponse.ClusterId)"""
@@ -40,6 +48,14 @@ very end of the response) from this version on. (FetchResponse.NodeEndpoints)"""
 FETCH_SESSION_VERSION = 7
 """Fetch responses carry a top-level error code and fetch session id (KIP-227) from this version on.
 (FetchResponse.ErrorCode, FetchResponse.SessionId)"""
+
+FETCH_LOG_START_OFFSET_VERSION = 5
+"""A partition of a Fetch response carries its log start offset from this version on.
+(FetchResponse.Responses.Partitions.LogStartOffset)"""
+
+FETCH_PREFERRED_READ_REPLICA_VERSION = 11
+"""A partition of a Fetch response names a preferred read replica (KIP-392) from this version on.
+(FetchResponse.Responses.Partitions.PreferredReadReplica)"""
 
 FIND_COORDINATOR_BATCHED_VERSION = 4
 """FindCoordinator asks for several keys at once and answers with a list of coordinators (KIP-699)

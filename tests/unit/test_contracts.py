@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 
 import pytest
 
@@ -22,7 +23,8 @@ from proxy.devtools.codegen import load_messages, pinned_libs, render_all
 from proxy.routing import rules
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-GENERATED = ("protocol/contracts/features.py", "protocol/contracts/kafka_errors.py")
+GENERATED = ("protocol/contracts/features.py", "protocol/contracts/features.h",
+             "protocol/contracts/kafka_errors.py")
 
 
 def test_generated_contracts_are_committed() -> None:
@@ -78,9 +80,17 @@ def test_features_follow_the_specs() -> None:
     assert FetchResponse.FLEXIBLE_MIN_VERSION < v
 
 
+def test_the_c_header_has_the_same_constants() -> None:
+    text = (REPO / "protocol/contracts/features.h").read_text(encoding="utf-8")
+    macros = {name: int(v) for name, v in re.findall(r"#define (\w+_VERSION) (\d+)", text)}
+    assert macros == {f.name: getattr(features, f.name) for f in FEATURES}
+
+
 def test_a_threshold_must_hold_to_the_newest_version() -> None:
     messages = load_messages()
     assert first_version(messages, "ProduceRequest.TopicData.TopicId") == 13
+    assert first_version(messages, "FetchResponse.flexibleVersions") == 12
+    assert features.PRODUCE_FLEXIBLE_VERSION == ProduceRequest.FLEXIBLE_MIN_VERSION
     with pytest.raises(SpecError, match="not in every version"):
         first_version(messages, "ProduceRequest.TopicData.Name")  # v0-12 only
     with pytest.raises(SpecError, match="in no version"):
