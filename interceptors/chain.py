@@ -85,7 +85,7 @@ _RAW = (bytes, bytearray, memoryview)
 class PartitionOutcome:
     """The produce chain's answer for one partition.
 
-    `error_code` NONE (0) means: forward the (possibly modified) batches. Anything else means: write
+    `error_code` 0 means: forward the (possibly modified) batches. Anything else means: write
     nothing of this partition and answer the client with this code and `error_message`;
     `record_errors` holds ``(batch_index, message)`` for Produce v8+ responses. `traces` lists
     the trace contexts the chain wrote (only when ok).

@@ -15,13 +15,13 @@ from collections.abc import Generator
 from typing import Any
 
 from protocol.api_keys import ApiKey
-from protocol.contracts.features import TOPIC_ID_VERSION
+from protocol.contracts.features import FETCH_FLEXIBLE_VERSION, TOPIC_ID_VERSION
 from protocol.errors import CodecError
 from protocol.messages.fetch_response import FetchResponse
 
 # The first Fetch version the finder can walk: topics by id, flexible encoding. (The node
 # endpoints that may need rewriting come later still: FETCH_NODE_ENDPOINTS_VERSION.)
-FIRST_WALKABLE_VERSION = max(TOPIC_ID_VERSION, FetchResponse.FLEXIBLE_MIN_VERSION)
+FIRST_WALKABLE_VERSION = max(TOPIC_ID_VERSION, FETCH_FLEXIBLE_VERSION)
 _FETCH_KEY = int(ApiKey.FETCH)
 
 # A tagged field no Kafka version defines, used to pad a tail that shrank; readers skip tags
