@@ -19,7 +19,8 @@ setup(ext_modules=[
               ["proxy/native/_relay.c", "proxy/native/relay_stamp.c", "proxy/native/relay_fetch.c",
                "proxy/native/relay_trace.c", "protocol/stamp_core.c"],
               optional=True, include_dirs=["protocol", "proxy/native"],
-              depends=["protocol/stamp_core.h", "proxy/native/relay_stamp.h",
-                       "proxy/native/relay_fetch.h", "proxy/native/relay_trace.h"],
+              depends=["protocol/stamp_core.h", "protocol/contracts/features.h",
+                       "proxy/native/relay_stamp.h", "proxy/native/relay_fetch.h",
+                       "proxy/native/relay_trace.h"],
               extra_compile_args=["-O2"], libraries=["pthread"]),
 ])

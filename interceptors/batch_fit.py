@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from protocol.compression import CODEC_NAMES, GZIP, LZ4, ZSTD
 from protocol.records import RecordBatch
 
-MESSAGE_TOO_LARGE = 10
-
 ZSTD_MIN_PRODUCE_VERSION = 7
 """Brokers refuse zstd batches in Produce requests older than v7 (KIP-110)."""
 

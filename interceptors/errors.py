@@ -1,7 +1,8 @@
 """Errors of the interceptor layer, and the Kafka error codes it answers clients with.
 
-Only the codes this layer produces are named here. The choice follows what the broker itself
-does, so client libraries react the way their users already know:
+Only the codes this layer produces are named here (re-exported from the generated table in
+`protocol.contracts.kafka_errors`, where every other code is). The choice follows what the
+broker itself does, so client libraries react the way their users already know:
 
 * `INVALID_RECORD` (87) is what a broker answers when a record fails its own validation
   (KIP-467). It is not retriable: the Java producer fails the batch at once and, from Produce
@@ -15,9 +16,9 @@ does, so client libraries react the way their users already know:
 
 from __future__ import annotations
 
-NONE = 0
-UNKNOWN_SERVER_ERROR = -1
-INVALID_RECORD = 87
+from protocol.contracts.kafka_errors import INVALID_RECORD, NONE, UNKNOWN_SERVER_ERROR
+
+__all__ = ["INVALID_RECORD", "NONE", "UNKNOWN_SERVER_ERROR", "RejectRecord"]
 
 
 class RejectRecord(Exception):

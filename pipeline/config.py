@@ -20,6 +20,7 @@ from interceptors.config import (
     build_config,
     read_yaml,
 )
+from protocol.contracts.headers import RESERVED_PREFIX
 
 SECTION = "pipeline"
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -46,7 +47,7 @@ class PipelineConfig:
     terminal_topics: list[str] = field(default_factory=list)  # where a flow is meant to end
     max_wait_ms: int = 60_000           # a hop that waited longer breaks its flow
     time_source: Literal["herald", "broker"] = "herald"  # herald.time, else broker timestamp
-    header_prefix: str = "herald."      # the audit interceptor's prefix
+    header_prefix: str = RESERVED_PREFIX  # the audit interceptor's prefix
     starting_offsets: str = "earliest"  # Spark's Kafka source syntax: earliest, or JSON
     ending_offsets: str = "latest"      # batch only
     output: str = "pipeline-out"

@@ -14,6 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
+from protocol.contracts.headers import (
+    AUDIT_CLIENT_ID,
+    AUDIT_MSG_ID,
+    AUDIT_ORIGIN,
+    AUDIT_PRINCIPAL,
+    AUDIT_TIME,
+    TRACEPARENT,
+    audit_header,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -40,7 +49,7 @@ def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
     from pyspark.sql import functions as F
 
     p = config.header_prefix
-    tp = _header("traceparent").cast("string")
+    tp = _header(TRACEPARENT).cast("string")
     version = F.regexp_extract(tp, TRACEPARENT_RE, 1)
     trace = F.regexp_extract(tp, TRACEPARENT_RE, 2)
     span = F.regexp_extract(tp, TRACEPARENT_RE, 3)
@@ -55,7 +64,7 @@ def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
         "aggregate(coalesce(headers, array()), 0, "
         "(acc, h) -> acc + length(h.key) + coalesce(length(h.value), 0))"
     )
-    herald_time = _header(p + "time").cast("string").cast("long")
+    herald_time = _header(audit_header(AUDIT_TIME, p)).cast("string").cast("long")
     broker_ms = F.unix_millis(F.col("timestamp"))
     event_ms = (F.coalesce(herald_time, broker_ms) if config.time_source == "herald"
                 else broker_ms)
@@ -69,10 +78,10 @@ def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
         F.when(F.col("timestampType") == 1, "log_append").otherwise("create")
         .alias("timestamp_type"),
         herald_time.alias("herald_time_ms"),
-        _header(p + "client_id").cast("string").alias("client_id"),
-        _header(p + "principal").cast("string").alias("principal"),
-        _header(p + "origin").cast("string").alias("origin"),
-        _header(p + "msg_id").cast("string").alias("message_id"),
+        _header(audit_header(AUDIT_CLIENT_ID, p)).cast("string").alias("client_id"),
+        _header(audit_header(AUDIT_PRINCIPAL, p)).cast("string").alias("principal"),
+        _header(audit_header(AUDIT_ORIGIN, p)).cast("string").alias("origin"),
+        _header(audit_header(AUDIT_MSG_ID, p)).cast("string").alias("message_id"),
         size.cast("long").alias("size"),
         event_ms.alias("event_ms"),
     )

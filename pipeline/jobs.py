@@ -25,6 +25,7 @@ from pipeline.flows import analyze, transit_of
 from pipeline.hops import to_hops
 from pipeline.report import write_report
 from pipeline.summary import summarize
+from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,16 +44,18 @@ def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 
 def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    """The `fetch_log` observations (compact JSON records), one row per fetched record."""
+    """The `fetch_log` observations (compact JSON records, `protocol.contracts.fetch_log`), one
+    row per fetched record."""
     from pyspark.sql import functions as F
 
-    schema = "tr string, t string, p int, o long, c string, g string, f long"
     raw = (spark.read.format("kafka").options(**config.source_options([config.fetch_topic]))
            .option("endingOffsets", "latest").load())
-    obs = raw.select(F.from_json(F.col("value").cast("string"), schema).alias("x")).select("x.*")
-    return obs.where(F.col("t").isNotNull()).select(
-        F.col("t").alias("topic"), F.col("p").alias("partition"), F.col("o").alias("offset"),
-        F.col("c").alias("consumer"), F.col("g").alias("group"), F.col("f").alias("fetched_ms"))
+    value = F.from_json(F.col("value").cast("string"), fetch_log.SPARK_SCHEMA)
+    obs = raw.select(value.alias("x")).select("x.*")
+    return obs.where(F.col(fetch_log.TOPIC).isNotNull()).select(
+        F.col(fetch_log.TOPIC).alias("topic"), F.col(fetch_log.PARTITION).alias("partition"),
+        F.col(fetch_log.OFFSET).alias("offset"), F.col(fetch_log.CONSUMER).alias("consumer"),
+        F.col(fetch_log.GROUP).alias("group"), F.col(fetch_log.FETCHED_MS).alias("fetched_ms"))
 
 
 def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,

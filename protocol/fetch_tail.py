@@ -14,14 +14,15 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from protocol.api_keys import ApiKey
+from protocol.contracts.features import FETCH_FLEXIBLE_VERSION, TOPIC_ID_VERSION
 from protocol.errors import CodecError
 from protocol.messages.fetch_response import FetchResponse
 
-# The first Fetch version whose top level carries tagged fields that may need rewriting.
-FIRST_TAIL_VERSION = 16
-# The first Fetch version the finder can walk: topics by id (v13+), flexible encoding (v12+).
-FIRST_WALKABLE_VERSION = 13
-_FETCH_KEY = 1
+# The first Fetch version the finder can walk: topics by id, flexible encoding. (The node
+# endpoints that may need rewriting come later still: FETCH_NODE_ENDPOINTS_VERSION.)
+FIRST_WALKABLE_VERSION = max(TOPIC_ID_VERSION, FETCH_FLEXIBLE_VERSION)
+_FETCH_KEY = int(ApiKey.FETCH)
 
 # A tagged field no Kafka version defines, used to pad a tail that shrank; readers skip tags
 # they do not know. It sorts after every real tag, as the protocol wants tags ascending, and

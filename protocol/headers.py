@@ -16,7 +16,7 @@ from __future__ import annotations
 from struct import Struct
 from struct import error as StructError
 
-from protocol.api_keys import API_KEYS
+from protocol.api_keys import API_KEYS, ApiKey
 from protocol.errors import CodecError
 from protocol.messages.request_header import RequestHeader
 from protocol.messages.response_header import ResponseHeader
@@ -34,8 +34,8 @@ __all__ = [
     "response_header_version",
 ]
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
+API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
+CONTROLLED_SHUTDOWN_KEY = int(ApiKey.CONTROLLED_SHUTDOWN)
 
 _PEEK = Struct(">hhi")
 _CORRELATION_ID = Struct(">i")

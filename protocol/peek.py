@@ -10,13 +10,13 @@ from __future__ import annotations
 from struct import Struct
 from struct import error as StructError
 
+from protocol.api_keys import ApiKey
+from protocol.contracts.features import PRODUCE_FLEXIBLE_VERSION, PRODUCE_TRANSACTIONAL_ID_VERSION
 from protocol.errors import CodecError
 from protocol.primitives import Buffer, read_unsigned_varint
 
 _INT16 = Struct(">h")
-_PRODUCE_KEY = 0
-_PRODUCE_FLEXIBLE_MIN = 9
-_PRODUCE_TRANSACTIONAL_MIN = 3
+_PRODUCE_KEY = int(ApiKey.PRODUCE)
 
 
 def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
@@ -27,8 +27,8 @@ def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
     """
     pos = offset
     try:
-        if version >= _PRODUCE_TRANSACTIONAL_MIN:
-            if version >= _PRODUCE_FLEXIBLE_MIN:
+        if version >= PRODUCE_TRANSACTIONAL_ID_VERSION:
+            if version >= PRODUCE_FLEXIBLE_VERSION:
                 n, pos = read_unsigned_varint(body, pos)
                 pos += max(n - 1, 0)
             else:

@@ -14,7 +14,7 @@ fi
 stamp=.venv/.herald-installed
 # The native stamper and relay are compiled at install time: a change to their source
 # reinstalls.
-want=$(cat pyproject.toml setup.py protocol/*.c protocol/*.h proxy/native/*.c proxy/native/*.h | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml setup.py protocol/*.c protocol/*.h protocol/contracts/*.h proxy/native/*.c proxy/native/*.h | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,pipeline]'

@@ -1,6 +1,7 @@
 """``audit``: stamp who produced each record, from where, through which proxy (produce path).
 
-Headers, under a reserved prefix (default ``herald.``), appended after the client's own:
+Headers, under a reserved prefix (default ``herald.``), appended after the client's own (their
+names are shared with their readers in `protocol.contracts.headers`):
 
 ==============  ============================================================================
 ``client_id``   the client id of the Produce request (null header value when it had none)
@@ -53,9 +54,23 @@ from interceptors.errors import INVALID_RECORD, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
 from interceptors.ids import uuid7, uuid7_many, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher
+from protocol.contracts.headers import (
+    AUDIT_CLIENT_ID,
+    AUDIT_CLUSTER,
+    AUDIT_FIELDS,
+    AUDIT_MESSAGE_FIELDS,
+    AUDIT_MSG_ID,
+    AUDIT_ORIGIN,
+    AUDIT_PRINCIPAL,
+    AUDIT_PROXY,
+    AUDIT_SOURCE,
+    AUDIT_TIME,
+    RESERVED_PREFIX,
+    audit_header,
+)
 
-FIELDS = ("client_id", "principal", "source", "proxy", "cluster", "time", "msg_id", "origin")
-_MESSAGE_FIELDS = ("msg_id", "origin")
+FIELDS = AUDIT_FIELDS
+_MESSAGE_FIELDS = AUDIT_MESSAGE_FIELDS
 
 
 @dataclass
@@ -66,7 +81,7 @@ class TrustedSources:
 
 @dataclass
 class AuditConfig:
-    prefix: str = "herald."
+    prefix: str = RESERVED_PREFIX
     fields: list[str] = field(default_factory=lambda: list(FIELDS))
     forged: Literal["strip", "reject"] = "strip"
     trusted: TrustedSources = field(default_factory=TrustedSources)
@@ -112,10 +127,10 @@ class Audit(Interceptor):
         prefix = self._prefix = config.prefix
         wanted = set(config.fields)
         self._hop_fields = [f for f in FIELDS if f in wanted and f not in _MESSAGE_FIELDS]
-        self._k = {f: prefix + f for f in FIELDS}
-        self._k_msg = self._k["msg_id"] if "msg_id" in wanted else None
-        self._k_origin = self._k["origin"] if "origin" in wanted else None
-        message_keys = frozenset((self._k["msg_id"], self._k["origin"]))
+        self._k = {f: audit_header(f, prefix) for f in FIELDS}
+        self._k_msg = self._k[AUDIT_MSG_ID] if AUDIT_MSG_ID in wanted else None
+        self._k_origin = self._k[AUDIT_ORIGIN] if AUDIT_ORIGIN in wanted else None
+        message_keys = frozenset(self._k[f] for f in _MESSAGE_FIELDS)
         self._reserved = lambda key: key.startswith(prefix)
         self._hop_key = lambda key: key.startswith(prefix) and key not in message_keys
         self._trusted_principals: NameMatcher | None = (
@@ -154,12 +169,12 @@ class Audit(Interceptor):
         now, cluster_id = moment
         cluster = _utf8(cluster_id)
         values = {
-            "client_id": _utf8(conn.client_id),
-            "principal": _utf8(conn.principal or self.config.anonymous),
-            "source": _utf8(conn.address or None),
-            "proxy": _utf8(self.env.instance_id),
-            "cluster": cluster,
-            "time": str(now).encode(),
+            AUDIT_CLIENT_ID: _utf8(conn.client_id),
+            AUDIT_PRINCIPAL: _utf8(conn.principal or self.config.anonymous),
+            AUDIT_SOURCE: _utf8(conn.address or None),
+            AUDIT_PROXY: _utf8(self.env.instance_id),
+            AUDIT_CLUSTER: cluster,
+            AUDIT_TIME: str(now).encode(),
         }
         hop = HeaderBlock((self._k[f], values[f]) for f in self._hop_fields)
         prefix = uuid7_prefix(now)
@@ -181,12 +196,12 @@ class Audit(Interceptor):
             return None
         cluster = NativeColumn(CONST, _utf8(cluster_id))
         kinds = {
-            "client_id": NativeColumn(CLIENT_ID),
-            "principal": NativeColumn(CONST, _utf8(conn.principal or self.config.anonymous)),
-            "source": NativeColumn(CONST, _utf8(conn.address or None)),
-            "proxy": NativeColumn(CONST, _utf8(self.env.instance_id)),
-            "cluster": cluster,
-            "time": NativeColumn(TIME_MS_TEXT),
+            AUDIT_CLIENT_ID: NativeColumn(CLIENT_ID),
+            AUDIT_PRINCIPAL: NativeColumn(CONST, _utf8(conn.principal or self.config.anonymous)),
+            AUDIT_SOURCE: NativeColumn(CONST, _utf8(conn.address or None)),
+            AUDIT_PROXY: NativeColumn(CONST, _utf8(self.env.instance_id)),
+            AUDIT_CLUSTER: cluster,
+            AUDIT_TIME: NativeColumn(TIME_MS_TEXT),
         }
         columns = [kinds[f] for f in self._hop_fields]
         if self._k_msg is not None:

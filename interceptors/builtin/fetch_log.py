@@ -6,7 +6,8 @@ For every record a consumer fetches through Herald, one compact JSON record goes
     {"tr": trace id or null, "t": topic, "p": partition, "o": offset,
      "c": consumer client id, "g": group or null, "f": fetch time, ms since the epoch}
 
-keyed by the trace id. The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
+keyed by the trace id (the layout is `protocol.contracts.fetch_log`, which the pipeline reads
+back with). The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
 and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
 consumer group. A Fetch request does not name the consumer group: Herald learns it from the
 group requests the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer
@@ -35,7 +36,6 @@ plaintext cluster can be written to. The learned groups come the same way
 from __future__ import annotations
 
 import atexit
-import json
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -47,12 +47,14 @@ from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS, KafkaClient
 from interceptors.tracing import parse_traceparent
+from protocol.contracts.fetch_log import DEFAULT_TOPIC, batch_tail, observation
+from protocol.contracts.headers import TRACEPARENT
 
 
 @dataclass
 class FetchLogConfig:
     bootstrap: str = ""             # the cluster the observations are written to
-    topic: str = "herald.fetches"
+    topic: str = DEFAULT_TOPIC
     group: str = ""                 # stamped instead of the learned group when set
     queue_size: int = 100_000       # observations waiting for the producer; more are dropped
     linger_ms: int = 50
@@ -120,7 +122,7 @@ class Publisher:
         from confluent_kafka import Producer
 
         producer = Producer(self.settings)
-        queue, topic, dumps = self.queue, self.config.topic, json.dumps
+        queue, topic = self.queue, self.config.topic
         where, suffix, sent = None, "", 0
         while True:
             self._wake.wait(0.1)
@@ -129,11 +131,8 @@ class Publisher:
                 trace, offset, batch = queue.popleft()
                 if batch is not where:  # once per fetched batch: what its records share
                     where = batch
-                    t, p, c, g, f = batch
-                    suffix = f',"t":{dumps(t)},"p":{p},"c":{dumps(c)},"g":{dumps(g)},"f":{f}}}'
-                # a trace id is 32 hex digits (parse_traceparent checked it): nothing to escape
-                text = (f'{{"tr":"{trace}","o":{offset}{suffix}' if trace
-                        else f'{{"tr":null,"o":{offset}{suffix}')
+                    suffix = batch_tail(*batch)
+                text = observation(trace, offset, suffix)
                 while True:
                     try:
                         producer.produce(topic, text.encode(), trace.encode() if trace else None,
@@ -207,7 +206,7 @@ class FetchLog(Interceptor):
                         else [r.offset_delta for r in batch.records])
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
-        tp = parse_traceparent(headers.first("traceparent"))
+        tp = parse_traceparent(headers.first(TRACEPARENT))
         record, deltas = ctx.record, self._deltas
         offset = self._base + (record.offset_delta if record is not None
                                else ctx.index if deltas is None else deltas[ctx.index])

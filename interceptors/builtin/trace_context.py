@@ -53,11 +53,10 @@ from interceptors.tracing import (
     parse_tracestate,
     valid_traceparent,
 )
+from protocol.contracts.headers import B3 as B3_HEADER
+from protocol.contracts.headers import TRACEPARENT, TRACESTATE
 from protocol.stamping import hex_column
 
-TRACEPARENT = "traceparent"
-TRACESTATE = "tracestate"
-B3_HEADER = "b3"
 # A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
 _NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
 _NEW_UNSAMPLED = ((b"00-", 32), (b"-", 16), (b"-00", 0))

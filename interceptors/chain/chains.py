@@ -20,7 +20,7 @@ from interceptors.chain.batch_path import BatchPath
 from interceptors.chain.planning import ChainMember, Plan
 from interceptors.chain.run import Failed, Run
 from interceptors.context import ConnectionInfo, RecordContext, TraceInfo
-from interceptors.errors import INVALID_RECORD, RejectRecord
+from interceptors.errors import INVALID_RECORD, NONE, RejectRecord
 from interceptors.stats import ChainStats, MemberStats
 
 _PLAN_CACHE_LIMIT = 10_000
@@ -37,14 +37,14 @@ class PartitionOutcome:
     the trace contexts the chain wrote (only when ok).
     """
 
-    error_code: int = 0
+    error_code: int = NONE
     error_message: str | None = None
     record_errors: tuple[tuple[int, str], ...] = ()
     traces: tuple[TraceInfo, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.error_code == 0
+        return self.error_code == NONE
 
 
 OK = PartitionOutcome()

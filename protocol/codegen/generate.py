@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import textwrap
 
+from protocol.codegen.contracts import (
+    render_features,
+    render_features_header,
+    render_kafka_errors,
+)
 from protocol.codegen.emit import render_message
+from protocol.codegen.jars import KafkaLibs
 from protocol.codegen.model import APIS, api_key_rows, load_messages, snake_case
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 
@@ -19,8 +25,8 @@ def _wrapped(text: str) -> list[str]:
     return textwrap.wrap(text, 100)
 
 
-def render_registry() -> str:
-    messages = load_messages()
+def render_registry(libs: KafkaLibs) -> str:
+    messages = load_messages(libs)
     lines = ['"""Codecs of the Kafka messages Herald decodes, and their registry by API key.', ""]
     lines += _wrapped(
         "Each class has ``decode(buf, version, offset=0)``, ``decode_from(buf, version, offset)``, "
@@ -54,7 +60,7 @@ def render_registry() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_api_keys() -> str:
+def render_api_keys(libs: KafkaLibs) -> str:
     lines = [
         '"""Every Kafka API key: its name, the versions each spec accepts, and where flexible',
         "versions (KIP-482: compact encodings, tagged fields, request header v2) begin.",
@@ -89,7 +95,7 @@ def render_api_keys() -> str:
         "#                 latest_version_unstable, legacy_min_version, legacy_max_version)",
         "API_KEYS: dict[int, ApiKeyInfo] = {",
     ]
-    for r in api_key_rows():
+    for r in api_key_rows(libs):
         lines.append(
             f'    {r.api_key}: ApiKeyInfo({r.api_key}, "{r.name}", {r.min_version}, '
             f"{r.max_version}, {r.flexible_min_version}, {r.latest_version_unstable}, "
@@ -98,7 +104,7 @@ def render_api_keys() -> str:
     lines.append("}")
     lines += ["", "", "class ApiKey(IntEnum):"]
     lines += ['    """API keys by name, as in Kafka\'s ``ApiKeys`` enum."""', ""]
-    for r in api_key_rows():
+    for r in api_key_rows(libs):
         lines.append(f"    {snake_case(r.name).upper()} = {r.api_key}")
     lines.append("")
     lines.append("")
@@ -123,11 +129,14 @@ def render_api_keys() -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_all() -> dict[str, str]:
+def render_all(libs: KafkaLibs) -> dict[str, str]:
     """Every generated file, by path relative to the repository root."""
     files = {}
-    for msg in load_messages().values():
+    for msg in load_messages(libs).values():
         files[f"protocol/messages/{msg.module_name}.py"] = render_message(msg)
-    files["protocol/messages/__init__.py"] = render_registry()
-    files["protocol/api_keys.py"] = render_api_keys()
+    files["protocol/messages/__init__.py"] = render_registry(libs)
+    files["protocol/api_keys.py"] = render_api_keys(libs)
+    files["protocol/contracts/features.py"] = render_features(libs)
+    files["protocol/contracts/features.h"] = render_features_header(libs)
+    files["protocol/contracts/kafka_errors.py"] = render_kafka_errors(libs)
     return dict(sorted(files.items()))

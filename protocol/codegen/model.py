@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from protocol.codegen.jars import read_specs
+from protocol.codegen.jars import KafkaLibs, read_specs
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 
 #: The messages Herald decodes, by spec name stem (request and response of each).
@@ -580,10 +580,12 @@ def merge(newest: MessageSpec, legacy: MessageSpec | None) -> Message:
 
 
 @cache
-def spec_sets() -> tuple[dict[str, MessageSpec], dict[str, MessageSpec]]:
+def spec_sets(libs: KafkaLibs) -> tuple[dict[str, MessageSpec], dict[str, MessageSpec]]:
     """The parsed specs of KAFKA_VERSION and KAFKA_LEGACY_VERSION."""
-    newest = {k: parse_message_spec(v) for k, v in read_specs(KAFKA_VERSION).items()}
-    legacy = {k: parse_message_spec(v) for k, v in read_specs(KAFKA_LEGACY_VERSION).items()}
+    newest = {k: parse_message_spec(v) for k, v in read_specs(libs, KAFKA_VERSION).items()}
+    legacy = {
+        k: parse_message_spec(v) for k, v in read_specs(libs, KAFKA_LEGACY_VERSION).items()
+    }
     return newest, legacy
 
 
@@ -595,9 +597,9 @@ def message_names() -> list[str]:
 
 
 @cache
-def load_messages() -> dict[str, Message]:
+def load_messages(libs: KafkaLibs) -> dict[str, Message]:
     """Every generated message (requests, responses and headers), merged, by name."""
-    newest, legacy = spec_sets()
+    newest, legacy = spec_sets(libs)
     return {name: merge(newest[name], legacy.get(name)) for name in message_names()}
 
 
@@ -613,9 +615,9 @@ class ApiKeyRow:
     legacy_max_version: int | None
 
 
-def api_key_rows() -> list[ApiKeyRow]:
+def api_key_rows(libs: KafkaLibs) -> list[ApiKeyRow]:
     """One row per API key in the newest spec (plus any the legacy spec alone still has)."""
-    newest, legacy = spec_sets()
+    newest, legacy = spec_sets(libs)
 
     def requests(specs: dict[str, MessageSpec]) -> dict[int, MessageSpec]:
         return {

@@ -11,6 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.contracts.features import (
+    FETCH_NODE_ENDPOINTS_VERSION,
+    FIND_COORDINATOR_BATCHED_VERSION,
+    PRODUCE_NODE_ENDPOINTS_VERSION,
+)
 from proxy.filters.chain import Exchange, Filter, SessionContext
 from proxy.upstream.brokers import BrokerDirectory
 
@@ -28,9 +33,9 @@ class AddressRewriter(Filter):
         if api_key in (ApiKey.METADATA, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_CLUSTER):
             return True
         if api_key == ApiKey.PRODUCE:
-            return version >= 10
+            return version >= PRODUCE_NODE_ENDPOINTS_VERSION
         if api_key == ApiKey.FETCH:
-            return version >= 16
+            return version >= FETCH_NODE_ENDPOINTS_VERSION
         return False
 
     def tail_only(self, api_key: int, version: int) -> bool:
@@ -50,7 +55,7 @@ class AddressRewriter(Filter):
                 b.host, b.port = await learn(b.node_id, b.host, b.port)
             return bool(msg.brokers)
         if api_key == ApiKey.FIND_COORDINATOR:
-            if version < 4:
+            if version < FIND_COORDINATOR_BATCHED_VERSION:
                 if msg.node_id < 0:
                     return False
                 msg.host, msg.port = await learn(msg.node_id, msg.host, msg.port)

@@ -26,9 +26,11 @@ import trio
 
 from interceptors import Chains, ChainStats, ConnectionInfo, PartitionOutcome
 from interceptors.api import PRODUCE
-from interceptors.batch_fit import MESSAGE_TOO_LARGE, TooLarge, fit
+from interceptors.batch_fit import TooLarge, fit
 from protocol.api_keys import ApiKey
 from protocol.compression import DecompressedTooLarge
+from protocol.contracts.features import PRODUCE_RECORD_ERRORS_VERSION, TOPIC_ID_VERSION
+from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
 from protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
@@ -57,7 +59,7 @@ log = get_logger("interception")
 
 _BYTES = (bytes, bytearray, memoryview)
 
-UNKNOWN_TOPIC_ID = 100  # retriable: clients refresh metadata and retry
+# UNKNOWN_TOPIC_ID is retriable: clients refresh metadata and retry.
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
 
 OFFLOAD_BYTES = 256 * 1024
@@ -410,7 +412,7 @@ class InterceptorFilter(Filter):
         rejected: list[Rejected] = []
         kept_topics = []
         for t in msg.topic_data:
-            topic = self._topic(t.name, t.topic_id, version, 13)
+            topic = self._topic(t.name, t.topic_id, version, TOPIC_ID_VERSION)
             if topic is None:
                 # A topic id no Metadata response has named yet: the chain cannot know whether
                 # it applies, so nothing is written unchecked. The client refreshes its
@@ -459,7 +461,7 @@ class InterceptorFilter(Filter):
         conn = connection_info(ctx)
         changed = False
         for t in msg.responses:
-            topic = self._topic(t.topic, t.topic_id, version, 13)
+            topic = self._topic(t.topic, t.topic_id, version, TOPIC_ID_VERSION)
             if topic is None:
                 # As on the produce path: records of an unnamed topic id are not handed out
                 # unfiltered; the consumer refreshes its metadata and fetches again.
@@ -490,7 +492,7 @@ class InterceptorFilter(Filter):
 def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
     """Put the partitions Herald answered itself into the broker's Produce response (their
     topic entry is made when the broker saw none of the topic); True when there were any."""
-    by_id = version >= 13
+    by_id = version >= TOPIC_ID_VERSION
     topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
     for r in answers:
         key = r.topic_id if by_id else r.name
@@ -503,10 +505,11 @@ def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
             index=r.partition,
             error_code=r.outcome.error_code,
             base_offset=-1,
-            error_message=r.outcome.error_message if version >= 8 else None,
+            error_message=(r.outcome.error_message if version >= PRODUCE_RECORD_ERRORS_VERSION
+                           else None),
             record_errors=[
                 BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
                 for i, m in r.outcome.record_errors
-            ] if version >= 8 else [],
+            ] if version >= PRODUCE_RECORD_ERRORS_VERSION else [],
         ))
     return bool(answers)

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "contracts/features.h"
 #include "relay_fetch.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
@@ -313,7 +314,7 @@ static int produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) 
     pos += 2 + (n > 0 ? (size_t)n : 0);
     uint64_t count, tag, size;
     int r;
-    if (ver >= 9) {
+    if (ver >= PRODUCE_FLEXIBLE_VERSION) { /* request header v2: tagged fields */
         if ((r = uvarint(p, &pos, avail, &count)) <= 0) {
             return r;
         }
@@ -328,8 +329,8 @@ static int produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) 
             pos += size;
         }
     }
-    if (ver >= 3) {
-        if (ver >= 9) {
+    if (ver >= PRODUCE_TRANSACTIONAL_ID_VERSION) {
+        if (ver >= PRODUCE_FLEXIBLE_VERSION) {
             uint64_t len;
             if ((r = uvarint(p, &pos, avail, &len)) <= 0) {
                 return r;
@@ -925,9 +926,9 @@ static uint64_t w_compact(walk_t *w) {
 static int64_t top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
     walk_t w = {frame, 8, len, 0}; /* after the size and the correlation id */
     w_tagged(&w);                  /* response header v1 */
-    if (api == PRODUCE && ver >= 10 && ver <= 13) {
+    if (api == PRODUCE && ver >= PRODUCE_NODE_ENDPOINTS_VERSION && ver <= 13) {
         for (uint64_t t = w_compact(&w); t > 0 && !w.bad; t--) {
-            w_skip(&w, ver >= 13 ? 16 : w_compact(&w)); /* topic id, or name */
+            w_skip(&w, ver >= TOPIC_ID_VERSION ? 16 : w_compact(&w)); /* topic id, or name */
             for (uint64_t n = w_compact(&w); n > 0 && !w.bad; n--) {
                 w_skip(&w, 30); /* index, error, base offset, append time, log start */
                 for (uint64_t r = w_compact(&w); r > 0 && !w.bad; r--) {

@@ -23,10 +23,11 @@ from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
 from interceptors.stats import ChainStats, MemberStats
 from protocol import stamping
+from protocol.api_keys import ApiKey
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 
-FETCH = 1
+FETCH = int(ApiKey.FETCH)
 VERSIONS = range(4, 19)
 """Fetch versions the engine walks: v4-v18 (the layouts of protocol/messages/
 fetch_response.py; v13+ name topics by id: one Herald has not learnt goes to Python)."""

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 import trio
 
+from protocol.contracts.features import (
+    FETCH_NODE_ENDPOINTS_VERSION,
+    PRODUCE_NODE_ENDPOINTS_VERSION,
+)
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.native import fetch_plan as native_fetch
@@ -90,7 +94,12 @@ its response passes, or passes unless tagged; the request passes and the engine 
 response, which passes when the fetch chain would not change it (a Fetch response, for a
 session registered with a fetch plan: proxy/native/fetch_plan.py), and unless tagged."""
 
-_TAG_CHECKED = {0: range(10, 14), 1: range(16, 19)}
+# From the first version with node endpoints to the newest the engine knows (Produce v13,
+# Fetch v18).
+_TAG_CHECKED = {
+    native_stamp.PRODUCE: range(PRODUCE_NODE_ENDPOINTS_VERSION, 14),
+    native_fetch.FETCH: range(FETCH_NODE_ENDPOINTS_VERSION, 19),
+}
 
 
 def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:

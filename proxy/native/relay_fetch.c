@@ -18,6 +18,8 @@
 
 #include <string.h>
 
+#include "contracts/features.h"
+
 #define BATCH_HEADER 61
 #define LENGTH_OVERHEAD 12
 #define LEGACY_MIN_LENGTH 14 /* protocol/records.py _LEGACY_MIN_LENGTH */
@@ -108,18 +110,18 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
     if (len < 8 || (uint64_t)be32at(frame) + 4 != len) {
         return NC_PYTHON;
     }
-    int flexible = ver >= 12;
+    int flexible = ver >= FETCH_FLEXIBLE_VERSION;
     sc_read_skip(&r, 8); /* size, correlation id */
     if (flexible) {
         sc_read_tagged(&r); /* response header v1 */
     }
-    sc_read_skip(&r, ver >= 7 ? 10 : 4); /* throttle time[, error code, session id] */
+    sc_read_skip(&r, ver >= FETCH_SESSION_VERSION ? 10 : 4); /* throttle time[, error, session] */
     int64_t topics;
     if (!nc_read_count(&r, flexible, &topics)) {
         return NC_PYTHON;
     }
     for (int64_t t = 0; t < topics && !r.bad; t++) {
-        if (ver >= 13) {
+        if (ver >= TOPIC_ID_VERSION) {
             const uint8_t *id = frame + r.pos;
             sc_read_skip(&r, 16);
             if (r.bad) {
@@ -144,7 +146,7 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
         }
         for (int64_t p = 0; p < parts && !r.bad; p++) {
             /* index, error, high watermark, last stable[, log start] offsets */
-            sc_read_skip(&r, ver >= 5 ? 30 : 22);
+            sc_read_skip(&r, ver >= FETCH_LOG_START_OFFSET_VERSION ? 30 : 22);
             int64_t aborted = flexible ? (int64_t)sc_read_uvarint(&r) - 1 : nc_read_int(&r, 4);
             for (int64_t a = 0; a < aborted && !r.bad; a++) {
                 sc_read_skip(&r, 16); /* producer id, first offset */
@@ -155,7 +157,7 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
             if (aborted < -1) {
                 return NC_PYTHON;
             }
-            if (ver >= 11) {
+            if (ver >= FETCH_PREFERRED_READ_REPLICA_VERSION) {
                 sc_read_skip(&r, 4); /* preferred read replica */
             }
             int64_t n = read_length(&r, flexible, 4);

@@ -20,6 +20,7 @@
 
 #include <string.h>
 
+#include "contracts/features.h"
 #include "stamp_core.h"
 
 #define BATCH_HEADER 61
@@ -717,7 +718,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         *why = "not a Produce request of v3-v13";
         return NC_PYTHON;
     }
-    int flexible = ver >= 9;
+    int flexible = ver >= PRODUCE_FLEXIBLE_VERSION;
     const uint8_t *client_id = NULL;
     int64_t client_len = rd_name(&r, 0, &client_id);
     if (client_len == -2) {
@@ -753,7 +754,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     for (int64_t ti = 0; ti < topics && result == NC_OK; ti++) {
         const uint8_t *name;
         int64_t partitions;
-        if (ver >= 13) {
+        if (ver >= TOPIC_ID_VERSION) {
             const uint8_t *id = r.p + r.pos;
             rd_skip(&r, 16);
             if (!r.bad && !nc_known_id(plan, id)) {

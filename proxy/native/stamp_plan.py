@@ -26,17 +26,17 @@ from interceptors.api import NATIVE_KINDS, NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
 from interceptors.stats import ChainStats, MemberStats
 from protocol import stamping
+from protocol.api_keys import ApiKey
+from protocol.contracts.headers import TRACESTATE
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter, connection_info
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
-PRODUCE = 0
+PRODUCE = int(ApiKey.PRODUCE)
 VERSIONS = range(3, 14)
 """Produce versions the engine walks: v3-v13 (v13 names topics by id: the engine stamps those
 Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
 
-
-TRACESTATE = "tracestate"
 
 
 @dataclass(frozen=True, slots=True)

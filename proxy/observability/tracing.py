@@ -47,6 +47,8 @@ from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, Statu
 from interceptors import TraceInfo
 from interceptors.tracing import valid_traceparent
 from protocol.api_keys import ApiKey
+from protocol.contracts.headers import TRACEPARENT
+from protocol.contracts.kafka_errors import error_name
 from protocol.errors import CodecError
 from protocol.records import split_batches
 from proxy.filters.chain import Exchange, Filter, SessionContext
@@ -62,29 +64,6 @@ MAX_LINKS = 32
 MAX_SPANS_PER_PARTITION = 100
 """``trace_context`` in ``mode: record`` makes one context per record; spans beyond this many
 per partition are not exported (counted in ``herald_tracing_spans_skipped_total``)."""
-
-TRACEPARENT = "traceparent"
-
-# Kafka error codes a Produce partition commonly answers with, for `error.type`.
-_ERROR_NAMES = {
-    -1: "UNKNOWN_SERVER_ERROR",
-    2: "CORRUPT_MESSAGE",
-    3: "UNKNOWN_TOPIC_OR_PARTITION",
-    5: "LEADER_NOT_AVAILABLE",
-    6: "NOT_LEADER_OR_FOLLOWER",
-    7: "REQUEST_TIMED_OUT",
-    10: "MESSAGE_TOO_LARGE",
-    19: "NOT_ENOUGH_REPLICAS",
-    20: "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
-    29: "TOPIC_AUTHORIZATION_FAILED",
-    45: "OUT_OF_ORDER_SEQUENCE_NUMBER",
-    47: "INVALID_PRODUCER_EPOCH",
-    87: "INVALID_RECORD",
-}
-
-
-def error_name(code: int) -> str:
-    return _ERROR_NAMES.get(code, str(code))
 
 
 # ---- configuration from the environment ----------------------------------------------------

@@ -26,6 +26,15 @@ import trio
 
 from interceptors import PartitionOutcome
 from protocol.api_keys import ApiKey
+from protocol.contracts.features import PRODUCE_RECORD_ERRORS_VERSION, TOPIC_ID_VERSION
+from protocol.contracts.headers import ROUTE_ORIGIN as ORIGIN_HEADER
+from protocol.contracts.kafka_errors import (
+    DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_RECORD,
+    NONE,
+    REQUEST_TIMED_OUT,
+    UNKNOWN_PRODUCER_ID,
+)
 from protocol.records import RecordBatch, build_batch, join_batches, split_batches
 from proxy.filters.chain import Exchange, Filter, SessionContext
 from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
@@ -45,7 +54,6 @@ from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
     MOVE,
-    ORIGIN_HEADER,
     PRIMARY,
     REJECT,
     SAME,
@@ -58,9 +66,9 @@ from proxy.upstream.topic_ids import TopicIds
 
 log = get_logger("routing")
 
-INVALID_RECORD = 87  # not retriable: the client's application sees the message
-UNKNOWN_PRODUCER_ID = 59  # idempotent producers bump their epoch and send the batch again
-REQUEST_TIMED_OUT = 7  # retriable: every client retries it
+# INVALID_RECORD is not retriable: the client's application sees the message.
+# UNKNOWN_PRODUCER_ID: idempotent producers bump their epoch and send the batch again.
+# REQUEST_TIMED_OUT is retriable: every client retries it.
 _BASE_SEQUENCE_AT = 53  # offset of baseSequence in a batch header
 _CRC_AT, _CRC_FROM = 17, 21
 
@@ -128,7 +136,7 @@ class RoutingFilter(Filter):
         changed = False
         kept_topics = []
         for t in msg.topic_data:
-            topic = t.name if version < 13 else self.topics.name(t.topic_id)
+            topic = t.name if version < TOPIC_ID_VERSION else self.topics.name(t.topic_id)
             candidates = table.candidates(topic, ctx.client_id) if topic else ()
             if not candidates:
                 kept_topics.append(t)
@@ -192,7 +200,8 @@ class RoutingFilter(Filter):
                                                b.record_count)
                 if attempt is None and self.sequences.is_stale(
                         seq_key, b.producer_epoch, b.base_sequence):
-                    raise _Refuse(PartitionOutcome(46, "duplicate of an earlier batch"))
+                    raise _Refuse(PartitionOutcome(DUPLICATE_SEQUENCE_NUMBER,
+                                                    "duplicate of an earlier batch"))
                 if attempt is None and not b.is_transactional and not self.sequences.knows(
                         seq_key, b.producer_epoch, b.base_sequence):
                     log.info("routing_sequence_unknown", producer_id=b.producer_id,
@@ -338,7 +347,7 @@ class RoutingFilter(Filter):
         if note is None:
             return False
         answers = list(note.answers)
-        by_id = version >= 13
+        by_id = version >= TOPIC_ID_VERSION
         responses = {(t.topic_id if by_id else t.name): t for t in msg.responses}
         changed = False
         for w in note.waiting:
@@ -351,10 +360,10 @@ class RoutingFilter(Filter):
                 continue
             entry = responses.get(w.topic_id if by_id else w.name)
             for p in entry.partition_responses if entry is not None else ():
-                if p.index == w.partition and p.error_code == 0:
+                if p.index == w.partition and p.error_code == NONE:
                     p.error_code = REQUEST_TIMED_OUT
                     p.base_offset = -1
-                    if version >= 8:
+                    if version >= PRODUCE_RECORD_ERRORS_VERSION:
                         p.error_message = error
                     changed = True
         merged = merge_answers(answers, version, msg)
@@ -371,13 +380,13 @@ SEQUENCE_UNKNOWN = ("Herald has not seen this producer epoch's first batch on th
 def _log_start_known(answers: list[Rejected], version: int, msg: Any) -> None:
     """UNKNOWN_PRODUCER_ID answers carry a log start offset: the Java client retries without
     bumping its epoch, forever, while it is -1 (unknown)."""
-    unknown = {(r.topic_id if version >= 13 else r.name, r.partition) for r in answers
+    unknown = {(r.topic_id if version >= TOPIC_ID_VERSION else r.name, r.partition) for r in answers
                if r.outcome.error_code == UNKNOWN_PRODUCER_ID}
     if not unknown:
         return
     for t in msg.responses:
         for p in t.partition_responses:
-            if ((t.topic_id if version >= 13 else t.name), p.index) in unknown:
+            if ((t.topic_id if version >= TOPIC_ID_VERSION else t.name), p.index) in unknown:
                 p.log_start_offset = 0
 
 

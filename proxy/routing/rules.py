@@ -32,13 +32,11 @@ from typing import Any
 
 from interceptors.config import ConfigError, InvalidConfig, Node
 from interceptors.patterns import NameMatcher, matcher
+from protocol.contracts.headers import ROUTE_ORIGIN as ORIGIN_HEADER
 from proxy.routing.predicates import Header, Predicate, compile_predicate
 
 PRIMARY = "upstream"
 """The name the primary cluster goes by in rules and metrics."""
-
-ORIGIN_HEADER = "herald.route.origin"
-"""Set on every record Herald writes elsewhere: the cluster it was first produced to."""
 
 MOVE, MIRROR, REJECT = "move", "mirror", "reject"
 SAME, KEY = "same", "key"

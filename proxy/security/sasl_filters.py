@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.contracts.kafka_errors import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_SASL_MECHANISM
 from protocol.messages import RESPONSES
 from proxy.filters.chain import AnswerAndClose, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
@@ -33,8 +34,6 @@ from proxy.security.sasl import (
 
 log = get_logger("sasl")
 
-UNSUPPORTED_SASL_MECHANISM = 33
-ILLEGAL_SASL_STATE = 34
 _SASL_APIS = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 _MECHANISM = "sasl_mechanism"
 _SCRAM_USER = "sasl_scram_user"
@@ -98,7 +97,7 @@ class SaslPrincipalLearner(Filter):
         if claim is None:
             return False
         mechanism, user = claim
-        if msg.error_code != 0:
+        if msg.error_code != NONE:
             self._count(mechanism, "failed")
             log.info("client_auth_failed", client=ctx.client_address, mechanism=mechanism,
                      error_code=msg.error_code)

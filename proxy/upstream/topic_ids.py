@@ -12,16 +12,18 @@ from collections.abc import Callable
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.contracts.features import (
+    METADATA_CLUSTER_ID_VERSION,
+    METADATA_TOPIC_ID_VERSION,
+    TOPIC_ID_VERSION,
+)
 from protocol.primitives import ZERO_UUID
 from proxy.filters.chain import Exchange, Filter, SessionContext
-
-# Produce and Fetch name topics by id, not by name, from this version on.
-BY_ID_FROM_VERSION = 13
 
 
 def topic_key(name: str | None, topic_id: bytes, version: int) -> str | bytes | None:
     """How a Produce or Fetch message of `version` identifies a topic: its name, or its id."""
-    return name if version < BY_ID_FROM_VERSION else topic_id
+    return name if version < TOPIC_ID_VERSION else topic_id
 
 
 class TopicIds:
@@ -48,7 +50,7 @@ class TopicIds:
     def topic(self, name: str | None, topic_id: bytes, version: int) -> str | None:
         """The name of a topic of a Produce or Fetch message of `version` (None for an id
         not learned yet)."""
-        return name if version < BY_ID_FROM_VERSION else self.names.get(topic_id)
+        return name if version < TOPIC_ID_VERSION else self.names.get(topic_id)
 
 
 class TopicIdLearner(Filter):
@@ -58,13 +60,13 @@ class TopicIdLearner(Filter):
         self.topics = topics
 
     def wants_response(self, api_key: int, version: int) -> bool:
-        return api_key == ApiKey.METADATA and version >= 2
+        return api_key == ApiKey.METADATA and version >= METADATA_CLUSTER_ID_VERSION
 
     async def on_response(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         self.topics.learn_cluster_id(msg.cluster_id)
-        if version >= 10:
+        if version >= METADATA_TOPIC_ID_VERSION:
             for t in msg.topics:
                 if t.name is not None and t.topic_id != ZERO_UUID:
                     self.topics.learn(t.topic_id, t.name)

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
+from protocol.api_keys import ApiKey
+from protocol.contracts.kafka_errors import NONE
 from protocol.primitives import Reader
 from proxy.observability.logs import get_logger
 
@@ -31,7 +33,7 @@ BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 MAX_TOPICS = 10_000
 """Topics whose limit is remembered; past this the oldest are forgotten (and asked again)."""
 
-_DESCRIBE_CONFIGS = 32
+_DESCRIBE_CONFIGS = int(ApiKey.DESCRIBE_CONFIGS)
 _VERSION = 1
 _TOPIC = 2  # ConfigResource type
 _KEY = "max.message.bytes"
@@ -79,7 +81,7 @@ def parse_describe_response(payload: bytes) -> dict[str, int]:
                 r.int8()
             if key == _KEY and text is not None and text.isdigit():
                 value = int(text)
-        if error == 0 and value is not None:
+        if error == NONE and value is not None:
             out[name] = value
     return out
 

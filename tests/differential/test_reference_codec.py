@@ -31,10 +31,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.api_keys import API_KEYS
-from protocol.codegen.jars import kafka_libs_dir
-from protocol.codegen.model import FieldLayout, StructLayout, load_messages
+from protocol.codegen.model import FieldLayout, StructLayout
 from protocol.headers import request_header_version, response_header_version
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
+from proxy.devtools.codegen import load_messages
+from proxy.devtools.kafka_dist import kafka_libs as kafka_libs_dir
 from tests.support.message_strategies import all_message_versions, message_strategy, module_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

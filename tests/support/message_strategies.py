@@ -16,7 +16,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.codegen.model import FieldLayout, Message, StructLayout, load_messages
+from protocol.codegen.model import FieldLayout, Message, StructLayout
+from proxy.devtools.codegen import load_messages
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import pathlib
 
-from protocol.codegen.__main__ import main
-from protocol.codegen.generate import render_all
 from protocol.codegen.jars import strip_comments
-from protocol.codegen.model import Versions, camel_case, load_messages, snake_case
+from protocol.codegen.model import Versions, camel_case, snake_case
+from proxy.devtools.codegen import load_messages, main, render_all
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -11,15 +11,8 @@ from tests.support.import_rules import imported_names, violations
 
 ROOT = Path(__file__).resolve().parents[2]
 
-ALLOWED = frozenset({
-    # Being fixed in parallel (the codegen's jar lookup moves out of proxy.devtools); this
-    # entry goes when that change is merged.
-    ("protocol/codegen/jars.py", "proxy.devtools.kafka_dist"),
-})
-
-
 def test_the_packages_import_only_what_their_layer_may() -> None:
-    found = violations(ROOT, ALLOWED)
+    found = violations(ROOT)
     assert not found, "imports against the dependency rules:\n" + "\n".join(map(str, found))
 
 

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.codegen.model import load_messages
 from protocol.errors import CodecError
+from proxy.devtools.codegen import load_messages
 from tests.support.message_strategies import (
     all_message_versions,
     message_strategy,

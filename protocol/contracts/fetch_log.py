@@ -1,0 +1,59 @@
+"""The observations the ``fetch_log`` interceptor publishes, one per record a consumer fetched
+through Herald, and the analytics pipeline reads back (``pipeline.jobs.read_fetches``) to
+measure produce-to-consume latency.
+
+Each is one compact JSON object, the record's value, keyed by the trace id (no key when the
+fetched record carried no valid trace context)::
+
+    {"tr": trace id or null, "t": topic, "p": partition, "o": offset,
+     "c": consumer client id, "g": group or null, "f": fetch time, ms since the epoch}
+
+The keys are one or two letters because there is one observation per fetched record.
+"""
+
+from __future__ import annotations
+
+from json import dumps
+
+DEFAULT_TOPIC = "herald.fetches"
+"""Where the observations go unless configured otherwise."""
+
+TRACE_ID = "tr"
+"""The trace id of the record's first valid ``traceparent``: 32 lowercase hex digits, or null."""
+TOPIC = "t"
+PARTITION = "p"
+OFFSET = "o"
+CONSUMER = "c"
+"""The client id of the consumer that fetched the record."""
+GROUP = "g"
+"""The consumer's group, or null for a consumer that reads without one (``assign()``)."""
+FETCHED_MS = "f"
+"""When Herald handed the record out, ms since the epoch."""
+
+FIELDS = ((TRACE_ID, "string"), (TOPIC, "string"), (PARTITION, "int"), (OFFSET, "long"),
+          (CONSUMER, "string"), (GROUP, "string"), (FETCHED_MS, "long"))
+"""Every key with its Spark SQL type."""
+
+SPARK_SCHEMA = ", ".join(f"{key} {kind}" for key, kind in FIELDS)
+"""The schema of an observation, for Spark's ``from_json``."""
+
+
+def batch_tail(topic: str, partition: int, consumer: str | None, group: str | None,
+               fetched_ms: int) -> str:
+    """The end of the JSON text of every observation of one fetched batch: the fields its
+    records share, written once per batch."""
+    return (f',"{TOPIC}":{dumps(topic)},"{PARTITION}":{partition},"{CONSUMER}":{dumps(consumer)}'
+            f',"{GROUP}":{dumps(group)},"{FETCHED_MS}":{fetched_ms}}}')
+
+
+_TRACED = f'{{"{TRACE_ID}":"'
+_TRACED_OFFSET = f'","{OFFSET}":'
+_UNTRACED = f'{{"{TRACE_ID}":null,"{OFFSET}":'
+
+
+def observation(trace_id: str | None, offset: int, tail: str) -> str:
+    """The JSON text of one observation; ``tail`` is its batch's ``batch_tail``. A trace id is
+    32 hex digits (``parse_traceparent`` checked it), so it needs no escaping."""
+    if trace_id:
+        return f"{_TRACED}{trace_id}{_TRACED_OFFSET}{offset}{tail}"
+    return f"{_UNTRACED}{offset}{tail}"
