@@ -173,7 +173,7 @@ async def test_large_responses_stream_through_byte_identical(
     meta = await client.recv()
     assert meta is not None
     topic_id = wire.decode_response(ApiKey.METADATA, 12, meta)[1].topics[0].topic_id
-    streamed = proxy.observability.metrics.responses_streamed._value.get()
+    streamed = proxy.metrics.responses_streamed._value.get()
     start = len(client.received)
     # v12: no filter reads it; v16: the address rewriter reads only its tail.
     sent = raw.fetch(3, topic_name) + raw.fetch(4, "", version=16, topic_id=topic_id)
@@ -182,7 +182,7 @@ async def test_large_responses_stream_through_byte_identical(
     for body in bodies:
         assert body is not None and len(body) > 400_000
         assert all(v in body for v in values)
-    assert proxy.observability.metrics.responses_streamed._value.get() == streamed + 2
+    assert proxy.metrics.responses_streamed._value.get() == streamed + 2
     (session,) = proxy.sessions
     assert (session._splicer is not None) is splice
     ours = [c for c in relay.connections if bytes(c[0]).endswith(sent)]
@@ -217,11 +217,11 @@ async def test_a_half_closed_client_still_gets_the_response_being_streamed(
     fetch = FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 24, topics=[FetchTopic(
         topic=topic_name, partitions=[FetchPartition(
             partition=0, fetch_offset=0, partition_max_bytes=1 << 24)])])
-    streamed = proxy.observability.metrics.responses_streamed._value.get()
+    streamed = proxy.metrics.responses_streamed._value.get()
     await stream.send_all(raw.request_frame(1, 12, 99, fetch))
     received = bytearray(await stream.receive_some(8))
     with trio.fail_after(10):
-        while proxy.observability.metrics.responses_streamed._value.get() == streamed:
+        while proxy.metrics.responses_streamed._value.get() == streamed:
             await trio.sleep(0.01)
     await stream.send_eof()
     await trio.sleep(0.5)  # Herald reads the end of the client's requests meanwhile
