@@ -38,9 +38,11 @@ from proxy.native.relay import (
     next_session_id,
 )
 from proxy.observability.logs import get_logger
-from proxy.observability.metrics import ApiMetrics, Metrics
+from proxy.observability.metrics import Metrics
 from proxy.security.sasl import SaslError
 from proxy.session import wire
+from proxy.session.closing import SessionClosed
+from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.splice import SpliceEOF, Splicer
 from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO, UpstreamAuthError
@@ -67,26 +69,6 @@ _MAX_STAY_READS = 64
 
 class _HandBack(Exception):
     """The Python pumps stop: the session goes back to the native relay."""
-
-
-class SessionClosed(Exception):
-    """Ends a session; `reason` is what gets logged, once."""
-
-    def __init__(self, reason: str, level: str = "info", exc: BaseException | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.level = level
-        self.exc = exc  # logged with its traceback (level "error": a bug, not bad input)
-
-
-@dataclass(slots=True)
-class InFlight:
-    api_key: int
-    api_version: int
-    received: float
-    metrics: ApiMetrics
-    exchange: Exchange | None = None
-    sent: float = 0.0
 
 
 class Session:
@@ -125,10 +107,7 @@ class Session:
         self.ctx = ctx
         self.chain = chain
         self.max_frame_bytes = max_frame_bytes
-        self.in_flight: OrderedDict[int, InFlight] = OrderedDict()
-        self._slots = trio.Semaphore(max_in_flight)
-        self._idle = trio.Event()
-        self._idle.set()
+        self._calls = CorrelationTable(max_in_flight)
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
@@ -157,6 +136,11 @@ class Session:
         self._tail: tuple[InFlight, bytes] | None = None  # see Handover.tail
         self._stay_left = 0
 
+    @property
+    def in_flight(self) -> OrderedDict[int, InFlight]:
+        """The requests awaiting a response, oldest first."""
+        return self._calls.entries
+
     async def run(self) -> None:
         try:
             while await self._run_pumps():
@@ -173,7 +157,7 @@ class Session:
                 self._held_in.release()
                 self._held_out.release()
                 self._held_native.release()
-            self._abandon()
+            self._calls.abandon(self.ctx)
         reason = self._reason
         if reason is not None:
             fields = {
@@ -267,10 +251,9 @@ class Session:
             if state.tail and self._tail is None:
                 self._tail = (entry, state.upstream[:state.tail])  # its response has begun
                 continue
-            self._slots.acquire_nowait()
-            self.in_flight[corr] = entry
-        if self.in_flight or self._tail is not None:
-            self._idle = trio.Event()
+            self._calls.restore(corr, entry)
+        if self._calls.entries or self._tail is not None:
+            self._calls.busy()
         if self.deadlines is not None:
             self.deadlines.frame_started = math.inf
             self.deadlines.received(0, self._requests.buffered)
@@ -279,19 +262,6 @@ class Session:
         if self._held_in is not None:
             self._held_in.set(self._requests.buffered)
             self._held_out.set(self._responses.buffered)
-
-    def _abandon(self) -> None:
-        """Responses that will never come: let the filters that waited for one finish."""
-        for entry in self.in_flight.values():
-            exchange = entry.exchange
-            if exchange is None:
-                continue
-            for f in exchange.notes:
-                try:
-                    f.on_abandoned(self.ctx, exchange)
-                except Exception as exc:
-                    log.error("filter_error", filter=f.name, error=repr(exc))
-        self.in_flight.clear()
 
     def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
@@ -339,13 +309,13 @@ class Session:
                     else:
                         data, waited = await self._held_in.receive(self.client, _RECV, drained)
             if self._draining:
-                await self._idle.wait()
+                await self._calls.wait_idle()
                 raise SessionClosed("proxy shutting down")
             if not data and not handed:
-                if not self._idle.is_set():
+                if not self._calls.idle:
                     # The client half-closed; let outstanding responses (one that is being
                     # streamed included) reach it.
-                    await self._idle.wait()
+                    await self._calls.wait_idle()
                 raise SessionClosed("client closed the connection")
             drained = len(data) < _RECV
             self._bytes_in.inc(len(data))
@@ -389,8 +359,8 @@ class Session:
         if self._stay_left:
             self._stay_left -= 1
             return
-        await self._idle.wait()
-        if not self._draining and not self._responses.buffered and not self.in_flight:
+        await self._calls.wait_idle()
+        if not self._draining and not self._responses.buffered and not self._calls.entries:
             raise _HandBack
 
     async def _forward_requests(self, raw: bytes, frames: list[memoryview]) -> None:
@@ -400,7 +370,7 @@ class Session:
         out = _Outgoing(raw)
         entries: list[InFlight] = []
         for view in frames:
-            if out and self._slots.value == 0:
+            if out and self._calls.full:
                 # About to wait for a free slot: what is queued must go out first, or
                 # the responses that would free a slot are never asked for.
                 await self._send_upstream(out.take(), entries)
@@ -425,7 +395,7 @@ class Session:
         while lifetime_ms > 0:
             await trio.sleep(lifetime_ms * _REAUTH_AT / 1000)
             async with self._turn:  # no client request goes upstream meanwhile
-                await self._idle.wait()  # and every earlier one is answered
+                await self._calls.wait_idle()  # and every earlier one is answered
                 send, receive = trio.open_memory_channel[bytes](16)
                 self._own_replies = send
                 try:
@@ -447,7 +417,7 @@ class Session:
     ) -> None:
         if out:
             await self._send_upstream(out, entries)
-        await self._idle.wait()  # every earlier response goes first
+        await self._calls.wait_idle()  # every earlier response goes first
         if answer.body is not None:
             head = answer.head
             payload = bytearray()
@@ -458,7 +428,7 @@ class Session:
 
     async def _watch_deadlines(self) -> None:
         assert self.deadlines is not None
-        limit, reason = await self.deadlines.expired(lambda: bool(self.in_flight))
+        limit, reason = await self.deadlines.expired(lambda: bool(self._calls.entries))
         self.metrics.connection_limit_hits.labels(limit).inc()
         raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
 
@@ -500,20 +470,11 @@ class Session:
         api_metrics.requests.inc()
         entry = None
         if wire.expects_response(head, payload):
-            corr = head.correlation_id
-            if corr in self.in_flight:
-                raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
-            try:
-                self._slots.acquire_nowait()
-            except trio.WouldBlock:
-                await self._slots.acquire()
             entry = InFlight(
                 head.api_key, head.api_version, received, api_metrics,
                 exchange if exchange is not None and exchange.notes else None,
             )
-            self.in_flight[corr] = entry
-            if self._idle.is_set():
-                self._idle = trio.Event()
+            await self._calls.add(head.correlation_id, entry)
         return payload, entry
 
     async def _pump_responses(self) -> None:
@@ -523,8 +484,7 @@ class Session:
             filters = self._response_filters(entry)
             await self._send_tail(entry, filters, entry.exchange or Exchange(), tail)
             entry.metrics.latency.observe(time.monotonic() - entry.received)
-            if not self.in_flight:
-                self._idle.set()
+            self._calls.settle()
         decoder = self._responses
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
@@ -562,8 +522,7 @@ class Session:
                         data = await self._stream_rest(stream)
             if self._held_out is not None:
                 self._held_out.set(decoder.buffered)
-            if not self.in_flight:
-                self._idle.set()
+            self._calls.settle()
             if not waited:
                 await trio.lowlevel.checkpoint()
 
@@ -592,7 +551,7 @@ class Session:
         (size, corr) = _HEAD.unpack(head)
         if size < _STREAM_MIN_BYTES:
             return None
-        entry = self._oldest(corr)
+        entry = self._calls.oldest(corr)
         filters = self._response_filters(entry)
         finder = None
         if filters:
@@ -600,7 +559,7 @@ class Session:
             if not tail_only or not tail_walkable(entry.api_key, entry.api_version):
                 return None
             finder = FetchTailFinder(size)
-        self._retire(corr, entry)
+        self._calls.retire(corr, entry)
         self.metrics.responses_streamed.inc()
         stream = _Stream(entry, size + 4, finder, filters, entry.exchange or Exchange())
         await self._stream_more(stream, decoder.take(), start=4)
@@ -684,21 +643,6 @@ class Session:
             await self.client.send_all(tail)
             self._bytes_out.inc(len(tail))
 
-    def _oldest(self, corr: int) -> InFlight:
-        """The in-flight entry a response answers, which must be the oldest one."""
-        oldest = next(iter(self.in_flight), None)
-        if corr != oldest:
-            raise SessionClosed(
-                f"upstream answered correlation id {corr}, expected {oldest}", "warning"
-            )
-        return self.in_flight[corr]
-
-    def _retire(self, corr: int, entry: InFlight) -> None:
-        """The response to `entry` has begun: free its slot and time the broker."""
-        del self.in_flight[corr]
-        self._slots.release()
-        entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
-
     def _response_filters(self, entry: InFlight) -> tuple[Filter, ...]:
         """The members that see this response: those that want its API and version, and those
         that left a note on its request."""
@@ -720,8 +664,8 @@ class Session:
     async def _response(self, payload: Buffer) -> tuple[Buffer, InFlight]:
         """Handle one response; return what to send on (`payload` itself when unchanged)."""
         corr = wire.response_correlation_id(payload)
-        entry = self._oldest(corr)
-        self._retire(corr, entry)
+        entry = self._calls.oldest(corr)
+        self._calls.retire(corr, entry)
         filters = self._response_filters(entry)
         if filters:
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
