@@ -43,13 +43,14 @@ from proxy.security.sasl import SaslError
 from proxy.session import wire
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
+from proxy.session.lanes import RECV, Lane
+from proxy.session.outgoing import Outgoing
 from proxy.session.splice import SpliceEOF, Splicer
 from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO, UpstreamAuthError
 
 log = get_logger("session")
 
-_RECV = 256 * 1024
 # Responses from this size on are forwarded as they arrive (see `_stream_start`); smaller ones
 # are assembled first, which costs little and lets every filter see them whole.
 _STREAM_MIN_BYTES = 64 * 1024
@@ -92,15 +93,18 @@ class Session:
     ) -> None:
         self.client = client
         self.deadlines = deadlines
+        self.metrics = metrics
         # What this connection holds of the global memory budget: request bytes read and
         # not yet forwarded, response bytes read and not yet sent on.
-        self._held_in = memory.holder() if memory is not None else None
-        self._held_out = Holder(memory, always_small=True) if memory is not None else None
-        self.metrics = metrics
-        self._bytes_in = metrics.bytes.labels("client_to_proxy")
-        self._bytes_up = metrics.bytes.labels("proxy_to_upstream")
-        self._bytes_down = metrics.bytes.labels("upstream_to_proxy")
-        self._bytes_out = metrics.bytes.labels("proxy_to_client")
+        self._requests = Lane(
+            FrameDecoder(max_frame_bytes), memory.holder() if memory is not None else None,
+            metrics.bytes.labels("client_to_proxy"), metrics.bytes.labels("proxy_to_upstream"),
+        )
+        self._responses = Lane(
+            FrameDecoder(max_frame_bytes),
+            Holder(memory, always_small=True) if memory is not None else None,
+            metrics.bytes.labels("upstream_to_proxy"), metrics.bytes.labels("proxy_to_client"),
+        )
         self.upstream = upstream
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
@@ -120,9 +124,6 @@ class Session:
         renew = reauthenticate is not None and session_lifetime_ms > 0
         self._turn: trio.Lock | None = trio.Lock() if renew else None
         self._own_replies: trio.MemorySendChannel[bytes] | None = None
-        # Decoders outlive a run of the pumps: the native relay hands bytes back into them.
-        self._requests = FrameDecoder(max_frame_bytes)
-        self._responses = FrameDecoder(max_frame_bytes)
         self._max_in_flight = max_in_flight
         # The native relay serves plaintext sessions that Herald never speaks on itself.
         self._native = native if (
@@ -153,9 +154,9 @@ class Session:
                 await self.upstream.aclose()
             if self._splicer is not None:
                 self._splicer.close()
-            if self._held_in is not None:
-                self._held_in.release()
-                self._held_out.release()
+            self._requests.release()
+            self._responses.release()
+            if self._held_native is not None:
                 self._held_native.release()
             self._calls.abandon(self.ctx)
         reason = self._reason
@@ -221,7 +222,7 @@ class Session:
                 self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.take(), stamp, fetch,
+                self._requests.decoder.take(), stamp, fetch,
                 trio.current_time() - deadlines.frame_started
                 if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
             )
@@ -243,8 +244,8 @@ class Session:
         self._stay = 0 if state.forwarded >= _FEW_NATIVE else min(
             max(1, 2 * self._stay), _MAX_STAY_READS)
         self._stay_left = self._stay
-        self._requests.feed(state.client)
-        self._responses.feed(memoryview(state.upstream)[state.tail:])
+        self._requests.decoder.feed(state.client)
+        self._responses.decoder.feed(memoryview(state.upstream)[state.tail:])
         for corr, api_key, api_version, received in state.in_flight:
             entry = InFlight(api_key, api_version, received,
                              self.metrics.for_api(api_key, api_version), sent=received)
@@ -256,12 +257,11 @@ class Session:
             self._calls.busy()
         if self.deadlines is not None:
             self.deadlines.frame_started = math.inf
-            self.deadlines.received(0, self._requests.buffered)
-            if state.frame_age >= 0 and self._requests.buffered:  # the same frame's clock
+            self.deadlines.received(0, self._requests.decoder.buffered)
+            if state.frame_age >= 0 and self._requests.decoder.buffered:  # the same frame's clock
                 self.deadlines.frame_started = trio.current_time() - state.frame_age
-        if self._held_in is not None:
-            self._held_in.set(self._requests.buffered)
-            self._held_out.set(self._responses.buffered)
+        self._requests.book()
+        self._responses.book()
 
     def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
@@ -292,7 +292,8 @@ class Session:
             self._reason = reason
 
     async def _pump_requests(self) -> None:
-        decoder = self._requests
+        lane = self._requests
+        decoder = lane.decoder
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
@@ -304,10 +305,7 @@ class Session:
             elif not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
-                    if self._held_in is None:
-                        data, waited = await self.client.receive(_RECV, drained)
-                    else:
-                        data, waited = await self._held_in.receive(self.client, _RECV, drained)
+                    data, waited = await lane.receive(self.client, drained)
             if self._draining:
                 await self._calls.wait_idle()
                 raise SessionClosed("proxy shutting down")
@@ -317,8 +315,8 @@ class Session:
                     # streamed included) reach it.
                     await self._calls.wait_idle()
                 raise SessionClosed("client closed the connection")
-            drained = len(data) < _RECV
-            self._bytes_in.inc(len(data))
+            drained = len(data) < RECV
+            lane.read.inc(len(data))
             try:
                 raw, frames = decoder.split(data)
             except FrameTooLarge as exc:
@@ -343,8 +341,7 @@ class Session:
                         await self._forward_requests(raw, frames)
                     finally:
                         turn.release()
-            if self._held_in is not None:
-                self._held_in.set(decoder.buffered)
+            lane.book()
             # A partial frame goes to the engine with the session (it reads the rest), so a
             # client that never pauses between requests still gets back to the engine.
             if self._native is not None and decoder.buffered <= BUFFER_SIZE:
@@ -360,14 +357,14 @@ class Session:
             self._stay_left -= 1
             return
         await self._calls.wait_idle()
-        if not self._draining and not self._responses.buffered and not self._calls.entries:
+        if not self._draining and not self._responses.decoder.buffered and not self._calls.entries:
             raise _HandBack
 
     async def _forward_requests(self, raw: bytes, frames: list[memoryview]) -> None:
         """Forward the requests of one read; `frames` are views into `raw`, which holds them
         with their size prefixes. Runs of frames that go out unchanged are sent as the bytes
         that arrived (all of `raw`, usually), without being copied or joined."""
-        out = _Outgoing(raw)
+        out = Outgoing(raw)
         entries: list[InFlight] = []
         for view in frames:
             if out and self._calls.full:
@@ -441,7 +438,7 @@ class Session:
         out.clear()
         entries.clear()
         await self.upstream.send_all(data)
-        self._bytes_up.inc(len(data))
+        self._requests.sent.inc(len(data))
 
     async def _request(self, view: memoryview) -> tuple[Buffer, InFlight | None]:
         """Handle one request; return what to forward (`view` itself when unchanged)."""
@@ -485,7 +482,8 @@ class Session:
             await self._send_tail(entry, filters, entry.exchange or Exchange(), tail)
             entry.metrics.latency.observe(time.monotonic() - entry.received)
             self._calls.settle()
-        decoder = self._responses
+        lane = self._responses
+        decoder = lane.decoder
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
@@ -493,14 +491,11 @@ class Session:
                 prefilled = False
                 data, waited = b"", True
             else:
-                if self._held_out is None:
-                    data, waited = await self.upstream.receive(_RECV, drained)
-                else:
-                    data, waited = await self._held_out.receive(self.upstream, _RECV, drained)
+                data, waited = await lane.receive(self.upstream, drained)
                 if not data:
                     raise SessionClosed("upstream closed the connection", "warning")
-                drained = len(data) < _RECV
-                self._bytes_down.inc(len(data))
+                drained = len(data) < RECV
+                lane.read.inc(len(data))
             first = True
             while data or first:
                 first = False
@@ -520,14 +515,13 @@ class Session:
                     stream = await self._stream_start(decoder)
                     if stream is not None:
                         data = await self._stream_rest(stream)
-            if self._held_out is not None:
-                self._held_out.set(decoder.buffered)
+            lane.book()
             self._calls.settle()
             if not waited:
                 await trio.lowlevel.checkpoint()
 
     async def _forward_responses(self, raw: bytes, frames: list[memoryview]) -> None:
-        out = _Outgoing(raw)
+        out = Outgoing(raw)
         answered: list[InFlight] = []
         for view in frames:
             payload, entry = await self._response(view)
@@ -536,7 +530,7 @@ class Session:
         pieces = out.take()
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
         await self.client.send_all(data)
-        self._bytes_out.inc(len(data))
+        self._responses.sent.inc(len(data))
         now = time.monotonic()
         for entry in answered:
             entry.metrics.latency.observe(now - entry.received)
@@ -587,13 +581,13 @@ class Session:
                 if finder is not None:
                     finder.skipped(n)
                 stream.left -= n
-                self._bytes_down.inc(n)
-                self._bytes_out.inc(n)
+                self._responses.read.inc(n)
+                self._responses.sent.inc(n)
                 continue
-            data, _ = await self.upstream.receive(_RECV)
+            data, _ = await self.upstream.receive(RECV)
             if not data:
                 raise SessionClosed("upstream closed the connection", "warning")
-            self._bytes_down.inc(len(data))
+            self._responses.read.inc(len(data))
             used = await self._stream_more(stream, data)
             if used < len(data):
                 rest = data[used:]
@@ -624,7 +618,7 @@ class Session:
                 part = part[:cut]
         if part:
             await self.client.send_all(part)
-            self._bytes_out.inc(len(part))
+            self._responses.sent.inc(len(part))
         return used
 
     async def _stream_tail(self, stream: _Stream) -> None:
@@ -641,7 +635,7 @@ class Session:
             tail = fit_tail(msg, entry.api_version, len(tail))
         if tail:
             await self.client.send_all(tail)
-            self._bytes_out.inc(len(tail))
+            self._responses.sent.inc(len(tail))
 
     def _response_filters(self, entry: InFlight) -> tuple[Filter, ...]:
         """The members that see this response: those that want its API and version, and those
@@ -703,46 +697,3 @@ class _Stream:
     filters: tuple[Filter, ...]
     exchange: Exchange
     tail: bytearray = field(default_factory=bytearray)
-
-
-_frame_size = struct.Struct(">i").pack
-"""The size prefix of a frame, sent beside its payload so the two are joined in one copy."""
-
-
-class _Outgoing:
-    """The frames of one read on their way out, in order: runs of unchanged frames as slices
-    of the bytes that arrived (all of them, usually: then nothing is copied), changed ones as
-    a new size prefix and payload."""
-
-    __slots__ = ("_raw", "_pieces", "_sent", "_pos")
-
-    def __init__(self, raw: bytes) -> None:
-        self._raw = raw
-        self._pieces: list[Buffer] = []
-        self._sent = 0  # start in `raw` of the unchanged run not yet in `_pieces`
-        self._pos = 0  # start in `raw` of the next frame's size prefix
-
-    def add(self, view: memoryview, payload: Buffer) -> None:
-        end = self._pos + 4 + len(view)
-        if payload is not view:
-            self._flush()
-            self._pieces += (_frame_size(len(payload)), payload)
-            self._sent = end
-        self._pos = end
-
-    def _flush(self) -> None:
-        if self._sent < self._pos:
-            raw = self._raw
-            whole = self._sent == 0 and self._pos == len(raw)
-            self._pieces.append(raw if whole else memoryview(raw)[self._sent:self._pos])
-            self._sent = self._pos
-
-    def __bool__(self) -> bool:
-        return bool(self._pieces) or self._sent < self._pos
-
-    def take(self) -> list[Buffer]:
-        """What is queued, handed out and forgotten."""
-        self._flush()
-        pieces, self._pieces = self._pieces, []
-        return pieces
-
