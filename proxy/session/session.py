@@ -11,21 +11,18 @@ the oldest outstanding one means the upstream is broken.
 from __future__ import annotations
 
 import math
-import struct
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 import trio
 
 from interceptors.config import ConfigError
 from protocol.errors import CodecError
-from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
-from proxy.filters.chain import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
+from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
 from proxy.limits.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.relay import (
@@ -45,18 +42,14 @@ from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
 from proxy.session.outgoing import Outgoing
-from proxy.session.splice import SpliceEOF, Splicer
+from proxy.session.response_filters import ResponseFilters
+from proxy.session.splice import Splicer
+from proxy.session.streaming import ResponseStreamer
 from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO, UpstreamAuthError
 
 log = get_logger("session")
 
-# Responses from this size on are forwarded as they arrive (see `_stream_start`); smaller ones
-# are assembled first, which costs little and lets every filter see them whole.
-_STREAM_MIN_BYTES = 64 * 1024
-_STREAM_FROM_HEAD = 8  # size prefix and correlation id
-_SPLICE_MIN_BYTES = 16 * 1024  # below this, two syscalls and a pipe cost more than a copy
-_HEAD = struct.Struct(">ii")
 _REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
 STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
 """What a native phase that stamps Produce requests books in the memory budget."""
@@ -115,9 +108,9 @@ class Session:
         self._recv_scope = trio.CancelScope()
         self._draining = False
         self._reason: SessionClosed | None = None
-        # False once splice(2) turned out to be missing, or when either side is TLS.
-        self._splice = client.spliceable and upstream.spliceable
-        self._splicer: Splicer | None = None  # made on the first splice: two fds per session
+        self._filters = ResponseFilters(chain, ctx)
+        self._streamer = ResponseStreamer(client, upstream, self._responses, self._calls,
+                                          self._filters, metrics.responses_streamed)
         self._reauthenticate = reauthenticate
         self._lifetime_ms = session_lifetime_ms
         self._reauth_timeout_s = reauth_timeout_s
@@ -142,6 +135,11 @@ class Session:
         """The requests awaiting a response, oldest first."""
         return self._calls.entries
 
+    @property
+    def _splicer(self) -> Splicer | None:
+        """The pipe large responses are spliced through, once one was."""
+        return self._streamer.splicer
+
     async def run(self) -> None:
         try:
             while await self._run_pumps():
@@ -152,8 +150,7 @@ class Session:
             with trio.CancelScope(shield=True):
                 await self.client.aclose()
                 await self.upstream.aclose()
-            if self._splicer is not None:
-                self._splicer.close()
+            self._streamer.close()
             self._requests.release()
             self._responses.release()
             if self._held_native is not None:
@@ -478,9 +475,7 @@ class Session:
         if self._tail is not None:  # a response the native relay began: its end goes first
             entry, tail = self._tail
             self._tail = None
-            filters = self._response_filters(entry)
-            await self._send_tail(entry, filters, entry.exchange or Exchange(), tail)
-            entry.metrics.latency.observe(time.monotonic() - entry.received)
+            await self._streamer.finish_begun(entry, tail)
             self._calls.settle()
         lane = self._responses
         decoder = lane.decoder
@@ -503,7 +498,6 @@ class Session:
                     raw, frames = decoder.split(data)
                 except CodecError as exc:
                     raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
-                data = b""
                 if frames:
                     own = self._own_replies
                     if own is None:
@@ -511,10 +505,7 @@ class Session:
                     else:  # answers to Herald's own re-authentication
                         for reply in frames:
                             own.send_nowait(bytes(reply))
-                if decoder.buffered >= _STREAM_FROM_HEAD:
-                    stream = await self._stream_start(decoder)
-                    if stream is not None:
-                        data = await self._stream_rest(stream)
+                data = await self._streamer.stream_next()
             lane.book()
             self._calls.settle()
             if not waited:
@@ -535,137 +526,15 @@ class Session:
         for entry in answered:
             entry.metrics.latency.observe(now - entry.received)
 
-    async def _stream_start(self, decoder: FrameDecoder) -> _Stream | None:
-        """Start forwarding a large response before it is complete, if nothing must see it whole.
-
-        Fetch responses are most of a consumer's traffic and can be megabytes; assembling each
-        one here before sending it would add its whole transfer time to every fetch.
-        """
-        head = decoder.peek(8)
-        (size, corr) = _HEAD.unpack(head)
-        if size < _STREAM_MIN_BYTES:
-            return None
-        entry = self._calls.oldest(corr)
-        filters = self._response_filters(entry)
-        finder = None
-        if filters:
-            tail_only = all(f.tail_only(entry.api_key, entry.api_version) for f in filters)
-            if not tail_only or not tail_walkable(entry.api_key, entry.api_version):
-                return None
-            finder = FetchTailFinder(size)
-        self._calls.retire(corr, entry)
-        self.metrics.responses_streamed.inc()
-        stream = _Stream(entry, size + 4, finder, filters, entry.exchange or Exchange())
-        await self._stream_more(stream, decoder.take(), start=4)
-        return stream
-
-    async def _stream_rest(self, stream: _Stream) -> bytes:
-        """Forward the rest of a streamed frame; return what arrived after it.
-
-        Bytes the filters will not read (all of them, or a Fetch response's record data) are
-        spliced from socket to socket when the platform can; the rest is received and fed.
-        """
-        finder = stream.finder
-        while stream.left:
-            n = stream.left if finder is None else min(stream.left, finder.skippable())
-            if n >= _SPLICE_MIN_BYTES and self._splice:
-                if self._splicer is None:
-                    self._splicer = Splicer.create()
-                    if self._splicer is None:
-                        self._splice = False
-                        continue
-                try:
-                    await self._splicer.forward(self._upstream_sock, self._client_sock, n)
-                except SpliceEOF:
-                    raise SessionClosed("upstream closed the connection", "warning") from None
-                if finder is not None:
-                    finder.skipped(n)
-                stream.left -= n
-                self._responses.read.inc(n)
-                self._responses.sent.inc(n)
-                continue
-            data, _ = await self.upstream.receive(RECV)
-            if not data:
-                raise SessionClosed("upstream closed the connection", "warning")
-            self._responses.read.inc(len(data))
-            used = await self._stream_more(stream, data)
-            if used < len(data):
-                rest = data[used:]
-                break
-        else:
-            rest = b""
-        if finder is not None:
-            await self._stream_tail(stream)
-        entry = stream.entry
-        entry.metrics.latency.observe(time.monotonic() - entry.received)
-        return rest
-
-    async def _stream_more(self, stream: _Stream, data: bytes, start: int = 0) -> int:
-        """Forward what of `data` belongs to the streamed frame; return how much that was.
-
-        `start` bytes of `data` (the size prefix, in the first chunk) are not the finder's to
-        see. Bytes from the top-level tagged fields on are held back until the frame is
-        complete, then rewritten at the same length.
-        """
-        used = min(stream.left, len(data))
-        part = data if used == len(data) else data[:used]
-        stream.left -= used
-        finder = stream.finder
-        if finder is not None:
-            cut = start + finder.feed(part[start:] if start else part)
-            if cut < used:
-                stream.tail += part[cut:]
-                part = part[:cut]
-        if part:
-            await self.client.send_all(part)
-            self._responses.sent.inc(len(part))
-        return used
-
-    async def _stream_tail(self, stream: _Stream) -> None:
-        if not stream.finder.done:
-            raise SessionClosed("upstream sent a Fetch response with no end", "warning")
-        await self._send_tail(stream.entry, stream.filters, stream.exchange, bytes(stream.tail))
-
-    async def _send_tail(self, entry: InFlight, filters: tuple[Filter, ...], exchange: Exchange,
-                         tail: bytes) -> None:
-        """The top-level tagged fields of a Fetch response whose earlier bytes went out as
-        they arrived: the filters read them, and they leave at the same length."""
-        msg = decode_tail(tail, entry.api_version)
-        if await self._run_response_filters(filters, exchange, entry, msg):
-            tail = fit_tail(msg, entry.api_version, len(tail))
-        if tail:
-            await self.client.send_all(tail)
-            self._responses.sent.inc(len(tail))
-
-    def _response_filters(self, entry: InFlight) -> tuple[Filter, ...]:
-        """The members that see this response: those that want its API and version, and those
-        that left a note on its request."""
-        filters = self.chain.for_response(entry.api_key, entry.api_version)
-        if entry.exchange is not None:
-            filters += tuple(f for f in entry.exchange.notes if f not in filters)
-        return filters
-
-    async def _run_response_filters(
-        self, filters: tuple[Filter, ...], exchange: Exchange, entry: InFlight, msg: object
-    ) -> bool:
-        changed = False
-        for f in filters:
-            changed |= await f.on_response(
-                self.ctx, exchange, entry.api_key, entry.api_version, msg
-            )
-        return changed
-
     async def _response(self, payload: Buffer) -> tuple[Buffer, InFlight]:
         """Handle one response; return what to send on (`payload` itself when unchanged)."""
         corr = wire.response_correlation_id(payload)
         entry = self._calls.oldest(corr)
         self._calls.retire(corr, entry)
-        filters = self._response_filters(entry)
+        filters = self._filters.for_entry(entry)
         if filters:
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)
-            if await self._run_response_filters(
-                filters, entry.exchange or Exchange(), entry, msg
-            ):
+            if await self._filters.run(filters, entry.exchange or Exchange(), entry, msg):
                 payload = wire.encode_response(
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
@@ -685,15 +554,3 @@ class _OwnIO:
 
     async def next_frame(self) -> bytes:
         return await self.replies.receive()
-
-
-@dataclass(slots=True)
-class _Stream:
-    """A response being forwarded as it arrives."""
-
-    entry: InFlight
-    left: int  # bytes of the frame (size prefix included) still to come
-    finder: FetchTailFinder | None  # set when filters read the tail
-    filters: tuple[Filter, ...]
-    exchange: Exchange
-    tail: bytearray = field(default_factory=bytearray)
