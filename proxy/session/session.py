@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from interceptors.config import ConfigError
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
@@ -36,21 +35,20 @@ from proxy.native.relay import (
 )
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
-from proxy.security.sasl import SaslError
 from proxy.session import wire
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
 from proxy.session.outgoing import Outgoing
+from proxy.session.reauth import UpstreamReauth
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.splice import Splicer
 from proxy.session.streaming import ResponseStreamer
 from proxy.session.transport import Transport
-from proxy.upstream.cluster import FrameIO, UpstreamAuthError
+from proxy.upstream.cluster import FrameIO
 
 log = get_logger("session")
 
-_REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
 STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
 """What a native phase that stamps Produce requests books in the memory budget."""
 
@@ -111,16 +109,13 @@ class Session:
         self._filters = ResponseFilters(chain, ctx)
         self._streamer = ResponseStreamer(client, upstream, self._responses, self._calls,
                                           self._filters, metrics.responses_streamed)
-        self._reauthenticate = reauthenticate
-        self._lifetime_ms = session_lifetime_ms
-        self._reauth_timeout_s = reauth_timeout_s
-        renew = reauthenticate is not None and session_lifetime_ms > 0
-        self._turn: trio.Lock | None = trio.Lock() if renew else None
-        self._own_replies: trio.MemorySendChannel[bytes] | None = None
+        self._reauth = UpstreamReauth(
+            upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
+        ) if reauthenticate is not None and session_lifetime_ms > 0 else None
         self._max_in_flight = max_in_flight
         # The native relay serves plaintext sessions that Herald never speaks on itself.
         self._native = native if (
-            native is not None and not client.tls and not upstream.tls and self._turn is None
+            native is not None and not client.tls and not upstream.tls and self._reauth is None
         ) else None
         self._native_id = next_session_id()
         self._in_native = False
@@ -178,8 +173,8 @@ class Session:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._guard, self._pump_requests, nursery)
             nursery.start_soon(self._guard, self._pump_responses, nursery)
-            if self._turn is not None:
-                nursery.start_soon(self._guard, self._renew_upstream_session, nursery)
+            if self._reauth is not None:
+                nursery.start_soon(self._guard, self._reauth.run, nursery)
             if self.deadlines is not None:
                 nursery.start_soon(self._guard, self._watch_deadlines, nursery)
         return self._hand_back and self._reason is None
@@ -325,7 +320,7 @@ class Session:
             if self.deadlines is not None:
                 self.deadlines.received(len(frames), decoder.buffered)
             if frames:
-                turn = self._turn
+                turn = self._reauth.turn if self._reauth is not None else None
                 if turn is None:
                     await self._forward_requests(raw, frames)
                 else:
@@ -380,31 +375,6 @@ class Session:
                 entries.append(entry)
         if out:
             await self._send_upstream(out.take(), entries)
-
-    async def _renew_upstream_session(self) -> None:
-        """KIP-368 for Herald's own credentials: re-authenticate the upstream connection
-        before the broker's session lifetime ends, between the client's requests."""
-        assert self._reauthenticate is not None and self._turn is not None
-        lifetime_ms = self._lifetime_ms
-        while lifetime_ms > 0:
-            await trio.sleep(lifetime_ms * _REAUTH_AT / 1000)
-            async with self._turn:  # no client request goes upstream meanwhile
-                await self._calls.wait_idle()  # and every earlier one is answered
-                send, receive = trio.open_memory_channel[bytes](16)
-                self._own_replies = send
-                try:
-                    with trio.fail_after(self._reauth_timeout_s):
-                        lifetime_ms = await self._reauthenticate(_OwnIO(self.upstream, receive))
-                except trio.TooSlowError:
-                    raise SessionClosed("re-authentication to the broker timed out",
-                                        "warning") from None
-                except (UpstreamAuthError, SaslError, ConfigError, CodecError, EOFError) as exc:
-                    raise SessionClosed(f"re-authentication to the broker failed: {exc}",
-                                        "warning") from None
-                finally:
-                    self._own_replies = None
-            log.info("upstream_reauthenticated", client=self.ctx.client_address,
-                      upstream=self.ctx.upstream_address, lifetime_ms=lifetime_ms)
 
     async def _answer_and_close(
         self, out: list[Buffer], entries: list[InFlight], answer: AnswerAndClose
@@ -498,13 +468,9 @@ class Session:
                     raw, frames = decoder.split(data)
                 except CodecError as exc:
                     raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
-                if frames:
-                    own = self._own_replies
-                    if own is None:
-                        await self._forward_responses(raw, frames)
-                    else:  # answers to Herald's own re-authentication
-                        for reply in frames:
-                            own.send_nowait(bytes(reply))
+                # Answers to Herald's own re-authentication are not the client's.
+                if frames and (self._reauth is None or not self._reauth.claim(frames)):
+                    await self._forward_responses(raw, frames)
                 data = await self._streamer.stream_next()
             lane.book()
             self._calls.settle()
@@ -539,18 +505,3 @@ class Session:
                     entry.api_key, entry.api_version, payload, offset, msg
                 )
         return payload, entry
-
-
-class _OwnIO:
-    """Herald's own exchange on a session's upstream connection: its replies arrive through
-    the response pump, which owns the reading side."""
-
-    def __init__(self, upstream: Transport, replies: trio.MemoryReceiveChannel[bytes]) -> None:
-        self.upstream = upstream
-        self.replies = replies
-
-    async def send_all(self, data: bytes) -> None:
-        await self.upstream.send_all(data)
-
-    async def next_frame(self) -> bytes:
-        return await self.replies.receive()
