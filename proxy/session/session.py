@@ -10,7 +10,6 @@ the oldest outstanding one means the upstream is broken.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -22,16 +21,10 @@ from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
-from proxy.limits.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
+from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.relay import (
-    BUFFER_SIZE,
-    FETCH_BUFFER_SIZE,
-    RESUME,
-    STAMP_BUFFER_SIZE,
-    Handover,
     NativeRelay,
-    next_session_id,
 )
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
@@ -39,6 +32,7 @@ from proxy.session import wire
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
+from proxy.session.native_phases import HandBack, NativePhases
 from proxy.session.outgoing import Outgoing
 from proxy.session.reauth import UpstreamReauth
 from proxy.session.response_filters import ResponseFilters
@@ -48,20 +42,6 @@ from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO
 
 log = get_logger("session")
-
-STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
-"""What a native phase that stamps Produce requests books in the memory budget."""
-
-# A native phase that passed fewer requests than this before handing over means the client
-# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
-# so a session that alternates does not pay for a hand-over per request.
-_FEW_NATIVE = 8
-_MAX_STAY_READS = 64
-
-
-class _HandBack(Exception):
-    """The Python pumps stop: the session goes back to the native relay."""
-
 
 class Session:
     """Runs until either side closes, a frame is bad, or the proxy drains."""
@@ -97,11 +77,8 @@ class Session:
             metrics.bytes.labels("upstream_to_proxy"), metrics.bytes.labels("proxy_to_client"),
         )
         self.upstream = upstream
-        self._client_sock = client.sock
-        self._upstream_sock = upstream.sock
         self.ctx = ctx
         self.chain = chain
-        self.max_frame_bytes = max_frame_bytes
         self._calls = CorrelationTable(max_in_flight)
         self._recv_scope = trio.CancelScope()
         self._draining = False
@@ -112,18 +89,15 @@ class Session:
         self._reauth = UpstreamReauth(
             upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
         ) if reauthenticate is not None and session_lifetime_ms > 0 else None
-        self._max_in_flight = max_in_flight
         # The native relay serves plaintext sessions that Herald never speaks on itself.
-        self._native = native if (
+        self._native = NativePhases(
+            native, client, upstream, ctx, chain, metrics, self._requests, self._responses,
+            self._calls, max_frame_bytes, max_in_flight, deadlines, memory,
+        ) if (
             native is not None and not client.tls and not upstream.tls and self._reauth is None
         ) else None
-        self._native_id = next_session_id()
-        self._in_native = False
         self._hand_back = False
-        self._held_native = Holder(memory) if memory is not None else None
-        self._stay = 0  # reads the Python pumps keep the session for before offering it back
         self._tail: tuple[InFlight, bytes] | None = None  # see Handover.tail
-        self._stay_left = 0
 
     @property
     def in_flight(self) -> OrderedDict[int, InFlight]:
@@ -138,7 +112,8 @@ class Session:
     async def run(self) -> None:
         try:
             while await self._run_pumps():
-                await self._relay_natively()
+                assert self._native is not None  # only its offer stops the pumps to hand back
+                self._tail = await self._native.relay()
         except SessionClosed as exc:
             self._close_reason(exc)
         finally:
@@ -148,8 +123,8 @@ class Session:
             self._streamer.close()
             self._requests.release()
             self._responses.release()
-            if self._held_native is not None:
-                self._held_native.release()
+            if self._native is not None:
+                self._native.release()
             self._calls.abandon(self.ctx)
         reason = self._reason
         if reason is not None:
@@ -179,94 +154,18 @@ class Session:
                 nursery.start_soon(self._guard, self._watch_deadlines, nursery)
         return self._hand_back and self._reason is None
 
-    async def _relay_natively(self) -> None:
-        """Let the native relay move this session's frames until one needs Python, then take
-        its state back. Returns at once when the memory budget has no room for its buffers."""
-        native = self._native
-        assert native is not None
-        stamp = native.stamp_plan(self.chain, self.ctx)
-        fetch = native.fetch_plan(self.chain)
-        # Its two buffers; stamping, a larger request buffer and the stamped request's;
-        # scanning Fetch responses, a larger response buffer (when the budget has no room for
-        # those, Python does that work).
-        booked = 2 * BUFFER_SIZE
-        held = self._held_native
-        if held is not None:
-            if stamp is not None and held.room(STAMPING) >= STAMPING:
-                booked = STAMPING
-            else:
-                stamp = None
-            scanning = booked - BUFFER_SIZE + FETCH_BUFFER_SIZE
-            if fetch is not None and held.room(scanning) >= scanning:
-                booked = scanning
-            else:
-                fetch = None
-            if held.room(booked) < booked:
-                return
-            held.set(booked)
-        deadlines = self.deadlines
-        self._in_native = True
-        try:
-            state = await native.relay(
-                self._native_id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                native.table(self.chain, stamp is not None, fetch is not None),
-                self.max_frame_bytes,
-                self._max_in_flight,
-                deadlines.idle_s if deadlines is not None else math.inf,
-                deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.decoder.take(), stamp, fetch,
-                trio.current_time() - deadlines.frame_started
-                if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
-            )
-        finally:
-            self._in_native = False
-            if held is not None:
-                held.release()
-        self._resume(state)
-
-    def _resume(self, state: Handover) -> None:
-        """Carry on in Python from where the native relay stopped, or end as it says."""
-        reason = state.reason
-        if reason not in RESUME:
-            if reason in (IDLE_TIMEOUT, FRAME_TIMEOUT):
-                self.metrics.connection_limit_hits.labels(reason).inc()
-                raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
-            level = "warning" if reason.startswith("upstream") else "info"
-            raise SessionClosed(state.detail, level)
-        self._stay = 0 if state.forwarded >= _FEW_NATIVE else min(
-            max(1, 2 * self._stay), _MAX_STAY_READS)
-        self._stay_left = self._stay
-        self._requests.decoder.feed(state.client)
-        self._responses.decoder.feed(memoryview(state.upstream)[state.tail:])
-        for corr, api_key, api_version, received in state.in_flight:
-            entry = InFlight(api_key, api_version, received,
-                             self.metrics.for_api(api_key, api_version), sent=received)
-            if state.tail and self._tail is None:
-                self._tail = (entry, state.upstream[:state.tail])  # its response has begun
-                continue
-            self._calls.restore(corr, entry)
-        if self._calls.entries or self._tail is not None:
-            self._calls.busy()
-        if self.deadlines is not None:
-            self.deadlines.frame_started = math.inf
-            self.deadlines.received(0, self._requests.decoder.buffered)
-            if state.frame_age >= 0 and self._requests.decoder.buffered:  # the same frame's clock
-                self.deadlines.frame_started = trio.current_time() - state.frame_age
-        self._requests.book()
-        self._responses.book()
-
     def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
         self._draining = True
         self._recv_scope.cancel()
-        if self._in_native:
-            self._native.stop(self._native_id)
+        if self._native is not None:
+            self._native.drain()
 
     async def _guard(self, pump, nursery: trio.Nursery) -> None:  # noqa: ANN001
         """Turn any end of a pump into the end of the session, with one reason to log."""
         try:
             await pump()
-        except _HandBack:
+        except HandBack:
             self._hand_back = True
         except SessionClosed as exc:
             self._close_reason(exc)
@@ -334,23 +233,10 @@ class Session:
                     finally:
                         turn.release()
             lane.book()
-            # A partial frame goes to the engine with the session (it reads the rest), so a
-            # client that never pauses between requests still gets back to the engine.
-            if self._native is not None and decoder.buffered <= BUFFER_SIZE:
-                await self._offer_hand_back()
+            if self._native is not None:
+                await self._native.offer_hand_back()
             if not waited:
                 await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
-
-    async def _offer_hand_back(self) -> None:
-        """After a read: once every request Python forwarded is answered, the native relay
-        takes the session again (nothing Python-handled is in flight then), with the start of
-        the next frame if part of it is here."""
-        if self._stay_left:
-            self._stay_left -= 1
-            return
-        await self._calls.wait_idle()
-        if not self._draining and not self._responses.decoder.buffered and not self._calls.entries:
-            raise _HandBack
 
     async def _forward_requests(self, raw: bytes, frames: list[memoryview]) -> None:
         """Forward the requests of one read; `frames` are views into `raw`, which holds them
