@@ -8,7 +8,6 @@ closes only that one.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import random
 import signal
@@ -17,16 +16,8 @@ from collections.abc import Callable
 
 import trio
 
-from interceptors import ConfigError as InterceptorConfigError
 from interceptors import ProxyInfo, build_chains
-from proxy.config.proxy_yaml import (
-    NATIVE_RELAY_AUTO,
-    ConfigError,
-    HostPort,
-    ListenError,
-    ProxyConfig,
-    load_config,
-)
+from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO, HostPort, ListenError, ProxyConfig
 from proxy.config.watch import watch_file
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
@@ -49,6 +40,7 @@ from proxy.routing.rules import PRIMARY, RoutingTable
 from proxy.security.principal import NoRuleMatched, tls_principal
 from proxy.security.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.security.tls import ReloadingContext
+from proxy.serving.reload import ConfigReload
 from proxy.session.session import Session
 from proxy.session.transport import PlainTransport, TlsTransport, Transport
 from proxy.upstream.brokers import BrokerDirectory
@@ -132,6 +124,8 @@ class Proxy:
                 log.warning("native_relay_unavailable",
                             note="performance.native_relay is auto but proxy.native._relay is not "
                             "built; every session uses the Python path")
+        self._reload = ConfigReload(self.proxy_info, self.destinations, self.chain,
+                                    self.interceptors, self.routing, self.native, self.metrics)
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""
@@ -252,37 +246,10 @@ class Proxy:
         Only `interceptors` and `routing` are reloaded; listeners, upstream, clusters and
         limits need a restart, and a change to them is logged. An invalid file changes nothing.
         """
-        source = self.config.source
-        if source is None:
+        config = self._reload.apply(self.config)
+        if config is None:
             return False
-        try:
-            fresh = load_config(source)
-            chains = build_chains(fresh.interceptors, self.proxy_info)
-            missing = fresh.routing.clusters() - set(self.destinations)
-            if missing:
-                raise ConfigError(f"routing.rules: no rule wrote to cluster "
-                                  f"{sorted(missing)[0]!r} at start, so Herald has no producer "
-                                  "for it; routing there needs a restart")
-        except (ConfigError, InterceptorConfigError) as exc:
-            self.metrics.config_reloads.labels("rejected").inc()
-            log.error("config_reload_rejected", path=str(source), error=str(exc))
-            return False
-        kept = dataclasses.replace(fresh, interceptors=self.config.interceptors,
-                                   routing=self.config.routing)
-        if kept != self.config:
-            log.warning("config_reload_partial", path=str(source),
-                        note="only interceptors and routing are reloaded; restart for the "
-                        "other changes")
-        self.metrics.retire_chains(self.interceptors.chains)
-        self.interceptors.chains = chains
-        self.routing.table = RoutingTable(fresh.routing)
-        self.chain.reset()
-        if self.native is not None:
-            self.native.forget_tables()  # and every native session comes back to Python
-        self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors,
-                                          routing=fresh.routing)
-        self.metrics.config_reloads.labels("applied").inc()
-        log.info("config_reloaded", path=str(source))
+        self.config = config
         return True
 
     def stop(self) -> None:

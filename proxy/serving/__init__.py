@@ -1,0 +1,1 @@
+"""What the proxy process serves with, beside the sessions: config reloads so far."""
