@@ -29,6 +29,8 @@ class Outgoing:
         self._pos = 0  # start in `raw` of the next frame's size prefix
 
     def add(self, view: memoryview, payload: Buffer) -> None:
+        """The next frame of the read: `view` as it arrived, `payload` what leaves for it
+        (`view` itself when the frame is unchanged)."""
         end = self._pos + 4 + len(view)
         if payload is not view:
             self._flush()
