@@ -1,39 +1,29 @@
-"""The proxy process: listeners, the filter chain, sessions, and graceful shutdown.
+"""The proxy process: its entry point, and the `Proxy` that composes what it runs.
 
-One listener stands for the bootstrap servers; one more per broker (at
-`broker_port_base + node id`) is opened as soon as a broker is learned. Every accepted
-connection runs as its own `Session` in its own task: whatever goes wrong in one is logged and
-closes only that one.
+`run` is the process: it tunes the allocator, sets up tracing, and runs a `Proxy` until
+SIGTERM/SIGINT. A `Proxy` builds the filter chain and the parts that serve with it (see
+`proxy.serving`: listeners, connections, reloads), starts them in order, answers readiness,
+and drains the sessions on the way out.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gc
-import random
 import signal
-import ssl
 from collections.abc import Callable
 
 import trio
 
-from proxy.config.proxy_yaml import (
-    NATIVE_RELAY_AUTO,
-    ConfigError,
-    HostPort,
-    ListenError,
-    ProxyConfig,
-    load_config,
-)
+from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO, ListenError, ProxyConfig
 from proxy.config.watch import watch_file
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
-from proxy.filters.chain import Filter, FilterChain, SessionContext
+from proxy.filters.chain import Filter, FilterChain
 from proxy.filters.group_learner import ConsumerGroupLearner
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains, proxy_info
 from proxy.limits import allocator
-from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
+from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.native.relay import NativeRelay
 from proxy.native.relay import available as native_relay_available
@@ -45,11 +35,12 @@ from proxy.observability.tracing import Tracing, TracingFilter, tracing_from_env
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import PRIMARY, RoutingTable
-from proxy.security.principal import NoRuleMatched, tls_principal
 from proxy.security.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.security.tls import ReloadingContext
+from proxy.serving.connections import Connections
+from proxy.serving.listeners import BOOTSTRAP, Listeners
+from proxy.serving.reload import ConfigReload
 from proxy.session.session import Session
-from proxy.session.transport import PlainTransport, TlsTransport, Transport
 from proxy.upstream.brokers import BrokerDirectory
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
 from proxy.upstream.topic_ids import TopicIdLearner, TopicIds
@@ -57,12 +48,14 @@ from proxy.upstream.topic_limits import TopicLimits
 
 log = get_logger("server")
 
-BOOTSTRAP = "bootstrap"
 CERTIFICATE_CHECK_S = 5.0
 """How often certificate files are checked for a rotation (SIGHUP checks at once)."""
 
 
 class Proxy:
+    """The proxy: its filter chain, its listeners and the sessions they accept, from start
+    to drain."""
+
     def __init__(
         self,
         config: ProxyConfig,
@@ -106,7 +99,6 @@ class Proxy:
             self.routing,  # after the chains: routed records carry what enrichment added
             *traced,
         ])
-        self.sessions: set[Session] = set()
         limits = config.limits
         self.memory = MemoryBudget(limits.memory_budget_bytes)
         self.metrics.watch_memory(self.memory)
@@ -116,9 +108,7 @@ class Proxy:
             lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
         )
         self.admin_port: int | None = None
-        self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
-        self._sessions_nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
         self.native: NativeRelay | None = None
@@ -129,6 +119,14 @@ class Proxy:
                 log.warning("native_relay_unavailable",
                             note="performance.native_relay is auto but proxy.native._relay is not "
                             "built; every session uses the Python path")
+        self.connections = Connections(
+            limits, self.cluster, self.directory, self.refresh_brokers, self.chain,
+            self.metrics, self.guard, self.memory, self.listen_tls, self.native,
+        )
+        self.sessions: set[Session] = self.connections.sessions
+        self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
+        self._reload = ConfigReload(self.proxy_info, self.destinations, self.chain,
+                                    self.interceptors, self.routing, self.native, self.metrics)
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""
@@ -162,13 +160,13 @@ class Proxy:
 
     async def _serve(self, on_ready: Callable[[Proxy], None] | None) -> None:
         async with trio.open_nursery() as sessions:
-            self._sessions_nursery = sessions
             if self.native is not None:
                 sessions.start_soon(self.native.run)
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self.listeners.start(nursery, sessions)
                 try:
-                    await self._listen(BOOTSTRAP, self.config.listen.bootstrap.port)
+                    await self.listeners.listen(BOOTSTRAP, self.config.listen.bootstrap.port)
                 except OSError as exc:
                     where = self.config.listen.bootstrap
                     raise ListenError(f"listen.bootstrap {where}: {exc.strerror or exc}") from exc
@@ -193,13 +191,7 @@ class Proxy:
                     on_ready(self)
                 await trio.sleep_forever()
             # Listeners are closed; the sessions drain within the grace period.
-            with trio.move_on_after(self.config.shutdown_grace_s):
-                for s in list(self.sessions):
-                    s.drain()
-                while self.sessions:
-                    await trio.sleep(0.05)
-            if self.sessions:
-                log.warning("shutdown_grace_expired", open_sessions=len(self.sessions))
+            await self.connections.drain(self.config.shutdown_grace_s)
             sessions.cancel_scope.cancel()
         for destination in self.destinations.values():
             await destination.close()
@@ -249,37 +241,10 @@ class Proxy:
         Only `interceptors` and `routing` are reloaded; listeners, upstream, clusters and
         limits need a restart, and a change to them is logged. An invalid file changes nothing.
         """
-        source = self.config.source
-        if source is None:
+        config = self._reload.apply(self.config)
+        if config is None:
             return False
-        try:
-            fresh = load_config(source)
-            chains = build_chains(fresh.interceptors, self.proxy_info)
-            missing = fresh.routing.clusters() - set(self.destinations)
-            if missing:
-                raise ConfigError(f"routing.rules: no rule wrote to cluster "
-                                  f"{sorted(missing)[0]!r} at start, so Herald has no producer "
-                                  "for it; routing there needs a restart")
-        except ConfigError as exc:
-            self.metrics.config_reloads.labels("rejected").inc()
-            log.error("config_reload_rejected", path=str(source), error=str(exc))
-            return False
-        kept = dataclasses.replace(fresh, interceptors=self.config.interceptors,
-                                   routing=self.config.routing)
-        if kept != self.config:
-            log.warning("config_reload_partial", path=str(source),
-                        note="only interceptors and routing are reloaded; restart for the "
-                        "other changes")
-        self.metrics.retire_chains(self.interceptors.chains)
-        self.interceptors.chains = chains
-        self.routing.table = RoutingTable(fresh.routing)
-        self.chain.reset()
-        if self.native is not None:
-            self.native.forget_tables()  # and every native session comes back to Python
-        self.config = dataclasses.replace(self.config, interceptors=fresh.interceptors,
-                                          routing=fresh.routing)
-        self.metrics.config_reloads.labels("applied").inc()
-        log.info("config_reloaded", path=str(source))
+        self.config = config
         return True
 
     def stop(self) -> None:
@@ -301,132 +266,13 @@ class Proxy:
                 else:
                     self.stop()
 
-    # ---- listeners ---------------------------------------------------------------------------
-
-    async def _listen(self, target: str, port: int) -> None:
-        host = self.config.listen.bootstrap.host
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        assert self._nursery is not None
-        self._nursery.start_soon(self._accept_loop, listeners, target)
-        log.info("listening", target=target, address=f"{host}:{port}")
-
-    async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
-        assert self._sessions_nursery is not None
-        await trio.serve_listeners(
-            lambda stream: self._handle(stream, target),
-            listeners,
-            handler_nursery=self._sessions_nursery,
-        )
+    # ---- brokers ----------------------------------------------------------------------------
 
     async def _open_broker_listener(self, node_id: int) -> None:
+        """A broker was learned: open its port, unless the proxy is stopping."""
         port = self.directory.advertised_port(node_id)
-        if port in self._broker_ports or self._nursery is None or self._stopping:
-            return
-        self._broker_ports.add(port)
-        try:
-            await self._listen(f"broker-{node_id}", port)
-        except OSError as exc:
-            self._broker_ports.discard(port)
-            log.error("listen_failed", node_id=node_id, port=port, error=str(exc))
-
-    # ---- connections ------------------------------------------------------------------------
-
-    async def _handle(self, client: trio.SocketStream, target: str) -> None:
-        m = self.metrics
-        source = _peer(client).rpartition(":")[0]
-        if self.guard.admit(source) is not None:
-            await client.aclose()
-            return
-        m.connections_total.labels("client").inc()
-        m.connections_active.labels("client").inc()
-        try:
-            await self._serve_client(client, target)
-        finally:
-            m.connections_active.labels("client").dec()
-            self.guard.release(source)
-
-    async def _serve_client(self, client: trio.SocketStream, target: str) -> None:
-        peer = _peer(client)
-        accepted = await self._accept(client, peer)
-        if accepted is None:
-            return
-        transport, principal = accepted
-        upstream_addrs = await self._upstream_for(target)
-        upstream = await self.cluster.connect(upstream_addrs)
-        if upstream is None:
-            # client_id is unknown: nothing was read from the client yet.
-            log.warning("connection_closed", reason="upstream unreachable", client=peer,
-                        client_id=None, target=target,
-                        upstream=",".join(map(str, upstream_addrs)))
-            await transport.aclose()
-            return
-        address = upstream.address
-        m = self.metrics
-        m.connections_total.labels("upstream").inc()
-        m.connections_active.labels("upstream").inc()
-        ctx = SessionContext(client_address=peer, listener=target, upstream_address=address,
-                             principal=principal or self.cluster.identity())
-        session = Session(
-            transport, upstream.transport, ctx, self.chain,
-            self.config.limits.max_frame_bytes, self.config.limits.max_in_flight, m,
-            reauthenticate=self.cluster.authenticate,
-            session_lifetime_ms=upstream.session_lifetime_ms,
-            reauth_timeout_s=self.config.upstream.connect_timeout_s,
-            deadlines=ClientDeadlines(self.config.limits.idle_timeout_s,
-                                      self.config.limits.frame_timeout_s),
-            memory=self.memory,
-            native=self.native,
-        )
-        self.sessions.add(session)
-        log.debug("connection_opened", client=peer, target=target, upstream=address)
-        try:
-            await session.run()
-        finally:
-            self.sessions.discard(session)
-            m.connections_active.labels("upstream").dec()
-
-    async def _accept(
-        self, client: trio.SocketStream, peer: str
-    ) -> tuple[Transport, str | None] | None:
-        """The client's transport and its certificate's principal, once TLS is up (None: the
-        handshake failed, which is logged and costs this connection only)."""
-        if self.listen_tls is None:
-            return PlainTransport(client), None
-        tls = self.listen_tls.config
-        transport = TlsTransport(client, self.listen_tls.context, server_side=True)
-        outcome, reason = "failed", ""
-        try:
-            with trio.fail_after(tls.handshake_timeout_s):
-                await transport.handshake()
-            der = transport.peer_certificate()
-            principal = None
-            if der:
-                principal = tls_principal(der, tls.principal_from, tls.principal_mapper)
-            self.metrics.tls_handshakes.labels("ok").inc()
-            return transport, principal
-        except trio.TooSlowError:
-            outcome, reason = "timeout", f"TLS handshake not finished in {tls.handshake_timeout_s}s"
-        except NoRuleMatched as exc:
-            outcome, reason = "refused", str(exc)
-        except ssl.SSLError as exc:
-            reason = _tls_reason(exc)
-        except (OSError, trio.BrokenResourceError) as exc:
-            reason = f"connection lost during the TLS handshake ({exc.__class__.__name__})"
-        self.metrics.tls_handshakes.labels(outcome).inc()
-        log.warning("tls_handshake_failed", client=peer, reason=reason)
-        await transport.aclose()
-        return None
-
-    async def _upstream_for(self, target: str) -> list[HostPort]:
-        if target == BOOTSTRAP:
-            addrs = list(self.config.upstream.bootstrap)
-            random.shuffle(addrs)
-            return addrs
-        node_id = int(target.split("-", 1)[1])
-        if node_id not in self.directory.upstream:
-            await self.refresh_brokers()
-        known = self.directory.upstream.get(node_id)
-        return [known] if known is not None else []
+        if not self._stopping:
+            await self.listeners.open_broker(node_id, port)
 
     async def refresh_brokers(self) -> bool:
         """Ask the upstream cluster for its brokers (Metadata with no topics).
@@ -445,24 +291,6 @@ class Proxy:
         for node_id, host, port in brokers:
             await self.directory.learn(node_id, host, port)
         return True
-
-
-def _tls_reason(exc: ssl.SSLError) -> str:
-    reason = getattr(exc, "reason", None) or str(exc)
-    if reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNKNOWN_PROTOCOL",
-                  "UNEXPECTED_MESSAGE", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"):
-        return f"not a TLS ClientHello (a plaintext client on a TLS listener?): {reason}"
-    if "CERTIFICATE" in reason or "UNKNOWN_CA" in reason:
-        return f"client certificate refused: {reason}"
-    return f"TLS handshake failed: {reason}"
-
-
-def _peer(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-        return f"{host}:{port}"
-    except OSError:
-        return "unknown"
 
 
 def _ready(proxy: Proxy, on_ready: Callable[[Proxy], None] | None) -> None:

@@ -1,0 +1,66 @@
+"""The proxy's listening ports: one for the bootstrap servers, one per broker once learned.
+
+One listener stands for the bootstrap servers; one more per broker (at
+`broker_port_base + node id`) is opened as soon as a broker is learned, before any client can
+be told its address. Every accepted connection is handled in a task of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from proxy.observability.logs import get_logger
+
+log = get_logger("server")
+
+BOOTSTRAP = "bootstrap"
+"""The target of the bootstrap listener (broker listeners are `broker-<node id>`)."""
+
+
+class Listeners:
+    """Opens the listeners and runs their accept loops; `handle(stream, target)` serves each
+    accepted connection."""
+
+    def __init__(self, host: str,
+                 handle: Callable[[trio.SocketStream, str], Awaitable[None]]) -> None:
+        self._host = host
+        self._handle = handle
+        self._broker_ports: set[int] = set()
+        self._nursery: trio.Nursery | None = None
+        self._handlers: trio.Nursery | None = None
+
+    def start(self, nursery: trio.Nursery, handlers: trio.Nursery) -> None:
+        """Accept loops run in `nursery` (cancelling it closes every listener); connections
+        are handled in `handlers`, which outlives it so that sessions can drain."""
+        self._nursery = nursery
+        self._handlers = handlers
+
+    async def listen(self, target: str, port: int) -> None:
+        """Listen on `port` for `target`; raises `OSError` when the port cannot be bound."""
+        host = self._host
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._accept_loop, listeners, target)
+        log.info("listening", target=target, address=f"{host}:{port}")
+
+    async def open_broker(self, node_id: int, port: int) -> None:
+        """Listen for broker `node_id` on `port`, unless that port is open already (or the
+        proxy has not started). A port that cannot be bound is logged; the proxy goes on."""
+        if port in self._broker_ports or self._nursery is None:
+            return
+        self._broker_ports.add(port)
+        try:
+            await self.listen(f"broker-{node_id}", port)
+        except OSError as exc:
+            self._broker_ports.discard(port)
+            log.error("listen_failed", node_id=node_id, port=port, error=str(exc))
+
+    async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
+        assert self._handlers is not None
+        await trio.serve_listeners(
+            lambda stream: self._handle(stream, target),
+            listeners,
+            handler_nursery=self._handlers,
+        )

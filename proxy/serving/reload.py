@@ -1,0 +1,81 @@
+"""Re-reading the config file while the proxy runs: new requests use the new chains.
+
+Only `interceptors` and `routing` are reloaded; listeners, upstream, clusters and limits need
+a restart, and a change to them is logged. An invalid file changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from interceptors import ConfigError, ProxyInfo
+from proxy.config.proxy_yaml import ProxyConfig, load_config
+from proxy.filters.chain import FilterChain
+from proxy.filters.interception import InterceptorFilter
+from proxy.filters.member_services import build_chains
+from proxy.native.relay import NativeRelay
+from proxy.observability.logs import get_logger
+from proxy.observability.metrics import Metrics
+from proxy.routing.destinations import Destination
+from proxy.routing.produce_filter import RoutingFilter
+from proxy.routing.rules import RoutingTable
+
+log = get_logger("server")
+
+
+class ConfigReload:
+    """Applies a re-read config file to the chain members that can change while running."""
+
+    def __init__(
+        self,
+        proxy_info: ProxyInfo,
+        destinations: dict[str, Destination],
+        chain: FilterChain,
+        interceptors: InterceptorFilter,
+        routing: RoutingFilter,
+        native: NativeRelay | None,
+        metrics: Metrics,
+    ) -> None:
+        self._proxy_info = proxy_info
+        self._destinations = destinations
+        self._chain = chain
+        self._interceptors = interceptors
+        self._routing = routing
+        self._native = native
+        self._metrics = metrics
+
+    def apply(self, config: ProxyConfig) -> ProxyConfig | None:
+        """Re-read the file `config` was loaded from; return the config the proxy runs with
+        from now on, or None when nothing changed (no file, or an invalid one)."""
+        source = config.source
+        if source is None:
+            return None
+        try:
+            fresh = load_config(source)
+            chains = build_chains(fresh.interceptors, self._proxy_info)
+            missing = fresh.routing.clusters() - set(self._destinations)
+            if missing:
+                raise ConfigError(f"routing.rules: no rule wrote to cluster "
+                                  f"{sorted(missing)[0]!r} at start, so Herald has no producer "
+                                  "for it; routing there needs a restart")
+        except ConfigError as exc:
+            self._metrics.config_reloads.labels("rejected").inc()
+            log.error("config_reload_rejected", path=str(source), error=str(exc))
+            return None
+        kept = dataclasses.replace(fresh, interceptors=config.interceptors,
+                                   routing=config.routing)
+        if kept != config:
+            log.warning("config_reload_partial", path=str(source),
+                        note="only interceptors and routing are reloaded; restart for the "
+                        "other changes")
+        self._metrics.retire_chains(self._interceptors.chains)
+        self._interceptors.chains = chains
+        self._routing.table = RoutingTable(fresh.routing)
+        self._chain.reset()
+        if self._native is not None:
+            self._native.forget_tables()  # and every native session comes back to Python
+        running = dataclasses.replace(config, interceptors=fresh.interceptors,
+                                      routing=fresh.routing)
+        self._metrics.config_reloads.labels("applied").inc()
+        log.info("config_reloaded", path=str(source))
+        return running

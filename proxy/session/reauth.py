@@ -1,0 +1,97 @@
+"""KIP-368 for Herald's own credentials: re-authenticating a session's upstream connection.
+
+When Herald authenticates to the broker itself (upstream SASL), the broker may give the
+session a lifetime, after which it closes the connection. Like Kafka's own clients, Herald
+authenticates again at 80% of that lifetime, on the same connection and between the client's
+requests: while it does, no client request goes upstream, every earlier one has been answered,
+and the broker's replies reach Herald instead of the client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from interceptors.config import ConfigError
+from protocol.errors import CodecError
+from proxy.filters.chain import SessionContext
+from proxy.observability.logs import get_logger
+from proxy.security.sasl import SaslError
+from proxy.session.closing import SessionClosed
+from proxy.session.correlation import CorrelationTable
+from proxy.session.transport import Transport
+from proxy.upstream.cluster import FrameIO, UpstreamAuthError
+
+log = get_logger("session")
+
+_REAUTH_AT = 0.8  # of the broker's session lifetime, as Kafka's clients do (85-95%)
+
+
+class _OwnIO:
+    """Herald's own exchange on a session's upstream connection: its replies arrive through
+    the response pump, which owns the reading side."""
+
+    def __init__(self, upstream: Transport, replies: trio.MemoryReceiveChannel[bytes]) -> None:
+        self.upstream = upstream
+        self.replies = replies
+
+    async def send_all(self, data: bytes) -> None:
+        await self.upstream.send_all(data)
+
+    async def next_frame(self) -> bytes:
+        return await self.replies.receive()
+
+
+class UpstreamReauth:
+    """Renews one upstream connection's session before the broker ends it.
+
+    The request pump forwards only while it holds `turn`; the response pump offers every
+    response to `claim` first.
+    """
+
+    def __init__(self, upstream: Transport, ctx: SessionContext, calls: CorrelationTable,
+                 reauthenticate: Callable[[FrameIO], Awaitable[int]], lifetime_ms: int,
+                 timeout_s: float) -> None:
+        self._upstream = upstream
+        self._ctx = ctx
+        self._calls = calls
+        self._reauthenticate = reauthenticate
+        self._lifetime_ms = lifetime_ms
+        self._timeout_s = timeout_s
+        self.turn = trio.Lock()
+        """Held by whoever sends upstream: the client's requests, or this exchange."""
+        self._replies: trio.MemorySendChannel[bytes] | None = None
+
+    def claim(self, frames: list[memoryview]) -> bool:
+        """Take `frames` as answers to Herald's own re-authentication, if it is underway."""
+        replies = self._replies
+        if replies is None:
+            return False
+        for reply in frames:
+            replies.send_nowait(bytes(reply))
+        return True
+
+    async def run(self) -> None:
+        """Re-authenticate before each lifetime the broker gives ends, for as long as the
+        session lasts; raises `SessionClosed` when the broker refuses or does not answer."""
+        lifetime_ms = self._lifetime_ms
+        while lifetime_ms > 0:
+            await trio.sleep(lifetime_ms * _REAUTH_AT / 1000)
+            async with self.turn:  # no client request goes upstream meanwhile
+                await self._calls.wait_idle()  # and every earlier one is answered
+                send, receive = trio.open_memory_channel[bytes](16)
+                self._replies = send
+                try:
+                    with trio.fail_after(self._timeout_s):
+                        lifetime_ms = await self._reauthenticate(_OwnIO(self._upstream, receive))
+                except trio.TooSlowError:
+                    raise SessionClosed("re-authentication to the broker timed out",
+                                        "warning") from None
+                except (UpstreamAuthError, SaslError, ConfigError, CodecError, EOFError) as exc:
+                    raise SessionClosed(f"re-authentication to the broker failed: {exc}",
+                                        "warning") from None
+                finally:
+                    self._replies = None
+            log.info("upstream_reauthenticated", client=self._ctx.client_address,
+                      upstream=self._ctx.upstream_address, lifetime_ms=lifetime_ms)

@@ -1,0 +1,211 @@
+"""The client-to-broker pump: requests read, shown to the filters that asked, forwarded.
+
+Every request's header is read (API, version, correlation id, client id); its body is decoded
+only when a chain member asked for that API and version, and re-encoded only when one changed
+it. A request that expects a response takes an entry in the correlation table before it goes
+upstream, so the response pump knows what the answer will be.
+"""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from protocol.errors import CodecError
+from protocol.framing import FrameTooLarge, frame
+from protocol.headers import encode_response_header
+from protocol.primitives import Buffer
+from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
+from proxy.limits.connection_guard import ClientDeadlines
+from proxy.observability.metrics import Metrics
+from proxy.session import wire
+from proxy.session.closing import SessionClosed
+from proxy.session.correlation import CorrelationTable, InFlight
+from proxy.session.lanes import RECV, Lane
+from proxy.session.native_phases import NativePhases
+from proxy.session.outgoing import Outgoing
+from proxy.session.transport import Transport
+
+
+class RequestPump:
+    """Moves one session's requests from its client to its upstream until the session ends.
+
+    `turn`: held while forwarding, when Herald re-authenticates on the upstream connection
+    itself (see `reauth`). `native`: offered the session after every read, when the native
+    relay may serve it.
+    """
+
+    def __init__(
+        self,
+        client: Transport,
+        upstream: Transport,
+        lane: Lane,
+        calls: CorrelationTable,
+        ctx: SessionContext,
+        chain: FilterChain,
+        metrics: Metrics,
+        deadlines: ClientDeadlines | None,
+        turn: trio.Lock | None,
+        native: NativePhases | None,
+    ) -> None:
+        self._client = client
+        self._upstream = upstream
+        self._lane = lane
+        self._calls = calls
+        self._ctx = ctx
+        self._chain = chain
+        self._metrics = metrics
+        self._deadlines = deadlines
+        self._turn = turn
+        self._native = native
+        self._recv_scope = trio.CancelScope()
+        self._draining = False
+
+    def drain(self) -> None:
+        """Stop reading new requests; the pump ends once every outstanding one is answered."""
+        self._draining = True
+        self._recv_scope.cancel()
+
+    async def run(self) -> None:
+        """Pump until the session ends (`SessionClosed`) or goes back to the native relay
+        (`HandBack`). Frames the native relay handed back are forwarded before any read."""
+        lane = self._lane
+        decoder = lane.decoder
+        drained = False  # the last read came back short
+        prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
+        while True:
+            data, waited = None, True
+            handed = prefilled
+            if prefilled:
+                prefilled = False
+                data = b""
+            elif not self._draining:
+                self._recv_scope = trio.CancelScope()
+                with self._recv_scope:
+                    data, waited = await lane.receive(self._client, drained)
+            if self._draining:
+                await self._calls.wait_idle()
+                raise SessionClosed("proxy shutting down")
+            if not data and not handed:
+                if not self._calls.idle:
+                    # The client half-closed; let outstanding responses (one that is being
+                    # streamed included) reach it.
+                    await self._calls.wait_idle()
+                raise SessionClosed("client closed the connection")
+            drained = len(data) < RECV
+            lane.read.inc(len(data))
+            try:
+                raw, frames = decoder.split(data)
+            except FrameTooLarge as exc:
+                self._metrics.frames_refused.labels("too_large").inc()
+                raise SessionClosed(f"frame too large: {exc}", "warning") from None
+            except CodecError as exc:
+                self._metrics.frames_refused.labels("malformed").inc()
+                raise SessionClosed(f"malformed frame: {exc}", "warning") from None
+            if self._deadlines is not None:
+                self._deadlines.received(len(frames), decoder.buffered)
+            if frames:
+                turn = self._turn
+                if turn is None:
+                    await self._forward(raw, frames)
+                else:
+                    # Herald's own re-authentication takes turns with the client's requests.
+                    try:
+                        turn.acquire_nowait()
+                    except trio.WouldBlock:
+                        await turn.acquire()
+                    try:
+                        await self._forward(raw, frames)
+                    finally:
+                        turn.release()
+            lane.book()
+            if self._native is not None:
+                await self._native.offer_hand_back()
+            if not waited:
+                await trio.lowlevel.checkpoint()  # the one scheduling point of this pass
+
+    async def _forward(self, raw: bytes, frames: list[memoryview]) -> None:
+        """Forward the requests of one read; `frames` are views into `raw`, which holds them
+        with their size prefixes. Runs of frames that go out unchanged are sent as the bytes
+        that arrived (all of `raw`, usually), without being copied or joined."""
+        out = Outgoing(raw)
+        entries: list[InFlight] = []
+        for view in frames:
+            if out and self._calls.full:
+                # About to wait for a free slot: what is queued must go out first, or
+                # the responses that would free a slot are never asked for.
+                await self._send_upstream(out.take(), entries)
+            try:
+                payload, entry = await self._request(view)
+            except CodecError as exc:
+                self._metrics.frames_refused.labels("malformed").inc()
+                raise SessionClosed(f"malformed request: {exc}", "warning") from None
+            except AnswerAndClose as answer:
+                await self._answer_and_close(out.take(), entries, answer)
+            out.add(view, payload)
+            if entry is not None:
+                entries.append(entry)
+        if out:
+            await self._send_upstream(out.take(), entries)
+
+    async def _answer_and_close(
+        self, out: list[Buffer], entries: list[InFlight], answer: AnswerAndClose
+    ) -> None:
+        """A member refused the request: what came before it still goes upstream and is
+        answered, then the client gets the member's answer (if any) and the session ends."""
+        if out:
+            await self._send_upstream(out, entries)
+        await self._calls.wait_idle()  # every earlier response goes first
+        if answer.body is not None:
+            head = answer.head
+            payload = bytearray()
+            encode_response_header(head.correlation_id, head.api_key, head.api_version, payload)
+            payload += answer.body.encode(head.api_version)
+            await self._client.send_all(frame(bytes(payload)))
+        raise SessionClosed(answer.reason, "warning")
+
+    async def _send_upstream(self, out: list[Buffer], entries: list[InFlight]) -> None:
+        data = out[0] if len(out) == 1 else b"".join(out)
+        # Stamped before sending: the response may be read while send_all is still yielding.
+        now = time.monotonic()
+        for entry in entries:
+            entry.sent = now
+        out.clear()
+        entries.clear()
+        await self._upstream.send_all(data)
+        self._lane.sent.inc(len(data))
+
+    async def _request(self, view: memoryview) -> tuple[Buffer, InFlight | None]:
+        """Handle one request; return what to forward (`view` itself when unchanged)."""
+        received = time.monotonic()
+        head = wire.parse_request_header(view)
+        if head.client_id is not None:
+            self._ctx.client_id = head.client_id
+        filters = self._chain.for_request(head.api_key, head.api_version)
+        exchange = None
+        payload: Buffer = view
+        if filters:
+            exchange = Exchange()
+            payload = bytes(view)  # members keep what they decode: no views into `raw`
+            offset, msg = wire.decode_request(head, payload)
+            changed = False
+            try:
+                for f in filters:
+                    changed |= await f.on_request(
+                        self._ctx, exchange, head.api_key, head.api_version, msg
+                    )
+            except AnswerAndClose as answer:
+                answer.head = head
+                raise
+            payload = wire.encode_request(head, payload, offset, msg) if changed else view
+        api_metrics = self._metrics.for_api(head.api_key, head.api_version)
+        api_metrics.requests.inc()
+        entry = None
+        if wire.expects_response(head, payload):
+            entry = InFlight(
+                head.api_key, head.api_version, received, api_metrics,
+                exchange if exchange is not None and exchange.notes else None,
+            )
+            await self._calls.add(head.correlation_id, entry)
+        return payload, entry
