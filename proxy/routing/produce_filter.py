@@ -1,8 +1,9 @@
 """Routing on the produce path: a filter-chain member after the interceptor chains.
 
 Per record, in config order, the first live rule that matches decides (shadow rules are
-counted and passed over). A partition no rule touches is forwarded as the bytes that arrived.
-Otherwise:
+counted and passed over), and its action (`proxy.routing.actions`) says what becomes of the
+record by calling back the batch's plan (`_BatchPlan`: route, or refuse). A partition no rule
+touches is forwarded as the bytes that arrived. Otherwise:
 
 * records that move are handed to the destination's producer, in record order, and removed
   from the batch, which is re-encoded with the records that stay (renumbered, and for
@@ -20,7 +21,7 @@ nothing waits: the records are sent once, best effort, and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
@@ -44,10 +45,8 @@ from proxy.observability.routing_stats import (
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
-    MOVE,
     ORIGIN_HEADER,
     PRIMARY,
-    REJECT,
     SAME,
     STAY,
     RoutingTable,
@@ -101,6 +100,32 @@ class Note:
 class _Refuse(Exception):
     def __init__(self, outcome: PartitionOutcome) -> None:
         self.outcome = outcome
+
+
+class _BatchPlan:
+    """Where the records of one batch go, as the actions of the rules that decide them say
+    (`actions.api.Planner`)."""
+
+    __slots__ = ("stats", "records", "by_rule", "moved")
+
+    def __init__(self, stats: RoutingStats, records: int) -> None:
+        self.stats = stats
+        self.records = records
+        self.by_rule: dict[int, Routed] = {}
+        self.moved: set[int] = set()
+
+    def route(self, rule: Rule, index: int, keep: bool) -> None:
+        routed = self.by_rule.get(rule.index)
+        if routed is None:
+            assert rule.target is not None
+            routed = self.by_rule[rule.index] = Routed(rule, rule.target.cluster, [])
+        routed.indexes.append(index)
+        if not keep:
+            self.moved.add(index)
+
+    def refuse(self, rule: Rule, message: str) -> NoReturn:
+        self.stats.count(rule.name, rule.action, "", REJECTED, self.records)
+        raise _Refuse(PartitionOutcome(INVALID_RECORD, message))
 
 
 class RoutingFilter(Filter):
@@ -242,8 +267,7 @@ class RoutingFilter(Filter):
 
     def _plan(self, batch: RecordBatch, candidates: tuple[Rule, ...]) -> Plan:
         decide = self.table.decide
-        by_rule: dict[int, Routed] = {}
-        moved: set[int] = set()
+        plan = _BatchPlan(self.stats, batch.record_count)
         stay = STAY
         for i, headers in enumerate(batch.iter_headers()):
             decision = decide(candidates, headers)
@@ -253,19 +277,9 @@ class RoutingFilter(Filter):
                 cluster = rule.target.cluster if rule.target else ""
                 self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
             rule = decision.rule
-            if rule is None:
-                continue
-            if rule.action == REJECT:
-                self.stats.count(rule.name, REJECT, "", REJECTED, batch.record_count)
-                raise _Refuse(PartitionOutcome(INVALID_RECORD, rule.message))
-            routed = by_rule.get(rule.index)
-            if routed is None:
-                assert rule.target is not None
-                routed = by_rule[rule.index] = Routed(rule, rule.target.cluster, [])
-            routed.indexes.append(i)
-            if rule.action == MOVE:
-                moved.add(i)
-        return Plan(list(by_rule.values()), frozenset(moved))
+            if rule is not None:
+                rule.handler.apply(plan, rule, i)
+        return Plan(list(plan.by_rule.values()), frozenset(plan.moved))
 
     def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int) -> bool:
         """Hand the routed records to their producers, unless an earlier attempt of this

@@ -19,51 +19,56 @@ routing:
       reject: "pii records may not be written here"
 ```
 
+What a rule does is an action (`proxy.routing.actions`): the keys of a rule other than
+`name`, `match` and `shadow` select exactly one, and are that action's settings.
+
 A record carrying the origin header (`herald.route.origin`) was routed once already; move and
 mirror rules never apply to it again, which is what stops loops between Heralds. A client that
-forges the header only keeps its record where it sent it: it cannot make one travel.
+forges the header only keeps its own record where it sent it: it cannot make one travel.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interceptors.config import ConfigError, InvalidConfig, Node
+from interceptors.config import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
+from proxy.routing.actions import ACTIONS
+from proxy.routing.actions.api import KEY, PRIMARY, SAME, Action, RuleSite, Target
 from proxy.routing.predicates import Header, Predicate, compile_predicate
 
-PRIMARY = "upstream"
-"""The name the primary cluster goes by in rules and metrics."""
+__all__ = ["KEY", "ORIGIN_HEADER", "PRIMARY", "SAME", "Target"]
 
 ORIGIN_HEADER = "herald.route.origin"
 """Set on every record Herald writes elsewhere: the cluster it was first produced to."""
 
-MOVE, MIRROR, REJECT = "move", "mirror", "reject"
-SAME, KEY = "same", "key"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a moved or mirrored record goes."""
-
-    cluster: str  # PRIMARY or a name under `clusters:`
-    topic: str | None  # None: the record's own topic
-    partition: str | int  # SAME, KEY or an explicit partition number
+_RULE_KEYS = ("name", "match", "shadow")
 
 
 @dataclass(frozen=True, eq=False)
 class Rule:
     index: int
     name: str
-    action: str  # MOVE, MIRROR or REJECT
-    target: Target | None
-    message: str
+    handler: Action  # what the rule does: an instance of a class of `actions.ACTIONS`
     shadow: bool
     topics: NameMatcher | None
     client_ids: NameMatcher | None
     headers: Predicate | None
+
+    @property
+    def action(self) -> str:
+        """The action's name: its registry key, and the `action` label of the metrics."""
+        return self.handler.name
+
+    @property
+    def target(self) -> Target | None:
+        return self.handler.target
+
+    @property
+    def message(self) -> str:
+        return self.handler.message
 
     def covers(self, topic: str, client_id: str | None) -> bool:
         """Whether the rule can apply to records of this topic from this client at all."""
@@ -82,8 +87,10 @@ class RoutingConfig:
         return {r.target.cluster for r in self.rules if r.target is not None}
 
 
-def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
-    """The `routing:` section; `clusters` are the names a rule may use besides the primary."""
+def parse_routing(node: Node, clusters: set[str],
+                  actions: Mapping[str, type[Action]] = ACTIONS) -> RoutingConfig:
+    """The `routing:` section; `clusters` are the names a rule may use besides the primary,
+    `actions` what rules may do."""
     timeout = node.number("delivery_timeout_s", 30.0, float, 1)
     raw = node.get("rules", [])
     if not isinstance(raw, list):
@@ -91,7 +98,8 @@ def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
     rules = []
     names: set[str] = set()
     for i, item in enumerate(raw):
-        rule = _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]"), i, clusters)
+        rule = _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]"), i,
+                           frozenset(clusters), actions)
         if rule.name in names:
             raise ConfigError(f"{node.key_path('rules')}[{i}].name: {rule.name!r} is used twice")
         names.add(rule.name)
@@ -100,7 +108,8 @@ def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
     return RoutingConfig(tuple(rules), timeout)
 
 
-def _parse_rule(node: Node, index: int, clusters: set[str]) -> Rule:
+def _parse_rule(node: Node, index: int, clusters: frozenset[str],
+                actions: Mapping[str, type[Action]]) -> Rule:
     name = node.get("name", f"rule-{index}")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{node.key_path('name')}: expected a non-empty string")
@@ -114,52 +123,29 @@ def _parse_rule(node: Node, index: int, clusters: set[str]) -> Rule:
     shadow = node.get("shadow", False)
     if not isinstance(shadow, bool):
         raise ConfigError(f"{node.key_path('shadow')}: expected true or false")
-    actions = [k for k in ("cluster", "topic", "mirror", "reject") if k in node.data]
-    moving = "cluster" in node.data or "topic" in node.data
-    if not actions or (moving and len(actions) > (("cluster" in actions) + ("topic" in actions))):
-        raise ConfigError(f"{node.path}: expected one action: cluster/topic (move), mirror, "
-                          f"or reject (got {', '.join(actions) or 'none'})")
-    target: Target | None = None
-    message = ""
-    if moving:
-        action = MOVE
-        target = _target(node, clusters)
-        if target.cluster == PRIMARY and target.topic is None:
-            raise ConfigError(f"{node.path}: a move within the primary cluster needs a topic")
-    elif "mirror" in actions:
-        action = MIRROR
-        mirror = node.child("mirror", required=True)
-        target = _target(mirror, clusters)
-        mirror.done()
-    else:
-        action = REJECT
-        reason = node.get("reject")
-        if reason is True:
-            message = f"refused by routing rule {name}"
-        elif isinstance(reason, str) and reason:
-            message = reason
-        else:
-            raise ConfigError(f"{node.key_path('reject')}: expected true or a message")
+    handler = _action(node, RuleSite(name, clusters), actions)
     node.done()
-    return Rule(index, name, action, target, message, shadow, topics, client_ids, headers)
+    return Rule(index, name, handler, shadow, topics, client_ids, headers)
 
 
-def _target(node: Node, clusters: set[str]) -> Target:
-    cluster = node.get("cluster", PRIMARY)
-    if cluster != PRIMARY and cluster not in clusters:
-        known = ", ".join(sorted(clusters | {PRIMARY}))
-        raise ConfigError(f"{node.key_path('cluster')}: no cluster named {cluster!r} "
-                          f"(known: {known})")
-    topic = node.get("topic")
-    if topic is not None and (not isinstance(topic, str) or not topic):
-        raise ConfigError(f"{node.key_path('topic')}: expected a topic name")
-    partition = node.get("partition", SAME)
-    if isinstance(partition, bool) or not (
-        partition in (SAME, KEY) or (isinstance(partition, int) and partition >= 0)
-    ):
-        raise ConfigError(f"{node.key_path('partition')}: expected same, key or a partition "
-                          f"number >= 0, got {partition!r}")
-    return Target(cluster, topic, partition)
+def _action(node: Node, site: RuleSite, actions: Mapping[str, type[Action]]) -> Action:
+    """The one action the rule's keys select, built from the keys it reads."""
+    chosen = [cls for cls in actions.values() if any(k in node.data for k in cls.selects)]
+    if len(chosen) != 1:
+        given = [k for cls in actions.values() for k in cls.selects if k in node.data]
+        choices = [cls.describe() for cls in actions.values()]
+        if len(choices) > 1:
+            choices[-2:] = [f"{choices[-2]} or {choices[-1]}"]
+        raise ConfigError(f"{node.path}: expected one action: {', '.join(choices)} "
+                          f"(got {', '.join(given) or 'none'})")
+    (cls,) = chosen
+    data = {k: node.get(k) for k in cls.keys() if node.get(k) is not None}
+    settings = build_config(cls.Settings, data, node.path, _RULE_KEYS)
+    try:
+        return cls(settings, site)
+    except InvalidConfig as exc:
+        raise ConfigError(f"{node.key_path(exc.field)}: {exc.message}" if exc.field
+                          else f"{node.path}: {exc.message}") from None
 
 
 def _names(node: Node, key: str) -> NameMatcher | None:
@@ -214,11 +200,11 @@ class RoutingTable:
         for rule in candidates:     # only once a rule that would route it matches
             if rule.headers is not None and not rule.headers(headers):
                 continue
-            if rule.action != REJECT:
+            if rule.handler.routes:
                 if routed is None:
                     routed = _has_origin(headers)
                 if routed:
-                    continue  # routed once already: only reject rules still apply
+                    continue  # routed once already: only rules that do not route still apply
             if rule.shadow:
                 if shadowed is None:
                     shadowed = []
