@@ -3,6 +3,7 @@
 ```yaml
 routing:
   delivery_timeout_s: 30         # how long a destination may take to acknowledge
+  origin_key: {env: HERALD_ORIGIN_KEY}   # seals Herald's origin mark (see origin.py)
   rules:
     - name: eu-orders            # metric label; defaults to rule-<index>
       match:
@@ -22,27 +23,33 @@ routing:
 What a rule does is an action (`proxy.routing.actions`): the keys of a rule other than
 `name`, `match` and `shadow` select exactly one, and are that action's settings.
 
-A record carrying the origin header (`herald.route.origin`) was routed once already; move and
-mirror rules never apply to it again, which is what stops loops between Heralds. A client that
-forges the header only keeps its own record where it sent it: it cannot make one travel.
+A record that arrived carrying Herald's sealed origin mark (`herald.route.origin`, see
+`origin.py`) was routed once already: move and mirror rules never apply to it again, which is
+what stops loops between Heralds. The mark is checked on the record as it reached Herald,
+before the interceptor chains (which may strip it: `audit` does), so the same rules hold
+whatever the chains hold. An origin header the seal does not verify (one a client wrote) is
+ignored: the record is routed like any other, so no client can opt out of a rule with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from interceptors.config import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import KEY, PRIMARY, SAME, Action, RuleSite, Target
+from proxy.routing.origin import MIN_SECRET_CHARS, PROCESS_SEAL, OriginSeal
 from proxy.routing.predicates import Header, Predicate, compile_predicate
+from proxy.security.config import parse_secret
 
 __all__ = ["KEY", "ORIGIN_HEADER", "PRIMARY", "SAME", "Target"]
 
 ORIGIN_HEADER = "herald.route.origin"
-"""Set on every record Herald writes elsewhere: the cluster it was first produced to."""
+"""Set on every record Herald writes elsewhere: the cluster it was first produced to, sealed
+(`origin.OriginSeal`)."""
 
 _RULE_KEYS = ("name", "match", "shadow")
 
@@ -81,6 +88,7 @@ class Rule:
 class RoutingConfig:
     rules: tuple[Rule, ...] = ()
     delivery_timeout_s: float = 30.0
+    seal: OriginSeal = field(default=PROCESS_SEAL)  # from `origin_key`, else the process's
 
     def clusters(self) -> set[str]:
         """Every cluster some rule writes to (shadow rules included: they may be promoted)."""
@@ -92,6 +100,7 @@ def parse_routing(node: Node, clusters: set[str],
     """The `routing:` section; `clusters` are the names a rule may use besides the primary,
     `actions` what rules may do."""
     timeout = node.number("delivery_timeout_s", 30.0, float, 1)
+    seal = _seal(node)
     raw = node.get("rules", [])
     if not isinstance(raw, list):
         raise ConfigError(f"{node.key_path('rules')}: expected a list of rules")
@@ -105,7 +114,19 @@ def parse_routing(node: Node, clusters: set[str],
         names.add(rule.name)
         rules.append(rule)
     node.done()
-    return RoutingConfig(tuple(rules), timeout)
+    return RoutingConfig(tuple(rules), timeout, seal)
+
+
+def _seal(node: Node) -> OriginSeal:
+    """`origin_key`, read now (a missing file or variable fails the load, naming the path)."""
+    ref = parse_secret(node, "origin_key")
+    if ref is None:
+        return PROCESS_SEAL
+    secret = ref.read()
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ConfigError(f"{node.key_path('origin_key')}: the key must be at least "
+                          f"{MIN_SECRET_CHARS} characters (a short one could be guessed)")
+    return OriginSeal(secret.encode())
 
 
 def _parse_rule(node: Node, index: int, clusters: frozenset[str],
@@ -175,6 +196,14 @@ class Decision:
 STAY = Decision(None)
 
 
+class Provenance(Protocol):
+    """How the records of one batch arrived (`arrival.BatchArrival`)."""
+
+    def sealed(self, index: int, headers: list[Header]) -> bool:
+        """Whether record `index` (whose headers are now `headers`) arrived with a valid
+        origin mark."""
+
+
 class RoutingTable:
     """First match wins, in config order; the rules that can apply are cached per
     (topic, client id), so a topic no rule names costs one dict lookup per partition."""
@@ -182,6 +211,7 @@ class RoutingTable:
     def __init__(self, config: RoutingConfig) -> None:
         self.config = config
         self.rules = config.rules
+        self.seal = config.seal
         self._cache: dict[tuple[str, str | None], tuple[Rule, ...]] = {}
         self._decisions: dict[int, Decision] = {}  # per rule, when no shadow rule matched
 
@@ -194,15 +224,20 @@ class RoutingTable:
             found = self._cache[key] = tuple(r for r in self.rules if r.covers(topic, client_id))
         return found
 
-    def decide(self, candidates: tuple[Rule, ...], headers: list[Header]) -> Decision:
+    def decide(self, candidates: tuple[Rule, ...], headers: list[Header],
+               provenance: Provenance | None = None, index: int = 0) -> Decision:
+        """The decision for record `index` of a batch, whose headers are `headers`.
+
+        Without `provenance` nothing proves a record was routed before: every rule applies.
+        """
         shadowed: list[Rule] | None = None
-        routed: bool | None = None  # whether the record carries the origin header: looked up
-        for rule in candidates:     # only once a rule that would route it matches
+        routed: bool | None = None  # whether the record arrived with Herald's origin mark:
+        for rule in candidates:     # looked up only once a rule that would route it matches
             if rule.headers is not None and not rule.headers(headers):
                 continue
             if rule.handler.routes:
                 if routed is None:
-                    routed = _has_origin(headers)
+                    routed = provenance is not None and provenance.sealed(index, headers)
                 if routed:
                     continue  # routed once already: only rules that do not route still apply
             if rule.shadow:
@@ -217,13 +252,6 @@ class RoutingTable:
                 return found
             return Decision(rule, tuple(shadowed))
         return Decision(None, tuple(shadowed)) if shadowed else STAY
-
-
-def _has_origin(headers: list[Header]) -> bool:
-    for k, _ in headers:
-        if k == ORIGIN_HEADER:
-            return True
-    return False
 
 
 def parse_clusters(node: Node, parse_one: Callable[[Node], Any]) -> dict[str, Any]:

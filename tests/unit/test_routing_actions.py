@@ -15,6 +15,7 @@ from protocol.records import Record, RecordBatch, build_batch
 from proxy.observability.routing_stats import RoutingStats
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import PRIMARY, Action, Planner, RuleSite, Target
+from proxy.routing.arrival import PartitionArrival
 from proxy.routing.produce_filter import RoutingFilter, _Refuse
 from proxy.routing.rules import RoutingTable, Rule, parse_routing
 from proxy.upstream.topic_ids import TopicIds
@@ -115,14 +116,14 @@ def test_a_registered_action_is_parsed_and_applied_without_a_branch_for_it() -> 
     batch = RecordBatch(build_batch([Record(b"k", b"v%d" % i, [("bad", b"")] if i % 2 else [])
                                      for i in range(6)]))
     candidates = table.candidates("t", None)
-    plan = f._plan(batch, candidates)
+    plan = f._plan(batch, candidates, PartitionArrival(table.seal).batch(0, batch))
     (routed,) = plan.routed
     assert (routed.rule.name, routed.cluster, routed.indexes) == ("bad", PRIMARY, [1, 3, 5])
     assert plan.moved == frozenset({1, 3, 5})
 
     refused = RecordBatch(build_batch([Record(b"k", b"v", [("pii", b"")])]))
     with pytest.raises(_Refuse) as info:
-        f._plan(refused, candidates)
+        f._plan(refused, candidates, PartitionArrival(table.seal).batch(0, refused))
     assert info.value.outcome.error_message == "no pii"
 
 
