@@ -14,10 +14,10 @@ from interceptors.config import ConfigError, Node
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.observability.routing_stats import RoutingStats
 from proxy.routing.actions import ACTIONS
-from proxy.routing.actions.api import PRIMARY, Action, Planner, RuleSite, Target
+from proxy.routing.actions.api import PRIMARY, Route, RuleSite, Target
 from proxy.routing.arrival import PartitionArrival
 from proxy.routing.produce_filter import RoutingFilter, _Refuse
-from proxy.routing.rules import RoutingTable, Rule, parse_routing
+from proxy.routing.rules import RoutingTable, parse_routing
 from proxy.upstream.topic_ids import TopicIds
 from tests.unit.test_routing_rules import config, error
 
@@ -77,20 +77,17 @@ class QuarantineSettings:
     quarantine: str  # the topic, on the primary cluster
 
 
-class Quarantine(Action):
+class Quarantine(Route):
     """Moves records to a quarantine topic of the primary cluster, keeping their partition."""
 
     name = "quarantine"
     selects = ("quarantine",)
     Settings = QuarantineSettings
-    routes = True
+    keep = False
 
     def __init__(self, settings: QuarantineSettings, site: RuleSite) -> None:
         super().__init__(settings, site)
         self.target = Target(PRIMARY, settings.quarantine, "same")
-
-    def apply(self, plan: Planner, rule: Rule, index: int) -> None:
-        plan.route(rule, index, keep=False)
 
 
 WITH_QUARANTINE = {**ACTIONS, "quarantine": Quarantine}

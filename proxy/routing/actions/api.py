@@ -100,6 +100,17 @@ class Action:
         raise NotImplementedError
 
 
+class Route(Action):
+    """An action that writes the records it decides to its `target` (set in `__init__`);
+    with `keep`, the original stays where it was sent as well."""
+
+    routes = True
+    keep: ClassVar[bool]
+
+    def apply(self, plan: Planner, rule: Rule, index: int) -> None:
+        plan.route(rule, index, keep=self.keep)
+
+
 @dataclass
 class TargetSettings:
     """A destination as a rule writes it: `cluster`, `topic`, `partition`."""

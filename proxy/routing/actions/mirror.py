@@ -10,12 +10,8 @@ matched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from proxy.routing.actions.api import Action, Planner, RuleSite, TargetSettings
-
-if TYPE_CHECKING:
-    from proxy.routing.rules import Rule
+from proxy.routing.actions.api import Route, RuleSite, TargetSettings
 
 
 @dataclass
@@ -23,15 +19,12 @@ class MirrorSettings:
     mirror: TargetSettings
 
 
-class Mirror(Action):
+class Mirror(Route):
     name = "mirror"
     selects = ("mirror",)
     Settings = MirrorSettings
-    routes = True
+    keep = True
 
     def __init__(self, settings: MirrorSettings, site: RuleSite) -> None:
         super().__init__(settings, site)
         self.target = settings.mirror.target(site, "mirror.")
-
-    def apply(self, plan: Planner, rule: Rule, index: int) -> None:
-        plan.route(rule, index, keep=True)

@@ -10,26 +10,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from interceptors.config import InvalidConfig
-from proxy.routing.actions.api import PRIMARY, Action, Planner, RuleSite, TargetSettings
-
-if TYPE_CHECKING:
-    from proxy.routing.rules import Rule
+from proxy.routing.actions.api import PRIMARY, Route, RuleSite, TargetSettings
 
 
-class Move(Action):
+class Move(Route):
     name = "move"
     selects = ("cluster", "topic")
     Settings = TargetSettings
-    routes = True
+    keep = False
 
     def __init__(self, settings: TargetSettings, site: RuleSite) -> None:
         super().__init__(settings, site)
         self.target = settings.target(site)
         if self.target.cluster == PRIMARY and self.target.topic is None:
             raise InvalidConfig("", "a move within the primary cluster needs a topic")
-
-    def apply(self, plan: Planner, rule: Rule, index: int) -> None:
-        plan.route(rule, index, keep=False)
