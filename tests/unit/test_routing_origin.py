@@ -168,3 +168,30 @@ async def test_a_large_partition_reads_its_arrival_in_the_worker_thread() -> Non
     assert len(seen) >= OFFLOAD_BYTES
     candidates = f.table.candidates("t", None)
     assert await f._partition("t", 0, seen, candidates, -1, arrived) == (None, [], False)
+
+
+def test_a_reload_reads_the_key_again(tmp_path: Path) -> None:
+    """A rotated key file is picked up by SIGHUP; a reload that cannot read it changes nothing."""
+    import yaml
+
+    from proxy.config.proxy_yaml import load_config
+    from proxy.server import Proxy
+
+    key_file = tmp_path / "origin.key"
+    key_file.write_text(SECRET)
+    path = tmp_path / "proxy.yaml"
+    data = {"upstream": {"bootstrap": "127.0.0.1:9092"},
+            "listen": {"bootstrap": "127.0.0.1:19092"},
+            "clusters": {"eu": {"bootstrap": "127.0.0.1:1"}},
+            "routing": {"origin_key": {"file": str(key_file)},
+                        "rules": [{"match": {}, "cluster": "eu"}]}}
+    path.write_text(yaml.safe_dump(data))
+    proxy = Proxy(load_config(path))
+    assert proxy.routing.table.seal == SEAL
+    rotated = "the next origin key, as long as the first"
+    key_file.write_text(rotated)
+    assert proxy.reload()
+    assert proxy.routing.table.seal == OriginSeal(rotated.encode()) != SEAL
+    key_file.unlink()
+    assert not proxy.reload()
+    assert proxy.routing.table.seal == OriginSeal(rotated.encode())
