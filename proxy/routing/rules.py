@@ -51,9 +51,6 @@ ORIGIN_HEADER = "herald.route.origin"
 """Set on every record Herald writes elsewhere: the cluster it was first produced to, sealed
 (`origin.OriginSeal`)."""
 
-_RULE_KEYS = ("name", "match", "shadow")
-
-
 @dataclass(frozen=True, eq=False)
 class Rule:
     index: int
@@ -161,7 +158,7 @@ def _action(node: Node, site: RuleSite, actions: Mapping[str, type[Action]]) -> 
                           f"(got {', '.join(given) or 'none'})")
     (cls,) = chosen
     data = {k: node.get(k) for k in cls.keys() if node.get(k) is not None}
-    settings = build_config(cls.Settings, data, node.path, _RULE_KEYS)
+    settings = build_config(cls.Settings, data, node.path)
     try:
         return cls(settings, site)
     except InvalidConfig as exc:
