@@ -95,6 +95,7 @@ class Proxy:
             AddressRewriter(self.directory),
             TopicIdLearner(self.topic_ids),
             ConsumerGroupLearner(lambda: self.interceptors.chains, self.proxy_info),
+            self.routing.arrivals,  # before the chains: origin marks as records arrived
             self.interceptors,
             self.routing,  # after the chains: routed records carry what enrichment added
             *traced,

@@ -164,10 +164,12 @@ class Destination:
         return Delivery(records, self._token)
 
     def send_records(self, delivery: Delivery, topic: str, partition: int, records: list,
-                     extra_header: tuple[str, bytes], base_timestamp: int) -> int:
-        """Enqueue records of a batch in order, each with `extra_header` after its own (on
-        the loop; never blocks); the key and value bytes handed over. A record the producer
-        refuses at once (queue full, unknown partition) fails the delivery for it.
+                     extra_header: Callable[[bytes | None, bytes | None], tuple[str, bytes]],
+                     base_timestamp: int) -> int:
+        """Enqueue records of a batch in order, each with the header `extra_header` makes of
+        its key and value after its own (on the loop; never blocks); the key and value bytes
+        handed over. A record the producer refuses at once (queue full, unknown partition)
+        fails the delivery for it.
 
         This is the per-record path of routing: one loop, the producer's method looked up
         once, the record's parsed header list read without a copy."""
@@ -178,7 +180,7 @@ class Destination:
             key, value = rec.key, rec.value
             try:
                 produce(topic, value=value, key=key, partition=partition,
-                        headers=[*rec.current_headers(), extra_header],
+                        headers=[*rec.current_headers(), extra_header(key, value)],
                         timestamp=base_timestamp + rec.timestamp_delta, on_delivery=report)
             except BufferError:
                 delivery.give_up(1, f"{self.name}: local queue full")

@@ -1,8 +1,9 @@
 """Routing on the produce path: a filter-chain member after the interceptor chains.
 
 Per record, in config order, the first live rule that matches decides (shadow rules are
-counted and passed over). A partition no rule touches is forwarded as the bytes that arrived.
-Otherwise:
+counted and passed over), and its action (`proxy.routing.actions`) says what becomes of the
+record by calling back the batch's plan (`_BatchPlan`: route, or refuse). A partition no rule
+touches is forwarded as the bytes that arrived. Otherwise:
 
 * records that move are handed to the destination's producer, in record order, and removed
   from the batch, which is re-encoded with the records that stay (renumbered, and for
@@ -12,6 +13,10 @@ Otherwise:
 * a transactional batch that would lose or copy records is refused whole: the copies could
   not be part of the transaction, and a silent partial commit is the one outcome not allowed.
 
+Every routed record gets Herald's sealed origin mark (`origin.py`) as its last header, and
+move and mirror rules pass over a record that arrived with a mark the seal verifies, judged on
+the record as it reached Herald, before the chains (`arrival.py`).
+
 The client's response waits for every destination (`on_response`); a destination that failed
 turns the partition's answer into REQUEST_TIMED_OUT, which every client retries. With acks=0
 nothing waits: the records are sent once, best effort, and counted.
@@ -20,7 +25,7 @@ nothing waits: the records are sent once, best effort, and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
@@ -50,12 +55,11 @@ from proxy.observability.routing_stats import (
     SHADOW,
     RoutingStats,
 )
+from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
-    MOVE,
     PRIMARY,
-    REJECT,
     SAME,
     STAY,
     RoutingTable,
@@ -111,6 +115,32 @@ class _Refuse(Exception):
         self.outcome = outcome
 
 
+class _BatchPlan:
+    """Where the records of one batch go, as the actions of the rules that decide them say
+    (`actions.api.Planner`)."""
+
+    __slots__ = ("stats", "records", "by_rule", "moved")
+
+    def __init__(self, stats: RoutingStats, records: int) -> None:
+        self.stats = stats
+        self.records = records
+        self.by_rule: dict[int, Routed] = {}
+        self.moved: set[int] = set()
+
+    def route(self, rule: Rule, index: int, keep: bool) -> None:
+        routed = self.by_rule.get(rule.index)
+        if routed is None:
+            assert rule.target is not None
+            routed = self.by_rule[rule.index] = Routed(rule, rule.target.cluster, [])
+        routed.indexes.append(index)
+        if not keep:
+            self.moved.add(index)
+
+    def refuse(self, rule: Rule, message: str) -> NoReturn:
+        self.stats.count(rule.name, rule.action, "", REJECTED, self.records)
+        raise _Refuse(PartitionOutcome(INVALID_RECORD, message))
+
+
 class RoutingFilter(Filter):
     name = "routing"
 
@@ -124,6 +154,9 @@ class RoutingFilter(Filter):
         self.sequences = SequenceMap()
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
         self.tracing: Any = None  # observability.tracing.Tracing when on: a span per batch
+        # The member to place before the interceptor chains: the records as they arrived,
+        # on which the origin mark is checked (see arrival.py).
+        self.arrivals = Arrivals(self)
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.PRODUCE and bool(self.table.rules)
@@ -132,6 +165,7 @@ class RoutingFilter(Filter):
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         table = self.table
+        arrived = self.arrivals.take(exchange)
         note = Note()
         changed = False
         kept_topics = []
@@ -148,7 +182,8 @@ class RoutingFilter(Filter):
                     continue
                 try:
                     records, plans, waits = await self._partition(
-                        topic, p.index, p.records, candidates, msg.acks
+                        topic, p.index, p.records, candidates, msg.acks,
+                        arrived.get(arrived_key(t, p.index)) if arrived else None,
                     )
                 except _Refuse as refused:
                     note.answers.append(Rejected(t.name, t.topic_id, p.index, refused.outcome))
@@ -175,15 +210,19 @@ class RoutingFilter(Filter):
         return changed
 
     async def _partition(
-        self, topic: str, index: int, records: Any, candidates: tuple[Rule, ...], acks: int
+        self, topic: str, index: int, records: Any, candidates: tuple[Rule, ...], acks: int,
+        arrived: Any = None,
     ) -> tuple[bytes | None, list[Plan], bool]:
         """(the new records field: None unchanged, b"" nothing left; the plans; whether any
-        delivery must be waited for)."""
+        delivery must be waited for). `arrived`: the records field as it reached Herald,
+        before the chains (None: as `records`), on which origin marks are checked."""
         batches = split_batches(records)
+        arrival = PartitionArrival(self.table.seal,
+                                   None if arrived is None or arrived is records else arrived)
         if len(records) >= OFFLOAD_BYTES:
             # As in the interceptor filter: large compressed partitions are decompressed in a
             # worker thread, so the loop keeps serving other connections meanwhile.
-            await trio.to_thread.run_sync(_decompress_all, batches)
+            await trio.to_thread.run_sync(_decompress_all, batches, arrival)
         plans: list[Plan] = []
         changed = False
         waits = False
@@ -212,7 +251,7 @@ class RoutingFilter(Filter):
                 plan = attempt.plan
             else:
                 try:
-                    plan = self._plan(b, candidates)
+                    plan = self._plan(b, candidates, arrival.batch(i, b))
                     if plan.routed and b.is_transactional:
                         self._count_plan(plan, REFUSED)
                         raise _Refuse(PartitionOutcome(
@@ -249,38 +288,33 @@ class RoutingFilter(Filter):
             return None, plans, waits
         return join_batches(batches), plans, waits
 
-    def _plan(self, batch: RecordBatch, candidates: tuple[Rule, ...]) -> Plan:
+    def _plan(self, batch: RecordBatch, candidates: tuple[Rule, ...],
+              provenance: BatchArrival) -> Plan:
         decide = self.table.decide
-        by_rule: dict[int, Routed] = {}
-        moved: set[int] = set()
+        plan = _BatchPlan(self.stats, batch.record_count)
         stay = STAY
         for i, headers in enumerate(batch.iter_headers()):
-            decision = decide(candidates, headers)
+            decision = decide(candidates, headers, provenance, i)
             if decision is stay:  # the common case: no rule, nothing shadowed
                 continue
             for rule in decision.shadowed:
                 cluster = rule.target.cluster if rule.target else ""
                 self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
             rule = decision.rule
-            if rule is None:
-                continue
-            if rule.action == REJECT:
-                self.stats.count(rule.name, REJECT, "", REJECTED, batch.record_count)
-                raise _Refuse(PartitionOutcome(INVALID_RECORD, rule.message))
-            routed = by_rule.get(rule.index)
-            if routed is None:
-                assert rule.target is not None
-                routed = by_rule[rule.index] = Routed(rule, rule.target.cluster, [])
-            routed.indexes.append(i)
-            if rule.action == MOVE:
-                moved.add(i)
-        return Plan(list(by_rule.values()), frozenset(moved))
+            if rule is not None:
+                rule.handler.apply(plan, rule, i)
+        return Plan(list(plan.by_rule.values()), frozenset(plan.moved))
 
     def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int) -> bool:
         """Hand the routed records to their producers, unless an earlier attempt of this
         batch delivered them; True when some delivery is to be waited for."""
         records = batch.records
         origin = self.origin()
+        seal = self.table.seal
+
+        def mark(key: bytes | None, value: bytes | None) -> tuple[str, bytes]:
+            return ORIGIN_HEADER, seal.mark(origin, key, value)
+
         base_ts = batch.base_timestamp
         token = trio.lowlevel.current_trio_token()
         for routed in plan.routed:
@@ -304,10 +338,11 @@ class RoutingFilter(Filter):
                 partition = -1  # librdkafka's murmur2_random: the Java client's choice
             else:
                 partition = target.partition
-            # Routed records never carry the origin header (`decide` keeps those in place).
+            # Herald's mark goes last: a record may carry an origin header a client wrote (no
+            # mark this Herald verified, or it would not be routed), and the next Herald reads
+            # the last one.
             size = dest.send_records(delivery, out_topic, partition,
-                                     [records[i] for i in routed.indexes],
-                                     (ORIGIN_HEADER, origin), base_ts)
+                                     [records[i] for i in routed.indexes], mark, base_ts)
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
@@ -404,10 +439,12 @@ async def _outcome(plans: list[Plan]) -> str | None:
     return error
 
 
-def _decompress_all(batches: list[Any]) -> None:
+def _decompress_all(batches: list[Any], arrival: PartitionArrival) -> None:
     for b in batches:
         if isinstance(b, RecordBatch) and b.compression and b.record_count:
             b.decompress()
+    if arrival.raw is not None:
+        arrival.prepare()
 
 
 def _kept_batch(batch: RecordBatch, moved: frozenset[int], attempt: Attempt | None) -> bytes:

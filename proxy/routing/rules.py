@@ -3,6 +3,7 @@
 ```yaml
 routing:
   delivery_timeout_s: 30         # how long a destination may take to acknowledge
+  origin_key: {env: HERALD_ORIGIN_KEY}   # seals Herald's origin mark (see origin.py)
   rules:
     - name: eu-orders            # metric label; defaults to rule-<index>
       match:
@@ -19,49 +20,57 @@ routing:
       reject: "pii records may not be written here"
 ```
 
-A record carrying the origin header (`herald.route.origin`) was routed once already; move and
-mirror rules never apply to it again, which is what stops loops between Heralds. A client that
-forges the header only keeps its record where it sent it: it cannot make one travel.
+What a rule does is an action (`proxy.routing.actions`): the keys of a rule other than
+`name`, `match` and `shadow` select exactly one, and are that action's settings.
+
+A record that arrived carrying Herald's sealed origin mark (`herald.route.origin`, see
+`origin.py`) was routed once already: move and mirror rules never apply to it again, which is
+what stops loops between Heralds. The mark is checked on the record as it reached Herald,
+before the interceptor chains (which may strip it: `audit` does), so the same rules hold
+whatever the chains hold. An origin header the seal does not verify (one a client wrote) is
+ignored: the record is routed like any other, so no client can opt out of a rule with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from interceptors.config import ConfigError, InvalidConfig, Node
+from interceptors.config import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
 from protocol.contracts.headers import ROUTE_ORIGIN as ORIGIN_HEADER
+from proxy.routing.actions import ACTIONS
+from proxy.routing.actions.api import KEY, PRIMARY, SAME, Action, RuleSite, Target
+from proxy.routing.origin import MIN_SECRET_CHARS, PROCESS_SEAL, OriginSeal
 from proxy.routing.predicates import Header, Predicate, compile_predicate
+from proxy.security.config import parse_secret
 
-PRIMARY = "upstream"
-"""The name the primary cluster goes by in rules and metrics."""
-
-MOVE, MIRROR, REJECT = "move", "mirror", "reject"
-SAME, KEY = "same", "key"
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a moved or mirrored record goes."""
-
-    cluster: str  # PRIMARY or a name under `clusters:`
-    topic: str | None  # None: the record's own topic
-    partition: str | int  # SAME, KEY or an explicit partition number
+__all__ = ["KEY", "ORIGIN_HEADER", "PRIMARY", "SAME", "Target"]
 
 
 @dataclass(frozen=True, eq=False)
 class Rule:
     index: int
     name: str
-    action: str  # MOVE, MIRROR or REJECT
-    target: Target | None
-    message: str
+    handler: Action  # what the rule does: an instance of a class of `actions.ACTIONS`
     shadow: bool
     topics: NameMatcher | None
     client_ids: NameMatcher | None
     headers: Predicate | None
+
+    @property
+    def action(self) -> str:
+        """The action's name: its registry key, and the `action` label of the metrics."""
+        return self.handler.name
+
+    @property
+    def target(self) -> Target | None:
+        return self.handler.target
+
+    @property
+    def message(self) -> str:
+        return self.handler.message
 
     def covers(self, topic: str, client_id: str | None) -> bool:
         """Whether the rule can apply to records of this topic from this client at all."""
@@ -74,15 +83,19 @@ class Rule:
 class RoutingConfig:
     rules: tuple[Rule, ...] = ()
     delivery_timeout_s: float = 30.0
+    seal: OriginSeal = field(default=PROCESS_SEAL)  # from `origin_key`, else the process's
 
     def clusters(self) -> set[str]:
         """Every cluster some rule writes to (shadow rules included: they may be promoted)."""
         return {r.target.cluster for r in self.rules if r.target is not None}
 
 
-def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
-    """The `routing:` section; `clusters` are the names a rule may use besides the primary."""
+def parse_routing(node: Node, clusters: set[str],
+                  actions: Mapping[str, type[Action]] = ACTIONS) -> RoutingConfig:
+    """The `routing:` section; `clusters` are the names a rule may use besides the primary,
+    `actions` what rules may do."""
     timeout = node.number("delivery_timeout_s", 30.0, float, 1)
+    seal = _seal(node)
     raw = node.get("rules", [])
     if not isinstance(raw, list):
         raise ConfigError(f"{node.key_path('rules')}: expected a list of rules")
@@ -90,7 +103,8 @@ def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
     names: set[str] = set()
 
     def rule_at(i: int, item: Any) -> Rule:
-        return _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]", node.errors), i, clusters)
+        return _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]", node.errors), i,
+                           frozenset(clusters), actions)
 
     for i, item in enumerate(raw):
         rule = node.attempt(rule_at, i, item)  # each rule checked, even after a bad one
@@ -101,10 +115,23 @@ def parse_routing(node: Node, clusters: set[str]) -> RoutingConfig:
         names.add(rule.name)
         rules.append(rule)
     node.done()
-    return RoutingConfig(tuple(rules), timeout)
+    return RoutingConfig(tuple(rules), timeout, seal)
 
 
-def _parse_rule(node: Node, index: int, clusters: set[str]) -> Rule:
+def _seal(node: Node) -> OriginSeal:
+    """`origin_key`, read now (a missing file or variable fails the load, naming the path)."""
+    ref = parse_secret(node, "origin_key")
+    if ref is None:
+        return PROCESS_SEAL
+    secret = ref.read()
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ConfigError(f"{node.key_path('origin_key')}: the key must be at least "
+                          f"{MIN_SECRET_CHARS} characters (a short one could be guessed)")
+    return OriginSeal(secret.encode())
+
+
+def _parse_rule(node: Node, index: int, clusters: frozenset[str],
+                actions: Mapping[str, type[Action]]) -> Rule:
     name = node.get("name", f"rule-{index}")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{node.key_path('name')}: expected a non-empty string")
@@ -118,52 +145,29 @@ def _parse_rule(node: Node, index: int, clusters: set[str]) -> Rule:
     shadow = node.get("shadow", False)
     if not isinstance(shadow, bool):
         raise ConfigError(f"{node.key_path('shadow')}: expected true or false")
-    actions = [k for k in ("cluster", "topic", "mirror", "reject") if k in node.data]
-    moving = "cluster" in node.data or "topic" in node.data
-    if not actions or (moving and len(actions) > (("cluster" in actions) + ("topic" in actions))):
-        raise ConfigError(f"{node.path}: expected one action: cluster/topic (move), mirror, "
-                          f"or reject (got {', '.join(actions) or 'none'})")
-    target: Target | None = None
-    message = ""
-    if moving:
-        action = MOVE
-        target = _target(node, clusters)
-        if target.cluster == PRIMARY and target.topic is None:
-            raise ConfigError(f"{node.path}: a move within the primary cluster needs a topic")
-    elif "mirror" in actions:
-        action = MIRROR
-        mirror = node.child("mirror", required=True)
-        target = _target(mirror, clusters)
-        mirror.done()
-    else:
-        action = REJECT
-        reason = node.get("reject")
-        if reason is True:
-            message = f"refused by routing rule {name}"
-        elif isinstance(reason, str) and reason:
-            message = reason
-        else:
-            raise ConfigError(f"{node.key_path('reject')}: expected true or a message")
+    handler = _action(node, RuleSite(name, clusters), actions)
     node.done()
-    return Rule(index, name, action, target, message, shadow, topics, client_ids, headers)
+    return Rule(index, name, handler, shadow, topics, client_ids, headers)
 
 
-def _target(node: Node, clusters: set[str]) -> Target:
-    cluster = node.get("cluster", PRIMARY)
-    if cluster != PRIMARY and cluster not in clusters:
-        known = ", ".join(sorted(clusters | {PRIMARY}))
-        raise ConfigError(f"{node.key_path('cluster')}: no cluster named {cluster!r} "
-                          f"(known: {known})")
-    topic = node.get("topic")
-    if topic is not None and (not isinstance(topic, str) or not topic):
-        raise ConfigError(f"{node.key_path('topic')}: expected a topic name")
-    partition = node.get("partition", SAME)
-    if isinstance(partition, bool) or not (
-        partition in (SAME, KEY) or (isinstance(partition, int) and partition >= 0)
-    ):
-        raise ConfigError(f"{node.key_path('partition')}: expected same, key or a partition "
-                          f"number >= 0, got {partition!r}")
-    return Target(cluster, topic, partition)
+def _action(node: Node, site: RuleSite, actions: Mapping[str, type[Action]]) -> Action:
+    """The one action the rule's keys select, built from the keys it reads."""
+    chosen = [cls for cls in actions.values() if any(k in node.data for k in cls.selects)]
+    if len(chosen) != 1:
+        given = [k for cls in actions.values() for k in cls.selects if k in node.data]
+        choices = [cls.describe() for cls in actions.values()]
+        if len(choices) > 1:
+            choices[-2:] = [f"{choices[-2]} or {choices[-1]}"]
+        raise ConfigError(f"{node.path}: expected one action: {', '.join(choices)} "
+                          f"(got {', '.join(given) or 'none'})")
+    (cls,) = chosen
+    data = {k: node.get(k) for k in cls.keys() if node.get(k) is not None}
+    settings = build_config(cls.Settings, data, node.path)
+    try:
+        return cls(settings, site)
+    except InvalidConfig as exc:
+        raise ConfigError(f"{node.key_path(exc.field)}: {exc.message}" if exc.field
+                          else f"{node.path}: {exc.message}") from None
 
 
 def _names(node: Node, key: str) -> NameMatcher | None:
@@ -193,6 +197,14 @@ class Decision:
 STAY = Decision(None)
 
 
+class Provenance(Protocol):
+    """How the records of one batch arrived (`arrival.BatchArrival`)."""
+
+    def sealed(self, index: int, headers: list[Header]) -> bool:
+        """Whether record `index` (whose headers are now `headers`) arrived with a valid
+        origin mark."""
+
+
 class RoutingTable:
     """First match wins, in config order; the rules that can apply are cached per
     (topic, client id), so a topic no rule names costs one dict lookup per partition."""
@@ -200,6 +212,7 @@ class RoutingTable:
     def __init__(self, config: RoutingConfig) -> None:
         self.config = config
         self.rules = config.rules
+        self.seal = config.seal
         self._cache: dict[tuple[str, str | None], tuple[Rule, ...]] = {}
         self._decisions: dict[int, Decision] = {}  # per rule, when no shadow rule matched
 
@@ -212,17 +225,22 @@ class RoutingTable:
             found = self._cache[key] = tuple(r for r in self.rules if r.covers(topic, client_id))
         return found
 
-    def decide(self, candidates: tuple[Rule, ...], headers: list[Header]) -> Decision:
+    def decide(self, candidates: tuple[Rule, ...], headers: list[Header],
+               provenance: Provenance | None = None, index: int = 0) -> Decision:
+        """The decision for record `index` of a batch, whose headers are `headers`.
+
+        Without `provenance` nothing proves a record was routed before: every rule applies.
+        """
         shadowed: list[Rule] | None = None
-        routed: bool | None = None  # whether the record carries the origin header: looked up
-        for rule in candidates:     # only once a rule that would route it matches
+        routed: bool | None = None  # whether the record arrived with Herald's origin mark:
+        for rule in candidates:     # looked up only once a rule that would route it matches
             if rule.headers is not None and not rule.headers(headers):
                 continue
-            if rule.action != REJECT:
+            if rule.handler.routes:
                 if routed is None:
-                    routed = _has_origin(headers)
+                    routed = provenance is not None and provenance.sealed(index, headers)
                 if routed:
-                    continue  # routed once already: only reject rules still apply
+                    continue  # routed once already: only rules that do not route still apply
             if rule.shadow:
                 if shadowed is None:
                     shadowed = []
@@ -235,13 +253,6 @@ class RoutingTable:
                 return found
             return Decision(rule, tuple(shadowed))
         return Decision(None, tuple(shadowed)) if shadowed else STAY
-
-
-def _has_origin(headers: list[Header]) -> bool:
-    for k, _ in headers:
-        if k == ORIGIN_HEADER:
-            return True
-    return False
 
 
 def parse_clusters(node: Node, parse_one: Callable[[Node], Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import pytest
 from interceptors.config import ConfigError
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.config.proxy_yaml import parse_config
+from proxy.routing.arrival import PartitionArrival
 from proxy.routing.partitioner import key_partition, murmur2
 from proxy.routing.predicates import compile_predicate
 from proxy.routing.produce_filter import _kept_batch
@@ -156,9 +157,13 @@ def test_records_routed_once_are_not_routed_again_but_may_be_rejected() -> None:
     ])
     table = RoutingTable(cfg.routing)
     rules = table.candidates("t", None)
-    forged = [("r", b"eu"), (ORIGIN_HEADER, b"anything")]
-    assert table.decide(rules, forged).rule is None
-    assert table.decide(rules, [*forged, ("bad", b"")]).rule.name == "no"
+    # A record Herald routed before: its origin header is a mark Herald's seal verifies (a
+    # header a client wrote is not: see test_routing_origin.py).
+    routed = [("r", b"eu"), (ORIGIN_HEADER, table.seal.mark(b"cluster-1", b"k", b"v"))]
+    arrived = PartitionArrival(table.seal).batch(0, RecordBatch(build_batch(
+        [Record(b"k", b"v", routed)])))
+    assert table.decide(rules, routed, arrived, 0).rule is None
+    assert table.decide(rules, [*routed, ("bad", b"")], arrived, 0).rule.name == "no"
 
 
 # --- murmur2 ----------------------------------------------------------------------------------
