@@ -10,14 +10,22 @@ those records' times; never with the Spark code under test.
 from __future__ import annotations
 
 import os
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from pipeline.config import PipelineConfig
-from tests.pipeline.scenario import percentile, stats
+from tests.pipeline.scenario import (
+    branches,
+    expected_graph,
+    expected_lag,
+    expected_transit,
+    hop_key,
+    percentile,
+    stats,
+)
 
 MAX_WAIT_MS = 1000
 BASE_MS = 1_700_000_000_000
@@ -42,7 +50,8 @@ class Log:
         self._next[(topic, partition)] += 1
         key = (topic, partition, offset)
         self.hops.append({"trace_id": trace, "topic": topic, "partition": partition,
-                          "offset": offset, "event_ms": BASE_MS + ms, "client_id": client,
+                          "offset": offset, "herald_time_ms": BASE_MS + ms,
+                          "timestamp_ms": BASE_MS + ms, "client_id": client,
                           "parents": [{"topic": t, "partition": p, "offset": o}
                                       for t, p, o in links]})
         for parent in (links if came_from is None else came_from):
@@ -50,11 +59,9 @@ class Log:
         return key
 
     def fetch(self, key: Key, consumer: str, group: str | None, ms: int) -> None:
-        self.fetches.append({"topic": key[0], "partition": key[1], "offset": key[2],
-                             "consumer": consumer, "group": group, "fetched_ms": BASE_MS + ms})
-
-    def hop(self, key: Key) -> dict[str, Any]:
-        return next(h for h in self.hops if (h["topic"], h["partition"], h["offset"]) == key)
+        """A fetch_log observation, as Herald publishes it."""
+        self.fetches.append({"tr": None, "t": key[0], "p": key[1], "o": key[2],
+                             "c": consumer, "g": group, "f": BASE_MS + ms})
 
 
 def trace() -> str:
@@ -158,7 +165,7 @@ def _hops_df(spark, hops: list[dict[str, Any]]):
     schema = ("trace_id string, topic string, partition int, offset long, event_ms long, "
               "client_id string, parents array<struct<topic:string,partition:int,offset:long>>")
     df = spark.createDataFrame([tuple(h[c] for c in (
-        "trace_id", "topic", "partition", "offset", "event_ms", "client_id", "parents"))
+        "trace_id", "topic", "partition", "offset", "herald_time_ms", "client_id", "parents"))
         for h in hops], schema)
     return (df.withColumn("parent_span", F.lit(None).cast("string"))
             .withColumn("timestamp_ms", F.col("event_ms"))
@@ -178,8 +185,7 @@ def analysed(spark) -> tuple[Log, dict[str, list[dict]], PipelineConfig]:
     config = PipelineConfig(topics=topics, terminal_topics=terminal, max_wait_ms=MAX_WAIT_MS,
                             time_bucket_s=1)
     fetches = spark.createDataFrame(
-        [tuple(f[c] for c in ("topic", "partition", "offset", "consumer", "group",
-                              "fetched_ms")) for f in log.fetches],
+        [tuple(f[c] for c in ("t", "p", "o", "c", "g", "f")) for f in log.fetches],
         "topic string, partition int, offset long, consumer string, group string, "
         "fetched_ms long")
     tables = analyze(_hops_df(spark, log.hops), config, fetches=fetches)
@@ -190,70 +196,44 @@ def analysed(spark) -> tuple[Log, dict[str, list[dict]], PipelineConfig]:
     return log, got, config
 
 
-def _key(d: dict[str, Any]) -> Key:
-    return (d["topic"], d["partition"], d["offset"])
-
-
 def _expected_pairs(log: Log) -> list[tuple[Key, Key]]:
     """(parent, child) pairs by the documented rules: the parent headers that name a record
     read; for a hop without any, the latest earlier hop of its trace that its producer's client
     id fetched before it was written, else the latest earlier hop of its trace."""
     traced = [h for h in log.hops if h["trace_id"]]
-    keys = {_key(h) for h in traced}
+    keys = {hop_key(h) for h in traced}
 
     def order(h: dict[str, Any]) -> tuple:
-        return (h["event_ms"], h["topic"], h["partition"], h["offset"])
+        return (h["herald_time_ms"], h["topic"], h["partition"], h["offset"])
 
     pairs = []
     for h in traced:
         if h["parents"]:
-            pairs += [(_key(p), _key(h)) for p in h["parents"] if _key(p) in keys]
+            pairs += [(hop_key(p), hop_key(h)) for p in h["parents"] if hop_key(p) in keys]
             continue
         earlier = sorted((g for g in traced if g["trace_id"] == h["trace_id"]
                           and order(g) < order(h)), key=order)
         read = [g for g in earlier if any(
-            f["consumer"] == h["client_id"] and _key(f) == _key(g)
-            and f["fetched_ms"] <= h["event_ms"] for f in log.fetches)]
-        pairs += [(_key(g), _key(h)) for g in (read or earlier)[-1:]]
+            f["c"] == h["client_id"] and (f["t"], f["p"], f["o"]) == hop_key(g)
+            and f["f"] <= h["herald_time_ms"] for f in log.fetches)]
+        pairs += [(hop_key(g), hop_key(h)) for g in (read or earlier)[-1:]]
     return pairs
-
-
-def _wait(log: Log, parent: Key, child: Key) -> int:
-    return log.hop(child)["event_ms"] - log.hop(parent)["event_ms"]
-
-
-def _edges_of(log: Log, pairs: list[tuple[Key, Key]]) -> dict[tuple[str, str], list[int]]:
-    waits: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for parent, child in pairs:
-        waits[(parent[0], child[0])].append(_wait(log, parent, child))
-    return waits
-
-
-def _branches(log: Log, pairs: list[tuple[Key, Key]]) -> list[list[Key]]:
-    """Root-to-leaf paths of hops by depth-first search over the (parent, child) pairs."""
-    nodes = [_key(h) for h in log.hops if h["trace_id"]]
-    children: dict[Key, list[Key]] = defaultdict(list)
-    for parent, child in pairs:
-        children[parent].append(child)
-    has_parent = {c for _, c in pairs}
-    out: list[list[Key]] = []
-    stack = [[n] for n in nodes if n not in has_parent]
-    while stack:
-        path = stack.pop()
-        nxt = [c for c in children[path[-1]] if c not in path]
-        if not nxt:
-            out.append(path)
-        stack.extend(path + [c] for c in nxt)
-    return out
 
 
 def _scenario(prefix: str, rows: list[dict], col: str = "from_topic") -> list[dict]:
     return [r for r in rows if r[col].startswith(prefix)]
 
 
-def _check_edges(log: Log, got: dict[str, list[dict]], prefix: str,
+def _expected(log: Log, config: PipelineConfig, prefix: str,
+              pairs: list[tuple[Key, Key]]) -> dict[str, Any]:
+    hops = [h for h in log.hops if h["topic"].startswith(prefix)]
+    return expected_graph(hops, [p for p in pairs if p[1][0].startswith(prefix)],
+                          config.max_wait_ms, config.terminal_topics)
+
+
+def _check_edges(log: Log, got: dict[str, list[dict]], config: PipelineConfig, prefix: str,
                  pairs: list[tuple[Key, Key]]) -> dict[tuple[str, str], dict]:
-    want = _edges_of(log, [p for p in pairs if p[1][0].startswith(prefix)])
+    want = _expected(log, config, prefix, pairs)["edges"]
     edges = {(e["from_topic"], e["to_topic"]): e for e in _scenario(prefix, got["edges"])}
     assert set(edges) == set(want)  # no edge that no record travelled, none missing
     for edge, waits in want.items():
@@ -264,28 +244,19 @@ def _check_edges(log: Log, got: dict[str, list[dict]], prefix: str,
 
 def _check_pathways(log: Log, got: dict[str, list[dict]], config: PipelineConfig,
                     prefix: str, pairs: list[tuple[Key, Key]]) -> dict[str, dict]:
-    durations: dict[str, list[int]] = defaultdict(list)
-    broken: Counter = Counter()
-    for path in _branches(log, pairs):
-        if not path[0][0].startswith(prefix):
-            continue
-        name = " > ".join(k[0] for k in path)
-        durations[name].append(log.hop(path[-1])["event_ms"] - log.hop(path[0])["event_ms"])
-        waits = [_wait(log, a, b) for a, b in zip(path, path[1:], strict=False)]
-        broken[name] += (path[-1][0] not in config.terminal_topics
-                         or any(w > config.max_wait_ms for w in waits))
+    want = _expected(log, config, prefix, pairs)
     pathways = {p["path"]: p for p in _scenario(prefix, got["pathways"], "path")}
-    assert set(pathways) == set(durations)
-    for name, values in durations.items():
+    assert set(pathways) == set(want["pathways"])
+    for name, values in want["pathways"].items():
         for k, v in stats(values).items():
             assert pathways[name][k] == pytest.approx(v), (name, k)
-        assert pathways[name]["broken"] == broken[name], name
+        assert pathways[name]["broken"] == want["broken"][name], name
     return pathways
 
 
 def test_linear_flows(analysed) -> None:
     log, got, config = analysed
-    edges = _check_edges(log, got, "lin.", log.truth)
+    edges = _check_edges(log, got, config, "lin.", log.truth)
     assert {k: e["count"] for k, e in edges.items()} == {
         ("lin.orders", "lin.pay"): 8, ("lin.pay", "lin.ship"): 7}
     assert all(e["link"] == "linked" and e["inferred"] == 0 for e in edges.values())
@@ -297,14 +268,13 @@ def test_linear_flows(analysed) -> None:
     assert sorted((f["stopped"], f["slow"]) for f in flows) == \
         [(False, False)] * 6 + [(False, True), (True, False)]
     for f in flows:
-        first = f["hops"][0]["event_ms"]
-        assert f["duration_ms"] == f["hops"][-1]["event_ms"] - first
+        assert f["duration_ms"] == f["hops"][-1]["event_ms"] - f["hops"][0]["event_ms"]
         assert f["branches"] == 1 and f["inferred_edges"] == 0
 
 
 def test_fan_out_has_no_edge_between_siblings(analysed) -> None:
     log, got, config = analysed
-    edges = _check_edges(log, got, "fo.", log.truth)
+    edges = _check_edges(log, got, config, "fo.", log.truth)
     assert {k: e["count"] for k, e in edges.items()} == {
         ("fo.orders", "fo.pay"): 4, ("fo.pay", "fo.ship"): 4, ("fo.orders", "fo.fraud"): 4}
     pathways = _check_pathways(log, got, config, "fo.", log.truth)
@@ -319,7 +289,7 @@ def test_fan_out_has_no_edge_between_siblings(analysed) -> None:
 
 def test_fan_in_continues_both_inputs(analysed) -> None:
     log, got, config = analysed
-    edges = _check_edges(log, got, "fi.", log.truth)
+    edges = _check_edges(log, got, config, "fi.", log.truth)
     assert {k: e["count"] for k, e in edges.items()} == {
         ("fi.orders", "fi.stock"): 3, ("fi.orders", "fi.pay"): 3,
         ("fi.stock", "fi.ship"): 3, ("fi.pay", "fi.ship"): 3}
@@ -333,7 +303,7 @@ def test_fan_in_continues_both_inputs(analysed) -> None:
 
 def test_retry_loops_revisit_a_topic_and_end(analysed) -> None:
     log, got, config = analysed
-    edges = _check_edges(log, got, "rt.", log.truth)
+    edges = _check_edges(log, got, config, "rt.", log.truth)
     assert {k: e["count"] for k, e in edges.items()} == {
         ("rt.orders", "rt.pay"): 4, ("rt.pay", "rt.retry"): 3, ("rt.retry", "rt.pay"): 3,
         ("rt.pay", "rt.pay"): 2, ("rt.pay", "rt.ship"): 4}
@@ -349,7 +319,7 @@ def test_missing_links_are_inferred_and_marked(analysed) -> None:
     # rule finds the orders (a record fraud's client read before writing); the time rule
     # picks the latest earlier hop of the trace.
     pairs = _expected_pairs(log)
-    edges = _check_edges(log, got, "ms.", pairs)
+    edges = _check_edges(log, got, config, "ms.", pairs)
     assert {k: (e["count"], e["linked"], e["inferred"], e["link"])
             for k, e in edges.items()} == {
         ("ms.orders", "ms.pay"): (4, 3, 1, "mixed"),
@@ -375,56 +345,46 @@ def test_missing_links_are_inferred_and_marked(analysed) -> None:
 
 def test_several_groups_read_one_topic(analysed) -> None:
     log, got, config = analysed
-    edges = _check_edges(log, got, "mg.", log.truth)
+    edges = _check_edges(log, got, config, "mg.", log.truth)
     assert {k: e["count"] for k, e in edges.items()} == {("mg.orders", "mg.pay"): 4}
     # Transit and lag per group, from the observations: each group's first fetch of each
     # record (each consumer's, without a group).
-    first: dict[tuple, int] = {}
-    for f in log.fetches:
-        if f["topic"] != "mg.orders":
-            continue
-        reader = (f["group"], None if f["group"] else f["consumer"], f["partition"],
-                  f["offset"])
-        first[reader] = min(first.get(reader, f["fetched_ms"]), f["fetched_ms"])
     records = [h for h in log.hops if h["topic"] == "mg.orders"]
-    transit: dict[str | None, list[int]] = defaultdict(list)
-    lag: dict[tuple[str | None, int], list[int]] = defaultdict(list)
-    for (group, _solo, part, offset), fetched in first.items():
-        record = log.hop(("mg.orders", part, offset))["event_ms"]
-        transit[group].append(fetched - record)
-        newest = max(h["event_ms"] for h in records
-                     if h["partition"] == part and h["event_ms"] <= fetched)
-        lag[(group, fetched // 1000 * 1000)].append(max(0, newest - record))
-    got_transit = {t["group"]: t for t in got["transit"] if t["topic"] == "mg.orders"}
-    assert set(got_transit) == {"fast", "slow", None}
-    for group, values in transit.items():
-        assert got_transit[group]["count"] == len(values) == 8
-        for k, v in stats(values).items():
-            assert got_transit[group][k] == pytest.approx(v), (group, k)
-    assert got_transit["slow"]["consumers"] == ["slow-1", "slow-2"]
-    got_lag = {(r["group"], r["bucket_ms"]): r for r in got["lag"] if r["topic"] == "mg.orders"}
+    mg_fetches = [f for f in log.fetches if f["t"] == "mg.orders"]
+    transit = expected_transit(mg_fetches, {hop_key(h): h["herald_time_ms"] for h in records})
+    got_transit = {(t["topic"], t["group"]): t for t in got["transit"]
+                   if t["topic"] == "mg.orders"}
+    assert set(got_transit) == set(transit) == {("mg.orders", g) for g in ("fast", "slow", None)}
+    for key, exp in transit.items():
+        assert got_transit[key]["consumers"] == exp["consumers"]
+        for k in ("count", "p50_ms", "p90_ms", "p99_ms", "max_ms"):
+            assert got_transit[key][k] == pytest.approx(exp[k]), (key, k)
+    assert got_transit[("mg.orders", "slow")]["count"] == 8
+    assert got_transit[("mg.orders", "slow")]["consumers"] == ["slow-1", "slow-2"]
+    lag = expected_lag(mg_fetches, records, config.time_bucket_s * 1000)
+    got_lag = {(r["topic"], r["group"], r["bucket_ms"]): r for r in got["lag"]
+               if r["topic"] == "mg.orders"}
     assert set(got_lag) == set(lag)
     for key, values in lag.items():
         assert got_lag[key]["fetches"] == len(values)
         assert got_lag[key]["p50_s"] == pytest.approx(percentile(values, 0.5) / 1000), key
         assert got_lag[key]["max_s"] == pytest.approx(max(values) / 1000), key
-    assert max(r["max_s"] for (g, _), r in got_lag.items() if g == "fast") == 0
-    assert max(r["max_s"] for (g, _), r in got_lag.items() if g == "slow") > 1
+    assert max(r["max_s"] for (_, g, _), r in got_lag.items() if g == "fast") == 0
+    assert max(r["max_s"] for (_, g, _), r in got_lag.items() if g == "slow") > 1
 
 
 def test_every_hop_is_on_a_branch_and_the_graph_is_the_truth(analysed) -> None:
     log, got, _config = analysed
     made = {(p, c) for p, c in log.truth}
-    found = {(_key(lk["parent_key"]), _key(lk["key"])) for lk in got["links"]}
+    found = {(hop_key(lk["parent_key"]), hop_key(lk["key"])) for lk in got["links"]}
     # The links equal what the services did, except where a service wrote no link and the
     # evidence could not tell (the one fraud check written before its fetch was observed).
     assert found == set(_expected_pairs(log))
     wrong = found - made
     assert len(wrong) == 1 and all(lk["link"] == "inferred" for lk in got["links"]
-                                   if (_key(lk["parent_key"]), _key(lk["key"])) in wrong)
-    traced = {_key(h) for h in log.hops if h["trace_id"]}
-    on_branches = {_key(b["leaf"]) for b in got["branches"]} | {
-        _key(b["root"]) for b in got["branches"]}
-    assert {c for _, c in found} | {_key(b["root"]) for b in got["branches"]} == traced
-    assert on_branches <= traced
-    assert len(got["branches"]) == len(_branches(log, sorted(found)))
+                                   if (hop_key(lk["parent_key"]), hop_key(lk["key"])) in wrong)
+    traced = {hop_key(h) for h in log.hops if h["trace_id"]}
+    roots = {hop_key(b["root"]) for b in got["branches"]}
+    assert {c for _, c in found} | roots == traced and not roots & {c for _, c in found}
+    assert {hop_key(b["leaf"]) for b in got["branches"]} <= traced
+    assert len(got["branches"]) == len(branches(sorted(traced), sorted(found)))
