@@ -316,10 +316,10 @@ def render(summary: dict[str, Any]) -> str:
         out.append("</div>")
 
     out.append(f"<h2>Broken flows ({fmt_count(flows['broken'])})</h2><div class='panel'>")
-    if summary["broken_flows"]:
+    if summary["broken_branches"]:
         out.append("<table><tr><th>trace id</th><th>path</th><th>why</th><th>started</th>"
                    "<th>longest wait</th></tr>")
-        for f in summary["broken_flows"]:
+        for f in summary["broken_branches"]:
             why = "".join(f"<span class='tag {k}'>{k}</span> " for k in ("stopped", "slow")
                           if f[k])
             out.append(f"<tr><td class='mono'>{escape(f['trace_id'])}</td>"

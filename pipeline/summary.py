@@ -124,7 +124,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         "pathways": _rows(tables.pathways, ["path"]),
         "over_time": _rows(edge_percentiles_over_time(tables.links, config.time_bucket_s),
                            ["from_topic", "to_topic", "bucket_ms"]),
-        "broken_flows": broken,
+        "broken_branches": broken,
         "transit": ([] if tables.transit is None
                     else _rows(tables.transit.orderBy("topic", F.col("group").asc_nulls_last()))),
         "lag": ([] if tables.lag is None

@@ -49,6 +49,7 @@ class Played:
     topics: dict[str, str]                 # role (orders/payments/...) -> topic name
     hops: list[dict[str, Any]]             # one per record, as read back from the broker
     plan_of_trace: dict[str, str]          # trace id -> plan
+    number_of_trace: dict[str, int] = field(default_factory=dict)  # trace id -> order number
     delivered: set[Key] = field(default_factory=set)
     truth: list[tuple[Key, Key]] = field(default_factory=list)  # (continued, written)
     fetches: list[dict[str, Any]] = field(default_factory=list)  # fetch_log observations
@@ -234,6 +235,7 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
     counts = Counter(t for t, _, _ in delivered)
     hops: list[dict[str, Any]] = []
     plan_of_trace: dict[str, str] = {}
+    number_of_trace: dict[str, int] = {}
     for name in topics.values():
         consumer = _consumer(broker, f"check-{uuid.uuid4().hex[:6]}", name)
         try:
@@ -264,8 +266,11 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
                 "size": size, "parents": parents,
             })
             if tp and m.topic() == topics["orders"]:
-                plan_of_trace[tp.trace_id] = m.value().decode().rsplit(" ", 1)[1]
-    return Played(topics=topics, hops=hops, plan_of_trace=plan_of_trace, delivered=delivered)
+                _, number, plan = m.value().decode().split()
+                plan_of_trace[tp.trace_id] = plan
+                number_of_trace[tp.trace_id] = int(number)
+    return Played(topics=topics, hops=hops, plan_of_trace=plan_of_trace,
+                  number_of_trace=number_of_trace, delivered=delivered)
 
 
 def percentile(values: list[float], q: float) -> float:
