@@ -49,7 +49,7 @@ def test_graph_labels_every_edge_and_dashes_the_inferred(batch_run) -> None:
     # The edge table marks them too, one row per edge.
     html = render(summary)
     table = html[html.index("<th>edge</th>"):html.index("<h2>Pathways</h2>")]
-    assert table.count("<tr>") == len(summary["edges"]) + 1
+    assert table.count("</tr>") == len(summary["edges"]) + 1
     assert table.count("class='tag inferred'") == len(inferred)
     # The lag of every group is drawn.
     for row in summary["lag"]:
