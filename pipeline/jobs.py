@@ -10,7 +10,7 @@ The stream appends hops per micro-batch, each batch into its own folder written 
 overwrite, so a batch that Spark replays after a crash replaces itself instead of adding its
 records twice (the checkpoint holds the offsets of every batch, so none is read twice or
 skipped); after each batch the tables are recomputed from all hops with the same functions the
-batch job uses, the event-time watermark deciding which unfinished flows are still open.
+batch job uses, the event-time watermark deciding which unfinished branches are still open.
 Nothing is dropped for being late: a late hop joins its flow in the next recomputation.
 """
 
