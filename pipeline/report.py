@@ -226,13 +226,12 @@ def histogram(edge: dict[str, Any], bounds: list[int]) -> str:
     return "".join(parts)
 
 
-def trend(points: list[dict[str, Any]]) -> str:
-    """p50/p90/p99 of one edge per time bucket, as lines over time."""
-    if not points:
-        return ""
-    w, h, left, bottom = 360, 150, 52, 22
-    xs = [p["bucket_ms"] for p in points]
-    top = max(p["p99_ms"] or 0 for p in points) or 1
+def _lines(series: list[tuple[str, list[tuple[int, float]]]], w: int, h: int,
+           left: int = 52, bottom: int = 22) -> list[str]:
+    """Grid and one polyline per (colour, [(time ms, value ms)]) series, time across and the
+    value up from zero; the caller opens the <svg> and adds its legend."""
+    xs = [t for _, points in series for t, _ in points]
+    top = max((v for _, points in series for _, v in points), default=0) or 1
     x0, x1 = min(xs), max(xs)
 
     def px(t: float) -> float:
@@ -241,28 +240,42 @@ def trend(points: list[dict[str, Any]]) -> str:
     def py(v: float) -> float:
         return 10 + (1 - v / top) * (h - bottom - 10)
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + 16}'>"]
+    parts = []
     for frac in (0, 0.5, 1):
         y = py(top * frac)
         parts.append(f"<line x1='{left}' y1='{y:.1f}' x2='{w - 10}' y2='{y:.1f}' "
                      "stroke='#eef0f3'/>")
         parts.append(f"<text x='{left - 4}' y='{y + 4:.1f}' font-size='10' text-anchor='end' "
                      f"fill='#5b6775'>{fmt_ms(top * frac)}</text>")
-    for key, colour, _name in _SERIES:
-        pts = " ".join(f"{px(p['bucket_ms']):.1f},{py(p[key] or 0):.1f}" for p in points)
+    for colour, points in series:
+        pts = " ".join(f"{px(t):.1f},{py(v):.1f}" for t, v in points)
         parts.append(f"<polyline points='{pts}' fill='none' stroke='{colour}' "
                      "stroke-width='2'/>")
-        for p in points:
-            parts.append(f"<circle cx='{px(p['bucket_ms']):.1f}' cy='{py(p[key] or 0):.1f}' "
-                         f"r='2.5' fill='{colour}'/>")
+        parts += [f"<circle cx='{px(t):.1f}' cy='{py(v):.1f}' r='2.5' fill='{colour}'/>"
+                  for t, v in points]
+    return parts
+
+
+def _span(points: list[dict[str, Any]], fmt: str) -> str:
+    xs = [p["bucket_ms"] for p in points]
+    return (f"{time.strftime(fmt, time.gmtime(min(xs) / 1000))}–"
+            f"{time.strftime(fmt, time.gmtime(max(xs) / 1000))} UTC")
+
+
+def trend(points: list[dict[str, Any]]) -> str:
+    """p50/p90/p99 of one edge per time bucket, as lines over time."""
+    if not points:
+        return ""
+    w, h, left = 360, 150, 52
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + 16}'>"]
+    parts += _lines([(colour, [(p["bucket_ms"], p[key] or 0) for p in points])
+                     for key, colour, _ in _SERIES], w, h, left)
     for i, (_, colour, name) in enumerate(_SERIES):
         parts.append(f"<rect x='{left + i * 52}' y='{h + 2}' width='10' height='10' "
                      f"fill='{colour}'/><text x='{left + 14 + i * 52}' y='{h + 11}' "
                      f"font-size='10' fill='#1d2733'>{name}</text>")
-    span = f"{time.strftime('%H:%M', time.gmtime(x0 / 1000))}–" \
-           f"{time.strftime('%H:%M', time.gmtime(x1 / 1000))} UTC"
     parts.append(f"<text x='{w - 10}' y='{h + 11}' font-size='10' text-anchor='end' "
-                 f"fill='#5b6775'>{span}</text></svg>")
+                 f"fill='#5b6775'>{_span(points, '%H:%M')}</text></svg>")
     return "".join(parts)
 
 
@@ -309,48 +322,25 @@ def _inferred_count(value: int | None) -> str:
 
 def lag_chart(rows: list[dict[str, Any]]) -> str:
     """One topic's lag over time: a line per consumer group (worst lag per bucket)."""
-    w, h, left, bottom = 380, 150, 52, 22
+    w, h, left = 380, 150, 52
     groups: dict[str | None, list[dict[str, Any]]] = {}
     for r in sorted(rows, key=lambda r: r["bucket_ms"]):
         groups.setdefault(r["group"], []).append(r)
-    xs = [r["bucket_ms"] for r in rows]
-    x0, x1 = min(xs), max(xs)
-    top = max(r["max_s"] or 0 for r in rows) or 1
-
-    def px(t: float) -> float:
-        return left + (0.5 if x0 == x1 else (t - x0) / (x1 - x0)) * (w - left - 10)
-
-    def py(v: float) -> float:
-        return 10 + (1 - v / top) * (h - bottom - 10)
-
-    legend_h = 14 * len(groups)
+    colours = {g: _PALETTE[i % len(_PALETTE)] for i, g in enumerate(groups)}
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' "
-             f"height='{h + 20 + legend_h}'>"]
-    for frac in (0, 0.5, 1):
-        y = py(top * frac)
-        parts.append(f"<line x1='{left}' y1='{y:.1f}' x2='{w - 10}' y2='{y:.1f}' "
-                     "stroke='#eef0f3'/>")
-        parts.append(f"<text x='{left - 4}' y='{y + 4:.1f}' font-size='10' text-anchor='end' "
-                     f"fill='#5b6775'>{fmt_ms(top * frac * 1000)}</text>")
+             f"height='{h + 20 + 14 * len(groups)}'>"]
+    parts += _lines([(colours[g], [(p["bucket_ms"], (p["max_s"] or 0) * 1000) for p in points])
+                     for g, points in groups.items()], w, h, left)
     for i, (group, points) in enumerate(groups.items()):
-        colour = _PALETTE[i % len(_PALETTE)]
-        pts = " ".join(f"{px(p['bucket_ms']):.1f},{py(p['max_s'] or 0):.1f}" for p in points)
-        parts.append(f"<polyline points='{pts}' fill='none' stroke='{colour}' "
-                     "stroke-width='2'/>")
-        for p in points:
-            parts.append(f"<circle cx='{px(p['bucket_ms']):.1f}' "
-                         f"cy='{py(p['max_s'] or 0):.1f}' r='2.5' fill='{colour}'/>")
         worst = max(p["max_s"] or 0 for p in points)
         name = group if group is not None else "no group (assign)"
         y = h + 20 + 14 * i
-        parts.append(f"<rect x='{left}' y='{y - 9}' width='10' height='10' fill='{colour}'/>"
-                     f"<text x='{left + 14}' y='{y}' font-size='11' fill='#1d2733'>"
-                     f"{escape(name)} · worst {fmt_ms(worst * 1000)} · "
+        parts.append(f"<rect x='{left}' y='{y - 9}' width='10' height='10' "
+                     f"fill='{colours[group]}'/><text x='{left + 14}' y='{y}' font-size='11' "
+                     f"fill='#1d2733'>{escape(name)} · worst {fmt_ms(worst * 1000)} · "
                      f"{fmt_count(sum(p['fetches'] for p in points))} records</text>")
-    span = f"{time.strftime('%H:%M:%S', time.gmtime(x0 / 1000))}–" \
-           f"{time.strftime('%H:%M:%S', time.gmtime(x1 / 1000))} UTC"
     parts.append(f"<text x='{w - 10}' y='{h + 4}' font-size='10' text-anchor='end' "
-                 f"fill='#5b6775'>{span}</text></svg>")
+                 f"fill='#5b6775'>{_span(rows, '%H:%M:%S')}</text></svg>")
     return "".join(parts)
 
 

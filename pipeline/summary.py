@@ -38,6 +38,16 @@ def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, A
     return [{key: k, "records": r, "bytes": b} for k, (r, b) in ranked[:top]]
 
 
+def _flag_counts(df: DataFrame) -> dict[str, int]:
+    """How many rows, and how many are broken, stopped, slow and open (flows or branches)."""
+    from pyspark.sql import functions as F
+
+    flags = ("broken", "stopped", "slow", "open")
+    row = df.agg(F.count(F.lit(1)).alias("total"),
+                 *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).first().asDict()
+    return {k: int(v or 0) for k, v in row.items()}
+
+
 def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -59,24 +69,10 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     untraced = sum(t["untraced"] for t in by_topic.values())
 
     flows = tables.flows
-    counts = flows.agg(
-        F.count(F.lit(1)).alias("total"),
-        F.sum(F.col("broken").cast("long")).alias("broken"),
-        F.sum(F.col("stopped").cast("long")).alias("stopped"),
-        F.sum(F.col("slow").cast("long")).alias("slow"),
-        F.sum(F.col("open").cast("long")).alias("open"),
-    ).first().asDict()
-    counts = {k: int(v or 0) for k, v in counts.items()}
+    counts = _flag_counts(flows)
     counts["complete"] = counts["total"] - counts["broken"] - counts["open"]
     branches = tables.branches
-    branch_counts = branches.agg(
-        F.count(F.lit(1)).alias("total"),
-        F.sum(F.col("broken").cast("long")).alias("broken"),
-        F.sum(F.col("stopped").cast("long")).alias("stopped"),
-        F.sum(F.col("slow").cast("long")).alias("slow"),
-        F.sum(F.col("open").cast("long")).alias("open"),
-    ).first().asDict()
-    branch_counts = {k: int(v or 0) for k, v in branch_counts.items()}
+    branch_counts = _flag_counts(branches)
     evidence = {r["evidence"]: r["count"]
                 for r in _rows(tables.links.groupBy("evidence").count())}
     links = {"linked": evidence.get("header", 0),
