@@ -39,6 +39,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starting-offsets", help="earliest (default), latest, or Spark's JSON form")
     p.add_argument("--fetch-topic",
                    help="fetch_log observations topic: inference, transit latency and lag")
+    p.add_argument("--time-bucket-s", type=int,
+                   help="width of the time buckets of percentiles and lag over time (default 60)")
     p.add_argument("--output", "-o", help="output folder (default pipeline-out)")
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--driver-memory", help="Spark driver memory (default 1g)")
@@ -84,7 +86,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "terminal_topics": split(args.terminal_topics), "max_wait_ms": args.max_wait_ms,
         "time_source": args.time_source, "starting_offsets": args.starting_offsets,
         "output": args.output, "fetch_topic": args.fetch_topic, "master": args.master,
-        "driver_memory": args.driver_memory,
+        "driver_memory": args.driver_memory, "time_bucket_s": args.time_bucket_s,
     }
     if args.command == "batch":
         out["ending_offsets"] = args.ending_offsets

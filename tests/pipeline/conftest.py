@@ -98,10 +98,11 @@ def _observations(bootstrap: str, topics: set[str], count: int,
 
 def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
                     ) -> PipelineConfig:
-    """The pipeline over the services' topics, with the scenario's threshold."""
+    """The pipeline over the services' topics, with the scenario's threshold; one-second
+    buckets, so that the few seconds the services run make a trend."""
     return PipelineConfig(bootstrap=bootstrap, topics=[topics[r] for r in ROLES],
                           terminal_topics=[topics[r] for r in TERMINAL_ROLES],
-                          max_wait_ms=MAX_WAIT_MS,
+                          max_wait_ms=MAX_WAIT_MS, time_bucket_s=1,
                           output=str(output), shuffle_partitions=2,
                           fetch_topic=FETCH_TOPIC, **more)
 

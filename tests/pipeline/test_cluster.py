@@ -22,6 +22,7 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
                "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
                "--terminal-topics", ",".join(config.terminal_topics),
                "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
+               "--time-bucket-s", str(config.time_bucket_s),
                "--output", str(output)]
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
