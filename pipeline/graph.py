@@ -15,9 +15,10 @@ misses the real ones, so the graph is built from evidence instead:
   observations carry the consumer's client id but not its host, so the client id is the match;
   a service whose consumer and producer use different ids falls to the next rule. Otherwise the
   latest earlier hop of the trace (`evidence` `time`), the old time-order rule.
-* a hop with no parent is a root. A hop whose every parent header names a record that was not
-  read (another topic, outside the offset range) is a root too, counted as `unresolved`: its
-  link is evidence of a parent we cannot see, so nothing is guessed in its place.
+* a hop with no parent is a root. A hop whose every parent header names a record that is not a
+  node (not read: another topic, outside the offset range; or without trace context) is a root
+  too, counted as `unresolved`: its link is evidence of a parent we cannot see, so nothing is
+  guessed in its place.
 
 "Earlier" is the order (event time, topic, partition, offset), a total order, so inferred edges
 never close a cycle; linked edges name records written before the child, so they cannot either
@@ -157,6 +158,8 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
             F.greatest("max_wait_ms", "wait_ms").alias("max_wait_ms"),
             (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges")
         ).localCheckpoint()
+    if not done:  # no traced hop at all: no branch, but the table keeps its columns
+        done.append(frontier)
     branches = done[0]
     for more in done[1:]:
         branches = branches.unionByName(more)

@@ -388,3 +388,18 @@ def test_every_hop_is_on_a_branch_and_the_graph_is_the_truth(analysed) -> None:
     assert {c for _, c in found} | roots == traced and not roots & {c for _, c in found}
     assert {hop_key(b["leaf"]) for b in got["branches"]} <= traced
     assert len(got["branches"]) == len(branches(sorted(traced), sorted(found)))
+
+
+def test_records_without_trace_context_make_no_graph(spark) -> None:
+    from pipeline.flows import analyze
+
+    log = Log()
+    first = log.put(None, "nt.orders", 0, "legacy")
+    log.put(None, "nt.pay", 5, "legacy", (first,))  # a link, but from an untraced record
+    tables = analyze(_hops_df(spark, log.hops), PipelineConfig(topics=["nt.orders", "nt.pay"]))
+    try:
+        assert [tables.nodes.count(), tables.links.count(), tables.branches.count(),
+                tables.flows.count(), tables.edges.count()] == [0, 0, 0, 0, 0]
+        assert tables.audit.first()["untraced"] == 2
+    finally:
+        tables.unpersist()
