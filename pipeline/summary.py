@@ -91,7 +91,8 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         edge["histogram"] = hist.get((edge["from_topic"], edge["to_topic"]), [])
 
     broken = _rows(
-        branches.where("broken").orderBy(F.desc("start_ms"), "trace_id", "path").limit(config.top)
+        branches.where("broken").orderBy(F.desc("start_ms"), "trace_id", "path", "leaf")
+        .limit(config.top)
         .select("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
                 "stopped", "slow", "inferred_edges")
     )
