@@ -421,7 +421,9 @@ def render(summary: dict[str, Any]) -> str:
             out.append("</div>")
         out.append("</div>")
 
-    broken = summary["broken_branches"]
+    # A summary written before branches (`herald pipeline report` on an old folder) names its
+    # broken flows instead.
+    broken = summary.get("broken_branches", summary.get("broken_flows", []))
     out.append(f"<h2>Broken branches ({fmt_count(branches.get('broken'))}, in "
                f"{fmt_count(flows['broken'])} flows)</h2><div class='panel'>")
     if broken:
