@@ -186,11 +186,14 @@ def produce(
     return parsed
 
 
-def send(producer: Any, topic: str, value: bytes, headers: list, wait_s: float) -> None:
-    """Produce one record with librdkafka, polling while its local queue is full."""
+def send(producer: Any, topic: str, value: bytes, headers: list, wait_s: float,
+         partition: int | None = None) -> None:
+    """Produce one record with librdkafka (to `partition`, if given), polling while its local
+    queue is full."""
+    where = {} if partition is None else {"partition": partition}
     while True:
         try:
-            producer.produce(topic, value, headers=headers)
+            producer.produce(topic, value, headers=headers, **where)
             return
         except BufferError:
             producer.poll(wait_s)

@@ -17,10 +17,11 @@ from pipeline.config import load_pipeline_config
 
 DESCRIPTION = """Herald's analytics pipeline on Spark.
 
-Reads the topics Herald stamped (W3C traceparent and herald.* audit headers) with Spark's
-Kafka source, stitches records into flows by trace id across topics, and writes under the
-output folder: Parquet tables (hops, flows, edges, pathways, audit), summary.json and a
-self-contained report.html.
+Reads the topics Herald stamped (W3C traceparent, herald.parent links and herald.* audit
+headers) with Spark's Kafka source, builds each trace's causal graph across topics (linked by
+herald.parent, inferred and marked where a record names no parent), and writes under the
+output folder: Parquet tables (hops, links, branches, flows, edges, pathways, audit; transit
+and lag with --fetch-topic), summary.json and a self-contained report.html.
 
 Settings come from the `pipeline:` section of a YAML file (--config; the proxy.yaml family),
 then from flags. Spark runs on local[*] unless --master names a cluster (spark://HOST:PORT).
@@ -32,11 +33,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bootstrap", help="Kafka bootstrap servers (brokers or Herald)")
     p.add_argument("--topics", help="comma-separated topics to read")
     p.add_argument("--terminal-topics", help="comma-separated topics where flows end")
-    p.add_argument("--max-wait-ms", type=int, help="a hop waiting longer breaks its flow")
+    p.add_argument("--max-wait-ms", type=int, help="a hop waiting longer breaks its branch")
     p.add_argument("--time-source", choices=("herald", "broker"),
                    help="hop time: Herald's receive time (herald.time) or the broker timestamp")
     p.add_argument("--starting-offsets", help="earliest (default), latest, or Spark's JSON form")
-    p.add_argument("--fetch-topic", help="fetch_log observations topic: transit latency")
+    p.add_argument("--fetch-topic",
+                   help="fetch_log observations topic: inference, transit latency and lag")
+    p.add_argument("--time-bucket-s", type=int,
+                   help="width of the time buckets of percentiles and lag over time (default 60)")
     p.add_argument("--output", "-o", help="output folder (default pipeline-out)")
     p.add_argument("--master", help="Spark master (default local[*])")
     p.add_argument("--driver-memory", help="Spark driver memory (default 1g)")
@@ -63,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
                              "processing_time: a micro-batch every --interval-s")
     stream.add_argument("--interval-s", type=float, help="processing-time trigger period")
     stream.add_argument("--watermark-s", type=float,
-                        help="an unfinished flow whose last hop is within this many seconds "
+                        help="an unfinished branch whose leaf is within this many seconds "
                              "(event time) of the newest hop is open, not stopped")
     report = sub.add_parser("report", help="redraw report.html from summary.json (no Spark)",
                             description="Write report.html from the summary.json of an "
@@ -82,7 +86,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "terminal_topics": split(args.terminal_topics), "max_wait_ms": args.max_wait_ms,
         "time_source": args.time_source, "starting_offsets": args.starting_offsets,
         "output": args.output, "fetch_topic": args.fetch_topic, "master": args.master,
-        "driver_memory": args.driver_memory,
+        "driver_memory": args.driver_memory, "time_bucket_s": args.time_bucket_s,
     }
     if args.command == "batch":
         out["ending_offsets"] = args.ending_offsets

@@ -7,6 +7,9 @@ Trace context rules follow `interceptors.tracing.valid_traceparent` (the check H
 when it stamps): the *first* `traceparent` header is read, as OpenTelemetry does; it must be
 lowercase hex fields at the version-00 positions, not version ff, with non-zero ids. A record
 without a valid one keeps its row with a null `trace_id`: it is counted, never dropped.
+
+`parents` are the records this one continues, from its `<prefix>parent` headers (see
+`PARENT`): the evidence `pipeline.graph` builds the causal graph from.
 """
 
 from __future__ import annotations
@@ -28,11 +31,15 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 TRACEPARENT_RE = r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$"
+# The causal link: `<prefix>parent`, value `<topic>:<partition>:<offset>` of a record this one
+# continues, one header per parent. Topic names hold no ':', so the value splits from the right.
+PARENT = "parent"
+PARENT_RE = r"^(.+):([0-9]{1,10}):([0-9]{1,19})$"
 
 HOP_COLUMNS = [
     "trace_id", "parent_span", "topic", "partition", "offset", "timestamp_ms",
     "timestamp_type", "herald_time_ms", "client_id", "principal", "origin", "message_id",
-    "size", "event_ms", "event_time",
+    "size", "parents", "event_ms", "event_time",
 ]
 
 
@@ -42,6 +49,23 @@ def _header(name: str) -> Column:
 
     escaped = name.replace("'", "\\'")
     return F.expr(f"try_element_at(filter(headers, h -> h.key = '{escaped}'), 1).value")
+
+
+def _parents(name: str) -> Column:
+    """Every `name` header parsed as a record key (array of topic, partition, offset; empty
+    when there is none). A value that does not parse names no record and is left out, so the
+    hop falls back to inference rather than pointing at a record that cannot exist."""
+    from pyspark.sql import functions as F
+
+    escaped = name.replace("'", "\\'")
+    values = F.expr(f"transform(filter(coalesce(headers, array()), h -> h.key = '{escaped}'"
+                    " and h.value is not null), h -> cast(h.value as string))")
+    parsed = F.transform(values, lambda v: F.struct(
+        F.regexp_extract(v, PARENT_RE, 1).alias("topic"),
+        F.regexp_extract(v, PARENT_RE, 2).try_cast("int").alias("partition"),
+        F.regexp_extract(v, PARENT_RE, 3).try_cast("long").alias("offset")))
+    return F.array_distinct(F.filter(parsed, lambda k: (k["topic"] != "")
+                                     & k["partition"].isNotNull() & k["offset"].isNotNull()))
 
 
 def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
@@ -83,6 +107,7 @@ def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
         _header(audit_header(AUDIT_ORIGIN, p)).cast("string").alias("origin"),
         _header(audit_header(AUDIT_MSG_ID, p)).cast("string").alias("message_id"),
         size.cast("long").alias("size"),
+        _parents(p + PARENT).alias("parents"),
         event_ms.alias("event_ms"),
     )
     return hops.withColumn("event_time", F.timestamp_millis(F.col("event_ms")))

@@ -1,7 +1,8 @@
 """The batch and streaming jobs: Kafka → hops (Parquet) → the analysis tables, the JSON
 summary and the HTML report, all under one output folder:
 
-    <output>/hops/  flows/  edges/  pathways/  audit/   Parquet tables
+    <output>/hops/  links/  branches/  flows/  edges/  pathways/  audit/
+             transit/  lag/  (with fetch observations)        Parquet tables
     <output>/summary.json                              what the report is drawn from
     <output>/report.html                               self-contained (inline SVG)
 
@@ -9,7 +10,7 @@ The stream appends hops per micro-batch, each batch into its own folder written 
 overwrite, so a batch that Spark replays after a crash replaces itself instead of adding its
 records twice (the checkpoint holds the offsets of every batch, so none is read twice or
 skipped); after each batch the tables are recomputed from all hops with the same functions the
-batch job uses, the event-time watermark deciding which unfinished flows are still open.
+batch job uses, the event-time watermark deciding which unfinished branches are still open.
 Nothing is dropped for being late: a late hop joins its flow in the next recomputation.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
-from pipeline.flows import analyze, transit_of
+from pipeline.flows import analyze
 from pipeline.hops import to_hops
 from pipeline.report import write_report
 from pipeline.summary import summarize
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-TABLES = ("flows", "edges", "pathways", "audit")
+TABLES = ("links", "branches", "flows", "edges", "pathways", "audit", "transit", "lag")
 
 
 def read_batch(spark: SparkSession, config: PipelineConfig) -> DataFrame:
@@ -73,20 +74,23 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
     if streaming:
         latest = hops.agg(F.max("event_ms")).first()[0]
         watermark_ms = None if latest is None else latest - int(config.stream.watermark_s * 1000)
-    tables = analyze(hops, config, watermark_ms)
-    if config.fetch_topic:
-        tables.transit = transit_of(hops, read_fetches(spark, config))
-    tables.steps.cache()
-    tables.flows.cache()
+    # The observations are read once: inference, transit and lag all use them.
+    fetches = read_fetches(spark, config).cache() if config.fetch_topic else None
     try:
-        for name in TABLES + ("transit",):
-            table = getattr(tables, name)
-            if table is not None:
-                table.write.mode("overwrite").parquet(str(out / name))
-        summary = summarize(tables, config)
+        tables = analyze(hops, config, watermark_ms, fetches)
+        branches = tables.branches = tables.branches.cache()
+        try:
+            for name in TABLES:
+                table = getattr(tables, name)
+                if table is not None:
+                    table.write.mode("overwrite").parquet(str(out / name))
+            summary = summarize(tables, config)
+        finally:
+            branches.unpersist()
+            tables.unpersist()
     finally:
-        tables.flows.unpersist()
-        tables.steps.unpersist()
+        if fetches is not None:
+            fetches.unpersist()
     summary.update(extra or {})
     summary["watermark_ms"] = watermark_ms
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))

@@ -1,9 +1,11 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched),
 drawn from the JSON summary alone, so `herald pipeline report` needs no Spark.
 
-What a person looks at first is the pathway graph: topics as boxes, left to right in flow
-order, each edge labelled with its latency; then the latency distribution and its trend per
-edge, the broken flows and who produced what.
+What a person looks at first is the flow graph: topics as boxes in a layered layout
+(`pipeline.layout`), fan-out drawn as branches, retries as loops, each edge labelled with its
+count, p50 and p99 and dashed where its hops were inferred rather than linked; then the
+pathways, the latency distribution and its trend per edge, the broken branches, transit and
+lag over time per consumer group, and who produced what.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import time
 from html import escape
 from pathlib import Path
 from typing import Any
+
+from pipeline.layout import layout
 
 _CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px 32px;color:#1d2733;
@@ -32,9 +36,11 @@ td{padding:4px 8px;border-bottom:1px solid #eef0f3}td.n{text-align:right;
 font-variant-numeric:tabular-nums}
 .mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}
 .tag{display:inline-block;border-radius:4px;padding:0 6px;font-size:11px;color:#fff}
-.stopped{background:#c0392b}.slow{background:#d68910}
+.stopped{background:#c0392b}.slow{background:#d68910}.inferred{background:#7d5ba6}
+.warn .v{color:#7d5ba6}
 """
 _GOOD, _WARN, _BAD = "#27ae60", "#e59400", "#c0392b"
+_PALETTE = ("#2e86c1", "#c0392b", "#27ae60", "#8e44ad", "#e59400", "#16a085", "#7f8c8d")
 _SERIES = (("p50_ms", "#2e86c1", "p50"), ("p90_ms", "#e59400", "p90"),
            ("p99_ms", "#c0392b", "p99"))
 
@@ -79,43 +85,48 @@ def _latency_colour(value: float | None, limit: float) -> str:
     return _GOOD if value <= limit / 4 else _WARN if value <= limit else _BAD
 
 
-def _layers(topics: list[str], edges: list[dict[str, Any]]) -> dict[str, int]:
-    """Each topic's column: the longest chain of edges leading to it (cycles are cut off
-    after as many rounds as there are topics)."""
-    depth = dict.fromkeys(topics, 0)
-    for _ in range(len(topics)):
-        changed = False
-        for e in edges:
-            a, b = e["from_topic"], e["to_topic"]
-            if a != b and depth.get(b, 0) < depth.get(a, 0) + 1 <= len(topics):
-                depth[b] = depth[a] + 1
-                changed = True
-        if not changed:
-            break
-    return depth
+def _edge_label(parts: list[str], e: dict[str, Any], x: float, y: float, colour: str) -> None:
+    """The label on an edge: p50 and p99, then how many hops, and whether any was inferred."""
+    label = f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}"
+    if e.get("link") == "inferred":
+        second = f"{fmt_count(e['count'])} hops · inferred"
+    elif e.get("link") == "mixed":
+        second = f"{fmt_count(e['count'])} hops · {fmt_count(e['inferred'])} inferred"
+    else:
+        second = f"{fmt_count(e['count'])} hops · max {fmt_ms(e['max_ms'])}"
+    dash = "" if e.get("link", "linked") == "linked" else " stroke-dasharray='4 3'"
+    parts.append(f"<rect x='{x - 86:.1f}' y='{y - 20:.1f}' width='172' height='36' rx='5' "
+                 f"fill='#fff' stroke='{colour}'{dash}/>")
+    parts.append(f"<text x='{x:.1f}' y='{y - 5:.1f}' text-anchor='middle' font-size='12' "
+                 f"font-weight='bold' fill='#1d2733'>{escape(label)}</text>")
+    parts.append(f"<text x='{x:.1f}' y='{y + 10:.1f}' text-anchor='middle' font-size='11' "
+                 f"fill='#5b6775'>{escape(second)}</text>")
 
 
 def pathway_graph(summary: dict[str, Any]) -> str:
+    """The topic graph, drawn as a graph: a layered layout (`pipeline.layout`) with edges
+    left to right, fan-out as branches, retries as arcs under the boxes (back to an earlier
+    topic) or loops over them (back to the same one). Each edge carries its count, p50 and
+    p99, is as thick as its share of hops and coloured by p99 against `max_wait_ms`; an edge
+    any of whose hops was inferred rather than linked is dashed."""
     edges = summary["edges"]
     by_topic = {t["topic"]: t for t in summary["records"]["by_topic"]}
     terminal = set(summary["config"]["terminal_topics"])
-    topics = sorted(set(by_topic) | {e["from_topic"] for e in edges}
-                    | {e["to_topic"] for e in edges})
-    if not topics:
+    plan = layout(list(by_topic), [(e["from_topic"], e["to_topic"]) for e in edges])
+    if not plan.layer:
         return "<p class='sub'>No records were read.</p>"
-    depth = _layers(topics, edges)
-    columns: dict[int, list[str]] = {}
-    for t in topics:
-        columns.setdefault(depth[t], []).append(t)
-    box_w, box_h, col_gap, row_gap = 200, 58, 200, 34
-    pos: dict[str, tuple[float, float]] = {}
-    rows = max(len(c) for c in columns.values())
-    height = rows * (box_h + row_gap) + 40
-    for col, names in sorted(columns.items()):
-        offset = (height - len(names) * (box_h + row_gap)) / 2
+    # Rows are further apart when a loop has to fit over a box (with its label).
+    box_w, box_h, col_gap, pitch = 190, 58, 230, 140 if plan.loops else 100
+    top = 90 if plan.loops else 30
+    most_rows = max(len(r) for r in plan.rows)
+    bottom = top + most_rows * pitch
+    width = 40 + len(plan.rows) * (box_w + col_gap) - col_gap
+    height = bottom + 30 + 56 * len(plan.back)
+    centre: dict[str, tuple[float, float]] = {}  # topic or waypoint -> (left x, centre y)
+    for col, names in enumerate(plan.rows):
+        y0 = top + (most_rows - len(names)) * pitch / 2
         for i, name in enumerate(names):
-            pos[name] = (20 + col * (box_w + col_gap), offset + i * (box_h + row_gap) + 10)
-    width = 40 + (max(columns) + 1) * (box_w + col_gap) - col_gap
+            centre[name] = (20 + col * (box_w + col_gap), y0 + i * pitch + pitch / 2)
     limit = summary["config"]["max_wait_ms"]
     most = max((e["count"] for e in edges), default=1)
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
@@ -123,45 +134,64 @@ def pathway_graph(summary: dict[str, Any]) -> str:
              "<defs><marker id='arrow' viewBox='0 0 10 10' refX='9' refY='5' markerWidth='12' "
              "markerHeight='12' markerUnits='userSpaceOnUse' orient='auto-start-reverse'>"
              "<path d='M0,0L10,5L0,10z' fill='#5b6775'/></marker></defs>"]
+    labels: list[str] = []
+    back_rank = {edge: i for i, edge in enumerate(plan.back)}
     for e in edges:
-        a, b = pos[e["from_topic"]], pos[e["to_topic"]]
-        x1, y1 = a[0] + box_w, a[1] + box_h / 2
-        x2, y2 = b[0], b[1] + box_h / 2
-        if x2 <= x1:  # a back edge (cycle): loop above the boxes
-            y_top = min(a[1], b[1]) - 12
-            path = (f"M{a[0] + box_w / 2},{a[1]} C{a[0] + box_w / 2},{y_top - 30} "
-                    f"{b[0] + box_w / 2},{y_top - 30} {b[0] + box_w / 2},{b[1]}")
-            lx, ly = (a[0] + b[0] + box_w) / 2, y_top - 18
-        else:
-            mx = (x1 + x2) / 2
-            path = f"M{x1},{y1} C{mx},{y1} {mx},{y2} {x2 - 2},{y2}"
-            lx, ly = mx, (y1 + y2) / 2
+        a, b = e["from_topic"], e["to_topic"]
+        (ax, ay), (bx, by) = centre[a], centre[b]
+        if a == b:  # a retry into the same topic: a loop over the box
+            left, right, y = ax + box_w * 0.35, ax + box_w * 0.65, ay - box_h / 2
+            path = (f"M{right:.1f},{y:.1f} C{right + 14:.1f},{y - 62:.1f} "
+                    f"{left - 14:.1f},{y - 62:.1f} {left:.1f},{y:.1f}")
+            lx, ly = ax + box_w / 2, y - 46
+        elif (a, b) in back_rank:  # back to an earlier topic: under the boxes, in the gaps
+            low = bottom + 20 + 56 * back_rank[(a, b)]
+            x1, x2, r = ax + box_w + 14, bx - 14, 10
+            path = (f"M{ax + box_w:.1f},{ay + 10:.1f} L{x1 - r:.1f},{ay + 10:.1f} "
+                    f"Q{x1:.1f},{ay + 10:.1f} {x1:.1f},{ay + 10 + r:.1f} L{x1:.1f},{low - r:.1f} "
+                    f"Q{x1:.1f},{low:.1f} {x1 - r:.1f},{low:.1f} L{x2 + r:.1f},{low:.1f} "
+                    f"Q{x2:.1f},{low:.1f} {x2:.1f},{low - r:.1f} L{x2:.1f},{by + 10 + r:.1f} "
+                    f"Q{x2:.1f},{by + 10:.1f} {x2 + r:.1f},{by + 10:.1f} "
+                    f"L{bx - 2:.1f},{by + 10:.1f}")
+            lx, ly = (x1 + x2) / 2, low
+        else:  # forward, around the boxes of the columns it crosses
+            points = [(ax + box_w, ay)]
+            for w in plan.waypoints.get((a, b), []):
+                wx, wy = centre[w]
+                points += [(wx, wy), (wx + box_w, wy)]
+            points.append((bx - 2, by))
+            path = f"M{points[0][0]:.1f},{points[0][1]:.1f}"
+            for i, (x2, y2) in enumerate(points[1:], start=1):
+                x1, y1 = points[i - 1]
+                if i % 2:  # between columns: an S-curve
+                    mx = (x1 + x2) / 2
+                    path += f" C{mx:.1f},{y1:.1f} {mx:.1f},{y2:.1f} {x2:.1f},{y2:.1f}"
+                else:      # through a column it crosses: straight
+                    path += f" L{x2:.1f},{y2:.1f}"
+            (x1, y1), (x2, y2) = points[0], points[1]
+            lx, ly = (x1 + x2) / 2, (y1 + y2) / 2
         colour = _latency_colour(e["p99_ms"], limit)
         stroke = 2 + 6 * e["count"] / most
+        dash = "" if e.get("link", "linked") == "linked" else " stroke-dasharray='10 6'"
         parts.append(f"<path d='{path}' fill='none' stroke='{colour}' stroke-width='{stroke:.1f}'"
-                     f" stroke-opacity='.75' marker-end='url(#arrow)'/>")
-        label = f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}"
-        parts.append(f"<rect x='{lx - 88}' y='{ly - 24}' width='176' height='36' rx='5' "
-                     f"fill='#fff' stroke='{colour}'/>")
-        parts.append(f"<text x='{lx}' y='{ly - 9}' text-anchor='middle' font-size='12' "
-                     f"font-weight='bold' fill='#1d2733'>{escape(label)}</text>")
-        parts.append(f"<text x='{lx}' y='{ly + 6}' text-anchor='middle' font-size='11' "
-                     f"fill='#5b6775'>{fmt_count(e['count'])} hops · max "
-                     f"{fmt_ms(e['max_ms'])}</text>")
-    for t in topics:
-        x, y = pos[t]
+                     f" stroke-opacity='.75'{dash} marker-end='url(#arrow)'/>")
+        _edge_label(labels, e, lx, ly, colour)
+    for t, col in plan.layer.items():
+        x, cy = centre[t]
+        y = cy - box_h / 2
         info = by_topic.get(t, {"records": 0, "untraced": 0})
         fill = "#1f3a5f" if t in terminal else "#2e86c1"
-        parts.append(f"<rect x='{x}' y='{y}' width='{box_w}' height='{box_h}' rx='8' "
-                     f"fill='{fill}'/>")
+        parts.append(f"<rect x='{x}' y='{y:.1f}' width='{box_w}' height='{box_h}' rx='8' "
+                     f"fill='{fill}'><title>{escape(t)} (column {col + 1})</title></rect>")
         name = t if len(t) <= 24 else t[:23] + "…"
-        font = 15 if len(name) <= 18 else 12
-        parts.append(f"<text x='{x + box_w / 2}' y='{y + 24}' text-anchor='middle' "
+        font = 15 if len(name) <= 17 else 12
+        parts.append(f"<text x='{x + box_w / 2}' y='{y + 24:.1f}' text-anchor='middle' "
                      f"font-size='{font}' font-weight='bold' fill='#fff'>{escape(name)}</text>")
         extra = f" · {fmt_count(info['untraced'])} untraced" if info["untraced"] else ""
-        parts.append(f"<text x='{x + box_w / 2}' y='{y + 44}' text-anchor='middle' "
+        parts.append(f"<text x='{x + box_w / 2}' y='{y + 44:.1f}' text-anchor='middle' "
                      f"font-size='11' fill='#dbe7f3'>{fmt_count(info['records'])} records"
                      f"{escape(extra)}</text>")
+    parts += labels  # over the edges and boxes, so none is hidden
     parts.append("</svg>")
     return "".join(parts)
 
@@ -196,13 +226,12 @@ def histogram(edge: dict[str, Any], bounds: list[int]) -> str:
     return "".join(parts)
 
 
-def trend(points: list[dict[str, Any]]) -> str:
-    """p50/p90/p99 of one edge per time bucket, as lines over time."""
-    if not points:
-        return ""
-    w, h, left, bottom = 360, 150, 52, 22
-    xs = [p["bucket_ms"] for p in points]
-    top = max(p["p99_ms"] or 0 for p in points) or 1
+def _lines(series: list[tuple[str, list[tuple[int, float]]]], w: int, h: int,
+           left: int = 52, bottom: int = 22) -> list[str]:
+    """Grid and one polyline per (colour, [(time ms, value ms)]) series, time across and the
+    value up from zero; the caller opens the <svg> and adds its legend."""
+    xs = [t for _, points in series for t, _ in points]
+    top = max((v for _, points in series for _, v in points), default=0) or 1
     x0, x1 = min(xs), max(xs)
 
     def px(t: float) -> float:
@@ -211,28 +240,42 @@ def trend(points: list[dict[str, Any]]) -> str:
     def py(v: float) -> float:
         return 10 + (1 - v / top) * (h - bottom - 10)
 
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + 16}'>"]
+    parts = []
     for frac in (0, 0.5, 1):
         y = py(top * frac)
         parts.append(f"<line x1='{left}' y1='{y:.1f}' x2='{w - 10}' y2='{y:.1f}' "
                      "stroke='#eef0f3'/>")
         parts.append(f"<text x='{left - 4}' y='{y + 4:.1f}' font-size='10' text-anchor='end' "
                      f"fill='#5b6775'>{fmt_ms(top * frac)}</text>")
-    for key, colour, _name in _SERIES:
-        pts = " ".join(f"{px(p['bucket_ms']):.1f},{py(p[key] or 0):.1f}" for p in points)
+    for colour, points in series:
+        pts = " ".join(f"{px(t):.1f},{py(v):.1f}" for t, v in points)
         parts.append(f"<polyline points='{pts}' fill='none' stroke='{colour}' "
                      "stroke-width='2'/>")
-        for p in points:
-            parts.append(f"<circle cx='{px(p['bucket_ms']):.1f}' cy='{py(p[key] or 0):.1f}' "
-                         f"r='2.5' fill='{colour}'/>")
+        parts += [f"<circle cx='{px(t):.1f}' cy='{py(v):.1f}' r='2.5' fill='{colour}'/>"
+                  for t, v in points]
+    return parts
+
+
+def _span(points: list[dict[str, Any]], fmt: str) -> str:
+    xs = [p["bucket_ms"] for p in points]
+    return (f"{time.strftime(fmt, time.gmtime(min(xs) / 1000))}–"
+            f"{time.strftime(fmt, time.gmtime(max(xs) / 1000))} UTC")
+
+
+def trend(points: list[dict[str, Any]]) -> str:
+    """p50/p90/p99 of one edge per time bucket, as lines over time."""
+    if not points:
+        return ""
+    w, h, left = 360, 150, 52
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + 16}'>"]
+    parts += _lines([(colour, [(p["bucket_ms"], p[key] or 0) for p in points])
+                     for key, colour, _ in _SERIES], w, h, left)
     for i, (_, colour, name) in enumerate(_SERIES):
         parts.append(f"<rect x='{left + i * 52}' y='{h + 2}' width='10' height='10' "
                      f"fill='{colour}'/><text x='{left + 14 + i * 52}' y='{h + 11}' "
                      f"font-size='10' fill='#1d2733'>{name}</text>")
-    span = f"{time.strftime('%H:%M', time.gmtime(x0 / 1000))}–" \
-           f"{time.strftime('%H:%M', time.gmtime(x1 / 1000))} UTC"
     parts.append(f"<text x='{w - 10}' y='{h + 11}' font-size='10' text-anchor='end' "
-                 f"fill='#5b6775'>{span}</text></svg>")
+                 f"fill='#5b6775'>{_span(points, '%H:%M')}</text></svg>")
     return "".join(parts)
 
 
@@ -261,6 +304,46 @@ def bars(rows: list[dict[str, Any]], key: str) -> str:
     return "".join(parts)
 
 
+def _link_tag(e: dict[str, Any]) -> str:
+    """How an edge's hops were joined: linked, inferred, or how many of them were inferred."""
+    kind = e.get("link", "linked")
+    if kind == "linked":
+        return "<span class='sub'>linked</span>"
+    if kind == "inferred":
+        return "<span class='tag inferred'>inferred</span>"
+    return f"<span class='tag inferred'>{fmt_count(e['inferred'])} of {fmt_count(e['count'])}" \
+           " inferred</span>"
+
+
+def _inferred_count(value: int | None) -> str:
+    return (f"<span class='tag inferred'>{fmt_count(value)}</span>" if value
+            else fmt_count(value))
+
+
+def lag_chart(rows: list[dict[str, Any]]) -> str:
+    """One topic's lag over time: a line per consumer group (worst lag per bucket)."""
+    w, h, left = 380, 150, 52
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for r in sorted(rows, key=lambda r: r["bucket_ms"]):
+        groups.setdefault(r["group"], []).append(r)
+    colours = {g: _PALETTE[i % len(_PALETTE)] for i, g in enumerate(groups)}
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' "
+             f"height='{h + 20 + 14 * len(groups)}'>"]
+    parts += _lines([(colours[g], [(p["bucket_ms"], (p["max_s"] or 0) * 1000) for p in points])
+                     for g, points in groups.items()], w, h, left)
+    for i, (group, points) in enumerate(groups.items()):
+        worst = max(p["max_s"] or 0 for p in points)
+        name = group if group is not None else "no group (assign)"
+        y = h + 20 + 14 * i
+        parts.append(f"<rect x='{left}' y='{y - 9}' width='10' height='10' "
+                     f"fill='{colours[group]}'/><text x='{left + 14}' y='{y}' font-size='11' "
+                     f"fill='#1d2733'>{escape(name)} · worst {fmt_ms(worst * 1000)} · "
+                     f"{fmt_count(sum(p['fetches'] for p in points))} records</text>")
+    parts.append(f"<text x='{w - 10}' y='{h + 4}' font-size='10' text-anchor='end' "
+                 f"fill='#5b6775'>{_span(rows, '%H:%M:%S')}</text></svg>")
+    return "".join(parts)
+
+
 def _card(value: str, label: str, cls: str = "") -> str:
     return f"<div class='card {cls}'><div class='v'>{value}</div><div class='l'>{label}</div></div>"
 
@@ -274,30 +357,52 @@ def render(summary: dict[str, Any]) -> str:
                f"{_utc(summary['generated_ms'])} · {escape(summary.get('mode', ''))} · "
                f"terminal: {escape(', '.join(cfg['terminal_topics']) or 'none')} · broken "
                f"when a hop waits over {fmt_ms(cfg['max_wait_ms'])}</div>")
+    branches, links = summary.get("branches", {}), summary.get("links", {})
     out.append("<div class='cards'>")
     out.append(_card(fmt_count(rec["total"]), "records"))
     out.append(_card(fmt_count(rec["untraced"]), "without trace context",
                      "bad" if rec["untraced"] else ""))
-    out.append(_card(fmt_count(flows["total"]), "flows"))
+    out.append(_card(fmt_count(flows["total"]), "flows (trace ids)"))
     out.append(_card(fmt_count(flows["complete"]), "complete", "ok"))
-    out.append(_card(fmt_count(flows["stopped"]), "stopped before a terminal topic",
-                     "bad" if flows["stopped"] else ""))
-    out.append(_card(fmt_count(flows["slow"]), "waited too long",
-                     "bad" if flows["slow"] else ""))
+    out.append(_card(fmt_count(branches.get("total")), "branches (root to leaf)"))
+    out.append(_card(fmt_count(branches.get("stopped")), "branches stopped before a terminal",
+                     "bad" if branches.get("stopped") else ""))
+    out.append(_card(fmt_count(branches.get("slow")), "branches that waited too long",
+                     "bad" if branches.get("slow") else ""))
     if flows.get("open"):
-        out.append(_card(fmt_count(flows["open"]), "open (within the watermark)"))
+        out.append(_card(fmt_count(flows["open"]), "open flows (within the watermark)"))
+    out.append(_card(fmt_count(links.get("linked")), "edges linked (herald.parent)", "ok"))
+    out.append(_card(fmt_count(links.get("inferred")), "edges inferred",
+                     "warn" if links.get("inferred") else ""))
+    if links.get("unresolved"):
+        out.append(_card(fmt_count(links["unresolved"]), "links to records not read", "warn"))
     out.append("</div>")
 
-    out.append("<h2>Pathways</h2><div class='panel'>")
+    out.append("<h2>Flow graph</h2><div class='panel'>")
     out.append(pathway_graph(summary))
-    out.append("<table><tr><th>pathway</th><th>flows</th><th>broken</th><th>p50</th>"
-               "<th>p90</th><th>p99</th><th>max</th></tr>")
-    for p in sorted(summary["pathways"], key=lambda p: -p["count"]):
-        out.append(f"<tr><td>{escape(p['path'])}</td><td class='n'>{fmt_count(p['count'])}</td>"
-                   f"<td class='n'>{fmt_count(p['broken'])}</td>"
-                   + "".join(f"<td class='n'>{fmt_ms(p[k])}</td>"
+    out.append("<p class='sub'>Topics left to right in causal order; fan-out branches, "
+               "retries loop back. Dashed: some or all of the edge's hops were inferred "
+               "(the record named no parent), not linked. Dark boxes are terminal topics."
+               "</p>")
+    out.append("<table><tr><th>edge</th><th>hops</th><th>link</th><th>p50</th><th>p90</th>"
+               "<th>p99</th><th>max</th></tr>")
+    for e in summary["edges"]:
+        out.append(f"<tr><td>{escape(e['from_topic'])} → {escape(e['to_topic'])}</td>"
+                   f"<td class='n'>{fmt_count(e['count'])}</td><td>{_link_tag(e)}</td>"
+                   + "".join(f"<td class='n'>{fmt_ms(e[k])}</td>"
                              for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
     out.append("</table></div>")
+    out.append("<h2>Pathways</h2><div class='panel'>")
+    out.append("<table><tr><th>pathway (root to leaf)</th><th>branches</th><th>broken</th>"
+               "<th>inferred</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>")
+    for p in sorted(summary["pathways"], key=lambda p: (-p["count"], p["path"])):
+        out.append(f"<tr><td>{escape(p['path'])}</td><td class='n'>{fmt_count(p['count'])}</td>"
+                   f"<td class='n'>{fmt_count(p['broken'])}</td>"
+                   f"<td class='n'>{_inferred_count(p.get('inferred'))}</td>"
+                   + "".join(f"<td class='n'>{fmt_ms(p[k])}</td>"
+                             for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
+    out.append("</table><p class='sub'>inferred: branches resting on at least one inferred "
+               "edge.</p></div>")
 
     over_time: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in summary["over_time"]:
@@ -307,6 +412,7 @@ def render(summary: dict[str, Any]) -> str:
         for e in summary["edges"]:
             key = (e["from_topic"], e["to_topic"])
             out.append(f"<div class='panel'><b>{escape(key[0])} → {escape(key[1])}</b> "
+                       f"{_link_tag(e) if e.get('link', 'linked') != 'linked' else ''} "
                        f"<span class='sub'>{fmt_count(e['count'])} hops · p50 "
                        f"{fmt_ms(e['p50_ms'])} · p90 {fmt_ms(e['p90_ms'])} · p99 "
                        f"{fmt_ms(e['p99_ms'])} · max {fmt_ms(e['max_ms'])}</span><br>")
@@ -315,13 +421,19 @@ def render(summary: dict[str, Any]) -> str:
             out.append("</div>")
         out.append("</div>")
 
-    out.append(f"<h2>Broken flows ({fmt_count(flows['broken'])})</h2><div class='panel'>")
-    if summary["broken_flows"]:
-        out.append("<table><tr><th>trace id</th><th>path</th><th>why</th><th>started</th>"
+    # A summary written before branches (`herald pipeline report` on an old folder) names its
+    # broken flows instead.
+    broken = summary.get("broken_branches", summary.get("broken_flows", []))
+    out.append(f"<h2>Broken branches ({fmt_count(branches.get('broken'))}, in "
+               f"{fmt_count(flows['broken'])} flows)</h2><div class='panel'>")
+    if broken:
+        out.append("<table><tr><th>trace id</th><th>branch</th><th>why</th><th>started</th>"
                    "<th>longest wait</th></tr>")
-        for f in summary["broken_flows"]:
+        for f in broken:
             why = "".join(f"<span class='tag {k}'>{k}</span> " for k in ("stopped", "slow")
                           if f[k])
+            if f.get("inferred_edges"):
+                why += "<span class='tag inferred'>inferred</span>"
             out.append(f"<tr><td class='mono'>{escape(f['trace_id'])}</td>"
                        f"<td>{escape(f['path'])}</td><td>{why}</td>"
                        f"<td>{_utc(f['start_ms'])}</td>"
@@ -345,6 +457,17 @@ def render(summary: dict[str, Any]) -> str:
                        + "".join(f"<td class='n'>{fmt_ms(t[k])}</td>"
                                  for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
         out.append("</table></div>")
+    if summary.get("lag"):
+        out.append("<h2>Consumer lag over time</h2><p class='sub'>How far behind the newest "
+                   "record of the partition each group's fetches were (its newest record's "
+                   "time minus the fetched record's), worst per "
+                   f"{cfg.get('time_bucket_s', 60)} s bucket.</p><div class='grid'>")
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for row in summary["lag"]:
+            by_topic.setdefault(row["topic"], []).append(row)
+        for topic, rows in by_topic.items():
+            out.append(f"<div class='panel'><b>{escape(topic)}</b><br>{lag_chart(rows)}</div>")
+        out.append("</div>")
 
     audit = summary["audit"]
     out.append("<h2>Top producers</h2><div class='grid'>")

@@ -38,6 +38,16 @@ def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, A
     return [{key: k, "records": r, "bytes": b} for k, (r, b) in ranked[:top]]
 
 
+def _flag_counts(df: DataFrame) -> dict[str, int]:
+    """How many rows, and how many are broken, stopped, slow and open (flows or branches)."""
+    from pyspark.sql import functions as F
+
+    flags = ("broken", "stopped", "slow", "open")
+    row = df.agg(F.count(F.lit(1)).alias("total"),
+                 *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).first().asDict()
+    return {k: int(v or 0) for k, v in row.items()}
+
+
 def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -59,19 +69,21 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     untraced = sum(t["untraced"] for t in by_topic.values())
 
     flows = tables.flows
-    counts = flows.agg(
-        F.count(F.lit(1)).alias("total"),
-        F.sum(F.col("broken").cast("long")).alias("broken"),
-        F.sum(F.col("stopped").cast("long")).alias("stopped"),
-        F.sum(F.col("slow").cast("long")).alias("slow"),
-        F.sum(F.col("open").cast("long")).alias("open"),
-    ).first().asDict()
-    counts = {k: int(v or 0) for k, v in counts.items()}
+    counts = _flag_counts(flows)
     counts["complete"] = counts["total"] - counts["broken"] - counts["open"]
+    branches = tables.branches
+    branch_counts = _flag_counts(branches)
+    evidence = {r["evidence"]: r["count"]
+                for r in _rows(tables.links.groupBy("evidence").count())}
+    links = {"linked": evidence.get("header", 0),
+             "inferred": evidence.get("fetch", 0) + evidence.get("time", 0),
+             "inferred_by_fetch": evidence.get("fetch", 0),
+             "inferred_by_time": evidence.get("time", 0),
+             "unresolved": tables.unresolved.count()}
 
     edges = _rows(tables.edges, ["from_topic", "to_topic"])
     hist: dict[tuple[str, str], list[int]] = {}
-    for row in _rows(edge_histograms(tables.steps)):
+    for row in _rows(edge_histograms(tables.links)):
         counts_of = hist.setdefault((row["from_topic"], row["to_topic"]),
                                     [0] * (len(HISTOGRAM_BOUNDS_MS) + 1))
         counts_of[row["bucket"]] = row["count"]
@@ -79,9 +91,10 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         edge["histogram"] = hist.get((edge["from_topic"], edge["to_topic"]), [])
 
     broken = _rows(
-        flows.where("broken").orderBy(F.desc("start_ms"), "trace_id").limit(config.top)
+        branches.where("broken").orderBy(F.desc("start_ms"), "trace_id", "path", "leaf")
+        .limit(config.top)
         .select("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
-                "stopped", "slow")
+                "stopped", "slow", "inferred_edges")
     )
     audit = [dict(r, hour_ms=int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000))
              for r in _rows(tables.audit)]
@@ -101,14 +114,19 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
                     "by_topic": [by_topic[t] for t in sorted(by_topic)]},
         "offsets": offsets,
         "flows": counts,
+        "branches": branch_counts,
+        "links": links,
         "edges": edges,
         "histogram_bounds_ms": list(HISTOGRAM_BOUNDS_MS),
         "pathways": _rows(tables.pathways, ["path"]),
-        "over_time": _rows(edge_percentiles_over_time(tables.steps, config.time_bucket_s),
+        "over_time": _rows(edge_percentiles_over_time(tables.links, config.time_bucket_s),
                            ["from_topic", "to_topic", "bucket_ms"]),
-        "broken_flows": broken,
+        "broken_branches": broken,
         "transit": ([] if tables.transit is None
                     else _rows(tables.transit.orderBy("topic", F.col("group").asc_nulls_last()))),
+        "lag": ([] if tables.lag is None
+                else _rows(tables.lag.orderBy("topic", F.col("group").asc_nulls_last(),
+                                              "bucket_ms"))),
         "audit": {
             "by_client_id": _rollup(audit, "client_id", config.top),
             "by_principal": _rollup(audit, "principal", config.top),

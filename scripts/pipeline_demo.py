@@ -1,12 +1,17 @@
-"""Traffic for trying the pipeline: three services (A → orders, B → payments, C → shipments)
-through Herald, with trace context carried from hop to hop, a few flows broken on purpose and a
-few records written straight to the broker without trace context.
+"""Traffic for trying the pipeline: four services through Herald (A → orders; B reads orders →
+payments; F reads orders → fraud, for every third order; C reads payments → shipments, sending
+a retried payment back to payments once), with trace context carried from hop to hop, a few
+flows broken on purpose and a few records written straight to the broker without trace context.
 
     .venv/bin/python scripts/pipeline_demo.py --herald localhost:19092 --broker 127.0.0.1:PORT
 
 The broker address is the `upstream=` of Herald's ready line. Prints the topic names and the
 `herald pipeline batch` command that reads them. The services are the ones the integration
-tests play (tests/pipeline/scenario.py).
+tests play (tests/pipeline/scenario.py). B and C name the record they continue in an
+`x-herald-parent` header; Herald's `audit` member strips client headers under `herald.`, so
+for the pipeline to see those links as `herald.parent` add, after `audit` in the produce
+chain, `{type: rename_header, from: x-herald-parent, to: herald.parent}`. Without it every
+edge is inferred (and marked so in the report).
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ def main() -> int:
     played = play(args.herald, args.broker, topics)
     print(f"wrote {len(played.delivered)} records to {', '.join(topics.values())}")
     print(f".venv/bin/herald pipeline batch --bootstrap {args.broker} "
-          f"--topics {','.join(topics.values())} --terminal-topics {topics['shipments']} "
+          f"--topics {','.join(topics.values())} "
+          f"--terminal-topics {topics['shipments']},{topics['fraud']} "
           f"--max-wait-ms {MAX_WAIT_MS}")
     return 0
 

@@ -1,6 +1,6 @@
 """Shared by the pipeline tests: one SparkSession for the whole test session (small driver,
 two local cores), Herald with `trace_context` and `audit` in front of the session broker, and
-one played three-service flow that several tests read."""
+one played four-service topology that several tests read."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ from confluent_kafka import Consumer
 
 from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.scenario import MAX_WAIT_MS, Played, play, topic_names
+from tests.pipeline.scenario import (
+    LINK_HEADER,
+    MAX_WAIT_MS,
+    ROLES,
+    TERMINAL_ROLES,
+    Played,
+    play,
+    topic_names,
+)
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 
@@ -35,9 +43,13 @@ def spark() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def herald_traced(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
     """Herald stamping trace context and audit headers, and publishing what consumers fetch
-    (`fetch_log`) to FETCH_TOPIC."""
+    (`fetch_log`) to FETCH_TOPIC. The services name the record they continue in LINK_HEADER;
+    after `audit` (which strips client headers under `herald.`), Herald renames it to
+    `herald.parent`, where the pipeline reads the links."""
     create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
-    chains = {"produce": [{"type": "trace_context"}, {"type": "audit"}],
+    chains = {"produce": [{"type": "trace_context"}, {"type": "audit"},
+                          {"type": "rename_header", "from": LINK_HEADER,
+                           "to": "herald.parent"}],
               "fetch": [{"type": "fetch_log", "bootstrap": kafka.bootstrap,
                          "topic": FETCH_TOPIC}]}
     with HeraldProcess(herald_config(kafka.bootstrap, interceptors=chains)) as proc:
@@ -47,11 +59,18 @@ def herald_traced(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
 @pytest.fixture(scope="session")
 def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
     played = play(herald_traced.bootstrap, kafka.bootstrap, topic_names())
-    # B fetched every order and C every payment through Herald: wait for their observations.
-    fetched = sum(1 for t, _, _ in played.delivered
-                  if t in (played.topics["orders"], played.topics["payments"]))
-    played.fetches = _observations(kafka.bootstrap, set(played.topics.values()), fetched)
-    assert len(played.fetches) == fetched
+    # B and F fetched every order and C every payment through Herald: wait until each of
+    # those fetches was observed (a record fetched again after a rebalance is seen twice).
+    t = played.topics
+    want = {(c, key) for key in played.delivered for c in ("svc-b", "svc-f")
+            if key[0] == t["orders"]}
+    want |= {("svc-c", key) for key in played.delivered if key[0] == t["payments"]}
+
+    def complete(found: list[dict]) -> bool:
+        return {(o["c"], (o["t"], o["p"], o["o"])) for o in found} >= want
+
+    played.fetches = _observations(kafka.bootstrap, set(t.values()), len(want), complete)
+    assert complete(played.fetches)
     return played
 
 
@@ -79,11 +98,11 @@ def _observations(bootstrap: str, topics: set[str], count: int,
 
 def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
                     ) -> PipelineConfig:
-    """The pipeline over the three services' topics, with the scenario's threshold."""
-    t = topics
-    return PipelineConfig(bootstrap=bootstrap, topics=[t["orders"], t["payments"],
-                                                       t["shipments"]],
-                          terminal_topics=[t["shipments"]], max_wait_ms=MAX_WAIT_MS,
+    """The pipeline over the services' topics, with the scenario's threshold; one-second
+    buckets, so that the few seconds the services run make a trend."""
+    return PipelineConfig(bootstrap=bootstrap, topics=[topics[r] for r in ROLES],
+                          terminal_topics=[topics[r] for r in TERMINAL_ROLES],
+                          max_wait_ms=MAX_WAIT_MS, time_bucket_s=1,
                           output=str(output), shuffle_partitions=2,
                           fetch_topic=FETCH_TOPIC, **more)
 

@@ -1,11 +1,19 @@
-"""A three-service flow played by real clients through Herald, and what it should yield.
+"""Four services played by real clients through Herald, and what the pipeline should yield.
 
-Service A produces orders; B consumes them and produces a payment with the same trace id (its
-own span as the parent, the W3C way of continuing a trace); C consumes payments and produces
-shipments. Some flows are broken on purpose (B or C drops the record, or B holds it past the
-wait threshold), and a legacy producer writes orders straight to the broker, without any
-trace context. Everything the pipeline should report is then computed here from the records
-as a separate consumer reads them back from the broker, in plain Python.
+Service A produces orders. Two services read every order, each in its own consumer group: B
+produces a payment, F (fraud) checks every third order and writes a fraud check. C reads the
+payments and produces shipments; a payment it cannot settle at once (plan `retry`) it writes
+back to payments first, and ships it when it reads it again (a retry loop). Every service
+continues the trace as OpenTelemetry does (same trace id, a new span id). B and C also name
+the record they continue, in `LINK_HEADER`; the test's Herald turns that into `herald.parent`
+after its audit member, which strips client headers under `herald.` (the proxy writing the
+link itself is built separately). F writes no link: its edges must be inferred, and marked.
+
+Some flows are broken on purpose (B or C drops the record, or B holds it past the wait
+threshold), and a legacy producer writes orders straight to the broker, without any trace
+context. Each service also notes which record it continued (`Played.truth`), so what the
+pipeline should report is computed here from what the services did and the records as a
+separate consumer reads them back from the broker, in plain Python.
 """
 
 from __future__ import annotations
@@ -15,52 +23,70 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from interceptors.tracing import parse_traceparent
 from tests.support.clients import create_topic
 
-FULL, STOP_AT_ORDERS, STOP_AT_PAYMENTS, SLOW = "full", "stop_orders", "stop_payments", "slow"
-PLAN = [FULL] * 9 + [STOP_AT_ORDERS] * 2 + [STOP_AT_PAYMENTS] * 2 + [SLOW] * 2
+FULL, STOP_AT_ORDERS, STOP_AT_PAYMENTS, SLOW, RETRY = (
+    "full", "stop_orders", "stop_payments", "slow", "retry")
+PLAN = [FULL] * 8 + [STOP_AT_ORDERS] * 2 + [STOP_AT_PAYMENTS] * 2 + [SLOW] * 2 + [RETRY] * 2
+FRAUD_EVERY = 3        # F checks the orders whose number is a multiple of this
 LEGACY_RECORDS = 3
 MAX_WAIT_MS = 4000
+ROLES = ("orders", "payments", "shipments", "fraud")
+TERMINAL_ROLES = ("shipments", "fraud")
+LINK_HEADER = "x-herald-parent"  # renamed to herald.parent by the test's Herald
+Key = tuple[str, int, int]
 
 
 @dataclass
 class Played:
-    topics: dict[str, str]                 # role (orders/payments/shipments) -> topic name
+    topics: dict[str, str]                 # role (orders/payments/...) -> topic name
     hops: list[dict[str, Any]]             # one per record, as read back from the broker
     plan_of_trace: dict[str, str]          # trace id -> plan
-    delivered: set[tuple[str, int, int]] = field(default_factory=set)
+    number_of_trace: dict[str, int] = field(default_factory=dict)  # trace id -> order number
+    delivered: set[Key] = field(default_factory=set)
+    truth: list[tuple[Key, Key]] = field(default_factory=list)  # (continued, written)
     fetches: list[dict[str, Any]] = field(default_factory=list)  # fetch_log observations
 
 
 def topic_names(tag: str | None = None) -> dict[str, str]:
     tag = tag or uuid.uuid4().hex[:8]
-    return {role: f"{role}-{tag}" for role in ("orders", "payments", "shipments")}
+    return {role: f"{role}-{tag}" for role in ROLES}
 
 
 def _producer(bootstrap: str, client_id: str) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5})
 
 
+def key_of(msg: Any) -> Key:
+    return (msg.topic(), msg.partition(), msg.offset())
+
+
 def _send(producer: Producer, delivered: set, topic: str, value: bytes, key: bytes,
-          headers: list[tuple[str, bytes]] | None = None) -> None:
+          headers: list[tuple[str, bytes]] | None = None,
+          truth: tuple[list, Key] | None = None) -> None:
+    """Produce; once delivered, note the record (and, with `truth`, what it continued)."""
     def on_delivery(err: Any, msg: Any) -> None:
         assert err is None, err
-        delivered.add((msg.topic(), msg.partition(), msg.offset()))
+        delivered.add(key_of(msg))
+        if truth is not None:
+            truth[0].append((truth[1], key_of(msg)))
 
     producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
 
 
-def _consumer(bootstrap: str, group: str, topic: str, partitions: int) -> Consumer:
+def _consumer(bootstrap: str, group: str, topic: str) -> Consumer:
+    """A member of `group` (its client id too, so Herald can tell the groups' fetches apart)
+    reading `topic` from the start."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    c.subscribe([topic])
     return c
 
 
@@ -89,28 +115,40 @@ def _text(msg: Any, key: str) -> str | None:
     return None if value is None else value.decode()
 
 
-def _continue(msg: Any) -> list[tuple[str, bytes]]:
-    """The traceparent a service writes downstream: same trace, its own span as parent."""
+def _continue(msg: Any, link: bool = True) -> list[tuple[str, bytes]]:
+    """The headers a service writes downstream: the same trace with its own span (as
+    OpenTelemetry continues a trace) and, with `link`, the record it continues."""
     tp = parse_traceparent(_header(msg, "traceparent"))
     assert tp is not None
-    return [("traceparent", f"00-{tp.trace_id}-{os.urandom(8).hex()}-01".encode())]
+    headers = [("traceparent", f"00-{tp.trace_id}-{os.urandom(8).hex()}-01".encode())]
+    if link:
+        headers.append((LINK_HEADER, "{}:{}:{}".format(*key_of(msg)).encode()))
+    return headers
 
 
-def _service_c(herald: str, c_in: Consumer, topics: dict[str, str], count: int,
-               delivered: set, errors: list[BaseException]) -> None:
-    try:
-        c = _producer(herald, "svc-c")
-        for msg in _each(c_in, count, timeout=90):
-            if msg.value().endswith(STOP_AT_PAYMENTS.encode()):
-                continue
-            _send(c, delivered, topics["shipments"],
-                  msg.value().replace(b"payment", b"shipment"), msg.key(), _continue(msg))
-            c.poll(0)
-        assert c.flush(30) == 0
-    except BaseException as exc:  # reported by the caller
-        errors.append(exc)
-    finally:
-        c_in.close()
+def _service(herald: str, name: str, topic: str, count: int, link: bool,
+             decide: Callable[[Any], list[tuple[str, bytes]]], delivered: set,
+             truth: list, errors: list[BaseException]) -> threading.Thread:
+    """A service in its own thread: reads `count` records of `topic` in group `name` and
+    writes what `decide` says for each, continuing the record's trace."""
+    def run() -> None:
+        consumer = _consumer(herald, name, topic)
+        try:
+            producer = _producer(herald, name)
+            for msg in _each(consumer, count, timeout=120):
+                for out, value in decide(msg):
+                    _send(producer, delivered, out, value, msg.key(), _continue(msg, link),
+                          (truth, key_of(msg)))
+                producer.poll(0)
+            assert producer.flush(30) == 0
+        except BaseException as exc:  # reported by the caller
+            errors.append(exc)
+        finally:
+            consumer.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def create_topics(broker: str, topics: dict[str, str], partitions: int = 2) -> None:
@@ -118,21 +156,41 @@ def create_topics(broker: str, topics: dict[str, str], partitions: int = 2) -> N
         create_topic(broker, name, partitions)
 
 
+def fraud_checked(number: int) -> bool:
+    return number % FRAUD_EVERY == 0
+
+
 def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
          create: bool = True) -> Played:
     if create:
         create_topics(broker, topics, partitions)
-    delivered: set[tuple[str, int, int]] = set()
-    b_in = _consumer(herald, "svc-b", topics["orders"], partitions)
-    c_in = _consumer(herald, "svc-c", topics["payments"], partitions)
-    for c in (b_in, c_in):
-        c.poll(0.5)  # connected and assigned before the first order
-
+    delivered: set[Key] = set()
+    truth: list[tuple[Key, Key]] = []
     errors: list[BaseException] = []
-    forwarded = PLAN.count(FULL) + PLAN.count(STOP_AT_PAYMENTS) + PLAN.count(SLOW)
-    service_c = threading.Thread(target=_service_c, daemon=True,
-                                 args=(herald, c_in, topics, forwarded, delivered, errors))
-    service_c.start()  # C runs beside B, so a payment moves on as soon as it is written
+
+    def payments(msg: Any) -> list[tuple[str, bytes]]:
+        value = msg.value()
+        if value.endswith(STOP_AT_PAYMENTS.encode()):
+            return []
+        if value.endswith(RETRY.encode()):  # first attempt: back to payments
+            return [(topics["payments"], value + b" retried")]
+        return [(topics["shipments"], value.replace(b"payment", b"shipment"))]
+
+    def fraud(msg: Any) -> list[tuple[str, bytes]]:
+        words = msg.value().decode().split()
+        if words[0] == "legacy" or not fraud_checked(int(words[1])):
+            return []
+        return [(topics["fraud"], msg.value().replace(b"order", b"fraud-check"))]
+
+    orders = len(PLAN) + LEGACY_RECORDS
+    forwarded = len(PLAN) - PLAN.count(STOP_AT_ORDERS)
+    services = [  # C and F run beside B, so a record moves on as soon as it is written
+        _service(herald, "svc-c", topics["payments"], forwarded + PLAN.count(RETRY), True,
+                 payments, delivered, truth, errors),
+        _service(herald, "svc-f", topics["orders"], orders, False, fraud, delivered, truth,
+                 errors),
+    ]
+    b_in = _consumer(herald, "svc-b", topics["orders"])
 
     a = _producer(herald, "svc-a")
     for i, plan in enumerate(PLAN):
@@ -145,7 +203,7 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
 
     b = _producer(herald, "svc-b")
     held = []
-    for msg in _each(b_in, len(PLAN) + LEGACY_RECORDS):
+    for msg in _each(b_in, orders):
         value = msg.value().decode()
         if value.startswith("legacy") or value.endswith(STOP_AT_ORDERS):
             continue
@@ -153,30 +211,33 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
             held.append(msg)
             continue
         _send(b, delivered, topics["payments"], value.replace("order", "payment").encode(),
-              msg.key(), _continue(msg))
+              msg.key(), _continue(msg), (truth, key_of(msg)))
         b.poll(0)
     assert b.flush(30) == 0
     for msg in held:  # forwarded after waiting longer than the threshold
         due = int(_header(msg, "herald.time")) + MAX_WAIT_MS + 600
         time.sleep(max(0.0, due / 1000 - time.time()))
         _send(b, delivered, topics["payments"], msg.value().replace(b"order", b"payment"),
-              msg.key(), _continue(msg))
+              msg.key(), _continue(msg), (truth, key_of(msg)))
     assert b.flush(30) == 0
     b_in.close()
 
-    service_c.join(90)
-    assert not service_c.is_alive() and errors == [], errors
-    return read_back(broker, topics, partitions, delivered)
+    for service in services:
+        service.join(120)
+    assert not any(s.is_alive() for s in services) and errors == [], errors
+    played = read_back(broker, topics, delivered)
+    played.truth = truth
+    return played
 
 
-def read_back(broker: str, topics: dict[str, str], partitions: int,
-              delivered: set[tuple[str, int, int]]) -> Played:
-    """Every record of the three topics, read directly from the broker, as expected hops."""
+def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Played:
+    """Every record of the topics, read directly from the broker, as expected hops."""
     counts = Counter(t for t, _, _ in delivered)
     hops: list[dict[str, Any]] = []
     plan_of_trace: dict[str, str] = {}
+    number_of_trace: dict[str, int] = {}
     for name in topics.values():
-        consumer = _consumer(broker, f"check-{uuid.uuid4().hex[:6]}", name, partitions)
+        consumer = _consumer(broker, f"check-{uuid.uuid4().hex[:6]}", name)
         try:
             msgs = list(_each(consumer, counts[name]))
         finally:
@@ -187,6 +248,12 @@ def read_back(broker: str, topics: dict[str, str], partitions: int,
                 len(k.encode()) + len(v or b"") for k, v in m.headers() or [])
             ts_type, ts = m.timestamp()
             herald_time = _text(m, "herald.time")
+            parents = []
+            for k, v in m.headers() or []:
+                if k == "herald.parent":
+                    topic, partition, offset = v.decode().rsplit(":", 2)
+                    parents.append({"topic": topic, "partition": int(partition),
+                                    "offset": int(offset)})
             hops.append({
                 "trace_id": tp.trace_id if tp else None,
                 "parent_span": tp.parent_id if tp else None,
@@ -196,11 +263,14 @@ def read_back(broker: str, topics: dict[str, str], partitions: int,
                 "client_id": _text(m, "herald.client_id"),
                 "principal": _text(m, "herald.principal"),
                 "origin": _text(m, "herald.origin"), "message_id": _text(m, "herald.msg_id"),
-                "size": size,
+                "size": size, "parents": parents,
             })
             if tp and m.topic() == topics["orders"]:
-                plan_of_trace[tp.trace_id] = m.value().decode().rsplit(" ", 1)[1]
-    return Played(topics=topics, hops=hops, plan_of_trace=plan_of_trace, delivered=delivered)
+                _, number, plan = m.value().decode().split()
+                plan_of_trace[tp.trace_id] = plan
+                number_of_trace[tp.trace_id] = int(number)
+    return Played(topics=topics, hops=hops, plan_of_trace=plan_of_trace,
+                  number_of_trace=number_of_trace, delivered=delivered)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -218,26 +288,73 @@ def stats(values: list[float]) -> dict[str, Any]:
             "max_ms": max(values)}
 
 
-def expected_flows(played: Played, max_wait_ms: int, terminal: str) -> dict[str, dict]:
-    """trace id -> path, waits and broken flags, from the hops read back."""
-    by_trace: dict[str, list[dict]] = defaultdict(list)
-    for h in played.hops:
-        if h["trace_id"]:
-            by_trace[h["trace_id"]].append(h)
-    flows = {}
-    for trace, hops in by_trace.items():
-        hops.sort(key=lambda h: (h["herald_time_ms"], h["topic"], h["partition"], h["offset"]))
-        pairs = list(zip(hops, hops[1:], strict=False))
-        waits = [b["herald_time_ms"] - a["herald_time_ms"] for a, b in pairs]
-        flows[trace] = {
-            "path": " > ".join(h["topic"] for h in hops),
-            "edges": [(a["topic"], b["topic"]) for a, b in pairs],
-            "waits": waits,
-            "duration_ms": hops[-1]["herald_time_ms"] - hops[0]["herald_time_ms"],
-            "stopped": hops[-1]["topic"] != terminal,
-            "slow": any(w > max_wait_ms for w in waits),
-        }
-    return flows
+def hop_key(h: dict[str, Any]) -> Key:
+    return (h["topic"], h["partition"], h["offset"])
+
+
+def branches(nodes: list[Key], pairs: list[tuple[Key, Key]]) -> list[list[Key]]:
+    """Root-to-leaf paths of hops, by depth-first search over (parent, child) pairs."""
+    children: dict[Key, list[Key]] = defaultdict(list)
+    for parent, child in pairs:
+        children[parent].append(child)
+    has_parent = {c for _, c in pairs}
+    out: list[list[Key]] = []
+    stack = [[n] for n in nodes if n not in has_parent]
+    while stack:
+        path = stack.pop()
+        nxt = [c for c in children[path[-1]] if c not in path]
+        if not nxt:
+            out.append(path)
+        stack.extend([*path, c] for c in nxt)
+    return out
+
+
+def expected_graph(hops: list[dict[str, Any]], pairs: list[tuple[Key, Key]],
+                   max_wait_ms: int, terminal: list[str]) -> dict[str, Any]:
+    """Edges (waits per topic pair), pathways (durations and broken counts per path) and
+    flows (per trace: pathways, stopped, slow) from (parent, child) pairs of hops."""
+    by_key = {hop_key(h): h for h in hops if h["trace_id"]}
+    time_of = {k: h["herald_time_ms"] or h["timestamp_ms"] for k, h in by_key.items()}
+    waits: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for parent, child in pairs:
+        waits[(parent[0], child[0])].append(time_of[child] - time_of[parent])
+    durations: dict[str, list[int]] = defaultdict(list)
+    broken: Counter = Counter()
+    flows: dict[str, dict[str, Any]] = {}
+    for path in branches(sorted(by_key), pairs):
+        name = " > ".join(k[0] for k in path)
+        durations[name].append(time_of[path[-1]] - time_of[path[0]])
+        stopped = path[-1][0] not in terminal
+        slow = any(time_of[b] - time_of[a] > max_wait_ms
+                   for a, b in zip(path, path[1:], strict=False))
+        broken[name] += stopped or slow
+        flow = flows.setdefault(by_key[path[0]]["trace_id"], {
+            "pathways": set(), "stopped": False, "slow": False, "branches": 0})
+        flow["pathways"].add(name)
+        flow["stopped"] |= stopped
+        flow["slow"] |= slow
+        flow["branches"] += 1
+    return {"edges": dict(waits), "pathways": dict(durations), "broken": broken,
+            "flows": flows}
+
+
+def expected_lag(fetches: list[dict[str, Any]], hops: list[dict[str, Any]], bucket_ms: int
+                 ) -> dict[tuple[str, str | None, int], list[int]]:
+    """(topic, group, bucket) -> the lags (ms) at each group's first fetch of each record: the
+    newest record of the partition at or before the fetch, minus the fetched record."""
+    time_of = {hop_key(h): h["herald_time_ms"] or h["timestamp_ms"] for h in hops}
+    first: dict[tuple, int] = {}
+    for o in fetches:
+        if (o["t"], o["p"], o["o"]) in time_of:
+            reader = (o["t"], o["g"], None if o["g"] else o["c"], o["p"], o["o"])
+            first[reader] = min(first.get(reader, o["f"]), o["f"])
+    lags: dict[tuple[str, str | None, int], list[int]] = defaultdict(list)
+    for (topic, group, _solo, p, offset), fetched in first.items():
+        newest = max(ms for (t, q, _), ms in time_of.items()
+                     if (t, q) == (topic, p) and ms <= fetched)
+        lags[(topic, group, fetched // bucket_ms * bucket_ms)].append(
+            max(0, newest - time_of[(topic, p, offset)]))
+    return dict(lags)
 
 
 def expected_transit(fetches: list[dict[str, Any]], hop_time: dict[tuple[str, int, int], int]

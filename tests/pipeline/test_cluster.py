@@ -21,7 +21,9 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
                "--master", cluster.master_url, "--driver-memory", "768m",
                "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
                "--terminal-topics", ",".join(config.terminal_topics),
-               "--max-wait-ms", str(config.max_wait_ms), "--output", str(output)]
+               "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
+               "--time-bucket-s", str(config.time_bucket_s),
+               "--output", str(output)]
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
         # The work ran in the worker's executor, not in the driver.
@@ -34,5 +36,6 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
         assert _rows(spark, str(output / name), keys) == \
             _rows(spark, str(Path(config.output) / name), keys), name
     summary = json.loads((output / "summary.json").read_text())
-    for key in ("records", "flows", "edges", "pathways", "offsets", "broken_flows", "audit"):
+    for key in ("records", "flows", "branches", "links", "edges", "pathways", "offsets",
+                "broken_branches", "lag", "audit"):
         assert summary[key] == local[key], key

@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from html import escape
 from pathlib import Path
 
 from PIL import Image
 
-from pipeline.report import render
+from pipeline.report import fmt_count, fmt_ms, pathway_graph, render
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
@@ -33,8 +34,26 @@ def test_report_is_self_contained(batch_run) -> None:
     assert html == render(summary)
     assert not re.search(r"(src|href)\s*=|@import|url\(\s*['\"]?http|<script", html)
     assert set(re.findall(r"https?://[^'\" ]+", html)) == {"http://www.w3.org/2000/svg"}
-    for e in summary["edges"]:  # the graph's edge labels carry the latency
-        assert f"{e['from_topic']}" in html and "p50 " in html
+
+
+def test_graph_labels_every_edge_and_dashes_the_inferred(batch_run) -> None:
+    _config, summary = batch_run
+    graph = pathway_graph(summary)
+    for e in summary["edges"]:  # the graph's edge labels carry count and latency
+        assert f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}" in graph
+        assert f"{fmt_count(e['count'])} hops" in graph
+    inferred = [e for e in summary["edges"] if e["link"] != "linked"]
+    assert inferred  # the fraud service writes no links
+    assert graph.count("stroke-dasharray='10 6'") == len(inferred)
+    assert graph.count(" inferred</text>") == len(inferred)
+    # The edge table marks them too, one row per edge.
+    html = render(summary)
+    table = html[html.index("<th>edge</th>"):html.index("<h2>Pathways</h2>")]
+    assert table.count("</tr>") == len(summary["edges"]) + 1
+    assert table.count("class='tag inferred'") == len(inferred)
+    # The lag of every group is drawn.
+    for row in summary["lag"]:
+        assert escape(row["group"] or "no group (assign)") in html
 
 
 def test_report_renders_to_a_real_picture(batch_run, tmp_path: Path) -> None:
@@ -50,8 +69,10 @@ def test_report_renders_to_a_real_picture(batch_run, tmp_path: Path) -> None:
     drawn = sum(1 for p in pixels if p != background) / len(pixels)
     assert drawn > 0.15, f"only {drawn:.0%} of the picture differs from the background"
     assert len(set(image.get_flattened_data())) > 200  # text, bars, lines: not a flat page
-    # The topic boxes of the pathway graph are drawn (their fill colour covers an area).
-    top = image.crop((0, 0, size[0], 700))
+    # The topic boxes of the graph are drawn (their fill colour covers an area): one box
+    # for each topic that is not terminal (those are darker).
+    top = image.crop((0, 0, size[0], 900))
     blue = sum(1 for p in top.get_flattened_data()
                if all(abs(a - b) <= 6 for a, b in zip(p, NODE_BLUE, strict=True)))
-    assert blue > 3 * 170 * 50, blue
+    boxes = len(set(config.topics) - set(config.terminal_topics))
+    assert boxes == 2 and blue > boxes * 170 * 50, blue

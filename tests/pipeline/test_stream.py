@@ -17,8 +17,10 @@ from tests.pipeline.conftest import pipeline_config
 from tests.pipeline.scenario import create_topics, play, topic_names
 from tests.support.herald_process import HeraldProcess
 
-TABLE_KEYS = {"flows": ["trace_id"], "edges": ["from_topic", "to_topic"],
-              "pathways": ["path"], "audit": ["hour", "client_id", "principal", "origin"]}
+TABLE_KEYS = {"links": ["key", "parent_key"], "branches": ["trace_id", "root", "leaf"],
+              "flows": ["trace_id"], "edges": ["from_topic", "to_topic"],
+              "pathways": ["path"], "audit": ["hour", "client_id", "principal", "origin"],
+              "transit": ["topic", "group"], "lag": ["topic", "group", "bucket_ms"]}
 
 
 def _rows(spark, path: str, keys: list[str]) -> list[dict]:

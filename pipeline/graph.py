@@ -1,0 +1,170 @@
+"""Hops → the causal graph: which record each record continues, and the root-to-leaf branches.
+
+A trace is not a chain. One record is read by several services (fan-out), a service joins two
+inputs (fan-in), a retry sends a record back to a topic it has been through. Ordering a trace's
+hops by time and pairing neighbours invents edges between siblings that no record travelled and
+misses the real ones, so the graph is built from evidence instead:
+
+* **linked**: the hop's `<prefix>parent` headers name the records it continues, exactly, by
+  (topic, partition, offset). Each names one parent; several make a fan-in.
+* **inferred**, for a traced hop without a parent header (written straight to the broker, or
+  before links existed): one parent, the best guess, marked so that nobody mistakes it for
+  evidence. With `fetch_log` observations (`pipeline.fetch_topic`), the latest earlier hop of
+  the same trace whose record a consumer *with this hop's producer's client id* fetched before
+  this hop was produced (`evidence` `fetch`): a service read it, then wrote this. The
+  observations carry the consumer's client id but not its host, so the client id is the match;
+  a service whose consumer and producer use different ids falls to the next rule. Otherwise the
+  latest earlier hop of the trace (`evidence` `time`), the old time-order rule.
+* a hop with no parent is a root. A hop whose every parent header names a record that is not a
+  node (not read: another topic, outside the offset range; or without trace context) is a root
+  too, counted as `unresolved`: its link is evidence of a parent we cannot see, so nothing is
+  guessed in its place.
+
+"Earlier" is the order (event time, topic, partition, offset), a total order, so inferred edges
+never close a cycle; linked edges name records written before the child, so they cannot either
+(a branch never visits a hop twice all the same, so forged headers cannot loop it).
+
+Branches are the root-to-leaf paths of hops, found level by level: a frontier of partial
+branches is joined to its hops' children until no branch grows. Hops are records, so a retry
+loop that revisits a topic still ends: each pass is a new record. A hop with two parents (fan-in)
+lies on the branches of both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+KEY = ("topic", "partition", "offset")
+LINKED, INFERRED = "linked", "inferred"
+
+
+def _key(prefix: str = "") -> Column:
+    from pyspark.sql import functions as F
+
+    return F.struct(*[F.col(prefix + k).alias(k) for k in KEY])
+
+
+def _order(prefix: str = "") -> Column:
+    """A hop's place in time order: event time, then topic, partition, offset (total)."""
+    from pyspark.sql import functions as F
+
+    return F.struct(F.col(prefix + "event_ms").alias("event_ms"),
+                    *[F.col(prefix + k).alias(k) for k in KEY])
+
+
+def nodes_of(hops: DataFrame) -> DataFrame:
+    """The graph's nodes: traced hops, with their key and time order."""
+    from pyspark.sql import functions as F
+
+    return (hops.where(F.col("trace_id").isNotNull())
+            .select("trace_id", *KEY, "event_ms", "client_id",
+                    F.coalesce("parents", F.array()).alias("parents"))
+            .withColumn("key", _key()).withColumn("order", _order()))
+
+
+def links_of(nodes: DataFrame, fetches: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
+    """Every parent → child pair of hops, and the hops whose parent headers named only records
+    that were not read (`unresolved`).
+
+    Columns of the links: the child's `trace_id`, `key`, `topic`, `event_ms`; the parent's
+    `parent_key`, `parent_topic`, `parent_ms`; `wait_ms` (child minus parent), `link`
+    (`linked` | `inferred`) and `evidence` (`header` | `fetch` | `time`).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    parent = nodes.select(F.col("key").alias("parent_key"), F.col("topic").alias("parent_topic"),
+                          F.col("event_ms").alias("parent_ms"),
+                          F.col("order").alias("parent_order"),
+                          F.col("trace_id").alias("parent_trace"))
+    child_cols = ["trace_id", "key", "topic", "event_ms"]
+
+    named = (nodes.where(F.size("parents") > 0)
+             .select(*child_cols, F.explode("parents").alias("parent_key")))
+    named = named.join(parent, "parent_key", "left")
+    linked = (named.where(F.col("parent_ms").isNotNull())
+              .select(*child_cols, "parent_key", "parent_topic", "parent_ms",
+                      F.lit(LINKED).alias("link"), F.lit("header").alias("evidence")))
+    unresolved = (named.groupBy("key").agg(F.max(F.col("parent_ms").isNotNull()).alias("seen"))
+                  .where(~F.col("seen")).select("key"))
+
+    # Unlinked hops: the latest earlier hop of the trace, and (with observations) the latest
+    # earlier hop that this hop's producer's client id fetched before producing it.
+    by_time = Window.partitionBy("trace_id").orderBy("order")
+    timed = nodes.select(*child_cols, "order", "client_id", "parents",
+                         F.lag("key").over(by_time).alias("prev_key"))
+    orphans = timed.where(F.size("parents") == 0).drop("parents")
+    choice = orphans.select(*child_cols, F.col("prev_key").alias("parent_key"),
+                            F.lit("time").alias("evidence"))
+    if fetches is not None:
+        fetched = (fetches.groupBy(*KEY, "consumer").agg(F.min("fetched_ms").alias("fetched_ms"))
+                   .select(_key().alias("parent_key"), "consumer", "fetched_ms")
+                   .join(parent, "parent_key"))
+        seen = orphans.join(
+            fetched,
+            (F.col("trace_id") == F.col("parent_trace"))
+            & (F.col("client_id") == F.col("consumer"))
+            & (F.col("fetched_ms") <= F.col("event_ms"))
+            & (F.col("parent_order") < F.col("order")))
+        latest = Window.partitionBy("key").orderBy(F.desc("parent_order"))
+        seen = (seen.withColumn("rank", F.row_number().over(latest)).where("rank = 1")
+                .select("key", F.col("parent_key").alias("fetched_key")))
+        choice = (choice.join(seen, "key", "left")
+                  .withColumn("evidence", F.when(F.col("fetched_key").isNotNull(), "fetch")
+                              .otherwise(F.col("evidence")))
+                  .withColumn("parent_key", F.coalesce("fetched_key", "parent_key"))
+                  .drop("fetched_key"))
+    inferred = (choice.where(F.col("parent_key").isNotNull())
+                .join(parent.drop("parent_order", "parent_trace"), "parent_key")
+                .select(*child_cols, "parent_key", "parent_topic", "parent_ms",
+                        F.lit(INFERRED).alias("link"), "evidence"))
+    links = linked.unionByName(inferred).withColumn(
+        "wait_ms", F.col("event_ms") - F.col("parent_ms"))
+    return links, unresolved
+
+
+def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
+    """Every root-to-leaf path of hops: `trace_id` (the root's), `root`, `leaf`, `start_ms`,
+    `end_ms`, `duration_ms` (leaf minus root), `topics`, `path` (`a > b > c`), `hop_count`,
+    `max_wait_ms` (longest single wait on it, null for a lone root) and `inferred_edges`."""
+    from pyspark.sql import functions as F
+
+    children = links.select(F.col("parent_key").alias("from"), F.col("key").alias("next"),
+                            F.col("topic").alias("next_topic"),
+                            F.col("event_ms").alias("next_ms"), "wait_ms",
+                            (F.col("link") == INFERRED).cast("int").alias("guessed"))
+    has_parent = links.select("key").distinct()
+    frontier = (nodes.join(has_parent, "key", "left_anti").select(
+        "trace_id", F.col("key").alias("root"), F.col("key").alias("cur"),
+        F.col("event_ms").alias("start_ms"), F.col("event_ms").alias("end_ms"),
+        F.array("topic").alias("topics"), F.array("key").alias("visited"),
+        F.lit(None).cast("long").alias("max_wait_ms"), F.lit(0).alias("inferred_edges"))
+    ).localCheckpoint()
+    done: list[DataFrame] = []
+    while not frontier.isEmpty():
+        step = frontier.join(
+            children, (F.col("cur") == F.col("from"))
+            & ~F.array_contains(F.col("visited"), F.col("next")), "left"
+        ).localCheckpoint()
+        done.append(step.where(F.col("next").isNull()).select(frontier.columns))
+        frontier = step.where(F.col("next").isNotNull()).select(
+            "trace_id", "root", F.col("next").alias("cur"), "start_ms",
+            F.col("next_ms").alias("end_ms"),
+            F.concat("topics", F.array("next_topic")).alias("topics"),
+            F.concat("visited", F.array("next")).alias("visited"),
+            F.greatest("max_wait_ms", "wait_ms").alias("max_wait_ms"),
+            (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges")
+        ).localCheckpoint()
+    if not done:  # no traced hop at all: no branch, but the table keeps its columns
+        done.append(frontier)
+    branches = done[0]
+    for more in done[1:]:
+        branches = branches.unionByName(more)
+    return branches.select(
+        "trace_id", "root", F.col("cur").alias("leaf"), "start_ms", "end_ms",
+        (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"), "topics",
+        F.array_join("topics", " > ").alias("path"), F.size("topics").alias("hop_count"),
+        "max_wait_ms", "inferred_edges")
