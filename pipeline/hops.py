@@ -23,18 +23,16 @@ from protocol.contracts.headers import (
     AUDIT_ORIGIN,
     AUDIT_PRINCIPAL,
     AUDIT_TIME,
+    PARENT,
     TRACEPARENT,
     audit_header,
 )
+from protocol.contracts.headers import PARENT_VALUE_RE as PARENT_RE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 TRACEPARENT_RE = r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$"
-# The causal link: `<prefix>parent`, value `<topic>:<partition>:<offset>` of a record this one
-# continues, one header per parent. Topic names hold no ':', so the value splits from the right.
-PARENT = "parent"
-PARENT_RE = r"^(.+):([0-9]{1,10}):([0-9]{1,19})$"
 
 HOP_COLUMNS = [
     "trace_id", "parent_span", "topic", "partition", "offset", "timestamp_ms",

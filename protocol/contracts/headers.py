@@ -51,7 +51,14 @@ TRACESTATE = "tracestate"
 B3 = "b3"
 """Zipkin's B3 single header, read and written on request."""
 
+# Causal links (read by ``pipeline/hops.py`` and ``pipeline/graph.py``).
+PARENT = "parent"
+"""``<prefix>parent``: a record this one continues, as ``<topic>:<partition>:<offset>`` (topic
+names hold no ':', so the value splits from the right); one header per parent."""
+PARENT_VALUE_RE = r"^(.+):([0-9]{1,10}):([0-9]{1,19})$"
+
 # Routing (``proxy/routing``).
 ROUTE_ORIGIN = RESERVED_PREFIX + "route.origin"
 """Set on every record Herald writes to another topic or cluster: the cluster it was first
-produced to. Move and mirror rules never apply to a record that carries it (no loops)."""
+produced to and a MAC sealing it (``proxy/routing/origin.py``). Move and mirror rules never
+apply again to a record that arrives with a mark Herald verifies (no loops)."""
