@@ -29,6 +29,21 @@ uint64_t sc_read_uvarint(sc_reader *r) {
     return v;
 }
 
+int64_t sc_read_compact(sc_reader *r) {
+    uint64_t v = sc_read_uvarint(r);
+    if (r->bad) {
+        return 0;
+    }
+    if (v == 0) {
+        return -1;
+    }
+    if (v - 1 > (uint64_t)INT64_MAX) {
+        r->bad = 1;
+        return 0;
+    }
+    return (int64_t)(v - 1);
+}
+
 void sc_read_skip(sc_reader *r, uint64_t n) {
     if (r->bad || n > r->end - r->pos) {
         r->bad = 1;

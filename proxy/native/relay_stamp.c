@@ -18,6 +18,8 @@
  */
 #include "relay_stamp.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "stamp_core.h"
@@ -37,11 +39,10 @@ static const sc_cut UUID7_RANDOM[] = {
 
 /* ---- the plan ------------------------------------------------------------------------- */
 
-static uint8_t *copy_bytes(PyObject *b, size_t *len) {
-    *len = (size_t)PyBytes_GET_SIZE(b);
-    uint8_t *out = malloc(*len ? *len : 1);
-    if (out != NULL) {
-        memcpy(out, PyBytes_AS_STRING(b), *len);
+static uint8_t *copy_bytes(const uint8_t *from, size_t len) {
+    uint8_t *out = malloc(len ? len : 1);
+    if (out != NULL && len > 0) {
+        memcpy(out, from, len);
     }
     return out;
 }
@@ -61,100 +62,77 @@ void nc_plan_free(nc_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-static int bad_plan(nc_plan *plan, const char *why) {
-    nc_plan_free(plan);
-    if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, why);
-    }
-    return 0;
+int nc_plan_init(nc_plan *plan, size_t ncols, size_t nkeys) {
+    memset(plan, 0, sizeof *plan);
+    plan->max_batch_bytes = -1;
+    plan->cols = calloc(ncols ? ncols : 1, sizeof(nc_col));
+    plan->keys = calloc(nkeys ? nkeys : 1, sizeof(uint8_t *));
+    plan->key_lens = calloc(nkeys ? nkeys : 1, sizeof(size_t));
+    plan->cols_cap = ncols;
+    plan->keys_cap = nkeys;
+    return plan->cols != NULL && plan->keys != NULL && plan->key_lens != NULL;
 }
 
-/* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes, topic
- * ids), each column (kind, key wire form, value or None, sampled, per batch), the topic ids
- * 16 bytes each, sorted. */
-int nc_plan_parse(PyObject *obj, nc_plan *plan) {
-    memset(plan, 0, sizeof *plan);
-    PyObject *cols, *keys, *prefixes, *ids;
-    long long mbr, mrr, mbb;
-    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
-                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids)) {
+int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n) {
+    free(plan->topic_ids);
+    plan->ntopic_ids = 0;
+    if ((plan->topic_ids = copy_bytes(ids, n)) == NULL) {
         return 0;
     }
-    if (PyBytes_GET_SIZE(ids) % 16) {
-        return bad_plan(plan, "topic ids must be 16 bytes each");
+    plan->ntopic_ids = n / 16;
+    return 1;
+}
+
+int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
+                   const uint8_t *value, size_t value_len, int sampled, int per_batch,
+                   int keeps, const char **why) {
+    *why = NULL;
+    if (plan->ncols == plan->cols_cap || kind < NC_CONST || kind > NC_TRACEPARENT) {
+        *why = "a column is (kind 0-4, key bytes, bytes or None, bool, bool, bool)";
+        return 0;
     }
-    if ((plan->topic_ids = copy_bytes(ids, &plan->ntopic_ids)) == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
+        *why = "one traceparent column at most keeps a record's own";
+        return 0;
     }
-    plan->ntopic_ids /= 16;
-    plan->max_batch_records = mbr;
-    plan->max_request_records = mrr;
-    plan->max_batch_bytes = mbb;
-    Py_ssize_t nc = PyTuple_GET_SIZE(cols);
-    plan->cols = calloc((size_t)(nc ? nc : 1), sizeof(nc_col));
-    if (plan->cols == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    size_t at = 0;
+    uint64_t z;
+    if (!sc_uvarint(key, &at, key_len, &z) || z != 2 * (key_len - at)) {
+        *why = "a column key is its zigzag length, then the key";
+        return 0;
     }
-    for (Py_ssize_t i = 0; i < nc; i++) {
-        int kind, sampled, per_batch, keeps;
-        PyObject *key, *value;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iO!Oppp", &kind, &PyBytes_Type, &key,
-                              &value, &sampled, &per_batch, &keeps)) {
-            return bad_plan(plan, "");
-        }
-        if (kind < NC_CONST || kind > NC_TRACEPARENT || (value != Py_None && !PyBytes_Check(value))) {
-            return bad_plan(plan, "a column is (kind 0-4, key bytes, bytes or None, bool, bool, "
-                                  "bool)");
-        }
-        if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
-            return bad_plan(plan, "one traceparent column at most keeps a record's own");
-        }
-        nc_col *c = &plan->cols[plan->ncols++];
-        c->kind = kind;
-        c->sampled = sampled;
-        c->per_batch = per_batch;
-        c->keeps = keeps;
-        if ((c->key = copy_bytes(key, &c->key_len)) == NULL ||
-            (value != Py_None && (c->value = copy_bytes(value, &c->value_len)) == NULL)) {
-            PyErr_NoMemory();
-            return bad_plan(plan, "");
-        }
-        if (keeps) {
-            size_t at = 0;
-            uint64_t z;
-            if (!sc_uvarint(c->key, &at, c->key_len, &z) || z != 2 * (c->key_len - at)) {
-                return bad_plan(plan, "a column key is its zigzag length, then the key");
-            }
-            plan->keeper = c;
-            plan->keeper_key = c->key + at;
-            plan->keeper_key_len = c->key_len - at;
-        }
+    nc_col *c = &plan->cols[plan->ncols++];
+    c->kind = kind;
+    c->sampled = sampled;
+    c->per_batch = per_batch;
+    c->keeps = keeps;
+    if ((c->key = copy_bytes(key, key_len)) == NULL ||
+        (value != NULL && (c->value = copy_bytes(value, value_len)) == NULL)) {
+        return 0;
     }
-    Py_ssize_t nk = PyTuple_GET_SIZE(keys), np = PyTuple_GET_SIZE(prefixes);
-    size_t all = (size_t)(nk + np);
-    plan->keys = calloc(all ? all : 1, sizeof(uint8_t *));
-    plan->key_lens = calloc(all ? all : 1, sizeof(size_t));
-    if (plan->keys == NULL || plan->key_lens == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    c->key_len = key_len;
+    c->value_len = value != NULL ? value_len : 0;
+    if (keeps) {
+        plan->keeper = c;
+        plan->keeper_key = c->key + at;
+        plan->keeper_key_len = key_len - at;
     }
-    for (size_t i = 0; i < all; i++) {
-        PyObject *k = i < (size_t)nk ? PyTuple_GET_ITEM(keys, i)
-                                     : PyTuple_GET_ITEM(prefixes, i - (size_t)nk);
-        if (!PyBytes_Check(k)) {
-            return bad_plan(plan, "watched keys and prefixes must be bytes");
-        }
-        if ((plan->keys[i] = copy_bytes(k, &plan->key_lens[i])) == NULL) {
-            PyErr_NoMemory();
-            return bad_plan(plan, "");
-        }
-        if (i < (size_t)nk) {
-            plan->nkeys++;
-        } else {
-            plan->nprefixes++;
-        }
+    return 1;
+}
+
+int nc_plan_key(nc_plan *plan, const uint8_t *key, size_t len, int prefix) {
+    size_t i = plan->nkeys + plan->nprefixes;
+    if (i == plan->keys_cap || (!prefix && plan->nprefixes > 0)) {
+        return 0; /* keys come before prefixes: nc_watched_key tells them apart by index */
+    }
+    if ((plan->keys[i] = copy_bytes(key, len)) == NULL) {
+        return 0;
+    }
+    plan->key_lens[i] = len;
+    if (prefix) {
+        plan->nprefixes++;
+    } else {
+        plan->nkeys++;
     }
     return 1;
 }
@@ -194,8 +172,7 @@ int nc_ascii(const uint8_t *p, size_t n) {
 static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
     int64_t n;
     if (compact) {
-        uint64_t c = rd_uvarint(r);
-        n = (int64_t)c - 1;
+        n = sc_read_compact(r);
     } else {
         n = rd_int(r, 2);
     }
@@ -231,7 +208,7 @@ int nc_known_id(const nc_plan *plan, const uint8_t *id) {
 }
 
 int nc_read_count(sc_reader *r, int compact, int64_t *count) {
-    *count = compact ? (int64_t)rd_uvarint(r) - 1 : rd_int(r, 4);
+    *count = compact ? sc_read_compact(r) : rd_int(r, 4);
     return !r->bad && *count >= 0;
 }
 
@@ -773,7 +750,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         for (int64_t pi = 0; pi < partitions && result == NC_OK; pi++) {
             rd_skip(&r, 4); /* index */
             size_t field = r.pos;
-            int64_t n = flexible ? (int64_t)rd_uvarint(&r) - 1 : rd_int(&r, 4);
+            int64_t n = flexible ? sc_read_compact(&r) : rd_int(&r, 4);
             if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
                 result = NC_PYTHON;
                 break;
@@ -823,81 +800,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     return result;
 }
 
-/* ---- the pure rewrite, for tests ------------------------------------------------------- */
-
-typedef struct {
-    Py_buffer *streams[2];
-    size_t at[2];
-} given_t;
-
-static int given_draw(void *arg, int stream, uint8_t *dst, size_t n) {
-    given_t *g = arg;
-    Py_buffer *b = g->streams[stream];
-    if ((size_t)b->len - g->at[stream] < n) {
-        return 0;
-    }
-    memcpy(dst, (const uint8_t *)b->buf + g->at[stream], n);
-    g->at[stream] += n;
-    return 1;
-}
-
-PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
-    Py_buffer frame, trace, msg;
-    PyObject *plan_obj;
-    long long now_ms;
-    if (!PyArg_ParseTuple(args, "y*Oy*y*L", &frame, &plan_obj, &trace, &msg, &now_ms)) {
-        return NULL;
-    }
-    PyObject *out = NULL;
-    nc_plan plan;
-    if (nc_plan_parse(plan_obj, &plan)) {
-        given_t g = {{&trace, &msg}, {0, 0}};
-        nc_buf buf = {0};
-        nc_counts counts;
-        const char *why = NULL;
-        int r = nc_stamp_produce(frame.buf, (size_t)frame.len, &plan, given_draw, &g, now_ms,
-                                 &buf, &counts, &why);
-        if (r == NC_NOMEM) {
-            PyErr_NoMemory();
-        } else if (r == NC_PYTHON) {
-            out = Py_BuildValue("(Os)", Py_None, why);
-        } else {
-            PyObject *tuple = nc_counts_tuple(&counts);
-            out = tuple == NULL ? NULL
-                                : Py_BuildValue("(y#O)", (const char *)buf.buf,
-                                                (Py_ssize_t)buf.len, tuple);
-            Py_XDECREF(tuple);
-        }
-        free(buf.buf);
-        nc_plan_free(&plan);
-    }
-    PyBuffer_Release(&frame);
-    PyBuffer_Release(&trace);
-    PyBuffer_Release(&msg);
-    return out;
-}
-
 void nc_counts_add(nc_counts *into, const nc_counts *more) {
     into->batches += more->batches;
     into->records += more->records;
     into->kept += more->kept;
     into->kept_batches += more->kept_batches;
-}
-
-PyObject *nc_counts_tuple(const nc_counts *c) {
-    return Py_BuildValue("(KKKK)", (unsigned long long)c->batches,
-                         (unsigned long long)c->records, (unsigned long long)c->kept,
-                         (unsigned long long)c->kept_batches);
-}
-
-PyObject *nc_py_crc32c(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    int table = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &data, &table)) {
-        return NULL;
-    }
-    uint32_t crc = table ? sc_crc32c_table(0, data.buf, (size_t)data.len)
-                         : sc_crc32c(0, data.buf, (size_t)data.len);
-    PyBuffer_Release(&data);
-    return PyLong_FromUnsignedLong(crc);
 }

@@ -1,0 +1,180 @@
+"""Hostile bytes at the native engine's readers: regressions for what a review found.
+
+Each test here failed on the engine before its fix (the signed-overflow ones under UBSan:
+scripts/sanitize.sh runs this file against the extensions built with -fsanitize=undefined
+and -fno-sanitize-recover, where the overflow aborts the run). The socket-level tests play
+client and broker over socket pairs around a real engine (`Rig`).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import pytest
+
+from proxy.native import relay as native_relay
+from tests.unit.test_native_relay_engine import (
+    PRODUCE,
+    Rig,
+    checked_table,
+    fetches,
+    request,
+    response,
+    table,
+    uvarint,
+)
+
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+_relay = native_relay._relay
+
+TWO_63 = b"\x80" * 9 + b"\x01"  # the unsigned varint 2^63
+"""A compact count or length of 2^63: cast to int64 and decremented, it overflowed."""
+
+
+@pytest.fixture
+def rigs():
+    made: list[Rig] = []
+
+    def make(*args, **kwargs) -> Rig:
+        rig = Rig(*args, **kwargs)
+        made.append(rig)
+        return rig
+
+    yield make
+    for rig in made:
+        rig.close()
+
+
+# ---- a malformed streamed Fetch v16+ response ends the session -----------------------------
+
+HEAD = b"\x00"  # the response header's empty tagged fields, after the correlation id
+FIXED = bytes(10)  # throttle time, error code, session id
+PARTITION_FIXED = bytes(30)  # index, error, high watermark, last stable, log start offsets
+
+MALFORMED_FETCH_V16 = {
+    # the frame ends where the top-level tagged fields should begin: nothing left to hand on
+    "no_top_level_tags": HEAD + FIXED + b"\x01",
+    # the fixed fields run past the frame
+    "short_fixed_fields": HEAD + bytes(5),
+    # one topic, one partition, whose records say 1,000 bytes; three are there
+    "records_past_the_end": HEAD + FIXED + b"\x02" + b"\x11" * 16 + b"\x02" + PARTITION_FIXED
+    + b"\x01" + struct.pack(">i", -1) + uvarint(1001) + b"abc",
+    # a partition's tagged field whose size runs past the frame
+    "tag_past_the_end": HEAD + FIXED + b"\x02" + b"\x11" * 16 + b"\x02" + PARTITION_FIXED
+    + b"\x01" + struct.pack(">i", -1) + b"\x01" + b"\x01\x07" + uvarint(500) + b"xyz",
+    # the header's tagged fields run past the frame
+    "header_tags_past_the_end": b"\x02\x01\x01\x00",
+    # a count too large to be one
+    "huge_topic_count": HEAD + FIXED + TWO_63,
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_FETCH_V16))
+def test_a_malformed_streamed_fetch_response_ends_the_session(rigs, case: str) -> None:
+    """The engine walks Fetch v16+ responses as they stream (address rewriting reads only
+    their tail). A response whose structure does not fit its frame, received whole, ends the
+    session at once: before the fix the walk waited for bytes that could never come, with a
+    request in flight (so no idle deadline), and the session was never handed back."""
+    rig = rigs(checked_table(), max_frame=8 << 20)
+    fetches(rig, 9)
+    bad = response(9, MALFORMED_FETCH_V16[case])
+    rig.broker.sendall(bad)
+    state = rig.wait_handover(timeout=5)
+    assert state.reason == "upstream_bad"
+    assert "Fetch response" in state.detail
+
+
+def test_a_malformed_fetch_response_in_pieces_ends_the_session_too(rigs) -> None:
+    rig = rigs(checked_table(), max_frame=8 << 20)
+    fetches(rig, 9)
+    bad = response(9, MALFORMED_FETCH_V16["records_past_the_end"])
+    for i in range(len(bad)):
+        rig.broker.sendall(bad[i:i + 1])
+    assert rig.wait_handover(timeout=5).reason == "upstream_bad"
+
+
+def test_a_drain_finishes_a_session_whose_fetch_response_is_malformed(rigs) -> None:
+    """The same response while the proxy drains: its first bytes are through when the drain
+    begins, so the engine finishes the response first, and must not wait for it forever."""
+    rig = rigs(checked_table(), max_frame=8 << 20)
+    fetches(rig, 9)
+    bad = response(9, MALFORMED_FETCH_V16["no_top_level_tags"])
+    rig.broker.sendall(bad[:10])
+    assert rig.recv_exactly(rig.app, 8) == bad[:8]  # the response has begun
+    rig.engine.stop(rig.sid)
+    rig.broker.sendall(bad[10:])
+    assert rig.wait_handover(timeout=5).reason == "upstream_bad"
+
+
+# ---- a flexible Produce request whose header is only partly read ----------------------------
+
+
+@pytest.mark.parametrize("cut", [20, 200, 314, 316])
+def test_a_produce_request_read_in_part_waits_for_its_acks(rigs, cut: int) -> None:
+    """Produce v9+ (header v2): the engine reads `acks` behind the client id, the header's
+    tagged fields and the transactional id. When the first read ends inside one of them the
+    engine must wait for more; before the fix its position ran past what had arrived, the
+    varint reader's `limit - pos` underflowed, and the request was handed to Python as
+    unreadable."""
+    client_id = b"c" * 300
+    body = b"\x00" + struct.pack(">hi", 1, 30000) + b"\x01\x00"  # null txn id, no topics
+    frame = request(PRODUCE, 9, 4, body, client_id=client_id, flexible=True)
+    rig = rigs(table((PRODUCE, 9)))
+    rig.app.sendall(frame[:cut])
+    read = 0
+    deadline = time.monotonic() + 5
+    while read < cut and time.monotonic() < deadline:  # the engine has read the first part
+        read += rig.engine.collect()[0][0]
+        time.sleep(0.01)
+    assert read == cut
+    rig.app.sendall(frame[cut:])
+    assert rig.recv_exactly(rig.broker, len(frame)) == frame  # passed natively, whole
+    assert rig.sid not in rig.engine.events()
+
+
+# ---- counts and lengths of 2^63 --------------------------------------------------------------
+
+FETCH_PLAN = ((), (b"x-debug",), (), 0, 0, -1, b"")
+STAMP_PLAN = (((0, b"\x06abc", b"v", False, False, False),), (b"abc",), (), 1000, 10000, -1,
+              b"")
+
+
+def fetch_v12(body: bytes) -> bytes:
+    payload = struct.pack(">i", 7) + HEAD + FIXED + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+FETCH_2_63 = {
+    "topics": TWO_63,
+    "topic_name": b"\x02" + TWO_63,
+    "partitions": b"\x02\x02t" + TWO_63,
+    "aborted_transactions": b"\x02\x02t\x02" + PARTITION_FIXED + TWO_63,
+    "records": b"\x02\x02t\x02" + PARTITION_FIXED + b"\x01" + struct.pack(">i", -1) + TWO_63,
+}
+
+
+@pytest.mark.parametrize("field", sorted(FETCH_2_63))
+def test_a_fetch_count_of_2_63_goes_to_python(field: str) -> None:
+    batches, why = _relay.scan_fetch(fetch_v12(FETCH_2_63[field]), 12, FETCH_PLAN, False)
+    assert batches is None and why
+
+
+def produce_v9(body: bytes) -> bytes:
+    head = struct.pack(">hhih", PRODUCE, 9, 4, 3) + b"app" + b"\x00"
+    payload = head + b"\x00" + struct.pack(">hi", 1, 30000) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+PRODUCE_2_63 = {
+    "topics": TWO_63,
+    "topic_name": b"\x02" + TWO_63,
+    "partitions": b"\x02\x02t" + TWO_63,
+    "records": b"\x02\x02t\x02" + bytes(4) + TWO_63,
+}
+
+
+@pytest.mark.parametrize("field", sorted(PRODUCE_2_63))
+def test_a_produce_count_of_2_63_goes_to_python(field: str) -> None:
+    out, why = _relay.stamp_produce(produce_v9(PRODUCE_2_63[field]), STAMP_PLAN, b"", b"", 0)
+    assert out is None and why
