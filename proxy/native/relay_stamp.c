@@ -625,8 +625,12 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
-        if ((*why = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept))
-            != NULL) {
+        /* *why is set only when the request goes to Python: a batch that passes must not
+         * clear the reason the caller set for what it still has to read. */
+        const char *no = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records,
+                                     &kept);
+        if (no != NULL) {
+            *why = no;
             return NC_PYTHON;
         }
         counts->batches++;

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from protocol.records import Record, build_batch
 from proxy.native import relay as native_relay
 from tests.unit.test_native_relay_engine import (
     PRODUCE,
@@ -178,3 +179,14 @@ PRODUCE_2_63 = {
 def test_a_produce_count_of_2_63_goes_to_python(field: str) -> None:
     out, why = _relay.stamp_produce(produce_v9(PRODUCE_2_63[field]), STAMP_PLAN, b"", b"", 0)
     assert out is None and why
+
+
+def test_a_refused_produce_request_always_says_why() -> None:
+    """A request whose first partition stamps and whose second topic is cut short goes to
+    Python with a reason: the stamp of the first partition used to clear it (found by
+    fuzz/native/fuzz_stamp.c)."""
+    batch = build_batch([Record(b"k", b"v", [])])
+    first = b"\x02t" + b"\x02" + struct.pack(">i", 0) + uvarint(len(batch) + 1) + batch + b"\x00"
+    body = b"\x03" + first + b"\x00" + b"\x02u" + b"\x80"  # two topics; the second cut short
+    out, why = _relay.stamp_produce(produce_v9(body), STAMP_PLAN, bytes(4096), bytes(4096), 0)
+    assert out is None and why == "a malformed Produce request"
