@@ -949,7 +949,9 @@ static int write_result(ssize_t n) {
 }
 
 /* Write what is approved, the pipe's bytes first (they precede the buffer's): 1 all out,
- * 0 some left (wait for EPOLLOUT), -2 error. */
+ * 0 some left (wait for EPOLLOUT), -2 error. splice(2) has no MSG_NOSIGNAL: into a socket
+ * whose peer closed it raises SIGPIPE, which Python ignores from its start (so the call
+ * fails with EPIPE, a socket error, as send's does). */
 static int flush(ne_engine *e, dir_t *d, int fd, int counter) {
     while (d->piped > 0) {
         ssize_t n = splice(d->pipe[0], NULL, fd, NULL, d->piped,
