@@ -22,9 +22,13 @@ int sc_uvarint(const uint8_t *buf, size_t *pos, size_t limit, uint64_t *out) {
 
 uint64_t sc_read_uvarint(sc_reader *r) {
     uint64_t v = 0;
+    size_t start = r->pos;
     if (r->bad || !sc_uvarint(r->p, &r->pos, r->end, &v)) {
         r->bad = 1;
         return 0;
+    }
+    if (r->pos - start != sc_varint_size(v)) {
+        r->longer = 1;
     }
     return v;
 }

@@ -34,6 +34,7 @@ typedef struct {
     const uint8_t *p;
     size_t pos, end;
     int bad;
+    int longer; /* a varint read was not in its shortest form */
 } sc_reader;
 
 uint64_t sc_read_uvarint(sc_reader *r);

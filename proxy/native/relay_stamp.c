@@ -428,11 +428,14 @@ static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan 
 }
 
 /* Check one batch at b (at most `room` bytes to the end of its records field): its size and
- * its size once stamped, how many of its records keep their own traceparent, or a reason it
- * is not ours. */
+ * its size once stamped, how many of its records keep their own traceparent, whether it
+ * stays as it is (*same: nothing is appended to any of its records), or a reason it is not
+ * ours. Its CRC32C is checked first (`check_crc`; the second pass over a checked batch skips
+ * it), as the Python path checks it before it reads a record: a corrupted batch is never
+ * stamped and sealed with a fresh CRC, the broker refuses it as it came. */
 static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
-                               const tail_t *t, size_t *size, size_t *new_size,
-                               int64_t *records, int64_t *kept) {
+                               const tail_t *t, int check_crc, size_t *size,
+                               size_t *new_size, int64_t *records, int64_t *kept, int *same) {
     if (room < BATCH_HEADER) {
         return "a partial record batch";
     }
@@ -450,6 +453,9 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     }
     if (attributes & 0x20) {
         return "a control batch";
+    }
+    if (check_crc && sc_crc32c(0, b + 21, *size - 21) != be32u(b + 17)) {
+        return "a record batch CRC mismatch";
     }
     int64_t count = (int32_t)be32u(b + 57);
     if (count <= 0) {
@@ -484,6 +490,13 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     }
     if (n != count) {
         return "a batch holding fewer records than it declares";
+    }
+    /* Every record keeps its own traceparent and the keeper is the only column: Python
+     * leaves such a batch byte for byte as it came (varints longer than they need be
+     * included), and so does the engine. */
+    *same = *kept == count && t->len == t->keep_to - t->keep_from;
+    if (*same) {
+        total = *size;
     }
     if (total > INT32_MAX) {
         return "a batch too large once stamped";
@@ -616,23 +629,26 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
     put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
 }
 
-/* One records field of `len` bytes at f: its stamped form appended to out. */
+/* One records field of `len` bytes at f: its stamped form appended to out; *changed set
+ * when a batch of it changes. */
 static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_plan *plan,
                          tail_t *t, nc_draw_fn draw, void *arg, nc_buf *out,
-                         nc_counts *counts, const char **why) {
+                         nc_counts *counts, int *changed, const char **why) {
     /* First check every batch and size the new field, then write it. */
     size_t pos = 0, total = 0;
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
+        int same;
         /* *why is set only when the request goes to Python: a batch that passes must not
          * clear the reason the caller set for what it still has to read. */
-        const char *no = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records,
-                                     &kept);
+        const char *no = check_batch(f + pos, len - pos, plan, t, 1, &size, &new_size,
+                                     &records, &kept, &same);
         if (no != NULL) {
             *why = no;
             return NC_PYTHON;
         }
+        *changed |= !same;
         counts->batches++;
         counts->records += (uint64_t)records;
         counts->kept += (uint64_t)kept;
@@ -661,12 +677,17 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
-        check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept);
-        int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
-        if (r != NC_OK) {
-            return r;
+        int same;
+        check_batch(f + pos, len - pos, plan, t, 0, &size, &new_size, &records, &kept, &same);
+        if (same) { /* it draws nothing: Python makes no value for it either */
+            memcpy(out->buf + out->len, f + pos, size);
+        } else {
+            int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+            if (r != NC_OK) {
+                return r;
+            }
+            write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
         }
-        write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
         out->len += new_size;
         pos += size;
     }
@@ -730,6 +751,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         return NC_NOMEM;
     }
     int result = NC_OK;
+    int changed = 0; /* a batch changes: the request is rewritten */
     size_t copied = 0;
     for (int64_t ti = 0; ti < topics && result == NC_OK; ti++) {
         const uint8_t *name;
@@ -765,7 +787,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
                     break;
                 }
                 result = stamp_records(frame + r.pos, (size_t)n, flexible, plan, &t, draw,
-                                       draw_arg, out, counts, why);
+                                       draw_arg, out, counts, &changed, why);
                 r.pos += (size_t)n;
                 copied = r.pos;
             }
@@ -786,6 +808,23 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     if (result == NC_OK && counts->batches == 0) {
         *why = "no records to stamp";
+        result = NC_PYTHON;
+    }
+    if (result == NC_OK && !changed) {
+        /* Nothing appended anywhere (every record keeps its own traceparent): Python
+         * forwards such a request as it came, and so does the engine. */
+        out->len = 0;
+        if (!copy_to(out, frame, len)) {
+            memset(counts, 0, sizeof *counts);
+            result = NC_NOMEM;
+        }
+        free_tail(&t);
+        return result;
+    }
+    if (result == NC_OK && r.longer) {
+        /* Python re-encodes a request it changes: every varint in its shortest form, where
+         * the engine would copy the client's. Real clients write them short. */
+        *why = "a varint longer than it need be";
         result = NC_PYTHON;
     }
     if (result == NC_OK && !copy_to(out, frame + copied, len - copied)) {
