@@ -11,10 +11,21 @@ from __future__ import annotations
 import struct
 import time
 
+import crc32c
 import pytest
 
-from protocol.records import Record, build_batch
+from interceptors import ids
+from protocol.messages.produce_request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from protocol.records import Record, build_batch, split_batches
+from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
+from proxy.native.relay import passable_table
+from proxy.session.wire import decode_request, parse_request_header
+from tests.unit import test_native_stamp as stamp_tests
 from tests.unit.test_native_relay_engine import (
     PRODUCE,
     Rig,
@@ -190,3 +201,118 @@ def test_a_refused_produce_request_always_says_why() -> None:
     body = b"\x03" + first + b"\x00" + b"\x02u" + b"\x80"  # two topics; the second cut short
     out, why = _relay.stamp_produce(produce_v9(body), STAMP_PLAN, bytes(4096), bytes(4096), 0)
     assert out is None and why == "a malformed Produce request"
+
+
+# ---- stamping holds to the Python path on requests no real client writes ------------------
+
+TRACEPARENT = b"00-" + b"ab" * 16 + b"-" + b"cd" * 8 + b"-01"
+
+
+def longer_varints(batch: bytes) -> bytes:
+    """The batch with every record's length varint one byte longer than it need be (a valid
+    encoding), its length and CRC32C made right."""
+    head, body = bytearray(batch[:61]), batch[61:]
+    out, pos = bytearray(), 0
+    while pos < len(body):
+        start, value, shift = pos, 0, 0
+        while True:
+            b = body[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        varint = bytearray(body[start:pos])
+        varint[-1] |= 0x80
+        out += varint + b"\x00" + body[pos:pos + (value >> 1)]
+        pos += value >> 1
+    data = head + out
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:])))
+    return bytes(data)
+
+
+def kept_records(n: int) -> list[Record]:
+    return [Record(b"k", b"v%d" % i, [("traceparent", TRACEPARENT)], offset_delta=i)
+            for i in range(n)]
+
+
+def produce_of(*fields: bytes, corr: int = 7) -> bytes:
+    return stamp_tests.frame(9, ProduceRequest(acks=1, topic_data=[TopicProduceData(
+        name="t", partition_data=[PartitionProduceData(index=i, records=f)
+                                  for i, f in enumerate(fields)])]), corr=corr)
+
+
+@pytest.mark.parametrize("case", ["kept_only", "kept_and_stamped"])
+def test_batches_stamping_leaves_alone_stay_byte_for_byte(case: str) -> None:
+    """A batch whose records all keep their own traceparent, with nothing else to append,
+    leaves the Python path byte for byte as it came, and a request where nothing changes is
+    forwarded as it came. The engine used to write such a batch again, every varint in its
+    shortest form: not the bytes Python sends when the client wrote longer ones."""
+    filt, plan = stamp_tests.setup({"mode": "record"}, None)
+    fields = [longer_varints(build_batch(kept_records(3)))]
+    if case == "kept_and_stamped":
+        fields.append(build_batch([Record(b"k", b"v", [])]))
+    data = produce_of(*fields)
+    msg = decode_request(parse_request_header(data[4:]), data[4:])[1]
+    trace_draws, msg_draws = stamp_tests.draws_of(msg, 5, False, True, False)
+    ids.seed(5)
+    expected = stamp_tests.python_output(filt, stamp_tests.session(), data)
+    got, counts = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws,
+                                       stamp_tests.NOW)
+    assert got == expected
+    assert (got == data) == (case == "kept_only")
+
+
+def test_a_batch_with_a_wrong_crc_goes_to_python() -> None:
+    """Python checks a batch's CRC32C before it reads a record, and refuses the request when
+    it is wrong; the engine used to stamp such a batch and seal it with a fresh CRC, so the
+    broker took bytes the client never sent whole."""
+    _, plan = stamp_tests.setup({"mode": "record"}, None)
+    batch = bytearray(build_batch([Record(b"k", b"value", [])]))
+    batch[bytes(batch).rindex(b"value")] = ord("V")  # the CRC no longer matches
+    out, why = _relay.stamp_produce(produce_of(bytes(batch)), plan.wire, bytes(4096), b"",
+                                    stamp_tests.NOW)
+    assert out is None and why == "a record batch CRC mismatch"
+
+
+def test_a_request_python_would_write_shorter_goes_to_python() -> None:
+    """Python re-encodes a request it changes, every varint in its shortest form; the engine
+    copies what is around the records as the client wrote it. A client that writes a longer
+    varint there (here the topic name's length) gets Python's answer."""
+    _, plan = stamp_tests.setup({"mode": "record"}, None)
+    data = produce_of(build_batch([Record(b"k", b"v", [])]))
+    at = data.index(b"\x02t\x02")  # the topic name "t", compact: its length is 2 in one byte
+    longer = data[:at] + b"\x82\x00" + data[at + 1:]
+    longer = struct.pack(">i", len(longer) - 4) + longer[4:]
+    out, why = _relay.stamp_produce(longer, plan.wire, bytes(4096), b"", stamp_tests.NOW)
+    assert out is None and why == "a varint longer than it need be"
+
+
+def test_a_frame_shorter_once_stamped_passes_with_what_follows(rigs) -> None:
+    """A stamped frame may be shorter than the client's: the records the engine writes again
+    get their varints in the shortest form, here more bytes than the traceparent it appends.
+    The engine moves what follows it back by that much (it computed how much it grew as an
+    unsigned size, which held only by wrap-around)."""
+    filt, plan = stamp_tests.setup({"mode": "record"}, None)
+    chain = FilterChain([filt])
+    batch = longer_varints(build_batch([Record(b"k", b"plain", [])] + kept_records(100)))
+    first = produce_of(batch, corr=1)
+    second = produce_of(build_batch([Record(b"k", b"next", [])]), corr=2)
+    rig = rigs(passable_table(chain, stamp=True))
+    rig.replan(passable_table(chain, stamp=True), stamp=(plan.wire, 5, 1 << 20))
+    rig.app.sendall(first + second)
+    frames = []
+    for _ in range(2):
+        size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
+        frames.append(struct.pack(">i", size) + rig.recv_exactly(rig.broker, size))
+    assert len(frames[0]) < len(first)
+    for got in frames:
+        stamp_tests.assert_batches_valid(got)
+    records = [r for t in decode_request(parse_request_header(frames[0][4:]),
+                                         frames[0][4:])[1].topic_data
+               for p in t.partition_data for b in split_batches(p.records) for r in b.records]
+    assert [v for k, v in records[0].headers if k == "traceparent"] != [TRACEPARENT]
+    assert all(r.headers == [("traceparent", TRACEPARENT)] for r in records[1:])
+    assert len(frames[1]) > len(second)  # the next request, whole, stamped too
+    assert rig.engine.collect_stamped()[5][:2] == (2, 102)
