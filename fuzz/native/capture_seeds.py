@@ -40,7 +40,11 @@ if str(REPO) not in sys.path:
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
-from proxy.session.wire import decode_response, parse_request_header  # noqa: E402
+from proxy.session.wire import (  # noqa: E402
+    decode_request,
+    decode_response,
+    parse_request_header,
+)
 from tests.support.clients import create_topic  # noqa: E402
 from tests.support.java_tools import (  # noqa: E402
     CONSOLE_CONSUMER,
@@ -210,6 +214,12 @@ class Corpus:
         self.count[target] = self.count.get(target, 0) + 1
 
 
+def produce_fields(frame: bytes) -> list[bytes]:
+    head = parse_request_header(frame[4:])
+    _, msg = decode_request(head, frame[4:])
+    return [bytes(p.records) for t in msg.topic_data for p in t.partition_data if p.records]
+
+
 def records_fields(frame: bytes, version: int) -> list[bytes]:
     _, msg = decode_response(FETCH, version, frame[4:])
     return [bytes(p.records) for t in msg.responses for p in t.partitions if p.records]
@@ -280,6 +290,10 @@ def write_seeds(conversations: list[list[Chunk]], root: pathlib.Path) -> Corpus:
             if api == PRODUCE:
                 for which in (0, 1, 2):
                     corpus.add("fuzz_stamp", bytes([which]) + req)
+                if 3 <= ver <= 13:
+                    for field in produce_fields(req)[:1]:
+                        corpus.add("fuzz_stamp", bytes([0x20 | rng.randrange(3), ver - 3]) + field,
+                                   limit=48)
                 if len(req) <= 600:
                     corpus.add("fuzz_frames", bytes([ver]) + req)
                 if resp is not None and 10 <= ver <= 13 and len(resp) <= 600:

@@ -1,8 +1,12 @@
 /* Native Produce stamping (proxy/native/relay_stamp.c nc_stamp_produce) on hostile requests.
  *
- * The first input byte picks the plan (the shapes proxy/native/stamp_plan.py makes) and
- * whether the frame's size prefix is set to its length (so most inputs get past it); the
- * rest is the request frame. tests/unit/test_native_stamp.py holds the output to the Python
+ * The first input byte picks the plan (the shapes proxy/native/stamp_plan.py makes) and the
+ * shape of the rest:
+ *   - a whole request frame (its size prefix set to its length when the flag says so, so
+ *     most inputs get past it);
+ *   - a version byte and one partition's records field, whose batches get their CRC32C made
+ *     right and which is put in a well-formed request of that version: the stamp checks the
+ *     CRC before it reads a record, so this is how mutated records reach the record walk. tests/unit/test_native_stamp.py holds the output to the Python
  * chain byte for byte; here, besides reading nothing outside the frame and no undefined
  * behaviour, a stamped request must:
  *   - keep its header (api key, version, correlation id) and declare its own size;
@@ -12,9 +16,94 @@
  *     engine keeps, and a batch it appends nothing to must not change. */
 #include "common.h"
 #include "relay_stamp.h"
+#include "stamp_core.h"
 
 static uint32_t be32(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Give every whole batch of a records field its right CRC32C. */
+static void seal(uint8_t *f, size_t n) {
+    size_t pos = 0;
+    while (n - pos >= 61) {
+        int64_t length = (int32_t)be32(f + pos + 8);
+        if (length < 49 || (uint64_t)length + 12 > n - pos) {
+            return;
+        }
+        size_t size = (size_t)length + 12;
+        put_be32(f + pos + 17, sc_crc32c(0, f + pos + 21, size - 21));
+        pos += size;
+    }
+}
+
+/* A Produce request of version `ver` (3-13) with one topic (known by id from v13) and one
+ * partition holding `records` (protocol/messages/produce_request.py); malloc'd, *len set. */
+static uint8_t *request(int ver, const uint8_t *records, size_t n, size_t *len) {
+    int flexible = ver >= 9;
+    uint8_t *out = malloc(64 + n);
+    size_t w = 4;
+    static const uint8_t head[] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 3, 'a', 'p', 'p'};
+    memcpy(out + w, head, sizeof head);
+    out[w + 3] = (uint8_t)ver;
+    w += sizeof head;
+    if (flexible) {
+        out[w++] = 0; /* header tagged fields */
+        out[w++] = 0; /* null transactional id */
+    } else {
+        out[w++] = 0xff; /* null transactional id */
+        out[w++] = 0xff;
+    }
+    static const uint8_t acks_timeout[] = {0, 1, 0, 0, 0x75, 0x30};
+    memcpy(out + w, acks_timeout, sizeof acks_timeout);
+    w += sizeof acks_timeout;
+    if (flexible) {
+        out[w++] = 2; /* one topic */
+    } else {
+        put_be32(out + w, 1);
+        w += 4;
+    }
+    if (ver >= 13) {
+        memcpy(out + w, TOPIC_ID_A, 16);
+        w += 16;
+    } else if (flexible) {
+        out[w++] = 2;
+        out[w++] = 't';
+    } else {
+        out[w++] = 0;
+        out[w++] = 1;
+        out[w++] = 't';
+    }
+    if (flexible) {
+        out[w++] = 2; /* one partition */
+    } else {
+        put_be32(out + w, 1);
+        w += 4;
+    }
+    put_be32(out + w, 0); /* its index */
+    w += 4;
+    if (flexible) {
+        w = (size_t)(sc_put_varint(out + w, (uint64_t)n + 1) - out);
+    } else {
+        put_be32(out + w, (uint32_t)n);
+        w += 4;
+    }
+    memcpy(out + w, records, n);
+    w += n;
+    if (flexible) {
+        out[w++] = 0; /* partition, topic and top-level tagged fields */
+        out[w++] = 0;
+        out[w++] = 0;
+    }
+    put_be32(out, (uint32_t)(w - 4));
+    *len = w;
+    return out;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -23,14 +112,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     uint8_t flags = data[0];
     size_t len = size - 1;
-    uint8_t *frame = malloc(len); /* exact size: ASan sees a read past it */
-    memcpy(frame, data + 1, len);
-    if ((flags & 0x08) && len >= 4) {
-        uint32_t n = (uint32_t)(len - 4);
-        frame[0] = (uint8_t)(n >> 24);
-        frame[1] = (uint8_t)(n >> 16);
-        frame[2] = (uint8_t)(n >> 8);
-        frame[3] = (uint8_t)n;
+    uint8_t *frame;
+    if (flags & 0x20) {
+        int ver = 3 + data[1] % 11;
+        size_t n = size - 2;
+        uint8_t *records = malloc(n ? n : 1);
+        memcpy(records, data + 2, n);
+        seal(records, n);
+        uint8_t *built = request(ver, records, n, &len);
+        free(records);
+        frame = malloc(len); /* exact size: ASan sees a read past it */
+        memcpy(frame, built, len);
+        free(built);
+    } else {
+        frame = malloc(len);
+        memcpy(frame, data + 1, len);
+        if ((flags & 0x08) && len >= 4) {
+            put_be32(frame, (uint32_t)(len - 4));
+        }
     }
     nc_plan plan;
     stamp_plan(&plan, flags & 7);
