@@ -122,6 +122,7 @@ typedef struct session {
     uint32_t mask[2];
     int registered;
     int stop_requested;
+    int client_eof;     /* the client will send nothing more (end of stream, or RDHUP) */
     int busy;           /* a frame of it is being stamped or scanned without the lock */
     uint64_t forwarded; /* requests passed natively in this phase */
     nr_fwalk walk;      /* the streamed Fetch response being walked, when `walking` */
@@ -997,7 +998,10 @@ static int may_read(session_t *s, dir_t *d) {
 
 static void set_interest(ne_engine *e, session_t *s) {
     uint32_t want[2];
+    /* EPOLLRDHUP: a client that closes is seen even while its requests are not read (they
+     * are Python's), so a silent broker cannot hold the session (check_deadlines). */
     want[CLIENT] = (may_read(s, &s->req) && s->req.len < s->req.cap ? EPOLLIN : 0) |
+                   (s->client_eof ? 0 : EPOLLRDHUP) |
                    (s->resp.sent < s->resp.parsed || s->resp.piped > 0 ? EPOLLOUT : 0);
     want[UPSTREAM] = (may_read(s, &s->resp) && s->resp.len < s->resp.cap ? EPOLLIN : 0) |
                      (s->req.sent < s->req.parsed || s->req.piped > 0 ? EPOLLOUT : 0);
@@ -1023,6 +1027,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
                 return;
             }
             if (r == -1) {
+                s->client_eof = 1;
                 if (s->req.remaining > 0 || s->req.len > s->req.parsed) {
                     fail(e, s, R_CLIENT_CLOSED, "client closed the connection");
                     return;
@@ -1113,8 +1118,12 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
         if (s->state != ACTIVE && s->state != STOPPING) {
             continue;
         }
-        if (s->fcount > 0) {
-            s->last_active = now; /* busy is not idle */
+        /* Busy is not idle, but requests in flight keep a session busy only while its
+         * client may still send: once it has left (or half-closed), a broker that never
+         * answers cannot hold the session past the idle deadline, as in Python. */
+        int busy = s->fcount > 0 && !s->client_eof;
+        if (busy) {
+            s->last_active = now;
         }
         if (s->frame_started > 0 && now >= s->frame_started + s->frame_s) {
             char why[NE_DETAIL];
@@ -1124,13 +1133,13 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             fail(e, s, R_FRAME, why);
             continue;
         }
-        if (s->fcount == 0 && now >= s->last_active + s->idle_s) {
+        if (!busy && now >= s->last_active + s->idle_s) {
             char why[NE_DETAIL];
             snprintf(why, sizeof why, "limits.idle_timeout_s: idle for %g s", s->idle_s);
             fail(e, s, R_IDLE, why);
             continue;
         }
-        double next = s->fcount > 0 ? now + 1.0 : s->last_active + s->idle_s;
+        double next = busy ? now + 1.0 : s->last_active + s->idle_s;
         if (s->frame_started > 0 && s->frame_started + s->frame_s < next) {
             next = s->frame_started + s->frame_s;
         }
@@ -1224,6 +1233,9 @@ static void handle(ne_engine *e, const struct epoll_event *event) {
         return;
     }
     uint32_t ev = event->events;
+    if (ep->side == CLIENT && (ev & EPOLLRDHUP)) {
+        s->client_eof = 1;
+    }
     int in = (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
     service(e, s, ep->side == CLIENT && in, ep->side == UPSTREAM && in);
 }

@@ -8,6 +8,7 @@ client and broker over socket pairs around a real engine (`Rig`).
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 
@@ -316,3 +317,31 @@ def test_a_frame_shorter_once_stamped_passes_with_what_follows(rigs) -> None:
     assert all(r.headers == [("traceparent", TRACEPARENT)] for r in records[1:])
     assert len(frames[1]) > len(second)  # the next request, whole, stamped too
     assert rig.engine.collect_stamped()[5][:2] == (2, 102)
+
+
+# ---- a broker that stops answering cannot hold a session whose client left -----------------
+
+
+@pytest.mark.parametrize("python_frame_waiting", [False, True])
+def test_a_silent_broker_cannot_hold_a_session_whose_client_left(rigs,
+                                                                 python_frame_waiting: bool
+                                                                 ) -> None:
+    """A broker that begins a response and then sends nothing more: while the client may
+    still send, its request in flight keeps the session busy (no idle deadline). Once the
+    client has left, the idle deadline runs, also when the engine no longer reads the client
+    because a request for Python waits there (it sees the end of stream by EPOLLRDHUP).
+    Before, such a session was never handed back until the broker closed."""
+    rig = rigs(table((1, 12)), idle=0.5)
+    fetch = request(1, 12, 1, b"x" * 10, flexible=True)
+    rig.app.sendall(fetch)
+    assert rig.recv_exactly(rig.broker, len(fetch)) == fetch
+    rig.broker.sendall(response(1, b"r" * 100)[:20])  # its first bytes, then nothing
+    assert rig.recv_exactly(rig.app, 20)
+    later = request(3, 12, 2, b"\x01\x00\x00", flexible=True) if python_frame_waiting else b""
+    rig.app.sendall(later)  # Metadata: the engine stops reading the client at it
+    time.sleep(0.8)
+    assert rig.sid not in rig.engine.events()  # busy: the client may still want it
+    rig.app.shutdown(socket.SHUT_WR)
+    state = rig.wait_handover(timeout=5)
+    assert state.reason == "idle_timeout"
+    assert state.client == later
