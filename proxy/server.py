@@ -51,7 +51,7 @@ from proxy.security.sasl_filters import SaslPrincipalLearner, SaslRefusal
 from proxy.security.tls import ReloadingContext
 from proxy.session.session import Session
 from proxy.session.transport import PlainTransport, TlsTransport, Transport
-from proxy.upstream.brokers import BrokerDirectory
+from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
 from proxy.upstream.topic_ids import TopicIdLearner, TopicIds
 from proxy.upstream.topic_limits import TopicLimits
@@ -446,7 +446,10 @@ class Proxy:
             log.info("metadata_refresh_failed", error=str(exc))
             return False
         for node_id, host, port in brokers:
-            await self.directory.learn(node_id, host, port)
+            try:
+                await self.directory.learn(node_id, host, port)
+            except BrokerOutOfRange as exc:  # the others are still reachable
+                log.warning("broker_not_advertised", node_id=node_id, error=str(exc))
         return True
 
 

@@ -10,7 +10,9 @@ counts one `herald_connection_limit_hits{limit=...}`.
 from __future__ import annotations
 
 import math
+import socket
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
@@ -61,11 +63,27 @@ class ConnectionGuard:
         return limit
 
 
+_PEER_GONE = (7, 8)  # TCP_INFO's tcpi_state: TCP_CLOSE (reset), TCP_CLOSE_WAIT (its FIN came)
+
+
+def peer_closed(sock: Any) -> bool:
+    """Whether the client at the other end of `sock` (a TCP socket, plain or TLS) has closed
+    its side: it will send nothing more. Requests in flight keep a session from being idle
+    only while this is False, so a broker that never answers cannot hold the session of a
+    client that gave up; the pumps may not be reading the client then (they wait for those
+    answers), so its end of stream is read from the connection's state, not its bytes."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] in _PEER_GONE
+    except (OSError, AttributeError):  # not TCP, or not Linux: as before, busy
+        return False
+
+
 class ClientDeadlines:
     """The idle and frame deadlines of one client connection.
 
     Idle: no request in flight and nothing received from the client for `idle_s` (Kafka's
     `connections.max.idle.ms` does the same on brokers; clients reconnect when they need to).
+    Requests in flight count only while the client may still send (see `peer_closed`).
     Frame: once the first bytes of a frame arrived, the rest must arrive within `frame_s`.
     The session calls `received` after each read; `expired` is a task of the session.
     """

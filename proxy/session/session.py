@@ -26,7 +26,12 @@ from protocol.framing import FrameDecoder, FrameTooLarge, frame
 from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, Filter, FilterChain, SessionContext
-from proxy.limits.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
+from proxy.limits.connection_guard import (
+    FRAME_TIMEOUT,
+    IDLE_TIMEOUT,
+    ClientDeadlines,
+    peer_closed,
+)
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.relay import (
     BUFFER_SIZE,
@@ -156,7 +161,6 @@ class Session:
         self._stay = 0  # reads the Python pumps keep the session for before offering it back
         self._tail: tuple[InFlight, bytes] | None = None  # see Handover.tail
         self._stay_left = 0
-        self._client_left = False  # the client's end of stream was read
 
     async def run(self) -> None:
         try:
@@ -345,10 +349,7 @@ class Session:
             if not data and not handed:
                 if not self._idle.is_set():
                     # The client half-closed; let outstanding responses (one that is being
-                    # streamed included) reach it, within the idle deadline: requests in
-                    # flight no longer keep the session busy, so a broker that never answers
-                    # cannot hold it (the native relay does the same).
-                    self._client_left = True
+                    # streamed included) reach it.
                     await self._idle.wait()
                 raise SessionClosed("client closed the connection")
             drained = len(data) < _RECV
@@ -463,7 +464,7 @@ class Session:
     async def _watch_deadlines(self) -> None:
         assert self.deadlines is not None
         limit, reason = await self.deadlines.expired(
-            lambda: bool(self.in_flight) and not self._client_left)
+            lambda: bool(self.in_flight) and not peer_closed(self._client_sock))
         self.metrics.connection_limit_hits.labels(limit).inc()
         raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
 
