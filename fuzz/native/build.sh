@@ -12,7 +12,9 @@ flags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
 core=(protocol/stamp_core.c proxy/native/relay_stamp.c proxy/native/relay_fetch.c
       proxy/native/relay_trace.c proxy/native/relay_frames.c)
 for target in frames fetch_walk trace stamp fetch_scan engine; do
-  # The engine's target includes relay_engine.c itself, to look at a session's state.
-  "$cc" "${flags[@]}" -o "$out/fuzz_$target" "fuzz/native/fuzz_$target.c" "${core[@]}" -pthread
+  extra=()
+  [ "$target" = engine ] && extra=(proxy/native/relay_engine.c)
+  "$cc" "${flags[@]}" -o "$out/fuzz_$target" "fuzz/native/fuzz_$target.c" "${core[@]}" \
+    "${extra[@]}" -pthread
 done
 echo "fuzz targets in $out: $(cd "$out" && ls fuzz_* | tr '\n' ' ')"

@@ -1118,10 +1118,12 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
         if (s->state != ACTIVE && s->state != STOPPING) {
             continue;
         }
-        /* Busy is not idle, but requests in flight keep a session busy only while its
-         * client may still send: once it has left (or half-closed), a broker that never
-         * answers cannot hold the session past the idle deadline, as in Python. */
-        int busy = s->fcount > 0 && !s->client_eof;
+        /* Busy is not idle: requests in flight keep a session busy, but only while the
+         * broker may still answer them (the oldest is younger than the idle deadline) and the
+         * client may still want the answers (it has not closed its side). A broker that never
+         * answers cannot hold a session, as in Python (connection_guard.awaiting_answer). */
+        int busy = s->fcount > 0 && !s->client_eof &&
+                   now - s->fifo[s->fhead].received < s->idle_s;
         if (busy) {
             s->last_active = now;
         }

@@ -30,7 +30,7 @@ from proxy.limits.connection_guard import (
     FRAME_TIMEOUT,
     IDLE_TIMEOUT,
     ClientDeadlines,
-    peer_closed,
+    awaiting_answer,
 )
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.relay import (
@@ -463,8 +463,9 @@ class Session:
 
     async def _watch_deadlines(self) -> None:
         assert self.deadlines is not None
-        limit, reason = await self.deadlines.expired(
-            lambda: bool(self.in_flight) and not peer_closed(self._client_sock))
+        deadlines = self.deadlines
+        limit, reason = await deadlines.expired(
+            lambda: awaiting_answer(self.in_flight, deadlines.idle_s, self._client_sock))
         self.metrics.connection_limit_hits.labels(limit).inc()
         raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
 

@@ -129,6 +129,18 @@ def run_victims(bootstrap: str, seconds: float) -> int:
     return early
 
 
+def open_connections(proc: HeraldProcess) -> str:
+    """What is still connected to Herald's ports, who holds the other end, and the end of
+    Herald's log: for a failure's message."""
+    port = int(proc.bootstrap.rsplit(":", 1)[1])
+    ports = f":{port} and {{}} <= :{port + 16}"
+    sockets = subprocess.run(
+        ["ss", "-tanpi", f"( sport >= {ports.format('sport')} ) or "
+                         f"( dport >= {ports.format('dport')} )"],
+        capture_output=True, text=True).stdout
+    return f"{sockets}\n{proc.logs()[-3000:]}"
+
+
 def client_sessions(proc: HeraldProcess) -> tuple[float, float, float]:
     samples = scrape(proc)
     return (total(samples, "herald_connections_active", side="client"),
@@ -157,7 +169,7 @@ def test_hostile_broker_sessions_end_and_herald_stays_up(broker: HostileBroker,
         deadline = time.monotonic() + IDLE_S + FRAME_S + 10
         while client_sessions(proc) != (0, 0, 0) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert client_sessions(proc) == (0, 0, 0), proc.logs()[-4000:]
+        assert client_sessions(proc) == (0, 0, 0), open_connections(proc)
         samples = scrape(proc)
         # The engine met the hostile bytes itself, and closed sessions for them.
         assert total(samples, "herald_native_relay_handovers_total",

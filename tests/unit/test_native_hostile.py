@@ -327,11 +327,11 @@ def test_a_silent_broker_cannot_hold_a_session_whose_client_left(rigs,
                                                                  python_frame_waiting: bool
                                                                  ) -> None:
     """A broker that begins a response and then sends nothing more: while the client may
-    still send, its request in flight keeps the session busy (no idle deadline). Once the
-    client has left, the idle deadline runs, also when the engine no longer reads the client
-    because a request for Python waits there (it sees the end of stream by EPOLLRDHUP).
-    Before, such a session was never handed back until the broker closed."""
-    rig = rigs(table((1, 12)), idle=0.5)
+    still want it, the request keeps the session busy (no idle deadline). Once the client has
+    left, the idle deadline runs, also when the engine no longer reads the client because a
+    request for Python waits there (it sees the end of stream by EPOLLRDHUP). Before, such a
+    session was never handed back until the broker closed."""
+    rig = rigs(table((1, 12)), idle=1.0)
     fetch = request(1, 12, 1, b"x" * 10, flexible=True)
     rig.app.sendall(fetch)
     assert rig.recv_exactly(rig.broker, len(fetch)) == fetch
@@ -339,9 +339,25 @@ def test_a_silent_broker_cannot_hold_a_session_whose_client_left(rigs,
     assert rig.recv_exactly(rig.app, 20)
     later = request(3, 12, 2, b"\x01\x00\x00", flexible=True) if python_frame_waiting else b""
     rig.app.sendall(later)  # Metadata: the engine stops reading the client at it
-    time.sleep(0.8)
+    time.sleep(0.5)
     assert rig.sid not in rig.engine.events()  # busy: the client may still want it
     rig.app.shutdown(socket.SHUT_WR)
     state = rig.wait_handover(timeout=5)
     assert state.reason == "idle_timeout"
     assert state.client == later
+
+
+def test_a_broker_that_never_answers_cannot_hold_a_session(rigs) -> None:
+    """The client stays and waits, the broker never answers: the request keeps the session
+    busy only while the broker may still answer it (the idle deadline from when it was sent),
+    then the idle deadline runs. A client whose further requests fill the socket while the
+    engine waits cannot show that it left (its FIN waits behind them): this ends it too."""
+    rig = rigs(table((1, 12)), idle=0.5, max_in_flight=1)
+    fetch = request(1, 12, 1, b"x" * 10, flexible=True)
+    rig.app.sendall(fetch + request(1, 12, 2, flexible=True))  # the second waits for a slot
+    assert rig.recv_exactly(rig.broker, len(fetch)) == fetch
+    started = time.monotonic()
+    state = rig.wait_handover(timeout=5)
+    assert state.reason == "idle_timeout"
+    assert time.monotonic() - started >= 0.5
+    assert [e[0] for e in state.in_flight] == [1]
