@@ -135,28 +135,77 @@ static Py_ssize_t varint_size(uint64_t v) {
 
 /* A column is bytes (the same piece for every record), a list of bytes (one piece per
  * record), or a (key, values) tuple: the wire form of a header key, then per record a value
- * (bytes, or None for a null value) written behind its zigzag length. */
-static Py_ssize_t piece_size(PyObject *col, Py_ssize_t i) {
-    if (PyBytes_CheckExact(col)) {
-        return PyBytes_GET_SIZE(col);
+ * (bytes, or None for a null value) written behind its zigzag length.
+ *
+ * `append` copies without the GIL, so it works on a snapshot made before: the lists become
+ * tuples it holds (another thread may change a list, and free the bytes it held, while the
+ * copy runs; a tuple and the bytes objects it holds cannot change). */
+typedef struct {
+    int kind;       /* SAME: one piece for every record; EACH: a piece per record; KEYED */
+    PyObject *same; /* SAME: the piece; KEYED: the key's wire form (borrowed from columns) */
+    PyObject *each; /* EACH, KEYED: a tuple of the pieces or values (owned) */
+} column_t;
+
+enum { SAME, EACH, KEYED };
+
+static void free_columns(column_t *cols, Py_ssize_t n) {
+    for (Py_ssize_t c = 0; cols != NULL && c < n; c++) {
+        Py_XDECREF(cols[c].each);
     }
-    if (PyList_CheckExact(col)) {
-        return PyBytes_GET_SIZE(PyList_GET_ITEM(col, i));
+    PyMem_Free(cols);
+}
+
+/* The snapshot of columns checked by check_columns; NULL with an exception set. */
+static column_t *freeze_columns(PyObject *columns) {
+    Py_ssize_t n = PyTuple_GET_SIZE(columns);
+    column_t *cols = PyMem_Calloc((size_t)(n ? n : 1), sizeof(column_t));
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        return NULL;
     }
-    PyObject *value = PyList_GET_ITEM(PyTuple_GET_ITEM(col, 1), i);
-    Py_ssize_t key = PyBytes_GET_SIZE(PyTuple_GET_ITEM(col, 0));
-    if (value == Py_None) {
+    for (Py_ssize_t c = 0; c < n; c++) {
+        PyObject *col = PyTuple_GET_ITEM(columns, c);
+        if (PyBytes_CheckExact(col)) {
+            cols[c].kind = SAME;
+            cols[c].same = col;
+            continue;
+        }
+        PyObject *list = col;
+        cols[c].kind = EACH;
+        if (PyTuple_CheckExact(col)) {
+            cols[c].kind = KEYED;
+            cols[c].same = PyTuple_GET_ITEM(col, 0);
+            list = PyTuple_GET_ITEM(col, 1);
+        }
+        if ((cols[c].each = PyList_AsTuple(list)) == NULL) {
+            free_columns(cols, n);
+            return NULL;
+        }
+    }
+    return cols;
+}
+
+static Py_ssize_t piece_size(const column_t *col, Py_ssize_t i) {
+    if (col->kind == SAME) {
+        return PyBytes_GET_SIZE(col->same);
+    }
+    PyObject *item = PyTuple_GET_ITEM(col->each, i);
+    if (col->kind == EACH) {
+        return PyBytes_GET_SIZE(item);
+    }
+    Py_ssize_t key = PyBytes_GET_SIZE(col->same);
+    if (item == Py_None) {
         return key + 1;
     }
-    Py_ssize_t n = PyBytes_GET_SIZE(value);
+    Py_ssize_t n = PyBytes_GET_SIZE(item);
     return key + varint_size(zigzag(n)) + n;
 }
 
 /* The wire tail of record i: its piece of each column. */
-static Py_ssize_t tail_size(PyObject *columns, Py_ssize_t i) {
+static Py_ssize_t tail_size(const column_t *cols, Py_ssize_t ncols, Py_ssize_t i) {
     Py_ssize_t size = 0;
-    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
-        size += piece_size(PyTuple_GET_ITEM(columns, c), i);
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        size += piece_size(&cols[c], i);
     }
     return size;
 }
@@ -167,16 +216,17 @@ static unsigned char *put_bytes(unsigned char *out, PyObject *piece) {
     return out + n;
 }
 
-static unsigned char *put_tail(unsigned char *out, PyObject *columns, Py_ssize_t i) {
-    for (Py_ssize_t c = 0; c < PyTuple_GET_SIZE(columns); c++) {
-        PyObject *col = PyTuple_GET_ITEM(columns, c);
-        if (PyBytes_CheckExact(col)) {
-            out = put_bytes(out, col);
-        } else if (PyList_CheckExact(col)) {
-            out = put_bytes(out, PyList_GET_ITEM(col, i));
+static unsigned char *put_tail(unsigned char *out, const column_t *cols, Py_ssize_t ncols,
+                               Py_ssize_t i) {
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        const column_t *col = &cols[c];
+        if (col->kind == SAME) {
+            out = put_bytes(out, col->same);
+        } else if (col->kind == EACH) {
+            out = put_bytes(out, PyTuple_GET_ITEM(col->each, i));
         } else {
-            PyObject *value = PyList_GET_ITEM(PyTuple_GET_ITEM(col, 1), i);
-            out = put_bytes(out, PyTuple_GET_ITEM(col, 0));
+            PyObject *value = PyTuple_GET_ITEM(col->each, i);
+            out = put_bytes(out, col->same);
             if (value == Py_None) {
                 *out++ = 1;  /* zigzag(-1): a null value */
             } else {
@@ -236,6 +286,8 @@ static PyObject *append(PyObject *self, PyObject *args) {
     }
     PyObject *out = NULL;
     rec_pos *recs = NULL;
+    column_t *cols = NULL;
+    Py_ssize_t ncols = 0;
     if (!check_range(&view, start, end) || !check_columns(columns, count)) {
         goto done;
     }
@@ -246,6 +298,10 @@ static PyObject *append(PyObject *self, PyObject *args) {
     /* A record takes at least 7 bytes, which bounds the count by the input. */
     if (count > (end - start) / 7 + 1) {
         PyErr_Format(PyExc_ValueError, "batch declares %zd records but holds fewer", count);
+        goto done;
+    }
+    ncols = PyTuple_GET_SIZE(columns);
+    if ((cols = freeze_columns(columns)) == NULL) {
         goto done;
     }
     recs = PyMem_Malloc(sizeof(rec_pos) * (size_t)(count ? count : 1));
@@ -265,7 +321,7 @@ static PyObject *append(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_ssize_t size = (r->hpos - r->body) + varint_size(zigzag((int64_t)r->count + added)) +
-                          (r->end - r->first) + tail_size(columns, n);
+                          (r->end - r->first) + tail_size(cols, ncols, n);
         total += varint_size(zigzag(size)) + size;
         n++;
     }
@@ -279,25 +335,28 @@ static PyObject *append(PyObject *self, PyObject *args) {
         goto done;
     }
     unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
-    /* Copying touches only the fresh `out`, the buffer held by `view`, and bytes objects the
-     * caller keeps alive and no other thread can reach: other threads (the event loop) may
+    /* Copying touches only the fresh `out`, the buffer `view` holds (exported, so it cannot
+     * be resized or freed; bytes another thread writes into a bytearray meanwhile change the
+     * output, never where it reads: every offset was checked above), and the snapshot of the
+     * columns, which nothing else can change or free. Other threads (the event loop) may
      * run meanwhile, so a large batch stamped in a worker does not stall them. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         rec_pos *r = &recs[i];
         uint64_t headers = zigzag((int64_t)r->count + added);
         Py_ssize_t size = (r->hpos - r->body) + varint_size(headers) + (r->end - r->first) +
-                          tail_size(columns, i);
+                          tail_size(cols, ncols, i);
         w = put_varint(w, zigzag(size));
         memcpy(w, buf + r->body, r->hpos - r->body);
         w += r->hpos - r->body;
         w = put_varint(w, headers);
         memcpy(w, buf + r->first, r->end - r->first);
         w += r->end - r->first;
-        w = put_tail(w, columns, i);
+        w = put_tail(w, cols, ncols, i);
     }
     Py_END_ALLOW_THREADS
 done:
+    free_columns(cols, ncols);
     PyMem_Free(recs);
     PyBuffer_Release(&view);
     return out;

@@ -22,11 +22,30 @@ int sc_uvarint(const uint8_t *buf, size_t *pos, size_t limit, uint64_t *out) {
 
 uint64_t sc_read_uvarint(sc_reader *r) {
     uint64_t v = 0;
+    size_t start = r->pos;
     if (r->bad || !sc_uvarint(r->p, &r->pos, r->end, &v)) {
         r->bad = 1;
         return 0;
     }
+    if (r->pos - start != sc_varint_size(v)) {
+        r->longer = 1;
+    }
     return v;
+}
+
+int64_t sc_read_compact(sc_reader *r) {
+    uint64_t v = sc_read_uvarint(r);
+    if (r->bad) {
+        return 0;
+    }
+    if (v == 0) {
+        return -1;
+    }
+    if (v - 1 > (uint64_t)INT64_MAX) {
+        r->bad = 1;
+        return 0;
+    }
+    return (int64_t)(v - 1);
 }
 
 void sc_read_skip(sc_reader *r, uint64_t n) {

@@ -34,9 +34,14 @@ typedef struct {
     const uint8_t *p;
     size_t pos, end;
     int bad;
+    int longer; /* a varint read was not in its shortest form */
 } sc_reader;
 
 uint64_t sc_read_uvarint(sc_reader *r);
+/* A compact length or count (KIP-482: uvarint N+1, 0 for null): -1 for null, else N. An N
+ * above INT64_MAX (no frame holds that much) sets `bad`: it is never cast to a signed type,
+ * where taking one off 2^63 would overflow. */
+int64_t sc_read_compact(sc_reader *r);
 void sc_read_skip(sc_reader *r, uint64_t n);
 void sc_read_tagged(sc_reader *r); /* a tagged-field section, skipped */
 

@@ -41,7 +41,7 @@ from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
 from proxy.session.session import Session
-from proxy.upstream.brokers import BrokerDirectory
+from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
 from proxy.upstream.topic_ids import TopicIdLearner, TopicIds
 from proxy.upstream.topic_limits import TopicLimits
@@ -290,7 +290,10 @@ class Proxy:
             log.info("metadata_refresh_failed", error=str(exc))
             return False
         for node_id, host, port in brokers:
-            await self.directory.learn(node_id, host, port)
+            try:
+                await self.directory.learn(node_id, host, port)
+            except BrokerOutOfRange as exc:  # the others are still reachable
+                log.warning("broker_not_advertised", node_id=node_id, error=str(exc))
         return True
 
 

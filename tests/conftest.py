@@ -17,6 +17,12 @@ from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.herald_process import HeraldProcess, herald_config
 
+# scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
+# (HERALD_SANITIZER_RUNTIME names it): the Herald processes they start get it again
+# (tests/support/herald_process.py), the Java brokers and tools do not.
+if os.environ.get("HERALD_SANITIZER_RUNTIME"):
+    os.environ.pop("LD_PRELOAD", None)
+
 
 def kafka_version() -> str:
     explicit = os.environ.get("HERALD_TEST_KAFKA_VERSION")

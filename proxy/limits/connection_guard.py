@@ -10,7 +10,10 @@ counts one `herald_connection_limit_hits{limit=...}`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import trio
 
@@ -61,11 +64,41 @@ class ConnectionGuard:
         return limit
 
 
+_PEER_GONE = (7, 8)  # TCP_INFO's tcpi_state: TCP_CLOSE (reset), TCP_CLOSE_WAIT (its FIN came)
+
+
+def peer_closed(sock: Any) -> bool:
+    """Whether the client at the other end of `sock` (a TCP socket, plain or TLS) has closed
+    its side: it will send nothing more. The pumps may not be reading the client while they
+    wait for answers, so its end of stream is read from the connection's state, not its
+    bytes."""
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] in _PEER_GONE
+    except (OSError, AttributeError):  # not TCP, or not Linux: it may still send
+        return False
+
+
+def awaiting_answer(in_flight: Mapping[Any, Any], idle_s: float, client: Any) -> bool:
+    """Whether the requests in flight (oldest first, each with the monotonic times it was
+    `received` and `sent`) keep a session from being idle: while the broker may still
+    answer them (the oldest was sent less than `idle_s` ago: a broker answers or the client
+    times out well within that) and the client may still want the answers (`peer_closed`).
+    So a broker that never answers cannot hold a session, nor the descriptors and memory
+    budget it holds; the native relay applies the same rule (relay_engine.c)."""
+    oldest = next(iter(in_flight.values()), None)
+    if oldest is None:
+        return False
+    sent = oldest.sent or oldest.received
+    return time.monotonic() - sent < idle_s and not peer_closed(client)
+
+
 class ClientDeadlines:
     """The idle and frame deadlines of one client connection.
 
     Idle: no request in flight and nothing received from the client for `idle_s` (Kafka's
     `connections.max.idle.ms` does the same on brokers; clients reconnect when they need to).
+    Requests in flight keep it from being idle while the broker may still answer them and
+    the client may still want the answers (see `awaiting_answer`).
     Frame: once the first bytes of a frame arrived, the rest must arrive within `frame_s`.
     The session calls `received` after each read; `expired` is a task of the session.
     """

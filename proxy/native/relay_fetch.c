@@ -93,7 +93,7 @@ static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
 /* A nullable string or bytes length: compact (uvarint N+1) or int16/int32; -1 for null. */
 static int64_t read_length(sc_reader *r, int compact, int width) {
     if (compact) {
-        return (int64_t)sc_read_uvarint(r) - 1;
+        return sc_read_compact(r);
     }
     return nc_read_int(r, width);
 }
@@ -147,7 +147,7 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
         for (int64_t p = 0; p < parts && !r.bad; p++) {
             /* index, error, high watermark, last stable[, log start] offsets */
             sc_read_skip(&r, ver >= FETCH_LOG_START_OFFSET_VERSION ? 30 : 22);
-            int64_t aborted = flexible ? (int64_t)sc_read_uvarint(&r) - 1 : nc_read_int(&r, 4);
+            int64_t aborted = flexible ? sc_read_compact(&r) : nc_read_int(&r, 4);
             for (int64_t a = 0; a < aborted && !r.bad; a++) {
                 sc_read_skip(&r, 16); /* producer id, first offset */
                 if (flexible) {
@@ -195,29 +195,4 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
         return NC_PYTHON;
     }
     return NC_OK;
-}
-
-PyObject *nf_py_scan_fetch(PyObject *self, PyObject *args) {
-    Py_buffer frame;
-    int ver, check_tags;
-    PyObject *plan_obj;
-    if (!PyArg_ParseTuple(args, "y*iOp", &frame, &ver, &plan_obj, &check_tags)) {
-        return NULL;
-    }
-    PyObject *out = NULL;
-    nc_plan plan;
-    if (nc_plan_parse(plan_obj, &plan)) {
-        nc_counts counts;
-        const char *why = NULL;
-        if (nf_scan_fetch(frame.buf, (size_t)frame.len, ver, &plan, check_tags, &counts,
-                          &why) == NC_OK) {
-            out = Py_BuildValue("(KK)", (unsigned long long)counts.batches,
-                                (unsigned long long)counts.records);
-        } else {
-            out = Py_BuildValue("(Os)", Py_None, why);
-        }
-        nc_plan_free(&plan);
-    }
-    PyBuffer_Release(&frame);
-    return out;
 }

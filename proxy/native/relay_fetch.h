@@ -14,8 +14,4 @@
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why);
 
-/* _relay.scan_fetch(frame, version, plan, check_tags): the verdict, for tests. Returns
- * (batches, records) when the response passes, (None, why) when it goes to Python. */
-PyObject *nf_py_scan_fetch(PyObject *self, PyObject *args);
-
 #endif

@@ -18,6 +18,8 @@
  */
 #include "relay_stamp.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "contracts/features.h"
@@ -38,11 +40,10 @@ static const sc_cut UUID7_RANDOM[] = {
 
 /* ---- the plan ------------------------------------------------------------------------- */
 
-static uint8_t *copy_bytes(PyObject *b, size_t *len) {
-    *len = (size_t)PyBytes_GET_SIZE(b);
-    uint8_t *out = malloc(*len ? *len : 1);
-    if (out != NULL) {
-        memcpy(out, PyBytes_AS_STRING(b), *len);
+static uint8_t *copy_bytes(const uint8_t *from, size_t len) {
+    uint8_t *out = malloc(len ? len : 1);
+    if (out != NULL && len > 0) {
+        memcpy(out, from, len);
     }
     return out;
 }
@@ -62,100 +63,77 @@ void nc_plan_free(nc_plan *plan) {
     memset(plan, 0, sizeof *plan);
 }
 
-static int bad_plan(nc_plan *plan, const char *why) {
-    nc_plan_free(plan);
-    if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, why);
-    }
-    return 0;
+int nc_plan_init(nc_plan *plan, size_t ncols, size_t nkeys) {
+    memset(plan, 0, sizeof *plan);
+    plan->max_batch_bytes = -1;
+    plan->cols = calloc(ncols ? ncols : 1, sizeof(nc_col));
+    plan->keys = calloc(nkeys ? nkeys : 1, sizeof(uint8_t *));
+    plan->key_lens = calloc(nkeys ? nkeys : 1, sizeof(size_t));
+    plan->cols_cap = ncols;
+    plan->keys_cap = nkeys;
+    return plan->cols != NULL && plan->keys != NULL && plan->key_lens != NULL;
 }
 
-/* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes, topic
- * ids), each column (kind, key wire form, value or None, sampled, per batch), the topic ids
- * 16 bytes each, sorted. */
-int nc_plan_parse(PyObject *obj, nc_plan *plan) {
-    memset(plan, 0, sizeof *plan);
-    PyObject *cols, *keys, *prefixes, *ids;
-    long long mbr, mrr, mbb;
-    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
-                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids)) {
+int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n) {
+    free(plan->topic_ids);
+    plan->ntopic_ids = 0;
+    if ((plan->topic_ids = copy_bytes(ids, n)) == NULL) {
         return 0;
     }
-    if (PyBytes_GET_SIZE(ids) % 16) {
-        return bad_plan(plan, "topic ids must be 16 bytes each");
+    plan->ntopic_ids = n / 16;
+    return 1;
+}
+
+int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
+                   const uint8_t *value, size_t value_len, int sampled, int per_batch,
+                   int keeps, const char **why) {
+    *why = NULL;
+    if (plan->ncols == plan->cols_cap || kind < NC_CONST || kind > NC_TRACEPARENT) {
+        *why = "a column is (kind 0-4, key bytes, bytes or None, bool, bool, bool)";
+        return 0;
     }
-    if ((plan->topic_ids = copy_bytes(ids, &plan->ntopic_ids)) == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
+        *why = "one traceparent column at most keeps a record's own";
+        return 0;
     }
-    plan->ntopic_ids /= 16;
-    plan->max_batch_records = mbr;
-    plan->max_request_records = mrr;
-    plan->max_batch_bytes = mbb;
-    Py_ssize_t nc = PyTuple_GET_SIZE(cols);
-    plan->cols = calloc((size_t)(nc ? nc : 1), sizeof(nc_col));
-    if (plan->cols == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    size_t at = 0;
+    uint64_t z;
+    if (!sc_uvarint(key, &at, key_len, &z) || z != 2 * (key_len - at)) {
+        *why = "a column key is its zigzag length, then the key";
+        return 0;
     }
-    for (Py_ssize_t i = 0; i < nc; i++) {
-        int kind, sampled, per_batch, keeps;
-        PyObject *key, *value;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(cols, i), "iO!Oppp", &kind, &PyBytes_Type, &key,
-                              &value, &sampled, &per_batch, &keeps)) {
-            return bad_plan(plan, "");
-        }
-        if (kind < NC_CONST || kind > NC_TRACEPARENT || (value != Py_None && !PyBytes_Check(value))) {
-            return bad_plan(plan, "a column is (kind 0-4, key bytes, bytes or None, bool, bool, "
-                                  "bool)");
-        }
-        if (keeps && (kind != NC_TRACEPARENT || plan->keeper != NULL)) {
-            return bad_plan(plan, "one traceparent column at most keeps a record's own");
-        }
-        nc_col *c = &plan->cols[plan->ncols++];
-        c->kind = kind;
-        c->sampled = sampled;
-        c->per_batch = per_batch;
-        c->keeps = keeps;
-        if ((c->key = copy_bytes(key, &c->key_len)) == NULL ||
-            (value != Py_None && (c->value = copy_bytes(value, &c->value_len)) == NULL)) {
-            PyErr_NoMemory();
-            return bad_plan(plan, "");
-        }
-        if (keeps) {
-            size_t at = 0;
-            uint64_t z;
-            if (!sc_uvarint(c->key, &at, c->key_len, &z) || z != 2 * (c->key_len - at)) {
-                return bad_plan(plan, "a column key is its zigzag length, then the key");
-            }
-            plan->keeper = c;
-            plan->keeper_key = c->key + at;
-            plan->keeper_key_len = c->key_len - at;
-        }
+    nc_col *c = &plan->cols[plan->ncols++];
+    c->kind = kind;
+    c->sampled = sampled;
+    c->per_batch = per_batch;
+    c->keeps = keeps;
+    if ((c->key = copy_bytes(key, key_len)) == NULL ||
+        (value != NULL && (c->value = copy_bytes(value, value_len)) == NULL)) {
+        return 0;
     }
-    Py_ssize_t nk = PyTuple_GET_SIZE(keys), np = PyTuple_GET_SIZE(prefixes);
-    size_t all = (size_t)(nk + np);
-    plan->keys = calloc(all ? all : 1, sizeof(uint8_t *));
-    plan->key_lens = calloc(all ? all : 1, sizeof(size_t));
-    if (plan->keys == NULL || plan->key_lens == NULL) {
-        PyErr_NoMemory();
-        return bad_plan(plan, "");
+    c->key_len = key_len;
+    c->value_len = value != NULL ? value_len : 0;
+    if (keeps) {
+        plan->keeper = c;
+        plan->keeper_key = c->key + at;
+        plan->keeper_key_len = key_len - at;
     }
-    for (size_t i = 0; i < all; i++) {
-        PyObject *k = i < (size_t)nk ? PyTuple_GET_ITEM(keys, i)
-                                     : PyTuple_GET_ITEM(prefixes, i - (size_t)nk);
-        if (!PyBytes_Check(k)) {
-            return bad_plan(plan, "watched keys and prefixes must be bytes");
-        }
-        if ((plan->keys[i] = copy_bytes(k, &plan->key_lens[i])) == NULL) {
-            PyErr_NoMemory();
-            return bad_plan(plan, "");
-        }
-        if (i < (size_t)nk) {
-            plan->nkeys++;
-        } else {
-            plan->nprefixes++;
-        }
+    return 1;
+}
+
+int nc_plan_key(nc_plan *plan, const uint8_t *key, size_t len, int prefix) {
+    size_t i = plan->nkeys + plan->nprefixes;
+    if (i == plan->keys_cap || (!prefix && plan->nprefixes > 0)) {
+        return 0; /* keys come before prefixes: nc_watched_key tells them apart by index */
+    }
+    if ((plan->keys[i] = copy_bytes(key, len)) == NULL) {
+        return 0;
+    }
+    plan->key_lens[i] = len;
+    if (prefix) {
+        plan->nprefixes++;
+    } else {
+        plan->nkeys++;
     }
     return 1;
 }
@@ -195,8 +173,7 @@ int nc_ascii(const uint8_t *p, size_t n) {
 static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
     int64_t n;
     if (compact) {
-        uint64_t c = rd_uvarint(r);
-        n = (int64_t)c - 1;
+        n = sc_read_compact(r);
     } else {
         n = rd_int(r, 2);
     }
@@ -232,7 +209,7 @@ int nc_known_id(const nc_plan *plan, const uint8_t *id) {
 }
 
 int nc_read_count(sc_reader *r, int compact, int64_t *count) {
-    *count = compact ? (int64_t)rd_uvarint(r) - 1 : rd_int(r, 4);
+    *count = compact ? sc_read_compact(r) : rd_int(r, 4);
     return !r->bad && *count >= 0;
 }
 
@@ -452,11 +429,14 @@ static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan 
 }
 
 /* Check one batch at b (at most `room` bytes to the end of its records field): its size and
- * its size once stamped, how many of its records keep their own traceparent, or a reason it
- * is not ours. */
+ * its size once stamped, how many of its records keep their own traceparent, whether it
+ * stays as it is (*same: nothing is appended to any of its records), or a reason it is not
+ * ours. Its CRC32C is checked first (`check_crc`; the second pass over a checked batch skips
+ * it), as the Python path checks it before it reads a record: a corrupted batch is never
+ * stamped and sealed with a fresh CRC, the broker refuses it as it came. */
 static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
-                               const tail_t *t, size_t *size, size_t *new_size,
-                               int64_t *records, int64_t *kept) {
+                               const tail_t *t, int check_crc, size_t *size,
+                               size_t *new_size, int64_t *records, int64_t *kept, int *same) {
     if (room < BATCH_HEADER) {
         return "a partial record batch";
     }
@@ -474,6 +454,9 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     }
     if (attributes & 0x20) {
         return "a control batch";
+    }
+    if (check_crc && sc_crc32c(0, b + 21, *size - 21) != be32u(b + 17)) {
+        return "a record batch CRC mismatch";
     }
     int64_t count = (int32_t)be32u(b + 57);
     if (count <= 0) {
@@ -508,6 +491,13 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     }
     if (n != count) {
         return "a batch holding fewer records than it declares";
+    }
+    /* Every record keeps its own traceparent and the keeper is the only column: Python
+     * leaves such a batch byte for byte as it came (varints longer than they need be
+     * included), and so does the engine. */
+    *same = *kept == count && t->len == t->keep_to - t->keep_from;
+    if (*same) {
+        total = *size;
     }
     if (total > INT32_MAX) {
         return "a batch too large once stamped";
@@ -640,19 +630,26 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
     put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
 }
 
-/* One records field of `len` bytes at f: its stamped form appended to out. */
+/* One records field of `len` bytes at f: its stamped form appended to out; *changed set
+ * when a batch of it changes. */
 static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_plan *plan,
                          tail_t *t, nc_draw_fn draw, void *arg, nc_buf *out,
-                         nc_counts *counts, const char **why) {
+                         nc_counts *counts, int *changed, const char **why) {
     /* First check every batch and size the new field, then write it. */
     size_t pos = 0, total = 0;
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
-        if ((*why = check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept))
-            != NULL) {
+        int same;
+        /* *why is set only when the request goes to Python: a batch that passes must not
+         * clear the reason the caller set for what it still has to read. */
+        const char *no = check_batch(f + pos, len - pos, plan, t, 1, &size, &new_size,
+                                     &records, &kept, &same);
+        if (no != NULL) {
+            *why = no;
             return NC_PYTHON;
         }
+        *changed |= !same;
         counts->batches++;
         counts->records += (uint64_t)records;
         counts->kept += (uint64_t)kept;
@@ -681,12 +678,17 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
-        check_batch(f + pos, len - pos, plan, t, &size, &new_size, &records, &kept);
-        int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
-        if (r != NC_OK) {
-            return r;
+        int same;
+        check_batch(f + pos, len - pos, plan, t, 0, &size, &new_size, &records, &kept, &same);
+        if (same) { /* it draws nothing: Python makes no value for it either */
+            memcpy(out->buf + out->len, f + pos, size);
+        } else {
+            int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+            if (r != NC_OK) {
+                return r;
+            }
+            write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
         }
-        write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
         out->len += new_size;
         pos += size;
     }
@@ -750,6 +752,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         return NC_NOMEM;
     }
     int result = NC_OK;
+    int changed = 0; /* a batch changes: the request is rewritten */
     size_t copied = 0;
     for (int64_t ti = 0; ti < topics && result == NC_OK; ti++) {
         const uint8_t *name;
@@ -774,7 +777,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         for (int64_t pi = 0; pi < partitions && result == NC_OK; pi++) {
             rd_skip(&r, 4); /* index */
             size_t field = r.pos;
-            int64_t n = flexible ? (int64_t)rd_uvarint(&r) - 1 : rd_int(&r, 4);
+            int64_t n = flexible ? sc_read_compact(&r) : rd_int(&r, 4);
             if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
                 result = NC_PYTHON;
                 break;
@@ -785,7 +788,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
                     break;
                 }
                 result = stamp_records(frame + r.pos, (size_t)n, flexible, plan, &t, draw,
-                                       draw_arg, out, counts, why);
+                                       draw_arg, out, counts, &changed, why);
                 r.pos += (size_t)n;
                 copied = r.pos;
             }
@@ -808,6 +811,23 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         *why = "no records to stamp";
         result = NC_PYTHON;
     }
+    if (result == NC_OK && !changed) {
+        /* Nothing appended anywhere (every record keeps its own traceparent): Python
+         * forwards such a request as it came, and so does the engine. */
+        out->len = 0;
+        if (!copy_to(out, frame, len)) {
+            memset(counts, 0, sizeof *counts);
+            result = NC_NOMEM;
+        }
+        free_tail(&t);
+        return result;
+    }
+    if (result == NC_OK && r.longer) {
+        /* Python re-encodes a request it changes: every varint in its shortest form, where
+         * the engine would copy the client's. Real clients write them short. */
+        *why = "a varint longer than it need be";
+        result = NC_PYTHON;
+    }
     if (result == NC_OK && !copy_to(out, frame + copied, len - copied)) {
         result = NC_NOMEM;
     }
@@ -824,81 +844,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     return result;
 }
 
-/* ---- the pure rewrite, for tests ------------------------------------------------------- */
-
-typedef struct {
-    Py_buffer *streams[2];
-    size_t at[2];
-} given_t;
-
-static int given_draw(void *arg, int stream, uint8_t *dst, size_t n) {
-    given_t *g = arg;
-    Py_buffer *b = g->streams[stream];
-    if ((size_t)b->len - g->at[stream] < n) {
-        return 0;
-    }
-    memcpy(dst, (const uint8_t *)b->buf + g->at[stream], n);
-    g->at[stream] += n;
-    return 1;
-}
-
-PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args) {
-    Py_buffer frame, trace, msg;
-    PyObject *plan_obj;
-    long long now_ms;
-    if (!PyArg_ParseTuple(args, "y*Oy*y*L", &frame, &plan_obj, &trace, &msg, &now_ms)) {
-        return NULL;
-    }
-    PyObject *out = NULL;
-    nc_plan plan;
-    if (nc_plan_parse(plan_obj, &plan)) {
-        given_t g = {{&trace, &msg}, {0, 0}};
-        nc_buf buf = {0};
-        nc_counts counts;
-        const char *why = NULL;
-        int r = nc_stamp_produce(frame.buf, (size_t)frame.len, &plan, given_draw, &g, now_ms,
-                                 &buf, &counts, &why);
-        if (r == NC_NOMEM) {
-            PyErr_NoMemory();
-        } else if (r == NC_PYTHON) {
-            out = Py_BuildValue("(Os)", Py_None, why);
-        } else {
-            PyObject *tuple = nc_counts_tuple(&counts);
-            out = tuple == NULL ? NULL
-                                : Py_BuildValue("(y#O)", (const char *)buf.buf,
-                                                (Py_ssize_t)buf.len, tuple);
-            Py_XDECREF(tuple);
-        }
-        free(buf.buf);
-        nc_plan_free(&plan);
-    }
-    PyBuffer_Release(&frame);
-    PyBuffer_Release(&trace);
-    PyBuffer_Release(&msg);
-    return out;
-}
-
 void nc_counts_add(nc_counts *into, const nc_counts *more) {
     into->batches += more->batches;
     into->records += more->records;
     into->kept += more->kept;
     into->kept_batches += more->kept_batches;
-}
-
-PyObject *nc_counts_tuple(const nc_counts *c) {
-    return Py_BuildValue("(KKKK)", (unsigned long long)c->batches,
-                         (unsigned long long)c->records, (unsigned long long)c->kept,
-                         (unsigned long long)c->kept_batches);
-}
-
-PyObject *nc_py_crc32c(PyObject *self, PyObject *args) {
-    Py_buffer data;
-    int table = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &data, &table)) {
-        return NULL;
-    }
-    uint32_t crc = table ? sc_crc32c_table(0, data.buf, (size_t)data.len)
-                         : sc_crc32c(0, data.buf, (size_t)data.len);
-    PyBuffer_Release(&data);
-    return PyLong_FromUnsignedLong(crc);
 }

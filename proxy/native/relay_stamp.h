@@ -2,8 +2,6 @@
 #ifndef HERALD_RELAY_STAMP_H
 #define HERALD_RELAY_STAMP_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,10 +22,10 @@ typedef struct {
 
 typedef struct {
     nc_col *cols;
-    size_t ncols;
+    size_t ncols, cols_cap;
     uint8_t **keys; /* watched header keys, then watched prefixes */
     size_t *key_lens;
-    size_t nkeys, nprefixes;
+    size_t nkeys, nprefixes, keys_cap;
     int64_t max_batch_records, max_request_records;
     int64_t max_batch_bytes; /* < 0: none */
     uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
@@ -53,8 +51,6 @@ typedef struct {
 } nc_counts;
 
 void nc_counts_add(nc_counts *into, const nc_counts *more);
-/* (batches, records, kept, kept_batches) */
-PyObject *nc_counts_tuple(const nc_counts *counts);
 
 enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 
@@ -75,9 +71,17 @@ typedef struct {
 } nc_watch;
 int nc_watched_key(void *arg, const uint8_t *key, size_t len);
 
-/* The plan from its Python form (proxy/native/stamp_plan.py `NativePlan.wire`); 0 with a Python
- * exception set when it is not one. */
-int nc_plan_parse(PyObject *obj, nc_plan *plan);
+/* A plan built from its parts (_relay.c reads its Python form, proxy/native/stamp_plan.py
+ * `StampPlan.wire`; the fuzz targets build theirs): nc_plan_init makes room for `ncols`
+ * columns and `nkeys` watched keys and prefixes, which are then added in order (keys before
+ * prefixes); the limits are set in the struct. Each returns 0 when out of memory or, for a
+ * column, when it is not one (*why says why); nc_plan_free frees the plan either way. */
+int nc_plan_init(nc_plan *plan, size_t ncols, size_t nkeys);
+int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
+                   const uint8_t *value, size_t value_len, int sampled, int per_batch,
+                   int keeps, const char **why); /* value NULL: a null value */
+int nc_plan_key(nc_plan *plan, const uint8_t *key, size_t len, int prefix);
+int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n); /* 16 bytes each, sorted */
 void nc_plan_free(nc_plan *plan);
 
 /* Stamp one whole Produce request frame (size prefix included) into out (reset first).
@@ -87,13 +91,5 @@ void nc_plan_free(nc_plan *plan);
 int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_draw_fn draw,
                      void *draw_arg, int64_t now_ms, nc_buf *out, nc_counts *counts,
                      const char **why);
-
-/* _relay.stamp_produce(frame, plan, trace_draws, msg_draws, now_ms): the pure rewrite, for
- * tests. Returns (new frame, nc_counts_tuple), or (None, why) when it hands over. */
-PyObject *nc_py_stamp_produce(PyObject *self, PyObject *args);
-
-/* _relay.crc32c(data, table=False): the CRC32C the engine writes (table: the portable way
- * even where the CPU has the instruction), for tests. */
-PyObject *nc_py_crc32c(PyObject *self, PyObject *args);
 
 #endif

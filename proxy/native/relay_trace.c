@@ -142,25 +142,3 @@ int nt_valid_tracestate(const uint8_t *v, int64_t len) {
     }
     return 1;
 }
-
-typedef int (*check_fn)(const uint8_t *, int64_t);
-
-static PyObject *py_check(PyObject *arg, check_fn check) {
-    if (arg == Py_None) {
-        return PyBool_FromLong(check(NULL, -1));
-    }
-    if (!PyBytes_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "expected bytes or None");
-        return NULL;
-    }
-    return PyBool_FromLong(
-        check((const uint8_t *)PyBytes_AS_STRING(arg), (int64_t)PyBytes_GET_SIZE(arg)));
-}
-
-PyObject *nt_py_valid_traceparent(PyObject *self, PyObject *arg) {
-    return py_check(arg, nt_valid_traceparent);
-}
-
-PyObject *nt_py_valid_tracestate(PyObject *self, PyObject *arg) {
-    return py_check(arg, nt_valid_tracestate);
-}

@@ -2,8 +2,6 @@
 #ifndef HERALD_RELAY_TRACE_H
 #define HERALD_RELAY_TRACE_H
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -13,10 +11,5 @@ int nt_valid_traceparent(const uint8_t *v, int64_t len);
 
 /* 1 when v is a tracestate `parse_tracestate` accepts (returns members for, not None). */
 int nt_valid_tracestate(const uint8_t *v, int64_t len);
-
-/* _relay.valid_traceparent(value) / _relay.valid_tracestate(value): the checks above on bytes
- * or None, for the tests that hold them to the Python functions. */
-PyObject *nt_py_valid_traceparent(PyObject *self, PyObject *arg);
-PyObject *nt_py_valid_tracestate(PyObject *self, PyObject *arg);
 
 #endif

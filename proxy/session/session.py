@@ -19,7 +19,7 @@ import trio
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
+from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaiting_answer
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
@@ -186,6 +186,8 @@ class Session:
     async def _watch_deadlines(self) -> None:
         """End the session when the client idles or dawdles over a frame past its limits."""
         assert self.deadlines is not None
-        limit, reason = await self.deadlines.expired(lambda: bool(self._calls.entries))
+        deadlines = self.deadlines
+        limit, reason = await deadlines.expired(
+            lambda: awaiting_answer(self._calls.entries, deadlines.idle_s, self.client.sock))
         self.metrics.connection_limit_hits.labels(limit).inc()
         raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")

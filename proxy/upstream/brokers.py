@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from protocol.errors import CodecError
 from proxy.config.proxy_yaml import HostPort, ListenConfig
 from proxy.observability.logs import get_logger
 
 log = get_logger("brokers")
+
+
+class BrokerOutOfRange(CodecError):
+    """A broker node id whose Herald port would be outside 1-65535: a response naming it
+    cannot be rewritten (a broker that sends one is misconfigured or hostile), so the session
+    it came on closes with that reason, as for any response Herald cannot read."""
 
 
 class BrokerDirectory:
@@ -29,7 +36,7 @@ class BrokerDirectory:
     def advertised_port(self, node_id: int) -> int:
         port = self.listen.broker_port_base + node_id
         if not 0 < port <= 65535:
-            raise ValueError(
+            raise BrokerOutOfRange(
                 f"broker node id {node_id} does not fit listen.broker_port_base "
                 f"{self.listen.broker_port_base}"
             )
@@ -38,11 +45,11 @@ class BrokerDirectory:
     async def learn(self, node_id: int, host: str, port: int) -> tuple[str, int]:
         """Record where broker `node_id` really is; return the address clients must use."""
         address = HostPort(host, port)
+        advertised = self.advertised_port(node_id)  # before anything is recorded
         known = self.upstream.get(node_id)
         if known != address:
             self.upstream[node_id] = address
-            log.info("broker_learned", node_id=node_id, upstream=address,
-                     port=self.advertised_port(node_id))
+            log.info("broker_learned", node_id=node_id, upstream=address, port=advertised)
             if known is None and self._open_listener is not None:
                 await self._open_listener(node_id)
-        return self.listen.advertised_host, self.advertised_port(node_id)
+        return self.listen.advertised_host, advertised

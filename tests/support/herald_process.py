@@ -95,6 +95,9 @@ class HeraldProcess:
         self.config_path.write_text(yaml.safe_dump(self.config))
         log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
         env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
+        runtime = os.environ.get("HERALD_SANITIZER_RUNTIME")
+        if runtime:  # scripts/sanitize.sh: the extensions Herald loads need the ASan runtime
+            env["LD_PRELOAD"] = runtime
         self.process = subprocess.Popen(
             [sys.executable, "-m", "proxy", "run", "--config", str(self.config_path)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,

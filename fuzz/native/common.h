@@ -1,0 +1,113 @@
+/* What the native fuzz targets share: plans like the ones Herald gives the engine, a
+ * deterministic source of random bytes for stamping, and a reader over the fuzzer's input.
+ * Built with the engine's C sources, without Python (fuzz/native/build.sh). */
+#ifndef HERALD_FUZZ_COMMON_H
+#define HERALD_FUZZ_COMMON_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay_stamp.h"
+
+/* Abort with a message: libFuzzer saves the input that got here. */
+#define FUZZ_CHECK(cond, ...)                                                                \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "fuzz check failed (%s:%d): %s: ", __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fprintf(stderr, "\n");                                                           \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* The input, read front to back; reads past its end give zeros. */
+typedef struct {
+    const uint8_t *p;
+    size_t len, pos;
+} fuzz_in;
+
+static inline uint8_t in_byte(fuzz_in *in) {
+    return in->pos < in->len ? in->p[in->pos++] : 0;
+}
+
+static inline uint32_t in_u16(fuzz_in *in) {
+    uint32_t hi = in_byte(in);
+    return hi << 8 | in_byte(in);
+}
+
+/* Up to `want` bytes of the input, in place. */
+static inline const uint8_t *in_bytes(fuzz_in *in, size_t want, size_t *got) {
+    size_t left = in->len - in->pos;
+    *got = want < left ? want : left;
+    const uint8_t *at = in->p + in->pos;
+    in->pos += *got;
+    return at;
+}
+
+/* Random bytes for stamping: a counter, so that a run is reproducible. */
+static inline int fuzz_draw(void *arg, int stream, uint8_t *dst, size_t n) {
+    uint64_t *state = arg;
+    for (size_t i = 0; i < n; i++) {
+        *state = *state * 6364136223846793005ULL + 1442695040888963407ULL + (uint64_t)stream;
+        dst[i] = (uint8_t)(*state >> 56);
+    }
+    return 1;
+}
+
+#define TOPIC_ID_A "\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11\x11"
+#define TOPIC_ID_B "\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22\x22"
+
+static inline void must(int ok) {
+    if (!ok) {
+        fprintf(stderr, "cannot build a plan\n");
+        abort();
+    }
+}
+
+/* The plans Herald makes (proxy/native/stamp_plan.py): `which` picks trace_context in record
+ * mode keeping a client's own traceparent, trace_context in batch mode (unsampled) with
+ * audit's columns, or audit alone with a null constant; the limits are small enough to be
+ * met. */
+static inline void stamp_plan(nc_plan *plan, int which) {
+    static const uint8_t tp_key[] = "\x16traceparent";
+    const char *why;
+    int mode = which % 3;
+    must(nc_plan_init(plan, 6, 6));
+    must(nc_plan_topic_ids(plan, (const uint8_t *)TOPIC_ID_A TOPIC_ID_B, 32));
+    plan->max_batch_records = 500;
+    plan->max_request_records = 2000;
+    plan->max_batch_bytes = (which & 4) ? 3000 : -1;
+    if (mode != 2) {
+        must(nc_plan_column(plan, NC_TRACEPARENT, tp_key, sizeof tp_key - 1, NULL, 0,
+                            mode == 0, mode == 1, mode == 0, &why));
+    }
+    if (mode != 0) {
+        must(nc_plan_column(plan, NC_CLIENT_ID, (const uint8_t *)"\x1aherald.client", 14,
+                            NULL, 0, 0, 0, 0, &why));
+        must(nc_plan_column(plan, NC_TIME_MS_TEXT, (const uint8_t *)"\x16herald.time", 12,
+                            NULL, 0, 0, 0, 0, &why));
+        must(nc_plan_column(plan, NC_UUID7, (const uint8_t *)"\x14herald.msg", 11, NULL, 0, 0,
+                            0, 0, &why));
+        must(nc_plan_column(plan, NC_CONST, (const uint8_t *)"\x16herald.null", 12, NULL, 0, 0,
+                            0, 0, &why));
+        must(nc_plan_column(plan, NC_CONST, (const uint8_t *)"\x00", 1, (const uint8_t *)"v",
+                            1, 0, 0, 0, &why));
+    }
+    must(nc_plan_key(plan, (const uint8_t *)"traceparent", 11, 0));
+    must(nc_plan_key(plan, (const uint8_t *)"tracestate", 10, 0));
+    must(nc_plan_key(plan, (const uint8_t *)"b3", 2, 0));
+    must(nc_plan_key(plan, (const uint8_t *)"herald.", 7, 1));
+}
+
+/* The plan of a fetch chain that drops `x-debug` and headers under `x-tenant-`
+ * (proxy/native/fetch_plan.py), knowing two topic ids. */
+static inline void fetch_plan(nc_plan *plan) {
+    must(nc_plan_init(plan, 0, 2));
+    must(nc_plan_topic_ids(plan, (const uint8_t *)TOPIC_ID_A TOPIC_ID_B, 32));
+    must(nc_plan_key(plan, (const uint8_t *)"x-debug", 7, 0));
+    must(nc_plan_key(plan, (const uint8_t *)"x-tenant-", 9, 1));
+}
+
+#endif

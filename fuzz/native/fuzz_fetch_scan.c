@@ -1,0 +1,186 @@
+/* The native Fetch scan (proxy/native/relay_fetch.c nf_scan_fetch) on hostile responses.
+ *
+ * The first input byte picks the version (v4-v18), whether top-level tagged fields are
+ * checked, and the shape of the rest:
+ *   - a whole response frame (its size prefix set to its length when the flag says so);
+ *   - one partition's records field, whose record batches get their CRC32C made right and
+ *     which is put in a well-formed response of that version: the scan checks the CRC
+ *     before it reads a record, so this is how mutated records reach the record walk.
+ * tests/unit/test_native_fetch.py holds the verdicts to the Python fetch chain; here the scan
+ * must read nothing outside the frame, and what it counts must fit what the frame holds. */
+#include "common.h"
+#include "relay_fetch.h"
+#include "stamp_core.h"
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Give every whole batch of a records field its right CRC32C; the number of them. */
+static size_t seal(uint8_t *f, size_t n) {
+    size_t pos = 0, batches = 0;
+    while (n - pos >= 61) {
+        int64_t length = (int32_t)be32(f + pos + 8);
+        if (length < 49 || (uint64_t)length + 12 > n - pos) {
+            break;
+        }
+        size_t size = (size_t)length + 12;
+        put_be32(f + pos + 17, sc_crc32c(0, f + pos + 21, size - 21));
+        pos += size;
+        batches++;
+    }
+    return batches;
+}
+
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} out_t;
+
+static void put(out_t *o, const void *b, size_t n) {
+    if (n == 0) {
+        return;
+    }
+    if (o->len + n > o->cap) {
+        o->cap = (o->len + n) * 2;
+        o->p = realloc(o->p, o->cap);
+        if (o->p == NULL) {
+            abort();
+        }
+    }
+    memcpy(o->p + o->len, b, n);
+    o->len += n;
+}
+
+static void put_uvarint(out_t *o, uint64_t v) {
+    uint8_t b[10];
+    size_t n = (size_t)(sc_put_varint(b, v) - b);
+    put(o, b, n);
+}
+
+static void put_int(out_t *o, uint64_t v, int width) {
+    uint8_t b[8];
+    for (int i = 0; i < width; i++) {
+        b[i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+    }
+    put(o, b, (size_t)width);
+}
+
+/* One topic (known by id from v13), one partition holding `records`, in a response of `ver`
+ * (protocol/messages/fetch_response.py). */
+static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
+    int flexible = ver >= 12;
+    put_int(o, 0, 4);       /* size, set below */
+    put_int(o, 7, 4);       /* correlation id */
+    if (flexible) {
+        put_uvarint(o, 0); /* header tagged fields */
+    }
+    put_int(o, 0, 4); /* throttle time */
+    if (ver >= 7) {
+        put_int(o, 0, 2); /* error code */
+        put_int(o, 0, 4); /* session id */
+    }
+    if (flexible) {
+        put_uvarint(o, 2);
+    } else {
+        put_int(o, 1, 4);
+    }
+    if (ver >= 13) {
+        put(o, TOPIC_ID_A, 16);
+    } else if (flexible) {
+        put_uvarint(o, 2);
+        put(o, "t", 1);
+    } else {
+        put_int(o, 1, 2);
+        put(o, "t", 1);
+    }
+    if (flexible) {
+        put_uvarint(o, 2);
+    } else {
+        put_int(o, 1, 4);
+    }
+    put_int(o, 0, 4);  /* index */
+    put_int(o, 0, 2);  /* error */
+    put_int(o, 10, 8); /* high watermark */
+    put_int(o, 10, 8); /* last stable offset */
+    if (ver >= 5) {
+        put_int(o, 0, 8); /* log start offset */
+    }
+    if (flexible) {
+        put_uvarint(o, 0); /* null aborted transactions */
+    } else {
+        put_int(o, (uint64_t)-1, 4);
+    }
+    if (ver >= 11) {
+        put_int(o, (uint64_t)-1, 4); /* preferred read replica */
+    }
+    if (flexible) {
+        put_uvarint(o, n + 1);
+    } else {
+        put_int(o, n, 4);
+    }
+    put(o, records, n);
+    if (flexible) {
+        put_uvarint(o, 0); /* partition, topic and top-level tagged fields */
+        put_uvarint(o, 0);
+        put_uvarint(o, 0);
+    }
+    put_be32(o->p, (uint32_t)(o->len - 4));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) {
+        return 0;
+    }
+    uint8_t flags = data[0];
+    int ver = 4 + flags % 15;
+    int check_tags = (flags >> 4) & 1;
+    size_t n = size - 1;
+    out_t o = {0};
+    size_t sealed = (size_t)-1;
+    if (flags & 0x80) {
+        uint8_t *records = malloc(n ? n : 1);
+        memcpy(records, data + 1, n);
+        sealed = seal(records, n);
+        response(&o, ver, records, n);
+        free(records);
+    } else {
+        put(&o, data + 1, n);
+        if ((flags & 0x40) && n >= 4) {
+            put_be32(o.p, (uint32_t)(n - 4));
+        }
+    }
+    /* An exact-size copy: ASan sees a read past it. */
+    uint8_t *frame = malloc(o.len ? o.len : 1);
+    if (o.len > 0) {
+        memcpy(frame, o.p, o.len);
+    }
+    nc_plan plan;
+    fetch_plan(&plan);
+    nc_counts counts;
+    const char *why = NULL;
+    int r = nf_scan_fetch(frame, o.len, ver, &plan, check_tags, &counts, &why);
+    FUZZ_CHECK(r == NC_OK || r == NC_PYTHON, "result %d", r);
+    if (r == NC_OK) {
+        FUZZ_CHECK(counts.records >= counts.batches, "%llu records in %llu batches",
+                   (unsigned long long)counts.records, (unsigned long long)counts.batches);
+        FUZZ_CHECK(counts.batches <= o.len / 61, "%llu batches in %zu bytes",
+                   (unsigned long long)counts.batches, o.len);
+        FUZZ_CHECK(sealed == (size_t)-1 || counts.batches <= sealed,
+                   "%llu batches counted, %zu there", (unsigned long long)counts.batches,
+                   sealed);
+    } else {
+        FUZZ_CHECK(why != NULL, "no reason to go to Python");
+    }
+    nc_plan_free(&plan);
+    free(frame);
+    free(o.p);
+    return 0;
+}

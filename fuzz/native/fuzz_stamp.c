@@ -1,0 +1,178 @@
+/* Native Produce stamping (proxy/native/relay_stamp.c nc_stamp_produce) on hostile requests.
+ *
+ * The first input byte picks the plan (the shapes proxy/native/stamp_plan.py makes) and the
+ * shape of the rest:
+ *   - a whole request frame (its size prefix set to its length when the flag says so, so
+ *     most inputs get past it);
+ *   - a version byte and one partition's records field, whose batches get their CRC32C made
+ *     right and which is put in a well-formed request of that version: the stamp checks the
+ *     CRC before it reads a record, so this is how mutated records reach the record walk. tests/unit/test_native_stamp.py holds the output to the Python
+ * chain byte for byte; here, besides reading nothing outside the frame and no undefined
+ * behaviour, a stamped request must:
+ *   - keep its header (api key, version, correlation id) and declare its own size;
+ *   - count at least one batch and as many records as it holds;
+ *   - with the trace_context plan that keeps a client's own traceparent, come back byte for
+ *     byte when stamped again: every record then carries one valid traceparent, which the
+ *     engine keeps, and a batch it appends nothing to must not change. */
+#include "common.h"
+#include "relay_stamp.h"
+#include "stamp_core.h"
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+/* Give every whole batch of a records field its right CRC32C. */
+static void seal(uint8_t *f, size_t n) {
+    size_t pos = 0;
+    while (n - pos >= 61) {
+        int64_t length = (int32_t)be32(f + pos + 8);
+        if (length < 49 || (uint64_t)length + 12 > n - pos) {
+            return;
+        }
+        size_t size = (size_t)length + 12;
+        put_be32(f + pos + 17, sc_crc32c(0, f + pos + 21, size - 21));
+        pos += size;
+    }
+}
+
+/* A Produce request of version `ver` (3-13) with one topic (known by id from v13) and one
+ * partition holding `records` (protocol/messages/produce_request.py); malloc'd, *len set. */
+static uint8_t *request(int ver, const uint8_t *records, size_t n, size_t *len) {
+    int flexible = ver >= 9;
+    uint8_t *out = malloc(64 + n);
+    size_t w = 4;
+    static const uint8_t head[] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 3, 'a', 'p', 'p'};
+    memcpy(out + w, head, sizeof head);
+    out[w + 3] = (uint8_t)ver;
+    w += sizeof head;
+    if (flexible) {
+        out[w++] = 0; /* header tagged fields */
+        out[w++] = 0; /* null transactional id */
+    } else {
+        out[w++] = 0xff; /* null transactional id */
+        out[w++] = 0xff;
+    }
+    static const uint8_t acks_timeout[] = {0, 1, 0, 0, 0x75, 0x30};
+    memcpy(out + w, acks_timeout, sizeof acks_timeout);
+    w += sizeof acks_timeout;
+    if (flexible) {
+        out[w++] = 2; /* one topic */
+    } else {
+        put_be32(out + w, 1);
+        w += 4;
+    }
+    if (ver >= 13) {
+        memcpy(out + w, TOPIC_ID_A, 16);
+        w += 16;
+    } else if (flexible) {
+        out[w++] = 2;
+        out[w++] = 't';
+    } else {
+        out[w++] = 0;
+        out[w++] = 1;
+        out[w++] = 't';
+    }
+    if (flexible) {
+        out[w++] = 2; /* one partition */
+    } else {
+        put_be32(out + w, 1);
+        w += 4;
+    }
+    put_be32(out + w, 0); /* its index */
+    w += 4;
+    if (flexible) {
+        w = (size_t)(sc_put_varint(out + w, (uint64_t)n + 1) - out);
+    } else {
+        put_be32(out + w, (uint32_t)n);
+        w += 4;
+    }
+    memcpy(out + w, records, n);
+    w += n;
+    if (flexible) {
+        out[w++] = 0; /* partition, topic and top-level tagged fields */
+        out[w++] = 0;
+        out[w++] = 0;
+    }
+    put_be32(out, (uint32_t)(w - 4));
+    *len = w;
+    return out;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 2) {
+        return 0;
+    }
+    uint8_t flags = data[0];
+    size_t len = size - 1;
+    uint8_t *frame;
+    if (flags & 0x20) {
+        int ver = 3 + data[1] % 11;
+        size_t n = size - 2;
+        uint8_t *records = malloc(n ? n : 1);
+        memcpy(records, data + 2, n);
+        seal(records, n);
+        uint8_t *built = request(ver, records, n, &len);
+        free(records);
+        frame = malloc(len); /* exact size: ASan sees a read past it */
+        memcpy(frame, built, len);
+        free(built);
+    } else {
+        frame = malloc(len);
+        memcpy(frame, data + 1, len);
+        if ((flags & 0x08) && len >= 4) {
+            put_be32(frame, (uint32_t)(len - 4));
+        }
+    }
+    nc_plan plan;
+    stamp_plan(&plan, flags & 7);
+    nc_buf out = {0};
+    out.limit = (flags & 0x10) ? 8192 : 0;
+    nc_counts counts;
+    const char *why = NULL;
+    uint64_t state = flags;
+    int r = nc_stamp_produce(frame, len, &plan, fuzz_draw, &state, 1700000000123LL, &out,
+                             &counts, &why);
+    FUZZ_CHECK(r == NC_OK || r == NC_PYTHON, "result %d", r);
+    if (r == NC_PYTHON) {
+        FUZZ_CHECK(why != NULL, "no reason to go to Python");
+        FUZZ_CHECK(counts.batches == 0 && counts.records == 0, "counts of a refused request");
+    } else {
+        FUZZ_CHECK(out.len >= 12 && be32(out.buf) == out.len - 4, "size %u for %zu bytes",
+                   out.len >= 4 ? be32(out.buf) : 0, out.len);
+        FUZZ_CHECK(memcmp(out.buf + 4, frame + 4, 8) == 0, "header changed");
+        FUZZ_CHECK(counts.batches > 0 && counts.records >= counts.batches &&
+                       counts.kept <= counts.records && counts.kept_batches <= counts.batches,
+                   "counts %llu %llu %llu %llu", (unsigned long long)counts.batches,
+                   (unsigned long long)counts.records, (unsigned long long)counts.kept,
+                   (unsigned long long)counts.kept_batches);
+        FUZZ_CHECK(out.limit == 0 || out.len <= out.limit + len, "grew past its limit");
+        if ((flags & 7) % 3 == 0) {
+            nc_buf again = {0};
+            nc_counts counts2;
+            const char *why2 = NULL;
+            int r2 = nc_stamp_produce(out.buf, out.len, &plan, fuzz_draw, &state,
+                                      1700000000456LL, &again, &counts2, &why2);
+            FUZZ_CHECK(r2 == NC_OK, "a stamped request is refused: %s", why2);
+            FUZZ_CHECK(again.len == out.len && memcmp(again.buf, out.buf, out.len) == 0,
+                       "stamping a stamped request changed it (%zu -> %zu bytes)", out.len,
+                       again.len);
+            FUZZ_CHECK(counts2.kept == counts2.records && counts2.records == counts.records,
+                       "kept %llu of %llu records, stamped %llu",
+                       (unsigned long long)counts2.kept, (unsigned long long)counts2.records,
+                       (unsigned long long)counts.records);
+            free(again.buf);
+        }
+    }
+    free(out.buf);
+    nc_plan_free(&plan);
+    free(frame);
+    return 0;
+}
