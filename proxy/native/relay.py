@@ -1,4 +1,5 @@
-"""The trio side of the native passthrough relay (`proxy/native/_relay.c`).
+"""The trio side of the native passthrough relay (`proxy/native/relay_engine.c`, wrapped as the
+module `proxy.native._relay` by `_relay.c`).
 
 trio's per-wake-up machinery costs more than everything else a plaintext session does when no
 filter reads its frames. With `performance.native_relay: auto`, such a session hands its two
