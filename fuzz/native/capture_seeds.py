@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import defaultdict
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -285,6 +286,7 @@ def write_seeds(conversations: list[list[Chunk]], root: pathlib.Path) -> Corpus:
     rng = random.Random(1)
     corpus = Corpus(root)
     values: list[bytes] = []
+    engine_kinds: dict[tuple[str | None, bool, bool], int] = defaultdict(int)
     for log in conversations:
         for (api, ver), req, resp in exchanges(log):
             if api == PRODUCE:
@@ -309,10 +311,18 @@ def write_seeds(conversations: list[list[Chunk]], root: pathlib.Path) -> Corpus:
                     corpus.add("fuzz_fetch_walk", b"\x00" + resp[8:])
                     cuts = bytes(rng.randrange(256) for _ in range(9))
                     corpus.add("fuzz_fetch_walk", b"\x09" + cuts + resp[8:])
-        for stamp, scan in ((False, False), (True, False), (False, True)):
+        # The engine's seeds, a few of each kind of connection: a producer's (its requests
+        # passed, or stamped), a consumer's (responses passed, walked as they stream when
+        # v16+, or scanned).
+        apis = {api for (api, _), _, _ in exchanges(log)}
+        kind = "fetch" if FETCH in apis else "produce" if PRODUCE in apis else None
+        variants = {"produce": ((False, False), (True, False)),
+                    "fetch": ((False, False), (False, True))}.get(kind, ())
+        for stamp, scan in variants:
             script = engine_script(rng, log, stamp, scan)
-            if script is not None:
-                corpus.add("fuzz_engine", script, limit=16)
+            if script is not None and engine_kinds[(kind, stamp, scan)] < 4:
+                engine_kinds[(kind, stamp, scan)] += 1
+                corpus.add("fuzz_engine", script)
     for value in values:
         corpus.add("fuzz_trace", value, limit=30)
     return corpus
