@@ -52,7 +52,11 @@ class SecureCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_secure_cluster(version: str) -> SecureCluster:
+def start_secure_cluster(
+    version: str, workdir: Path | None = None, extra_listeners: list[ExtraListener] | None = None
+) -> SecureCluster:
+    """`workdir`: where the broker keeps its log (a benchmark puts it in memory);
+    `extra_listeners`: more listeners besides the secured ones (a relay's, say)."""
     folder = Path(tempfile.mkdtemp(prefix="herald-secure-"))
     ca = CertificateAuthority(folder / "ca")
     broker = ca.issue("broker", "broker", hosts=("127.0.0.1", "localhost"))
@@ -78,7 +82,9 @@ def start_secure_cluster(version: str) -> SecureCluster:
     kafka = KafkaCluster(
         size=1, version=version, extra_properties=props, scram_credentials=scram,
         extra_listeners=[ExtraListener("SSL", ssl_port, ssl_port, "SSL"),
-                         ExtraListener("SASL_SSL", sasl_port, sasl_port, "SASL_SSL")],
+                         ExtraListener("SASL_SSL", sasl_port, sasl_port, "SASL_SSL"),
+                         *(extra_listeners or ())],
+        workdir=workdir,
     )
     try:
         kafka.start()
