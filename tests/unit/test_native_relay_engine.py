@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from proxy.session import wire
 
@@ -357,8 +358,8 @@ def test_built_responses_are_what_the_python_codec_reads() -> None:
 
 def test_responses_with_leader_hints_go_to_python(rigs) -> None:
     checked = bytearray(native_relay.MAX_API * MAX_VERSION)
-    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
-    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    checked[PRODUCE * MAX_VERSION + 10] = path_choice.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     rig = rigs(bytes(checked), max_frame=8 << 20)
     one, two, three = produce(1, 1, 10), produce(2, 1, 10), request(FETCH, 16, 3, flexible=True)
     rig.app.sendall(one + two + three)
@@ -377,8 +378,8 @@ def test_responses_with_leader_hints_go_to_python(rigs) -> None:
 
 def checked_table() -> bytes:
     checked = bytearray(native_relay.MAX_API * MAX_VERSION)
-    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
-    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    checked[PRODUCE * MAX_VERSION + 10] = path_choice.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     return bytes(checked)
 
 
@@ -479,7 +480,7 @@ def send_in_random_pieces(sock: socket.socket, data: bytes, seed: int) -> thread
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_spliced_frames_pass_byte_for_byte_in_order(rigs, tcp: bool, seed: int) -> None:
     table_ = bytearray(table((FETCH, 12)))
-    table_[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    table_[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     rig = rigs(bytes(table_), max_frame=8 << 20, tcp=tcp)
     requests, responses = spliced_frames(seed)
     up = b"".join(requests)
