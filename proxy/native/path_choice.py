@@ -56,6 +56,13 @@ REAUTH = "reauth"  # Herald's own re-authentication to the broker was due or und
 FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
                  MEMORY_BUDGET, REAUTH)
 
+# The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
+# engine would not serve (the next one Python handles is counted as declined), and the
+# deadline of Herald's own re-authentication. tests/unit/test_path_choice.py holds them to the
+# engine's list.
+DECLINED_BY_ENGINE = "request"
+ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, REAUTH)
+
 # The table's byte values, by the names the engine gives them (0, Python's, where it has none).
 PYTHON = CAPABILITIES.value("python")
 PASS = CAPABILITIES.value("pass")
@@ -164,14 +171,14 @@ class SessionPath:
     Python, and each request Python handles is counted with why (`frame`).
     """
 
-    def __init__(self, metrics: Metrics, python_reason: str | None,
+    def __init__(self, metrics: Metrics, python_reason: str | None, chain: FilterChain,
                  caps: Capabilities = CAPABILITIES) -> None:
         self._metrics = metrics
         self.python_reason = python_reason
         self._caps = caps
         self._counters: dict[tuple[str, str], object] = {}
         self._table: bytes | None = None  # of the last phase
-        self._chain: FilterChain | None = None
+        self._chain = chain
         self._why = BETWEEN_PHASES  # of a passable frame Python handles now
         self._declined = False  # the next passable frame is the one the engine handed over
         self._stay = 0  # reads Python keeps the session for before offering it back
@@ -183,12 +190,16 @@ class SessionPath:
         """A request Python handles: count it with why."""
         reason = self.python_reason
         if reason is None:
-            table = self._table
-            cell = api * self._caps.max_version + version
-            if table is None or not 0 <= api < self._caps.max_api or not (
-                    0 <= version < self._caps.max_version) or not table[cell]:
-                reason = table_reason(self._chain, api, version) if (
-                    self._chain is not None) else FILTER
+            table, caps = self._table, self._caps
+            if table is None:  # before the first phase: nothing the chain reads could pass
+                chain = self._chain
+                passable = not (chain.for_request(api, version)
+                                or chain.for_response(api, version))
+            else:
+                passable = (0 <= api < caps.max_api and 0 <= version < caps.max_version
+                            and table[api * caps.max_version + version] != PYTHON)
+            if not passable:
+                reason = table_reason(self._chain, api, version)
             elif self._declined:
                 reason = ENGINE_DECLINED
             else:
@@ -206,7 +217,6 @@ class SessionPath:
         """The next native phase, or None when the memory budget has no room for the
         engine's buffers. Stamping books a larger request buffer and the stamped request's,
         scanning a larger response buffer; without room for those, Python does that work."""
-        self._chain = chain
         stamp = relay.stamp_plan(chain, ctx)
         fetch = relay.fetch_plan(chain)
         booked = 2 * buffer
@@ -235,7 +245,7 @@ class SessionPath:
         self._stay = 0 if forwarded >= _FEW_NATIVE else min(max(1, 2 * self._stay),
                                                             _MAX_STAY_READS)
         self._stay_left = self._stay
-        self._declined = reason == "request"
+        self._declined = reason == DECLINED_BY_ENGINE
         self._why = REAUTH if reason == REAUTH else BETWEEN_PHASES
         return kind
 

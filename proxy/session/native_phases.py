@@ -84,7 +84,8 @@ class NativePhases:
 
     async def relay(self) -> tuple[InFlight, bytes] | None:
         """Let the native relay move this session's frames until one needs Python, then take
-        its state back. Returns at once when the memory budget has no room for its buffers.
+        its state back. Returns at once when the memory budget has no room for its buffers, or
+        Herald's own re-authentication is due.
 
         Returns the response the engine began and Python must end (see `Handover.tail`):
         its in-flight entry and the bytes that end it.

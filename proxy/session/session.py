@@ -89,7 +89,7 @@ class Session:
         # Where this session runs: path_choice decides, and counts what Python handles.
         self._path = SessionPath(metrics, session_reason(
             (no_engine or NATIVE_RELAY_OFF) if native is None else None,
-            client.tls, upstream.tls))
+            client.tls, upstream.tls), chain)
         self._native = NativePhases(
             native, client, upstream, ctx, chain, metrics, requests, responses, self._calls,
             max_frame_bytes, max_in_flight, deadlines, memory, self._path, self._reauth,
