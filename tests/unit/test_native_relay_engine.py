@@ -314,6 +314,44 @@ def test_a_partial_request_keeps_its_frame_clock_across_hand_overs(rigs) -> None
     assert 0.25 <= state.frame_age < 5
 
 
+def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(rigs) -> None:
+    """`handover_s`: Herald's own re-authentication is due. The engine finishes the frame it
+    has begun (a frame is never cut), forwards nothing after it, and hands the session over
+    with reason `reauth`, which Python resumes from."""
+    one = request(FETCH, 12, 1, b"x" * 100, flexible=True)
+    two = request(FETCH, 12, 2, flexible=True)
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    rig.sid += 10_000
+    # Due at once, with a frame begun (its header and part of its body handed over).
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, one[:30],
+                        handover_s=1e-9)
+    assert rig.recv_exactly(rig.broker, 30) == one[:30]
+    assert rig.nothing_on(rig.engine.notify_fd)  # not before the frame ends
+    rig.app.sendall(one[30:] + two)
+    state = rig.wait_handover()
+    assert state.reason == "reauth"
+    assert path_choice.CAPABILITIES.reasons[state.reason] == "resume"
+    assert rig.recv_exactly(rig.broker, len(one) - 30) == one[30:]
+    assert rig.nothing_on(rig.broker)
+    assert state.client == two  # the next request was not forwarded
+    assert [corr for corr, *_ in state.in_flight] == [1]
+
+    # Not due within the phase: the session stays on the engine.
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    rig.sid += 10_000
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, b"",
+                        handover_s=3600.0)
+    rig.app.sendall(two)
+    assert rig.recv_exactly(rig.broker, len(two)) == two
+    assert rig.nothing_on(rig.engine.notify_fd)
+
+
 def test_take_detaches_a_running_session(rigs) -> None:
     rig = rigs(table((FETCH, 12)))
     state = native_relay.Handover(*rig.engine.take(rig.sid))
