@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from prometheus_client import Counter
+
 from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
@@ -176,7 +178,7 @@ class SessionPath:
         self._metrics = metrics
         self.python_reason = python_reason
         self._caps = caps
-        self._counters: dict[tuple[str, str], object] = {}
+        self._counters: dict[tuple[str, str], Counter] = {}
         self._table: bytes | None = None  # of the last phase
         self._chain = chain
         self._why = BETWEEN_PHASES  # of a passable frame Python handles now
@@ -209,7 +211,7 @@ class SessionPath:
         counter = self._counters.get(key)
         if counter is None:
             counter = self._counters[key] = self._metrics.python_path.labels("frame", *key)
-        counter.inc()  # type: ignore[attr-defined]
+        counter.inc()
 
     def phase(self, relay: NativeRelay, chain: FilterChain, ctx: SessionContext,
               held: Holder | None, buffer: int, stamp_buffer: int, fetch_buffer: int
