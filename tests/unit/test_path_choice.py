@@ -14,8 +14,9 @@ from protocol.api_keys import ApiKey
 from proxy.config.proxy_yaml import parse_config
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
-from proxy.filters.chain import FilterChain
+from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.connection_guard import LIMITS
+from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native import fetch_plan, path_choice, relay, stamp_plan
 from proxy.native.capabilities import CAPABILITIES, Capabilities
 from proxy.observability.metrics import Metrics
@@ -172,3 +173,25 @@ def test_a_session_that_keeps_needing_python_stays_a_few_reads() -> None:
     path.ended("request", 100)  # a long phase: back at once
     assert path.may_offer(0, 1024)
     assert not path.may_offer(2048, 1024)  # a partial frame larger than the engine's buffer
+
+
+def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
+    metrics = Metrics()
+    engine = relay.NativeRelay(metrics)
+    try:
+        chain = _chain()
+        ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="b")
+        path = path_choice.SessionPath(metrics, None, chain)
+        roomy = Holder(MemoryBudget(64 << 20))
+        phase = path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE,
+                           relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE)
+        assert phase is not None and phase.booked == 2 * relay.BUFFER_SIZE
+        assert phase.table == path_choice.passable_table(chain)
+        tight = Holder(MemoryBudget(relay.BUFFER_SIZE, reserve=0))
+        assert path.phase(engine, chain, ctx, tight, relay.BUFFER_SIZE,
+                          relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE) is None
+        path.frame(int(ApiKey.HEARTBEAT), 4)
+        assert metrics.registry.get_sample_value("herald_python_path_total", {
+            "scope": "frame", "reason": "memory_budget", "api": "Heartbeat"}) == 1
+    finally:
+        engine.close()
