@@ -265,6 +265,12 @@ class Metrics:
             "herald_native_relay_handovers",
             "Native relay phases of sessions that ended, by reason (request: a frame a filter "
             "reads went to Python)", ["reason"], registry=r)
+        self.python_path = Counter(
+            "herald_python_path",
+            "Sessions (scope=session, counted once when they begin) and requests "
+            "(scope=frame) handled on the Python path rather than the native engine, by "
+            "reason (docs/performance.md lists each and what changes it) and, for frames, API",
+            ["scope", "reason", "api"], registry=r)
         self.native_spliced = Counter(
             "herald_native_relay_spliced_bytes",
             "Bytes the native relay moved socket to socket with splice(2), never copied into "

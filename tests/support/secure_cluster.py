@@ -1,8 +1,9 @@
 """A single-node Kafka cluster with secured listeners, and the certificates around it.
 
 Listeners: PLAINTEXT (for the harness itself), SSL with client certificates required (mTLS),
-and SASL_SSL with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's unsecured-JWS test
-mode). SCRAM users are created when the storage is formatted. KIP-368 re-authentication is on
+SASL_SSL with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's unsecured-JWS test mode), and
+SASL_PLAINTEXT with PLAIN and SCRAM-SHA-512 (a sidecar's upstream inside a private network).
+SCRAM users are created when the storage is formatted. KIP-368 re-authentication is on
 (`connections.max.reauth.ms`), so every SASL client re-authenticates during longer tests.
 """
 
@@ -31,6 +32,7 @@ class SecureCluster:
     kafka: KafkaCluster
     ssl_port: int
     sasl_port: int
+    sasl_plain_port: int
 
     @property
     def plaintext(self) -> str:
@@ -43,6 +45,10 @@ class SecureCluster:
     @property
     def sasl_address(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def sasl_plaintext_address(self) -> str:
+        return f"127.0.0.1:{self.sasl_plain_port}"
 
     def client_cert(self, stem: str, cn: str, **kw: object) -> Issued:
         return self.ca.issue(stem, cn, **kw)  # type: ignore[arg-type]
@@ -60,7 +66,7 @@ def start_secure_cluster(
     folder = Path(tempfile.mkdtemp(prefix="herald-secure-"))
     ca = CertificateAuthority(folder / "ca")
     broker = ca.issue("broker", "broker", hosts=("127.0.0.1", "localhost"))
-    ssl_port, sasl_port = free_port(), free_port()
+    ssl_port, sasl_port, sasl_plain_port = free_port(), free_port(), free_port()
     plain_users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
     props = {
         "ssl.keystore.type": "PEM",
@@ -75,6 +81,10 @@ def start_secure_cluster(
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": (
             f'{_OAUTH} required unsecuredLoginStringClaim_sub="broker";'
         ),
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"{_PLAIN} required {plain_users};"),
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": f"{_SCRAM} required;",
         "connections.max.reauth.ms": str(REAUTH_MS),
     }
     scram = [f"SCRAM-SHA-{bits}=[name={u},password={p}]"
@@ -83,6 +93,8 @@ def start_secure_cluster(
         size=1, version=version, extra_properties=props, scram_credentials=scram,
         extra_listeners=[ExtraListener("SSL", ssl_port, ssl_port, "SSL"),
                          ExtraListener("SASL_SSL", sasl_port, sasl_port, "SASL_SSL"),
+                         ExtraListener("SASL_PLAINTEXT", sasl_plain_port, sasl_plain_port,
+                                       "SASL_PLAINTEXT"),
                          *(extra_listeners or ())],
         workdir=workdir,
     )
@@ -91,4 +103,4 @@ def start_secure_cluster(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port)
+    return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port, sasl_plain_port)
