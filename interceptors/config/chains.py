@@ -67,7 +67,16 @@ def build_chains(
     fetch = errors.attempt(_members, spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
     errors.check()
     assert produce is not None and fetch is not None
-    return Chains(ProduceChain(produce), FetchChain(fetch))
+    return Chains(ProduceChain(produce), FetchChain(fetch + _fetch_members(produce)))
+
+
+def _fetch_members(produce: list[ChainMember]) -> list[ChainMember]:
+    """The fetch-chain members produce members asked for (`Interceptor.fetch_member`), after
+    the configured ones (they then see what clients really receive), each named after its
+    maker (``trace_context.fetched``), for every topic and client, and live even when its
+    maker is in shadow (it changes nothing a client sees)."""
+    return [ChainMember(f"{m.name}.fetched", m.interceptor.fetch_member, type=m.type)
+            for m in produce if m.interceptor.fetch_member is not None]
 
 
 def _members(
