@@ -14,7 +14,8 @@ from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.integration.test_metrics import scrape, total, wait_for
+from proxy.native import relay as native_relay
+from tests.integration.test_metrics import moved, scrape, total, wait_for
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.source_socks import SourceSocks
@@ -171,3 +172,36 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
     assert by_pod[b"pod2-writer"]["herald.parent"] == [_value(r1)]
     (lone,) = records[only_pod1]
     assert "herald.parent" not in lone and r2[0] == in1
+
+
+@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+def test_untraced_records_stay_on_the_native_relay(herald_links: HeraldProcess,
+                                                   kafka: KafkaCluster) -> None:
+    """With links on, a record without trace context needs nothing from the memory: Produce
+    requests of such records are still stamped by the engine (one request per record, and
+    far fewer hand-overs to Python than requests); they get a new trace and no link. A
+    request with a traced record is handed to Python."""
+    topic = f"native-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 1)
+    count = 40
+    before = scrape(herald_links)
+    producer = Producer({"bootstrap.servers": herald_links.bootstrap, "linger.ms": 0,
+                         "client.id": "plain-app"})
+    for i in range(count):
+        producer.produce(topic, b"v%d" % i)
+        assert producer.flush(30) == 0
+    after = wait_for(herald_links, lambda s: moved(
+        before, s, "herald_interceptor_records_total", path="produce", outcome="seen",
+        interceptor="trace_context") >= count)
+    assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
+        < count // 2
+    # Traced records do go to Python (the engine holds no memory): the session was native.
+    for i in range(5):
+        producer.produce(topic, b"t%d" % i, headers=[("traceparent", _tp(_trace()))])
+        assert producer.flush(30) == 0
+    traced = wait_for(herald_links, lambda s: moved(
+        after, s, "herald_interceptor_events_total", event="link_missed_unseen") >= 5)
+    assert moved(after, traced, "herald_native_relay_handovers_total", reason="request") >= 1
+    got = _read_back(kafka.bootstrap, topic, count + 5)
+    assert sum(len(rs) for rs in got.values()) == count + 5
+    assert not any("herald.parent" in r for rs in got.values() for r in rs)
