@@ -1,7 +1,7 @@
 """What a proxy costs per megabyte it moves and at low steady rates: Herald beside a native relay.
 
-    python bench/bench_cost.py [--interceptors none|trace_audit|drop_headers] [--rounds 3]
-                               [--client-traces]
+    python bench/bench_cost.py [--interceptors none|trace_audit|trace_audit_link|drop_headers]
+                               [--rounds 3] [--client-traces]
 
 A ratio of throughputs with the broker, the load tools and the proxy sharing two cores
 measures the machine. What travels across machines is the proxy's own CPU per MB it moves, and
@@ -23,6 +23,13 @@ Figures are medians of per-round values.
 carries a valid W3C `traceparent` of its own. ProducerPerformance cannot set headers, so the
 full-speed produce is then a librdkafka producer in this process (on the load CPU, like the
 Java tools), and the timed producer sets one too; every target gets the same load.
+
+`--interceptors trace_audit_link` is `trace_audit` with `trace_context`'s `link`: what recording
+causal links costs. Without `--client-traces` no record carries trace context of its own, so
+the figures should equal `trace_audit`'s (the claim: records without trace context pay
+nothing). With it, every produced record is looked up in the memory of fetched traces (a miss:
+the producer fetched nothing, which costs the same lookup) and goes to Python instead of being
+kept natively, and every consumed record is remembered, which is the feature's whole price.
 """
 
 from __future__ import annotations
@@ -74,6 +81,8 @@ from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E
 CHAINS: dict[str, dict[str, Any]] = {
     "none": {"produce": [], "fetch": []},
     "trace_audit": {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []},
+    "trace_audit_link": {"produce": [{"type": "trace_context", "link": {}}, {"type": "audit"}],
+                         "fetch": []},
     "drop_headers": {"produce": [], "fetch": [{"type": "drop_headers",
                                                "headers": ["prefix:internal."]}]},
 }
