@@ -67,7 +67,15 @@ def build_chains(
     fetch = errors.attempt(_members, spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
     errors.check()
     assert produce is not None and fetch is not None
-    return Chains(ProduceChain(produce), FetchChain(fetch + _fetch_members(produce)))
+    added = _fetch_members(produce)
+    taken = {m.name for m in fetch}
+    for m in added:
+        if m.name in taken:
+            errors.add(f"{path}.{FETCH}: the name {m.name!r} is the member "
+                       f"{m.name.removesuffix('.fetched')!r} of {path}.{PRODUCE} adds to "
+                       "this chain; name the fetch member otherwise")
+    errors.check()
+    return Chains(ProduceChain(produce), FetchChain(fetch + added))
 
 
 def _fetch_members(produce: list[ChainMember]) -> list[ChainMember]:

@@ -18,6 +18,10 @@ from interceptors.trace_links import (
     LinkConfig,
     RememberFetched,
 )
+from proxy.filters.chain import FilterChain
+from proxy.filters.interception import InterceptorFilter
+from proxy.native.fetch_plan import fetch_plan
+from proxy.upstream.topic_ids import TopicIds
 
 PARENT = "herald.parent"
 
@@ -154,6 +158,22 @@ def test_the_fetch_chain_gets_the_remembering_member_after_the_configured_ones()
     assert isinstance(member, RememberFetched)
     assert member.memory is chains.produce.members[0].interceptor._memory
     assert not build_chains({"produce": [{"type": "trace_context"}]}).fetch.members
+
+
+def test_a_fetch_member_named_like_the_added_one_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch: the name "
+                                          r"'trace_context\.fetched'"):
+        build_chains({"produce": [{"type": "trace_context", "link": {}}],
+                      "fetch": [{"type": "drop_headers", "headers": ["x"],
+                                 "name": "trace_context.fetched"}]})
+
+
+def test_the_native_fetch_scan_still_serves_sessions_with_links() -> None:
+    """The added member only watches traceparent: the engine forwards Fetch responses with
+    no traced record itself and hands the others to Python, where they are remembered."""
+    chains = build_chains({"produce": [{"type": "trace_context", "link": {}}]})
+    plan = fetch_plan(FilterChain([InterceptorFilter(chains, TopicIds())]))
+    assert plan is not None and plan.wire[1] == (b"traceparent",) and plan.wire[2] == ()
 
 
 @pytest.mark.parametrize("order", [("trace_context", "audit"), ("audit", "trace_context")])
