@@ -25,11 +25,13 @@ full-speed produce is then a librdkafka producer in this process (on the load CP
 Java tools), and the timed producer sets one too; every target gets the same load.
 
 `--interceptors trace_audit_link` is `trace_audit` with `trace_context`'s `link`: what recording
-causal links costs. Without `--client-traces` no record carries trace context of its own, so
-the figures should equal `trace_audit`'s (the claim: records without trace context pay
-nothing). With it, every produced record is looked up in the memory of fetched traces (a miss:
-the producer fetched nothing, which costs the same lookup) and goes to Python instead of being
-kept natively, and every consumed record is remembered, which is the feature's whole price.
+causal links costs. Without `--client-traces` the produce figures should equal `trace_audit`'s
+(records without trace context are stamped natively as before); the consume figures are those
+of the native Fetch scan, which links need to find traced records (without a fetch chain
+Herald forwards Fetch responses unread). The records the benchmark produces through Herald get
+a trace context there, so the consume also remembers every record. With `--client-traces`,
+every produced record is also looked up in the memory (a miss: the producer fetched nothing,
+which costs the same lookup) and goes to Python instead of being kept natively.
 """
 
 from __future__ import annotations
