@@ -56,9 +56,12 @@ MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
 
 LINKED_MEMO = "herald.links"
 """``RecordContext.memo`` key under which the linking member notes, for the record it is on,
-``(batch, index, header key, count)``: the last `count` headers with that key were made by Herald in
-this run, so `audit` (whatever its place in the chain) keeps them and treats any other header
-under its prefix as forged."""
+``(headers, header key, count)``: the last `count` headers with that key in that very
+`Headers` object were made by Herald, so `audit` (whatever its place in the chain) keeps them
+and treats any other header under its prefix as forged. The object, not the record's index,
+is what ties the note to the record: members of one record share it, and a shadow member runs
+on a copy, so what a shadow `trace_context` would have written never shields a client's
+header from a live `audit`."""
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
 

@@ -230,9 +230,9 @@ class Audit(Interceptor):
         linked this record in this run (`interceptors.trace_links.LINKED_MEMO`): its headers
         are the last ones with that key, anything before them under the key is forged."""
         linked = ctx.memo.get(LINKED_MEMO)
-        if linked is None or linked[0] is not ctx.batch or linked[1] != ctx.index:
+        if linked is None or linked[0] is not headers:
             return None
-        key, own = linked[2], linked[3]
+        key, own = linked[1], linked[2]
         if not key.startswith(self._prefix):
             return None
         return key, own, headers.count(key) - own

@@ -227,7 +227,7 @@ class TraceContext(Interceptor):
         key = self._link_key
         for parent in found:
             headers.add(key, parent_value(parent))  # type: ignore[arg-type]
-        ctx.memo[LINKED_MEMO] = (ctx.batch, ctx.index, key, len(found))
+        ctx.memo[LINKED_MEMO] = (headers, key, len(found))
         self.stats.count("link_made")
         self.stats.count("link_parents", len(found))
 

@@ -240,3 +240,12 @@ def test_without_link_a_valid_trace_context_is_kept_natively() -> None:
     linked = _chains(("trace_context",)).produce.members[0]
     assert plain.interceptor.native_columns(POD_A)[0].keeps_valid
     assert not linked.interceptor.native_columns(POD_A)[0].keeps_valid
+
+
+def test_a_shadow_trace_context_never_shields_a_forged_parent() -> None:
+    chains = build_chains({"produce": [{"type": "trace_context", "link": {}, "shadow": True},
+                                       {"type": "audit"}]})
+    t = _trace()
+    _fetch(chains, POD_A, "orders", 0, 0, [[("traceparent", _tp(t))]])
+    _, out = _produce(chains, POD_A, [[("traceparent", _tp(t)), (PARENT, b"forged:0:1")]])
+    assert _values(out[0]) == []
