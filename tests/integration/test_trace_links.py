@@ -205,3 +205,32 @@ def test_untraced_records_stay_on_the_native_relay(herald_links: HeraldProcess,
     got = _read_back(kafka.bootstrap, topic, count + 5)
     assert sum(len(rs) for rs in got.values()) == count + 5
     assert not any("herald.parent" in r for rs in got.values() for r in rs)
+
+
+def test_a_full_memory_evicts_and_the_missed_links_are_counted(kafka: KafkaCluster) -> None:
+    """With room for two traces, the first of three fetched is evicted: its continuation gets
+    no link and is counted as `link_missed_evicted`; the last two are linked."""
+    chains = {"produce": [{"type": "trace_context", "link": {"capacity": 2}},
+                          {"type": "audit"}]}
+    config = herald_config(kafka.bootstrap, interceptors=chains,
+                           admin={"bind": f"127.0.0.1:{free_port()}"})
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"full-in-{tag}", f"full-out-{tag}"
+    create_topic(kafka.bootstrap, src, 1)
+    create_topic(kafka.bootstrap, dst, 1)
+    traces = [_trace() for _ in range(3)]
+    written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
+    with HeraldProcess(config) as herald:
+        _consume(herald.bootstrap, src, 3, "reader")
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "client.id": "writer"})
+        for trace in traces:
+            producer.produce(dst, b"out", headers=[("traceparent", _tp(trace))])
+        assert producer.flush(30) == 0
+        samples = wait_for(herald, lambda s: total(s, EVENTS, event="link_made") >= 2)
+    assert total(samples, EVENTS, event="link_missed_evicted") == 1
+    assert total(samples, EVENTS, event="link_evicted") == 1
+    assert total(samples, "herald_interceptor_level", level="link_memory_entries") == 2
+    got = _read_back(kafka.bootstrap, dst, 3)
+    assert "herald.parent" not in got[traces[0]][0]
+    for trace in traces[1:]:
+        assert got[trace][0]["herald.parent"] == [_value(written[trace])]
