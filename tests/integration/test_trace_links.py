@@ -86,6 +86,19 @@ def _read_back(broker: str, topic: str, count: int) -> dict[str, list[dict[str, 
     return out
 
 
+def _inputs(broker: str, name: str, partitions: int
+            ) -> tuple[str, str, list[str], dict[str, tuple[str, int, int]]]:
+    """An input topic of `partitions` holding one record of each of three new traces (written
+    straight to the broker), and an empty output topic: (input, output, the traces, the key
+    of each trace's record)."""
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"{name}-in-{tag}", f"{name}-out-{tag}"
+    create_topic(broker, src, partitions)
+    create_topic(broker, dst, 1)
+    traces = [_trace() for _ in range(3)]
+    return src, dst, traces, dict(zip(traces, _write_direct(broker, src, traces), strict=True))
+
+
 def _value(key: tuple[str, int, int]) -> bytes:
     return "{}:{}:{}".format(*key).encode()
 
@@ -96,12 +109,7 @@ def test_sidecar_links_what_one_client_fetched_to_what_another_produces(
     """One pod: its consumer and its producer are different clients (different client ids,
     different connections) of the same host. The producer's records that continue a trace the
     consumer fetched name the fetched record, exactly; the others name none."""
-    tag = uuid.uuid4().hex[:8]
-    src, dst = f"side-in-{tag}", f"side-out-{tag}"
-    create_topic(kafka.bootstrap, src, 3)
-    create_topic(kafka.bootstrap, dst, 1)
-    traces = [_trace() for _ in range(3)]
-    written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
+    src, dst, traces, written = _inputs(kafka.bootstrap, "side", 3)
     before = scrape(herald_links)
     fetched = _consume(herald_links.bootstrap, src, 3, "svc-reader")
     assert sorted((m.topic(), m.partition(), m.offset()) for m in fetched) == \
@@ -214,12 +222,7 @@ def test_a_full_memory_evicts_and_the_missed_links_are_counted(kafka: KafkaClust
                           {"type": "audit"}]}
     config = herald_config(kafka.bootstrap, interceptors=chains,
                            admin={"bind": f"127.0.0.1:{free_port()}"})
-    tag = uuid.uuid4().hex[:8]
-    src, dst = f"full-in-{tag}", f"full-out-{tag}"
-    create_topic(kafka.bootstrap, src, 1)
-    create_topic(kafka.bootstrap, dst, 1)
-    traces = [_trace() for _ in range(3)]
-    written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
+    src, dst, traces, written = _inputs(kafka.bootstrap, "full", 1)
     with HeraldProcess(config) as herald:
         _consume(herald.bootstrap, src, 3, "reader")
         producer = Producer({"bootstrap.servers": herald.bootstrap, "client.id": "writer"})
