@@ -212,6 +212,7 @@ class RememberFetched(Interceptor):
     that carry none (proxy/native/fetch_plan.py) without Python."""
 
     paths = frozenset({FETCH})
+    needs = "read"
     concurrent = True
 
     def __init__(self, memory: FetchedTraces, env: ProxyInfo) -> None:
@@ -222,14 +223,26 @@ class RememberFetched(Interceptor):
     def columns(self, ctx: RecordContext) -> tuple[ColumnValue, ...]:
         return _NO_COLUMNS
 
+    def _offset(self, ctx: RecordContext) -> int:
+        """The record's offset. It reads headers only (no record object, whose fields would
+        cost more to load than the rest of the work), so the offset is the base offset plus
+        the record's index whenever the deltas run 0..n-1, which the last delta being n-1
+        says; a batch with gaps (compacted) has its deltas read once."""
+        batch = ctx.batch
+        if batch.last_offset_delta == batch.record_count - 1:
+            return batch.base_offset + ctx.index
+        known = ctx.memo.get(self)
+        if known is None or known[0] is not batch:
+            known = ctx.memo[self] = (batch, [r.offset_delta for r in batch.records])
+        return batch.base_offset + known[1][ctx.index]
+
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         tp = headers.first(TRACEPARENT)
         if not valid_traceparent(tp):
             return
         memory = self.memory
-        offset = ctx.batch.base_offset + ctx.record.offset_delta
         evicted, expired = memory.remember(memory.scope(ctx.conn), tp[3:35],  # type: ignore
-                                           (ctx.topic, ctx.partition, offset))
+                                           (ctx.topic, ctx.partition, self._offset(ctx)))
         stats = self.stats
         stats.count("link_remembered")
         if evicted:

@@ -58,6 +58,7 @@ from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
 from interceptors.trace_links import (
     LINKED_MEMO,
+    MISS_REASONS,
     FetchedTraces,
     LinkConfig,
     RememberFetched,
@@ -73,6 +74,8 @@ from interceptors.tracing import (
 from protocol.contracts.headers import B3 as B3_HEADER
 from protocol.contracts.headers import TRACEPARENT, TRACESTATE
 from protocol.stamping import hex_column
+
+_MISSED = {reason: "link_missed_" + reason for reason in MISS_REASONS}
 
 # A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
 _NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
@@ -221,15 +224,16 @@ class TraceContext(Interceptor):
         memory = self._memory
         assert memory is not None
         found = memory.parents(memory.scope(ctx.conn), tp[3:35])
+        stats = self.stats
         if type(found) is str:
-            self.stats.count("link_missed_" + found)
+            stats.count(_MISSED[found])
             return
         key = self._link_key
         for parent in found:
             headers.add(key, parent_value(parent))  # type: ignore[arg-type]
         ctx.memo[LINKED_MEMO] = (headers, key, len(found))
-        self.stats.count("link_made")
-        self.stats.count("link_parents", len(found))
+        stats.count("link_made")
+        stats.count("link_parents", len(found))
 
     def _restart(self, ctx: RecordContext, headers: Headers, has_state: bool) -> bytes:
         """The context for a record without a valid traceparent; drops its tracestate."""

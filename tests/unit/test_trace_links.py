@@ -249,3 +249,25 @@ def test_a_shadow_trace_context_never_shields_a_forged_parent() -> None:
     _fetch(chains, POD_A, "orders", 0, 0, [[("traceparent", _tp(t))]])
     _, out = _produce(chains, POD_A, [[("traceparent", _tp(t)), (PARENT, b"forged:0:1")]])
     assert _values(out[0]) == []
+
+
+def test_untraced_fetched_batches_cost_one_scan_and_traced_ones_no_record_objects() -> None:
+    """The remembering member only reads and only watches: a batch without trace context is
+    passed over after the native scan, a traced one is read header by header (its records are
+    never built as objects), and offsets come from the batch."""
+    from protocol.records import Record, build_batch, split_batches
+
+    chains = _chains(("trace_context",))
+    t = _trace()
+    plain = split_batches(build_batch([Record(value=b"v", headers=[("a", b"1")])] * 3,
+                                      base_offset=10))[0]
+    chains.fetch.process("orders", 0, [plain], POD_A)
+    assert not plain.parsed and len(chains.fetch.members[0].interceptor.memory) == 0
+    traced = split_batches(build_batch(
+        [Record(value=b"v"), Record(value=b"v", headers=[("traceparent", _tp(t))])],
+        base_offset=20))[0]
+    chains.fetch.process("orders", 1, [traced], POD_A)
+    assert not traced.parsed  # headers were scanned, no record object was made
+    _, out = _produce(chains, POD_A, [[("traceparent", _tp(t))]])
+    assert _values(out[0]) == [b"orders:1:21"]
+    assert chains.fetch.stats.records_seen == 5
