@@ -271,3 +271,30 @@ def test_untraced_fetched_batches_cost_one_scan_and_traced_ones_no_record_object
     _, out = _produce(chains, POD_A, [[("traceparent", _tp(t))]])
     assert _values(out[0]) == [b"orders:1:21"]
     assert chains.fetch.stats.records_seen == 5
+
+
+def test_the_memory_holds_its_bound_under_threads() -> None:
+    """The fetch chain may run in worker threads while the produce chain runs on the loop:
+    concurrent remembering and looking up never breaks the bound or the entries."""
+    import threading
+
+    mem = FetchedTraces(LinkConfig(capacity=50, max_parents=2))
+    traces = [_trace() for _ in range(200)]
+    failures: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(3000):
+                t = traces[(i * 7 + n) % len(traces)]
+                mem.remember(("h", n % 2), t, ("a", n, i))
+                found = mem.parents(("h", n % 2), t)
+                assert type(found) is str or 1 <= len(found) <= 2
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert failures == [] and len(mem) == 50 and len(mem._gone) <= 50
