@@ -129,7 +129,13 @@ class TraceContext(Interceptor):
         link = config.link
         self._memory: FetchedTraces | None = None
         if link is not None:
-            self._memory = FetchedTraces(link)
+            # Kept across reloads while the settings stay (`ProxyInfo.kept`): what clients
+            # fetched just before a SIGHUP still links what they produce just after it.
+            key = ("trace_links", link.scope, link.capacity, link.ttl_s, link.max_parents)
+            memory = env.kept.get(key)
+            if memory is None:
+                memory = env.kept[key] = FetchedTraces(link)
+            self._memory = memory
             self._link_key = link.header
             self.fetch_member = RememberFetched(self._memory, env)
 

@@ -298,3 +298,21 @@ def test_the_memory_holds_its_bound_under_threads() -> None:
     for th in threads:
         th.join()
     assert failures == [] and len(mem) == 50 and len(mem._gone) <= 50
+
+
+def test_a_reload_keeps_the_memory_unless_the_settings_change() -> None:
+    """The proxy builds reloaded chains with the same ProxyInfo: what a client fetched before
+    a SIGHUP still links what it produces after it."""
+    from interceptors import ProxyInfo
+
+    info = ProxyInfo()
+    spec = {"produce": [{"type": "trace_context", "link": {}}, {"type": "audit"}]}
+    before = build_chains(spec, info)
+    t = _trace()
+    _fetch(before, POD_A, "orders", 0, 4, [[("traceparent", _tp(t))]])
+    after = build_chains(spec, info)
+    _, out = _produce(after, POD_A, [[("traceparent", _tp(t))]])
+    assert _values(out[0]) == [b"orders:0:4"]
+    changed = build_chains({"produce": [{"type": "trace_context", "link": {"ttl_s": 5}}]}, info)
+    _, out = _produce(changed, POD_A, [[("traceparent", _tp(t))]])
+    assert _values(out[0]) == []
