@@ -16,7 +16,9 @@ Prometheus metrics at every hand-over and before every scrape.
 from __future__ import annotations
 
 import itertools
+import ssl
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -30,6 +32,9 @@ from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
+
+if TYPE_CHECKING:
+    from proxy.session.transport import Transport
 
 try:
     from proxy.native import _relay
@@ -67,6 +72,30 @@ def available() -> bool:
 
 def next_session_id() -> int:
     return next(_ids)
+
+
+def carries_tls() -> bool:
+    """Whether the engine can carry TLS sessions on (`relay_tls.c`): it is built with TLS and
+    linked with the very OpenSSL Python's ssl module runs, whose connection state it adopts.
+    (A Python with an OpenSSL of its own would hand over a state of another library.)"""
+    return (_relay is not None and getattr(_relay, "TLS", 0) == 1
+            and _relay.OPENSSL_VERSION_NUMBER == ssl.OPENSSL_VERSION_NUMBER)
+
+
+def tls_refusal(transport: Transport) -> str | None:
+    """Why a connection's TLS cannot move to the engine, or None when it can (or it has no
+    TLS). The handshake stays in Python either way; what the engine would not do as Python
+    does stays in Python: callbacks into Python on the connection (key logging, a message
+    callback) would run on the engine's thread."""
+    if not transport.tls:
+        return None
+    if not carries_tls():
+        return ("the engine is not built with TLS, or with another OpenSSL than the ssl "
+                "module's")
+    context = transport.context
+    if context.keylog_filename or getattr(context, "_msg_callback", None) is not None:
+        return "the TLS context logs keys or messages through Python"
+    return None
 
 
 @dataclass(slots=True)
@@ -150,6 +179,7 @@ class NativeRelay:
         self._plan_keys: dict[int, int] = {}
         self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
         self._spliced = 0  # the engine's count at the last fold
+        self._tls = (0, 0, 0, 0)  # and its counts of bytes through TLS sides
         metrics.before_scrape.append(self.fold)
 
     def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
@@ -214,13 +244,16 @@ class NativeRelay:
                     frame_timeout_s: float, prefill: bytes = b"",
                     stamp: tuple[native_stamp.StampPlan, int] | None = None,
                     fetch: tuple[native_fetch.FetchPlan, int] | None = None,
-                    frame_age: float = 0.0) -> Handover:
+                    frame_age: float = 0.0, client_tls: object | None = None,
+                    upstream_tls: object | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
         With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
         marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
         marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
-        frame deadline runs from then)."""
+        frame deadline runs from then). `client_tls`, `upstream_tls`: a TLS side's
+        `Transport.engine_tls()`; the engine carries its TLS on and hands it back as it was
+        (ValueError or TypeError, before anything moved, when it cannot: see relay_tls.c)."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
@@ -228,7 +261,7 @@ class NativeRelay:
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
                 None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
-                frame_age)
+                frame_age, client_tls, upstream_tls)
             try:
                 await event.wait()
             finally:
@@ -263,6 +296,11 @@ class NativeRelay:
         if spliced > self._spliced:
             m.native_spliced.inc(spliced - self._spliced)
             self._spliced = spliced
+        tls = self._engine.tls_bytes
+        for label, n, before in zip(_BYTE_LABELS, tls, self._tls, strict=True):
+            if n > before:
+                m.native_tls_bytes.labels(label).inc(n - before)
+        self._tls = tls
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

@@ -9,6 +9,8 @@
 
 #include "relay_stamp.h"
 
+struct ssl_st; /* OpenSSL's SSL: see relay_tls.h */
+
 #define NE_MAX_API 128
 #define NE_MAX_VER 32
 #define NE_TABLE_SIZE (NE_MAX_API * NE_MAX_VER)
@@ -40,6 +42,10 @@ typedef struct {
     nc_plan *fetch; /* NULL: Fetch responses are not scanned */
     long long fetch_key;
     size_t fetch_cap;
+    /* NULL: that side is plaintext. Else its TLS connection, handshake done, on that
+     * descriptor (checked with nt_check): the engine reads and writes through it, takes a
+     * reference of its own, and hands it back as Python left it at ne_take. */
+    struct ssl_st *client_tls, *upstream_tls;
 } ne_session_args;
 
 typedef struct {
@@ -119,5 +125,8 @@ void ne_counters_free(ne_counters *c);
 int ne_collect_stamped(ne_engine *e, ne_stamp_counts **rows, size_t *n);
 /* Bytes moved socket to pipe to socket since the engine began. */
 uint64_t ne_spliced(ne_engine *e);
+/* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),
+ * those decrypted or encrypted by the engine on TLS sides, since it began: never reset. */
+void ne_tls_bytes(ne_engine *e, uint64_t out[4]);
 
 #endif

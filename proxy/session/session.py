@@ -21,7 +21,7 @@ from protocol.framing import FrameDecoder
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaiting_answer
 from proxy.limits.memory_budget import Holder, MemoryBudget
-from proxy.native.relay import NativeRelay
+from proxy.native.relay import NativeRelay, tls_refusal
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
@@ -82,12 +82,14 @@ class Session:
         self._reauth = UpstreamReauth(
             upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
         ) if reauthenticate is not None and session_lifetime_ms > 0 else None
-        # The native relay serves plaintext sessions that Herald never speaks on itself.
+        # The native relay serves sessions that Herald never speaks on itself, plaintext or
+        # TLS (the engine carries on the TLS connections made here: proxy/native/relay_tls.c).
         self._native = NativePhases(
             native, client, upstream, ctx, chain, metrics, requests, responses, self._calls,
             max_frame_bytes, max_in_flight, deadlines, memory,
         ) if (
-            native is not None and not client.tls and not upstream.tls and self._reauth is None
+            native is not None and self._reauth is None
+            and tls_refusal(client) is None and tls_refusal(upstream) is None
         ) else None
         filters = ResponseFilters(chain, ctx)
         self._streamer = ResponseStreamer(client, upstream, responses, self._calls, filters,
