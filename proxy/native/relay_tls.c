@@ -41,8 +41,10 @@ const char *nt_check(struct ssl_st *ssl, const void *owner, int fd) {
     if (SSL_get_shutdown(ssl) != 0) {
         return "the TLS connection is shutting down";
     }
-    if (SSL_want(ssl) != SSL_NOTHING) {
-        return "the TLS connection is in the middle of an operation";
+    /* After a read that found nothing, it says SSL_READING: nothing is half done then. A
+     * write that did not finish must be finished with the same bytes, by whoever began it. */
+    if (SSL_want(ssl) == SSL_WRITING) {
+        return "a TLS write is half done";
     }
     return NULL;
 }
