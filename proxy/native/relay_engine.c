@@ -152,7 +152,8 @@ typedef struct session {
     nc_plan fetch_plan;
     long long fetch_key; /* whose counters its scans add to (proxy/native/fetch_plan.py) */
     struct ssl_st *tls[2];  /* NULL: plaintext side; else its TLS connection (relay_tls.c) */
-    long tls_mode[2];       /* the mode bits the engine added to it (nt_adopt) */
+    nt_saved tls_saved[2];  /* what the engine changed on it (nt_adopt) */
+    int tls_idle[2];        /* its last read found nothing: what it holds is a partial record */
     int read_wants_write[2]; /* a TLS read on that side waits for it to be writable */
     int write_wants_read[2]; /* a TLS write to that side waits for it to be readable */
     char tls_why[NE_DETAIL]; /* what the last TLS error was */
@@ -834,6 +835,7 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
         size_t got = 0;
         int r = nt_read(s->tls[side], d->buf + d->len, space, &got,
                         &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
+        s->tls_idle[side] = r == NT_AGAIN;
         if (r == NT_DATA) {
             d->len += got;
             e->bytes[counter] += got;
@@ -1051,9 +1053,9 @@ static void socket_error(ne_engine *e, session_t *s, const char *side, int err) 
 }
 
 /* A TLS side whose connection holds bytes read from its socket that the engine has not
- * taken: no readiness will announce them. */
+ * taken, whole records among them: no readiness will announce them. */
 static int tls_pending(session_t *s, int side) {
-    return s->tls[side] != NULL && nt_pending(s->tls[side]);
+    return s->tls[side] != NULL && !s->tls_idle[side] && nt_pending(s->tls[side]);
 }
 
 /* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish; never while
@@ -1566,7 +1568,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     for (int side = 0; side < 2; side++) {
         if (tls[side] != NULL) {
             s->tls[side] = tls[side];
-            s->tls_mode[side] = nt_adopt(tls[side]);
+            nt_adopt(tls[side], &s->tls_saved[side]);
             s->req.splicing = s->resp.splicing = -1;
         }
     }
@@ -1659,7 +1661,7 @@ int ne_take(ne_engine *e, long long id, ne_handover *out) {
     s->state = DEAD;
     for (int side = 0; side < 2; side++) { /* Python's again, as it left them */
         if (s->tls[side] != NULL) {
-            nt_hand_back(s->tls[side], s->tls_mode[side]);
+            nt_hand_back(s->tls[side], &s->tls_saved[side]);
         }
     }
     for (size_t i = 0; i < s->fcount; i++) {

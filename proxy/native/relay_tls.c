@@ -49,20 +49,22 @@ const char *nt_check(struct ssl_st *ssl, const void *owner, int fd) {
     return NULL;
 }
 
-long nt_adopt(struct ssl_st *ssl) {
+void nt_adopt(struct ssl_st *ssl, nt_saved *saved) {
     SSL_up_ref(ssl);
     long had = SSL_get_mode(ssl);
-    long added = SSL_MODE_ENABLE_PARTIAL_WRITE & ~had;
-    if (added) {
-        SSL_set_mode(ssl, added);
+    saved->added_mode = SSL_MODE_ENABLE_PARTIAL_WRITE & ~had;
+    if (saved->added_mode) {
+        SSL_set_mode(ssl, saved->added_mode);
     }
-    return added;
+    saved->read_ahead = SSL_get_read_ahead(ssl);
+    SSL_set_read_ahead(ssl, 1);
 }
 
-void nt_hand_back(struct ssl_st *ssl, long added_mode) {
-    if (added_mode) {
-        SSL_clear_mode(ssl, added_mode);
+void nt_hand_back(struct ssl_st *ssl, const nt_saved *saved) {
+    if (saved->added_mode) {
+        SSL_clear_mode(ssl, saved->added_mode);
     }
+    SSL_set_read_ahead(ssl, saved->read_ahead);
 }
 
 void nt_release(struct ssl_st *ssl) {

@@ -17,12 +17,20 @@ enum { NT_DATA = 1, NT_AGAIN = 0, NT_EOF = -1, NT_ERROR = -2 };
  * SSL of the object it came from). Otherwise why not. */
 const char *nt_check(struct ssl_st *ssl, const void *owner, int fd);
 
-/* The engine takes a reference of its own and switches on partial writes (so a write says
- * exactly how much of the buffer went out): returns the mode bits it added, for nt_hand_back. */
-long nt_adopt(struct ssl_st *ssl);
-/* The engine stops using `ssl`: the mode is Python's again. The reference stays until
+/* What the engine changed on a connection while it holds it, to put back. */
+typedef struct {
+    long added_mode;
+    int read_ahead;
+} nt_saved;
+
+/* The engine takes a reference of its own, switches on partial writes (so a write says exactly
+ * how much of the buffer went out) and read-ahead (a read takes what the socket has, not a
+ * record header and then its body: half the system calls). */
+void nt_adopt(struct ssl_st *ssl, nt_saved *saved);
+/* The engine stops using `ssl`: its settings are Python's again (records read ahead stay in
+ * the connection, which Python's next read takes first). The reference stays until
  * nt_release. */
-void nt_hand_back(struct ssl_st *ssl, long added_mode);
+void nt_hand_back(struct ssl_st *ssl, const nt_saved *saved);
 void nt_release(struct ssl_st *ssl);
 
 /* Decrypt up to n bytes into buf: NT_DATA (*got > 0), NT_AGAIN (nothing now; *wants_write
@@ -37,8 +45,9 @@ int nt_read(struct ssl_st *ssl, uint8_t *buf, size_t n, size_t *got, int *wants_
  * same place in the stream. */
 int nt_write(struct ssl_st *ssl, const uint8_t *buf, size_t n, size_t *put, int *wants_read,
              char *why, size_t why_len);
-/* Whether the connection holds bytes already read from its socket (decrypted or not) that no
- * socket readiness will announce. */
+/* Whether the connection holds bytes read from its socket that nobody has taken, decrypted or
+ * not: no socket readiness will announce them. After a read that found nothing (NT_AGAIN),
+ * what it holds is part of a record still arriving, which the socket does announce. */
 int nt_pending(const struct ssl_st *ssl);
 /* The OpenSSL the engine is linked with (OpenSSL_version_num). */
 unsigned long nt_library_version(void);
