@@ -276,6 +276,23 @@ def test_hand_over_and_resume_mid_stream(rigs) -> None:
     rig.drain()
 
 
+def test_records_read_ahead_go_back_to_python_whole(rigs) -> None:
+    """The engine reads ahead: records it read from the socket and did not decrypt are in the
+    connection at the hand-over, and Python's next read finds them there."""
+    rig = rigs()
+    rig.register()
+    metadata = request(METADATA, 12, 2, b"\x01\x00\x00", flexible=True)  # not in the table
+    after = [request(FETCH, 12, 3 + i, b"e" * 500, flexible=True) for i in range(20)]
+    rig.app.sock.sendall(rig.app.seal(metadata) + b"".join(map(rig.app.seal, after)))
+    state = rig.wait_handover()
+    assert state.reason == "request" and state.client.startswith(metadata)
+    rest = b"".join(after)
+    taken = len(state.client) - len(metadata)
+    assert state.client[len(metadata):] == rest[:taken]
+    assert python_recv_exactly(rig.client_end, len(rest) - taken) == rest[taken:]
+    assert rig.client_end.pending() == 0
+
+
 def test_plaintext_held_inside_the_connection_is_taken(rigs) -> None:
     """Python read part of a record: the rest waits decrypted inside the connection, where no
     socket readiness announces it. The engine must take it from there at once."""
