@@ -15,7 +15,9 @@ Prometheus metrics at every hand-over and before every scrape.
 
 from __future__ import annotations
 
+import errno
 import itertools
+import socket
 import ssl
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -80,6 +82,22 @@ def carries_tls() -> bool:
     (A Python with an OpenSSL of its own would hand over a state of another library.)"""
     return (_relay is not None and getattr(_relay, "TLS", 0) == 1
             and _relay.OPENSSL_VERSION_NUMBER == ssl.OPENSSL_VERSION_NUMBER)
+
+
+_TCP_ULP = 31  # linux/tcp.h; the socket module has no name for it
+
+
+def kernel_tls() -> bool:
+    """Whether this kernel has TLS sockets (the `tls` upper layer protocol, kTLS). The engine
+    does not use them (it carries TLS in userspace, `relay_tls.c`); this says whether a host
+    could. Setting the protocol on a socket not connected fails with ENOTCONN where the kernel
+    has it (loading its module if it may) and ENOENT where it has not."""
+    with socket.socket() as probe:
+        try:
+            probe.setsockopt(socket.IPPROTO_TCP, _TCP_ULP, b"tls")
+        except OSError as exc:
+            return exc.errno == errno.ENOTCONN
+    return True
 
 
 def tls_refusal(transport: Transport) -> str | None:
@@ -180,6 +198,7 @@ class NativeRelay:
         self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
         self._spliced = 0  # the engine's count at the last fold
         self._tls = (0, 0, 0, 0)  # and its counts of bytes through TLS sides
+        log.info("native_relay_tls", engine=carries_tls(), kernel_tls=kernel_tls())
         metrics.before_scrape.append(self.fold)
 
     def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:

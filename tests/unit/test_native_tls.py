@@ -381,3 +381,11 @@ def test_what_the_engine_cannot_carry_stays_in_python(rigs, engine, contexts) ->
     fresh.close()
     fresh_b.close()
     assert engine.events() == []  # nothing was registered
+
+
+def test_kernel_tls_is_told_as_the_kernel_lists_it() -> None:
+    """The probe's answer agrees with the kernel's list of the upper layer protocols it has
+    (read after the probe, which may load the module)."""
+    found = native_relay.kernel_tls()
+    listed = Path("/proc/sys/net/ipv4/tcp_available_ulp").read_text().split()
+    assert found == ("tls" in listed)
