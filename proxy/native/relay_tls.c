@@ -49,15 +49,21 @@ const char *nt_check(struct ssl_st *ssl, const void *owner, int fd) {
     return NULL;
 }
 
+/* What a read takes from the socket at most, read-ahead on: several records per system call.
+ * OpenSSL sizes its read buffer when it makes it, so the engine lets it release the buffer
+ * once empty (SSL_MODE_RELEASE_BUFFERS) and make the next one this large. */
+#define READ_BUFFER (128 * 1024)
+
 void nt_adopt(struct ssl_st *ssl, nt_saved *saved) {
     SSL_up_ref(ssl);
     long had = SSL_get_mode(ssl);
-    saved->added_mode = SSL_MODE_ENABLE_PARTIAL_WRITE & ~had;
+    saved->added_mode = (SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_RELEASE_BUFFERS) & ~had;
     if (saved->added_mode) {
         SSL_set_mode(ssl, saved->added_mode);
     }
     saved->read_ahead = SSL_get_read_ahead(ssl);
     SSL_set_read_ahead(ssl, 1);
+    SSL_set_default_read_buffer_len(ssl, READ_BUFFER);
 }
 
 void nt_hand_back(struct ssl_st *ssl, const nt_saved *saved) {
@@ -65,6 +71,7 @@ void nt_hand_back(struct ssl_st *ssl, const nt_saved *saved) {
         SSL_clear_mode(ssl, saved->added_mode);
     }
     SSL_set_read_ahead(ssl, saved->read_ahead);
+    SSL_set_default_read_buffer_len(ssl, 0); /* Python never sets one: OpenSSL's own size */
 }
 
 void nt_release(struct ssl_st *ssl) {
