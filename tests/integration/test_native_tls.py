@@ -92,7 +92,10 @@ def test_librdkafka_same_records_natively_and_in_python(
         create_topic(secure.plaintext, topic)
         before = scrape(proc)
         _produce(proc.bootstrap, conf, topic, values)
-        got = consume_all(proc.bootstrap, topic, len(values), conf=conf)
+        # Small fetches: many of them, so most pass while the session is on the engine (the
+        # first goes through Python, where every session starts).
+        got = consume_all(proc.bootstrap, topic, len(values),
+                          conf={**conf, "max.partition.fetch.bytes": 2048})
         assert [m.value() for m in got] == values
         assert [m.headers() for m in got] == [[("h", v[:8])] for v in values]
         after = wait_for(proc, lambda s, b=before: moved(
@@ -106,8 +109,8 @@ def test_librdkafka_same_records_natively_and_in_python(
             moved(before, after, TLS_BYTES, direction="proxy_to_client"),
             moved(before, after, HANDOVERS),
         )
-    # The records went through the engine's TLS both ways: produced, then fetched.
-    assert carried[True][0] > payload and carried[True][1] > payload
+    # The records went through the engine's TLS both ways: produced, then (most) fetched.
+    assert carried[True][0] > payload and carried[True][1] > payload / 2
     assert carried[True][2] > 0
     assert carried[False] == (0, 0, 0)
     # The same records are in the cluster, as each Herald put them there.
@@ -131,7 +134,7 @@ def test_kafka_python_produces_and_consumes_natively(
     consumer = KafkaConsumer(topic, bootstrap_servers=herald_on.bootstrap,
                              auto_offset_reset="earliest", enable_auto_commit=False,
                              group_id=f"g-{uuid.uuid4().hex[:8]}", consumer_timeout_ms=30_000,
-                             **tls)
+                             max_partition_fetch_bytes=1024, **tls)
     got = []
     for message in consumer:
         got.append((message.value, message.headers))
@@ -141,7 +144,7 @@ def test_kafka_python_produces_and_consumes_natively(
     assert got == [(v, [("kp", v[:4])]) for v in values]
     after = scrape(herald_on)
     assert moved(before, after, TLS_BYTES, direction="client_to_proxy") > sum(map(len, values))
-    assert moved(before, after, TLS_BYTES, direction="proxy_to_client") > sum(map(len, values))
+    assert moved(before, after, TLS_BYTES, direction="proxy_to_client") > sum(map(len, values)) / 2
 
 
 def test_stamping_through_tls_natively(secure: SecureCluster) -> None:
