@@ -82,7 +82,11 @@ class NativePhases:
         self._upstream_sock = upstream.sock
         self._client_tls = client.engine_tls()
         self._upstream_tls = upstream.engine_tls()
-        self._refused = False  # the engine would not take the session's TLS: Python keeps it
+        # The engine would not take the session's TLS: Python keeps it. A TLS side without its
+        # connection object (closed) must never reach the engine, which would take it for a
+        # plaintext one.
+        self._refused = (client.tls and self._client_tls is None) or (
+            upstream.tls and self._upstream_tls is None)
         self._ctx = ctx
         self._chain = chain
         self._metrics = metrics
