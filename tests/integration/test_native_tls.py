@@ -23,7 +23,7 @@ from tests.conftest import kafka_version
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
-from tests.support.secure_cluster import SecureCluster, start_secure_cluster
+from tests.support.secure_cluster import SecureCluster, secure_cluster
 
 pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
                                 reason="native relay not built with TLS")
@@ -35,11 +35,8 @@ STAMPING = {"produce": [{"type": "trace_context"}, {"type": "audit"}]}
 
 @pytest.fixture(scope="module")
 def secure() -> Iterator[SecureCluster]:
-    cluster = start_secure_cluster(kafka_version())
-    try:
+    with secure_cluster(kafka_version()) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _herald(secure: SecureCluster, mode: str, **overrides: Any) -> HeraldProcess:

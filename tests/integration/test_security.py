@@ -32,7 +32,7 @@ from tests.support.certs import CertificateAuthority, Issued
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
-from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster, start_secure_cluster
+from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster, secure_cluster
 
 CHAINS = {
     "produce": [{"type": "trace_context"}, {"type": "audit"}],
@@ -43,11 +43,8 @@ CN_RULES = ["RULE:^CN=([^,]+),O=.*$/$1/L", "DEFAULT"]
 
 @pytest.fixture(scope="module")
 def secure() -> Iterator[SecureCluster]:
-    cluster = start_secure_cluster(kafka_version())
-    try:
+    with secure_cluster(kafka_version()) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,3 +88,13 @@ def start_secure_cluster(version: str) -> SecureCluster:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port)
+
+
+@contextmanager
+def secure_cluster(version: str) -> Iterator[SecureCluster]:
+    """`start_secure_cluster`, stopped (and its folder removed) on the way out."""
+    cluster = start_secure_cluster(version)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
