@@ -2,8 +2,10 @@
 protocol/stamping.py) and the passthrough relay engine (`proxy.native._relay`, see
 proxy/native/relay.py: the engine is proxy/native/relay_engine.c, what it reads of frames
 relay_frames.c), which also stamps Produce requests (proxy/native/relay_stamp.c) and scans
-Fetch responses (proxy/native/relay_fetch.c). Only _relay.c touches Python objects: the fuzz
-targets (fuzz/native/) build the rest without Python.
+Fetch responses (proxy/native/relay_fetch.c) and carries TLS sessions on with OpenSSL
+(proxy/native/relay_tls.c, linked with the system libssl Python's ssl module uses). Only
+_relay.c touches Python objects: the fuzz targets (fuzz/native/) build the rest without
+Python.
 
 Both share the record walk, varints, id cutting and CRC32C of protocol/stamp_core.c,
 compiled into each. Everything else about the package is in pyproject.toml.
@@ -21,11 +23,13 @@ setup(ext_modules=[
               ["proxy/native/_relay.c", "proxy/native/relay_engine.c",
                "proxy/native/relay_frames.c", "proxy/native/relay_stamp.c",
                "proxy/native/relay_fetch.c", "proxy/native/relay_trace.c",
-               "protocol/stamp_core.c"],
+               "proxy/native/relay_tls.c", "protocol/stamp_core.c"],
               optional=True, include_dirs=["protocol", "proxy/native"],
               depends=["protocol/stamp_core.h", "protocol/contracts/features.h",
                        "proxy/native/relay_engine.h", "proxy/native/relay_frames.h",
                        "proxy/native/relay_stamp.h", "proxy/native/relay_fetch.h",
-                       "proxy/native/relay_trace.h"],
-              extra_compile_args=["-O2"], libraries=["pthread"]),
+                       "proxy/native/relay_trace.h", "proxy/native/relay_tls.h"],
+              # The system OpenSSL, the one Python's own ssl module is linked with: the engine
+              # carries on the TLS connections that module made (relay_tls.c).
+              extra_compile_args=["-O2"], libraries=["pthread", "ssl", "crypto"]),
 ])

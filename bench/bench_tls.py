@@ -1,9 +1,10 @@
-"""TLS on both sides against plaintext: produce throughput and Herald's CPU per MB, same run.
+"""TLS on both sides against plaintext: produce and consume throughput and Herald's CPU per MB.
 
 One broker with a PLAINTEXT and an SSL listener (client certificates required), and two
 Heralds in front of it: one plaintext end to end, one serving TLS to its clients and speaking
 TLS (with its own client certificate) to the broker. Kafka's ProducerPerformance (acks=all)
-drives each in turn, alternating order every round.
+drives each in turn, alternating order every round, and ConsumerPerformance then reads what
+it wrote back through the same Herald.
 
 Layout (the default): this script, the broker and the perf tools on CPU 0, each Herald on
 CPU 1, so Herald's CPU time is its own and the figure that travels across machines is CPU
@@ -21,12 +22,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_proxy import CpuClock, create_topic, delete_topics, log  # noqa: E402
+from bench.bench_proxy import (  # noqa: E402
+    CpuClock,
+    create_topic,
+    delete_topics,
+    log,
+    parse_consumer_perf,
+)
 from bench.bench_proxy import parse_producer_perf as parse  # noqa: E402
 from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify  # noqa: E402
 from protocol.kafka_versions import KAFKA_VERSION  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
-from tests.support.java_tools import PRODUCER_PERF, run_tool  # noqa: E402
+from tests.support.java_tools import CONSUMER_PERF, PRODUCER_PERF, run_tool  # noqa: E402
 from tests.support.secure_cluster import start_secure_cluster  # noqa: E402
 
 
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert herald.process is not None
                 if pinned:
                     pin(herald.process.pid, {PROXY_CPU})
-            results: dict[str, list[tuple[float, float, float]]] = {t: [] for t in targets}
+            results: dict[str, list[tuple[float, ...]]] = {t: [] for t in targets}
             warm = f"bench-tls-warm-{uuid.uuid4().hex[:6]}"
             create_topic(secure.plaintext, warm, args.partitions)
             for herald, props in targets.values():
@@ -83,21 +90,31 @@ def main(argv: list[str] | None = None) -> int:
                     out = _produce(herald.bootstrap, topic, args.records, args, props)
                     cpu_s = sum(clock.read()) - before
                     mb = args.records * args.record_size / 1e6
-                    results[name].append((out.records_per_s, out.mb_per_s, cpu_s * 1000 / mb))
-                    log(f"round {n + 1} {name:9}: {out.records_per_s:9.0f} rec/s "
+                    before = sum(clock.read())
+                    read = _consume(herald.bootstrap, topic, args.records, props)
+                    read_cpu_s = sum(clock.read()) - before
+                    results[name].append((out.records_per_s, out.mb_per_s, cpu_s * 1000 / mb,
+                                          read.fetch_mb_per_s, read_cpu_s * 1000 / mb))
+                    log(f"round {n + 1} {name:9}: produce {out.records_per_s:9.0f} rec/s "
                         f"{out.mb_per_s:7.1f} MB/s  Herald CPU {cpu_s:.2f} s = "
-                        f"{cpu_s * 1000 / mb:.2f} ms/MB")
+                        f"{cpu_s * 1000 / mb:.2f} ms/MB; consume {read.fetch_mb_per_s:7.1f} "
+                        f"MB/s  Herald CPU {read_cpu_s * 1000 / mb:.2f} ms/MB")
                     delete_topics(secure.plaintext, topic)
     finally:
         secure.stop()
     layout = "pinned: broker + tools on CPU 0, Herald on CPU 1" if pinned else "unpinned"
-    print(f"\nproduce, {args.records} x {args.record_size} B, acks=all, {args.rounds} rounds, "
-          f"medians ({layout})")
-    print(f"{'Herald':24}{'records/s':>12}{'MB/s':>9}{'CPU ms per MB':>15}")
+    print(f"\nproduce ({args.records} x {args.record_size} B, acks=all), then consume it, "
+          f"{args.rounds} rounds, medians ({layout})")
+    print(f"{'Herald':24}{'produce rec/s':>14}{'MB/s':>7}{'CPU ms/MB':>11}"
+          f"{'consume MB/s':>14}{'CPU ms/MB':>11}")
+    medians = {}
     for name, rows in results.items():
         label = "plaintext both sides" if name == "plaintext" else "TLS both sides"
-        med = [statistics.median(col) for col in zip(*rows, strict=True)]
-        print(f"{label:24}{med[0]:12.0f}{med[1]:9.1f}{med[2]:15.2f}")
+        med = medians[name] = [statistics.median(col) for col in zip(*rows, strict=True)]
+        print(f"{label:24}{med[0]:14.0f}{med[1]:7.1f}{med[2]:11.2f}{med[3]:14.1f}{med[4]:11.2f}")
+    plain, tls = medians["plaintext"], medians["tls"]
+    print(f"TLS / plaintext, Herald CPU per MB: produce {tls[2] / plain[2]:.2f}x, "
+          f"consume {tls[4] / plain[4]:.2f}x")
     return 0
 
 
@@ -112,6 +129,18 @@ def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
     parsed = parse(result.stdout)
     if parsed.records != records:
         raise RuntimeError(f"ProducerPerformance sent {parsed.records} of {records} records")
+    return parsed
+
+
+def _consume(bootstrap: str, topic: str, records: int, props: Path):  # noqa: ANN202
+    result = run_tool(
+        CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
+        "--num-records", str(records), "--timeout", "30000", "--command-config", str(props),
+        timeout=1800,
+    )
+    parsed = parse_consumer_perf(result.stdout)
+    if parsed.records != records:
+        raise RuntimeError(f"ConsumerPerformance read {parsed.records} of {records} records")
     return parsed
 
 

@@ -92,10 +92,11 @@ LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
   tests/unit/test_native_hostile.py tests/unit/test_native_relay_engine.py \
   tests/unit/test_native_relay_session.py tests/unit/test_native_relay_config.py \
   tests/unit/test_native_fetch.py tests/unit/test_native_stamp.py tests/unit/test_relay_trace.py \
-  tests/unit/test_stamping.py tests/unit/test_native_locking.py \
+  tests/unit/test_stamping.py tests/unit/test_native_locking.py tests/unit/test_native_tls.py \
   tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
   tests/unit/test_path_choice.py tests/integration/test_native_sasl.py \
-  tests/integration/test_native_stamp.py tests/integration/test_hostile_broker.py || status=$?
+  tests/integration/test_native_stamp.py tests/integration/test_native_tls.py \
+  tests/integration/test_hostile_broker.py || status=$?
 cd "$repo"
 if compgen -G "$logs/*" >/dev/null; then
   echo "sanitize: sanitizer reports:" >&2

@@ -13,7 +13,9 @@ core=(protocol/stamp_core.c proxy/native/relay_stamp.c proxy/native/relay_fetch.
       proxy/native/relay_trace.c proxy/native/relay_frames.c)
 for target in frames fetch_walk trace stamp fetch_scan engine; do
   extra=()
-  [ "$target" = engine ] && extra=(proxy/native/relay_engine.c)
+  # The engine carries TLS sessions through the system OpenSSL (relay_tls.c).
+  [ "$target" = engine ] &&
+    extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto)
   "$cc" "${flags[@]}" -o "$out/fuzz_$target" "fuzz/native/fuzz_$target.c" "${core[@]}" \
     "${extra[@]}" -pthread
 done

@@ -20,7 +20,8 @@ objects=()
 for target in fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_engine; do
   [ -d "$corpora/$target" ] || continue
   extra=()
-  [ "$target" = fuzz_engine ] && extra=(proxy/native/relay_engine.c)
+  [ "$target" = fuzz_engine ] &&
+    extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto)
   clang "${flags[@]}" -o "$out/$target" "fuzz/native/$target.c" "${core[@]}" "${extra[@]}" -pthread
   rm -f "$out/$target".*.profraw
   LLVM_PROFILE_FILE="$out/$target.%p.profraw" nice -n 10 "$out/$target" -runs=0 \

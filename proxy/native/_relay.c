@@ -18,6 +18,7 @@
 #include "relay_fetch.h"
 #include "relay_frames.h"
 #include "relay_stamp.h"
+#include "relay_tls.h"
 #include "relay_trace.h"
 #include "stamp_core.h"
 
@@ -180,10 +181,60 @@ static int plan_arg(PyObject *arg, nc_plan *plan, long long *key, size_t *cap) {
     return 1;
 }
 
+/* The first fields of CPython's `_ssl._SSLSocket` (Modules/_ssl.c, `PySSLSocket`), the same
+ * from 3.7 to 3.14: the connection's OpenSSL `SSL` is the second. The ssl module has no call
+ * that gives it out, so it is read here, and trusted only once checked: the object is of that
+ * very type, and the SSL's application data is that object (newPySSLSocket sets it so). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *socket_weakref;
+    struct ssl_st *ssl;
+} ssl_object_head;
+
+/* A TLS argument of `register`: None, or the `_ssl._SSLSocket` (an `ssl.SSLSocket`'s
+ * `_sslobj`) of the connection on `fd`. 0 with a Python exception set when the engine cannot
+ * carry it on: the session then stays on the Python path. */
+static int tls_arg(PyObject *obj, int fd, struct ssl_st **out) {
+    *out = NULL;
+    if (obj == Py_None) {
+        return 1;
+    }
+#if PY_VERSION_HEX < 0x030700F0 || PY_VERSION_HEX >= 0x030F0000
+    PyErr_SetString(PyExc_ValueError, "TLS on the engine: a Python whose ssl module layout "
+                                      "the engine does not know");
+    return 0;
+#else
+    PyObject *ssl_module = PyImport_ImportModule("_ssl");
+    if (ssl_module == NULL) {
+        return 0;
+    }
+    PyObject *type = PyObject_GetAttrString(ssl_module, "_SSLSocket");
+    Py_DECREF(ssl_module);
+    if (type == NULL) {
+        return 0;
+    }
+    int same = (PyObject *)Py_TYPE(obj) == type;
+    Py_DECREF(type);
+    if (!same) {
+        PyErr_SetString(PyExc_TypeError, "TLS on the engine: an _ssl._SSLSocket is needed");
+        return 0;
+    }
+    struct ssl_st *ssl = ((ssl_object_head *)obj)->ssl;
+    const char *why = nt_check(ssl, obj, fd);
+    if (why != NULL) {
+        PyErr_Format(PyExc_ValueError, "TLS on the engine: %s", why);
+        return 0;
+    }
+    *out = ssl;
+    return 1;
+#endif
+}
+
 static PyObject *engine_register(engine_obj *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"session_id", "client_fd", "upstream_fd", "table", "max_frame",
                              "max_in_flight", "buffer_size", "idle_timeout", "frame_timeout",
-                             "prefill", "stamp", "fetch", "frame_age", "handover_s", NULL};
+                             "prefill", "stamp", "fetch", "frame_age", "handover_s",
+                             "client_tls", "upstream_tls", NULL};
     ne_engine *e = engine_of(self);
     if (e == NULL) {
         return NULL;
@@ -192,15 +243,20 @@ static PyObject *engine_register(engine_obj *self, PyObject *args, PyObject *kwd
     Py_buffer table, prefill = {0};
     long long max_frame;
     Py_ssize_t max_in_flight, buf_size;
-    PyObject *stamp = Py_None, *fetch = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OOdd", kwlist, &a.id,
+    PyObject *stamp = Py_None, *fetch = Py_None, *client_tls = Py_None, *upstream_tls = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OOddOO", kwlist, &a.id,
                                      &a.client_fd, &a.upstream_fd, &table, &max_frame,
                                      &max_in_flight, &buf_size, &a.idle_s, &a.frame_s,
-                                     &prefill, &stamp, &fetch, &a.frame_age, &a.handover_s)) {
+                                     &prefill, &stamp, &fetch, &a.frame_age, &a.handover_s,
+                                     &client_tls, &upstream_tls)) {
         return NULL;
     }
     PyObject *result = NULL;
     nc_plan stamp_plan = {0}, fetch_plan = {0};
+    if (!tls_arg(client_tls, a.client_fd, &a.client_tls) ||
+        !tls_arg(upstream_tls, a.upstream_fd, &a.upstream_tls)) {
+        goto done;
+    }
     if (table.len != NE_TABLE_SIZE) {
         PyErr_Format(PyExc_ValueError, "table must be %d bytes", NE_TABLE_SIZE);
         goto done;
@@ -449,6 +505,19 @@ static PyObject *engine_spliced(engine_obj *self, void *closure) {
     return PyLong_FromUnsignedLongLong((unsigned long long)n);
 }
 
+static PyObject *engine_tls_bytes(engine_obj *self, void *closure) {
+    ne_engine *e = engine_of(self);
+    if (e == NULL) {
+        return NULL;
+    }
+    uint64_t n[4];
+    Py_BEGIN_ALLOW_THREADS
+    ne_tls_bytes(e, n);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(KKKK)", (unsigned long long)n[0], (unsigned long long)n[1],
+                         (unsigned long long)n[2], (unsigned long long)n[3]);
+}
+
 static PyMethodDef engine_methods[] = {
     {"register", (PyCFunction)(void (*)(void))engine_register, METH_VARARGS | METH_KEYWORDS,
      "Hand a session's descriptors to the engine."},
@@ -468,6 +537,9 @@ static PyMethodDef engine_methods[] = {
 
 static PyGetSetDef engine_getset[] = {
     {"notify_fd", (getter)engine_notify_fd, NULL, "Readable when events() has news.", NULL},
+    {"tls_bytes", (getter)engine_tls_bytes, NULL,
+     "Of the bytes moved (client->proxy, proxy->upstream, upstream->proxy, proxy->client), "
+     "those through TLS sides (since the engine began).", NULL},
     {"spliced", (getter)engine_spliced, NULL,
      "Bytes moved socket to socket through a pipe, never copied (since the engine began).",
      NULL},
@@ -646,7 +718,7 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
         scanned != NULL) {
         out = Py_BuildValue(
             "{s:i,s:i,s:O,s:O,s:{s:i,s:(ii),s:O,s:O},s:{s:i,s:(ii),s:O},"
-            "s:{i:(ii),i:(ii)},s:O}",
+            "s:{i:(ii),i:(ii)},s:O,s:k}",
             "max_api", NE_MAX_API, "max_version", NE_MAX_VER, "table_values", values,
             "reasons", reasons,
             "stamp", "api", NR_PRODUCE, "versions", NC_PRODUCE_MIN_VERSION,
@@ -655,7 +727,8 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
             scanned,
             "tags", NR_PRODUCE, PRODUCE_NODE_ENDPOINTS_VERSION, NR_PRODUCE_MAX_VERSION,
             NR_FETCH, FETCH_NODE_ENDPOINTS_VERSION, NR_FETCH_MAX_VERSION,
-            "tls", NE_TLS ? Py_True : Py_False);
+            "tls", NE_TLS ? Py_True : Py_False, "openssl_version",
+            (unsigned long)nt_library_version());
     }
     Py_XDECREF(reasons);
     Py_XDECREF(values);
@@ -670,7 +743,8 @@ static PyMethodDef module_methods[] = {
      "capabilities() -> what the engine does: {max_api, max_version, table_values (names by "
      "value), reasons ({hand-over reason: resume, deadline, upstream or close}), stamp ({api, "
      "versions (first, last), codecs, columns}), scan ({api, versions, codecs}), tags ({api: "
-     "versions whose responses' top-level tagged fields it reads}), tls}"},
+     "versions whose responses' top-level tagged fields it reads}), tls, openssl_version (the "
+     "OpenSSL the engine runs, OPENSSL_VERSION_NUMBER)}"},
     {"stamp_produce", py_stamp_produce, METH_VARARGS,
      "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, (batches, "
      "records, kept, kept_batches)), or (None, why) when the request goes to Python: the "

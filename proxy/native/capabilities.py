@@ -10,6 +10,7 @@ nothing, and every session is Python's.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 
 try:
@@ -68,7 +69,9 @@ def load() -> Capabilities:
         scan_versions=_span(scan["versions"]),
         scan_codecs=frozenset(scan["codecs"]),
         tags={api: _span(versions) for api, versions in c["tags"].items()},
-        tls=bool(c["tls"]),
+        # The engine adopts connections Python's ssl module made: only with that very
+        # OpenSSL (a Python with an OpenSSL of its own would hand over another library's state).
+        tls=bool(c["tls"]) and c["openssl_version"] == ssl.OPENSSL_VERSION_NUMBER,
     )
 
 

@@ -33,6 +33,7 @@ from proxy.observability.metrics import Metrics, bounded_api_labels
 
 if TYPE_CHECKING:
     from proxy.native.relay import NativeRelay
+    from proxy.session.transport import Transport
 
 # Why a whole session is Python's (scope="session"; its requests are counted with the same
 # reason, scope="frame").
@@ -92,19 +93,38 @@ def engine_reason(mode: str, caps: Capabilities = CAPABILITIES) -> str | None:
 
 
 def session_reason(engine: str | None, client_tls: bool, upstream_tls: bool,
-                   caps: Capabilities = CAPABILITIES) -> str | None:
+                   caps: Capabilities = CAPABILITIES, client_refusal: str | None = None,
+                   upstream_refusal: str | None = None) -> str | None:
     """Why a session stays on the Python path for its whole life (None: the engine may serve
-    it). `engine`: why the proxy runs no engine (`engine_reason`), or None.
+    it). `engine`: why the proxy runs no engine (`engine_reason`), or None;
+    `client_refusal`, `upstream_refusal`: why that side's TLS connection must stay in Python
+    (`tls_refusal`), or None.
 
     Authentication is no reason: the SASL exchanges are frames filters read (Python's), the
     traffic after them the engine's, and Herald's own re-authentication takes the session
     back before it is due (`handover_s`)."""
     if engine is not None:
         return engine
-    if client_tls and not caps.tls:
+    if client_tls and (not caps.tls or client_refusal is not None):
         return TLS_CLIENT
-    if upstream_tls and not caps.tls:
+    if upstream_tls and (not caps.tls or upstream_refusal is not None):
         return TLS_UPSTREAM
+    return None
+
+
+def tls_refusal(transport: Transport, caps: Capabilities = CAPABILITIES) -> str | None:
+    """Why a connection's TLS cannot move to the engine, or None when it can (or it has no
+    TLS). The handshake stays in Python either way; what the engine would not do as Python
+    does stays in Python: callbacks into Python on the connection (key logging, a message
+    callback) would run on the engine's thread."""
+    if not transport.tls:
+        return None
+    if not caps.tls:
+        return ("the engine is not built with TLS, or with another OpenSSL than the ssl "
+                "module's")
+    context = transport.context
+    if context.keylog_filename or getattr(context, "_msg_callback", None) is not None:
+        return "the TLS context logs keys or messages through Python"
     return None
 
 

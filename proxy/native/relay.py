@@ -16,8 +16,11 @@ Prometheus metrics at every hand-over and before every scrape.
 
 from __future__ import annotations
 
+import errno
 import itertools
+import socket
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,6 +31,9 @@ from proxy.native.capabilities import CAPABILITIES
 from proxy.native.path_choice import passable_table
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
+
+if TYPE_CHECKING:
+    pass
 
 try:
     from proxy.native import _relay
@@ -65,6 +71,29 @@ def next_session_id() -> int:
     return next(_ids)
 
 
+def carries_tls() -> bool:
+    """Whether the engine can carry TLS sessions on (`relay_tls.c`): it is built with TLS and
+    linked with the very OpenSSL Python's ssl module runs, whose connection state it adopts
+    (the capability table says both: `proxy.native.capabilities`)."""
+    return CAPABILITIES.tls
+
+
+_TCP_ULP = 31  # linux/tcp.h; the socket module has no name for it
+
+
+def kernel_tls() -> bool:
+    """Whether this kernel has TLS sockets (the `tls` upper layer protocol, kTLS). The engine
+    does not use them (it carries TLS in userspace, `relay_tls.c`); this says whether a host
+    could. Setting the protocol on a socket not connected fails with ENOTCONN where the kernel
+    has it (loading its module if it may) and ENOENT where it has not."""
+    with socket.socket() as probe:
+        try:
+            probe.setsockopt(socket.IPPROTO_TCP, _TCP_ULP, b"tls")
+        except OSError as exc:
+            return exc.errno == errno.ENOTCONN
+    return True
+
+
 @dataclass(slots=True)
 class Handover:
     """What the engine gives back when a session's native phase ends."""
@@ -97,6 +126,8 @@ class NativeRelay:
         self._plan_keys: dict[int, int] = {}
         self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
         self._spliced = 0  # the engine's count at the last fold
+        self._tls = (0, 0, 0, 0)  # and its counts of bytes through TLS sides
+        log.info("native_relay_tls", engine=carries_tls(), kernel_tls=kernel_tls())
         metrics.before_scrape.append(self.fold)
 
     def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
@@ -161,14 +192,19 @@ class NativeRelay:
                     frame_timeout_s: float, prefill: bytes = b"",
                     stamp: tuple[native_stamp.StampPlan, int] | None = None,
                     fetch: tuple[native_fetch.FetchPlan, int] | None = None,
-                    frame_age: float = 0.0, handover_s: float = 0.0) -> Handover:
+                    frame_age: float = 0.0, handover_s: float = 0.0,
+                    client_tls: object | None = None,
+                    upstream_tls: object | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
         With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
         marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
         marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
         frame deadline runs from then). `handover_s` > 0: the engine hands the session back
-        (reason "reauth") at the first frame boundary after that many seconds."""
+        (reason "reauth") at the first frame boundary after that many seconds. `client_tls`,
+        `upstream_tls`: a TLS side's `Transport.engine_tls()`; the engine carries its TLS on
+        and hands it back as it was (ValueError or TypeError, before anything moved, when it
+        cannot: see relay_tls.c)."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
@@ -176,7 +212,7 @@ class NativeRelay:
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
                 None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
-                frame_age, handover_s)
+                frame_age, handover_s, client_tls, upstream_tls)
             try:
                 await event.wait()
             finally:
@@ -211,6 +247,11 @@ class NativeRelay:
         if spliced > self._spliced:
             m.native_spliced.inc(spliced - self._spliced)
             self._spliced = spliced
+        tls = self._engine.tls_bytes
+        for label, n, before in zip(_BYTE_LABELS, tls, self._tls, strict=True):
+            if n > before:
+                m.native_tls_bytes.labels(label).inc(n - before)
+        self._tls = tls
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

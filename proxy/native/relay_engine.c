@@ -13,6 +13,12 @@
  * FIFO) and carries on with its own pumps. End of stream, socket errors, bad responses and
  * the idle and frame deadlines end the native phase the same way, with a reason.
  *
+ * A side may be TLS (relay_tls.c): the engine reads and writes plaintext through the very TLS
+ * connection Python's handshake made, and gives it back as it was. Such a side cannot splice
+ * (its bytes on the wire are not the frames), and bytes the connection read from the socket
+ * but the engine did not take yet are announced by no readiness: a session whose connection
+ * holds some is served again after the turn (`again`).
+ *
  * The descriptors stay Python's: the engine never closes them. Every buffer is bounded
  * (reading a side stops while its buffer is full: backpressure), and frame sizes are checked
  * against the limit before anything is forwarded.
@@ -47,6 +53,7 @@
 
 #include "relay_fetch.h"
 #include "relay_frames.h"
+#include "relay_tls.h"
 #include "stamp_core.h"
 
 #define MAX_API NE_MAX_API
@@ -157,6 +164,13 @@ typedef struct session {
     size_t fetch_cap;    /* the response buffer may grow to this for a response to scan */
     nc_plan fetch_plan;
     long long fetch_key; /* whose counters its scans add to (proxy/native/fetch_plan.py) */
+    struct ssl_st *tls[2];  /* NULL: plaintext side; else its TLS connection (relay_tls.c) */
+    nt_saved tls_saved[2];  /* what the engine changed on it (nt_adopt) */
+    int tls_idle[2];        /* its last read found nothing: what it holds is a partial record */
+    int read_wants_write[2]; /* a TLS read on that side waits for it to be writable */
+    int write_wants_read[2]; /* a TLS write to that side waits for it to be readable */
+    char tls_why[NE_DETAIL]; /* what the last TLS error was */
+    int again;               /* a TLS side holds bytes no readiness announces: serve again */
     struct session *next;
 } session_t;
 
@@ -186,6 +200,7 @@ struct ne_engine {
     double bounds[MAX_BOUNDS];
     uint64_t bytes[4]; /* client->proxy, proxy->upstream, upstream->proxy, proxy->client */
     uint64_t spliced;  /* of bytes[0] and bytes[2], those spliced: never reset */
+    uint64_t tls_bytes[4]; /* of each of bytes[], those through TLS sides: never reset */
     pair_stats_t *stats[MAX_API];
     ne_stamp_counts *stamp_stats;
     size_t nstamp_stats, stamp_stats_cap;
@@ -817,9 +832,10 @@ static void compact(dir_t *d) {
     }
 }
 
-/* One read into d of at most `limit` bytes (0: as many as fit): 1 data, 0 nothing now, -1 end
- * of stream, -2 error (errno set). */
-static int read_into(ne_engine *e, dir_t *d, int fd, int counter, size_t limit) {
+/* One read into d from `side` of at most `limit` bytes (0: as many as fit): 1 data, 0 nothing
+ * now, -1 end of stream, -2 error (errno set; EPROTO with s->tls_why for a TLS error). */
+static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter,
+                     size_t limit) {
     compact(d);
     size_t space = d->cap - d->len;
     if (limit > 0 && limit < space) {
@@ -828,6 +844,27 @@ static int read_into(ne_engine *e, dir_t *d, int fd, int counter, size_t limit) 
     if (space == 0) {
         return 0;
     }
+    if (s->tls[side] != NULL) {
+        size_t got = 0;
+        int r = nt_read(s->tls[side], d->buf + d->len, space, &got,
+                        &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
+        s->tls_idle[side] = r == NT_AGAIN;
+        if (r == NT_DATA) {
+            d->len += got;
+            e->bytes[counter] += got;
+            e->tls_bytes[counter] += got;
+            return 1;
+        }
+        if (r == NT_AGAIN) {
+            return 0;
+        }
+        if (r == NT_EOF) {
+            return -1;
+        }
+        errno = EPROTO;
+        return -2;
+    }
+    int fd = s->fd[side];
     ssize_t n = recv(fd, d->buf + d->len, space, MSG_DONTWAIT);
     if (n > 0) {
         d->len += (size_t)n;
@@ -921,7 +958,8 @@ static int splice_in(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, 
 
 /* Read what may come into d, spliced where it passes unread: as read_into; `more` says the
  * socket may hold more now. */
-static int pull(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, int *more) {
+static int pull(ne_engine *e, session_t *s, dir_t *d, int side, int counter, int *more) {
+    int fd = s->fd[side];
     uint64_t budget = splice_budget(s, d, fd);
     if (budget > 0) {
         int r = splice_in(e, s, d, fd, counter, budget, more);
@@ -942,9 +980,10 @@ static int pull(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, int *
         }
     }
     size_t before = d->len;
-    int r = read_into(e, d, fd, counter, limit);
-    /* a short read drained the socket */
-    *more = r == 1 && (d->len == d->cap || (limit > 0 && d->len - before == limit));
+    int r = read_into(e, s, d, side, counter, limit);
+    /* a short read drained the socket; a TLS read returns one record at most */
+    *more = r == 1 && (s->tls[side] != NULL || d->len == d->cap ||
+                       (limit > 0 && d->len - before == limit));
     return r;
 }
 
@@ -966,7 +1005,8 @@ static int write_result(ssize_t n) {
  * 0 some left (wait for EPOLLOUT), -2 error. splice(2) has no MSG_NOSIGNAL: into a socket
  * whose peer closed it raises SIGPIPE, which Python ignores from its start (so the call
  * fails with EPIPE, a socket error, as send's does). */
-static int flush(ne_engine *e, dir_t *d, int fd, int counter) {
+static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
+    int fd = s->fd[side];
     while (d->piped > 0) {
         ssize_t n = splice(d->pipe[0], NULL, fd, NULL, d->piped,
                            SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -978,6 +1018,25 @@ static int flush(ne_engine *e, dir_t *d, int fd, int counter) {
             d->piped -= (size_t)n;
             e->bytes[counter] += (uint64_t)n;
         }
+    }
+    struct ssl_st *tls = s->tls[side];
+    s->write_wants_read[side] = 0;
+    while (tls != NULL && d->sent < d->parsed) {
+        /* What a blocked write passed is passed again (and more): d->sent moves only when
+         * the connection took the bytes, and nothing before d->parsed changes. */
+        size_t put = 0;
+        int r = nt_write(tls, d->buf + d->sent, d->parsed - d->sent, &put,
+                         &s->write_wants_read[side], s->tls_why, sizeof s->tls_why);
+        if (r == NT_AGAIN) {
+            return 0;
+        }
+        if (r != NT_DATA) {
+            errno = EPROTO;
+            return -2;
+        }
+        d->sent += put;
+        e->bytes[counter] += put;
+        e->tls_bytes[counter] += put;
     }
     while (d->sent < d->parsed) {
         ssize_t n = send(fd, d->buf + d->sent, d->parsed - d->sent, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -996,8 +1055,20 @@ static int flush(ne_engine *e, dir_t *d, int fd, int counter) {
 
 static void socket_error(ne_engine *e, session_t *s, const char *side, int err) {
     char why[NE_DETAIL];
-    snprintf(why, sizeof why, "socket error on the %s connection: %s", side, strerror(err));
+    if (err == EPROTO && s->tls_why[0] != '\0') {
+        snprintf(why, sizeof why, "TLS error on the %s connection: %.120s", side,
+                 s->tls_why);
+    } else {
+        snprintf(why, sizeof why, "socket error on the %s connection: %s", side,
+                 strerror(err));
+    }
     fail(e, s, R_SOCKET, why);
+}
+
+/* A TLS side whose connection holds bytes read from its socket that the engine has not
+ * taken, whole records among them: no readiness will announce them. */
+static int tls_pending(session_t *s, int side) {
+    return s->tls[side] != NULL && !s->tls_idle[side] && nt_pending(s->tls[side]);
 }
 
 /* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish; never while
@@ -1013,11 +1084,19 @@ static void set_interest(ne_engine *e, session_t *s) {
     uint32_t want[2];
     /* EPOLLRDHUP: a client that closes is seen even while its requests are not read (they
      * are Python's), so a silent broker cannot hold the session (check_deadlines). */
-    want[CLIENT] = (may_read(s, &s->req) && s->req.len < s->req.cap ? EPOLLIN : 0) |
+    int read_client = may_read(s, &s->req) && s->req.len < s->req.cap;
+    int read_upstream = may_read(s, &s->resp) && s->resp.len < s->resp.cap;
+    int write_client = s->resp.sent < s->resp.parsed || s->resp.piped > 0;
+    int write_upstream = s->req.sent < s->req.parsed || s->req.piped > 0;
+    /* A TLS read may wait for its socket to take a write, a TLS write for a read. */
+    want[CLIENT] = (read_client || (write_client && s->write_wants_read[CLIENT]) ? EPOLLIN : 0) |
                    (s->client_eof ? 0 : EPOLLRDHUP) |
-                   (s->resp.sent < s->resp.parsed || s->resp.piped > 0 ? EPOLLOUT : 0);
-    want[UPSTREAM] = (may_read(s, &s->resp) && s->resp.len < s->resp.cap ? EPOLLIN : 0) |
-                     (s->req.sent < s->req.parsed || s->req.piped > 0 ? EPOLLOUT : 0);
+                   (write_client || (read_client && s->read_wants_write[CLIENT]) ? EPOLLOUT : 0);
+    want[UPSTREAM] =
+        (read_upstream || (write_upstream && s->write_wants_read[UPSTREAM]) ? EPOLLIN : 0) |
+        (write_upstream || (read_upstream && s->read_wants_write[UPSTREAM]) ? EPOLLOUT : 0);
+    s->again = (read_client && tls_pending(s, CLIENT)) ||
+               (read_upstream && tls_pending(s, UPSTREAM));
     for (int side = 0; side < 2; side++) {
         if (want[side] != s->mask[side]) {
             struct epoll_event ev = {.events = want[side], .data.ptr = &s->ep[side]};
@@ -1032,9 +1111,11 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
     double now = now_s(e);
     for (int round = 0; round < 8 && (s->state == ACTIVE || s->state == STOPPING); round++) {
         int progress = 0;
+        readable_client |= tls_pending(s, CLIENT);
+        readable_upstream |= tls_pending(s, UPSTREAM);
         if (readable_client && may_read(s, &s->req)) {
             int more = 0;
-            int r = pull(e, s, &s->req, s->fd[CLIENT], 0, &more);
+            int r = pull(e, s, &s->req, CLIENT, 0, &more);
             if (r == -2) {
                 socket_error(e, s, "client", errno);
                 return;
@@ -1070,14 +1151,14 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         } else {
             parse_requests(e, s, now);
         }
-        int w = flush(e, &s->req, s->fd[UPSTREAM], 1);
+        int w = flush(e, s, &s->req, UPSTREAM, 1);
         if (w == -2) {
             socket_error(e, s, "upstream", errno);
             return;
         }
         if (readable_upstream && may_read(s, &s->resp)) {
             int more = 0;
-            int r = pull(e, s, &s->resp, s->fd[UPSTREAM], 2, &more);
+            int r = pull(e, s, &s->resp, UPSTREAM, 2, &more);
             if (r == -2) {
                 socket_error(e, s, "upstream", errno);
                 return;
@@ -1097,7 +1178,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         if (s->state == HANDED) {
             return;
         }
-        w = flush(e, &s->resp, s->fd[CLIENT], 3);
+        w = flush(e, s, &s->resp, CLIENT, 3);
         if (w == -2) {
             socket_error(e, s, "client", errno);
             return;
@@ -1192,6 +1273,11 @@ static void close_pipe(dir_t *d) {
 static void free_session(session_t *s) {
     close_pipe(&s->req);
     close_pipe(&s->resp);
+    for (int side = 0; side < 2; side++) {
+        if (s->tls[side] != NULL) {
+            nt_release(s->tls[side]);
+        }
+    }
     if (s->stamping) {
         nc_plan_free(&s->plan);
     }
@@ -1262,7 +1348,8 @@ static void handle(ne_engine *e, const struct epoll_event *event) {
     if (ep->side == CLIENT && (ev & EPOLLRDHUP)) {
         s->client_eof = 1;
     }
-    int in = (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0;
+    int in = (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0 ||
+             (s->read_wants_write[ep->side] && (ev & EPOLLOUT));
     service(e, s, ep->side == CLIENT && in, ep->side == UPSTREAM && in);
 }
 
@@ -1281,7 +1368,19 @@ void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms) {
         }
     }
     pthread_mutex_lock(&e->mu);
+    /* TLS sides holding bytes that no readiness announces (a turn's rounds ran out, or room
+     * was made after they were read from the socket). */
+    int again = 0;
+    for (session_t *s = e->active; s != NULL && !e->quit; s = s->next) {
+        if (s->again && (s->state == ACTIVE || s->state == STOPPING)) {
+            service(e, s, 1, 1);
+            again |= s->again && (s->state == ACTIVE || s->state == STOPPING);
+        }
+    }
     check_deadlines(e, now_s(e), next_timeout_ms);
+    if (again) {
+        *next_timeout_ms = 0;
+    }
     bury(e);
     pthread_mutex_unlock(&e->mu);
 }
@@ -1487,6 +1586,16 @@ int ne_register(ne_engine *e, ne_session_args *a) {
         s->fetch_key = a->fetch_key;
         s->fetch_cap = a->fetch_cap > a->buffer_size ? a->fetch_cap : a->buffer_size;
     }
+    /* The TLS connections: the engine's from now on, until ne_take. Their bytes on the wire
+     * are not the frames, so neither direction splices. */
+    struct ssl_st *tls[2] = {a->client_tls, a->upstream_tls};
+    for (int side = 0; side < 2; side++) {
+        if (tls[side] != NULL) {
+            s->tls[side] = tls[side];
+            nt_adopt(tls[side], &s->tls_saved[side]);
+            s->req.splicing = s->resp.splicing = -1;
+        }
+    }
     s->last_active = now_s(e);
     if (a->handover_s > 0) {
         s->handover_at = s->last_active + a->handover_s;
@@ -1577,6 +1686,11 @@ int ne_take(ne_engine *e, long long id, ne_handover *out) {
     }
     *link = s->next;
     s->state = DEAD;
+    for (int side = 0; side < 2; side++) { /* Python's again, as it left them */
+        if (s->tls[side] != NULL) {
+            nt_hand_back(s->tls[side], &s->tls_saved[side]);
+        }
+    }
     for (size_t i = 0; i < s->fcount; i++) {
         pending_t *p = &s->fifo[(s->fhead + i) % s->fcap];
         entries[i] = (ne_entry){p->corr, p->api, p->ver, p->received};
@@ -1672,4 +1786,10 @@ uint64_t ne_spliced(ne_engine *e) {
     uint64_t n = e->spliced;
     pthread_mutex_unlock(&e->mu);
     return n;
+}
+
+void ne_tls_bytes(ne_engine *e, uint64_t out[4]) {
+    pthread_mutex_lock(&e->mu);
+    memcpy(out, e->tls_bytes, sizeof e->tls_bytes);
+    pthread_mutex_unlock(&e->mu);
 }

@@ -9,6 +9,8 @@
 
 #include "relay_stamp.h"
 
+struct ssl_st; /* OpenSSL's SSL: see relay_tls.h */
+
 #define NE_MAX_API 128
 #define NE_MAX_VER 32
 #define NE_TABLE_SIZE (NE_MAX_API * NE_MAX_VER)
@@ -46,9 +48,11 @@ enum {
      "scan_unless_tagged"}
 
 /* 1 when the engine carries TLS sessions itself (their records encrypted and decrypted on
- * its thread); 0: a session with TLS on either side stays in Python. */
+ * its thread, relay_tls.c); 0: a session with TLS on either side stays in Python. Usable only
+ * when the engine's OpenSSL is the one Python's ssl module runs (capabilities()'s
+ * "openssl_version", checked in proxy/native/capabilities.py). */
 #ifndef NE_TLS
-#define NE_TLS 0
+#define NE_TLS 1
 #endif
 
 /* A session handed to the engine. The engine copies what it keeps, but for the plans, whose
@@ -71,6 +75,10 @@ typedef struct {
     size_t fetch_cap;
     double handover_s; /* > 0: hand over ("reauth") at the first frame boundary this many
                         * seconds after registering: Herald's own re-authentication is due */
+    /* NULL: that side is plaintext. Else its TLS connection, handshake done, on that
+     * descriptor (checked with nt_check): the engine reads and writes through it, takes a
+     * reference of its own, and hands it back as Python left it at ne_take. */
+    struct ssl_st *client_tls, *upstream_tls;
 } ne_session_args;
 
 typedef struct {
@@ -150,5 +158,8 @@ void ne_counters_free(ne_counters *c);
 int ne_collect_stamped(ne_engine *e, ne_stamp_counts **rows, size_t *n);
 /* Bytes moved socket to pipe to socket since the engine began. */
 uint64_t ne_spliced(ne_engine *e);
+/* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),
+ * those decrypted or encrypted by the engine on TLS sides, since it began: never reset. */
+void ne_tls_bytes(ne_engine *e, uint64_t out[4]);
 
 #endif

@@ -289,6 +289,10 @@ class Metrics:
             "herald_native_relay_spliced_bytes",
             "Bytes the native relay moved socket to socket with splice(2), never copied into "
             "Herald (they are also in herald_bytes_total)", registry=r)
+        self.native_tls_bytes = Counter(
+            "herald_native_relay_tls_bytes",
+            "Plaintext bytes the native relay decrypted from or encrypted to TLS connections, "
+            "by direction (they are also in herald_bytes_total)", ["direction"], registry=r)
         self.config_reloads = Counter(
             "herald_config_reloads", "Configuration reloads by outcome", ["outcome"], registry=r)
         self.tls_handshakes = Counter(

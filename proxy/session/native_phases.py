@@ -1,11 +1,15 @@
 """A session's native phases: handing it to the native relay and taking it back.
 
-A plaintext session that Herald never speaks on itself spends most of its life on the native
-relay's engine thread (see `proxy.native.relay`), which forwards the frames no filter wants
+A session that Herald never speaks on itself, plaintext or TLS, spends most of its life on the
+native relay's engine thread (see `proxy.native.relay`), which forwards the frames no filter wants
 without waking trio. The first frame that needs Python ends the phase: the engine hands back
 the bytes it read and did not forward, and the requests it forwarded that wait for an answer,
 and the Python pumps carry on from exactly there. Once nothing Python handles is in flight,
 the request pump offers the session back (`offer_hand_back`), and the next phase begins.
+
+A TLS side goes with its connection: the engine reads and writes through the same OpenSSL
+state the handshake here made (`proxy/native/relay_tls.c`), and hands it back as it was. While
+the engine holds it, nothing here touches that connection: the session waits in `relay`.
 """
 
 from __future__ import annotations
@@ -26,12 +30,15 @@ from proxy.native.relay import (
     NativeRelay,
     next_session_id,
 )
+from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import Lane
 from proxy.session.reauth import UpstreamReauth
 from proxy.session.transport import Transport
+
+log = get_logger("native_relay")
 
 
 class HandBack(Exception):
@@ -69,6 +76,13 @@ class NativePhases:
         self._id = next_session_id()
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
+        self._client_tls = client.engine_tls()
+        self._upstream_tls = upstream.engine_tls()
+        # The engine would not take the session's TLS: Python keeps it. A TLS side without its
+        # connection object (closed) must never reach the engine, which would take it for a
+        # plaintext one.
+        self._refused = (client.tls and self._client_tls is None) or (
+            upstream.tls and self._upstream_tls is None)
         self._ctx = ctx
         self._chain = chain
         self._metrics = metrics
@@ -105,6 +119,7 @@ class NativePhases:
         if held is not None:
             held.set(phase.booked)
         deadlines = self._deadlines
+        prefill = self._requests.decoder.take()
         self._in_native = True
         try:
             state = await native.relay(
@@ -114,11 +129,21 @@ class NativePhases:
                 self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.decoder.take(), phase.stamp, phase.fetch,
+                prefill, phase.stamp, phase.fetch,
                 trio.current_time() - deadlines.frame_started
                 if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
-                handover_s,
+                handover_s, client_tls=self._client_tls, upstream_tls=self._upstream_tls,
             )
+        except (ValueError, TypeError) as exc:
+            if self._client_tls is None and self._upstream_tls is None:
+                raise
+            # The engine would not carry this TLS connection on (relay_tls.c checks it before
+            # anything moves): the session stays in Python, with the bytes it had.
+            self._refused = True
+            self._requests.decoder.feed(prefill)
+            log.warning("native_relay_tls_refused", reason=str(exc),
+                        client=self._ctx.client_address)
+            return None
         finally:
             self._in_native = False
             if held is not None:
@@ -163,7 +188,8 @@ class NativePhases:
         the next frame if part of it is here. Raises `HandBack` to stop the pumps for that."""
         # A partial frame goes to the engine with the session (it reads the rest), so a
         # client that never pauses between requests still gets back to the engine.
-        if not self._path.may_offer(self._requests.decoder.buffered, BUFFER_SIZE):
+        if self._refused or not self._path.may_offer(self._requests.decoder.buffered,
+                                                     BUFFER_SIZE):
             return
         await self._calls.wait_idle()
         reauth = self._reauth

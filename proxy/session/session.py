@@ -21,7 +21,7 @@ from protocol.framing import FrameDecoder
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaiting_answer
 from proxy.limits.memory_budget import Holder, MemoryBudget
-from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason
+from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason, tls_refusal
 from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
@@ -86,10 +86,13 @@ class Session:
         self._reauth = UpstreamReauth(
             upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
         ) if reauthenticate is not None and session_lifetime_ms > 0 else None
-        # Where this session runs: path_choice decides, and counts what Python handles.
+        # Where this session runs: path_choice decides, and counts what Python handles. The
+        # engine carries on the TLS connections made here (proxy/native/relay_tls.c) unless
+        # the connection is one it must not adopt.
         self._path = SessionPath(metrics, session_reason(
             (no_engine or NATIVE_RELAY_OFF) if native is None else None,
-            client.tls, upstream.tls), chain)
+            client.tls, upstream.tls, client_refusal=tls_refusal(client),
+            upstream_refusal=tls_refusal(upstream)), chain)
         self._native = NativePhases(
             native, client, upstream, ctx, chain, metrics, requests, responses, self._calls,
             max_frame_bytes, max_in_flight, deadlines, memory, self._path, self._reauth,

@@ -46,6 +46,10 @@ class PlainTransport:
     def peer_certificate(self) -> bytes | None:
         return None
 
+    def engine_tls(self) -> object | None:
+        """What the native relay needs to carry this connection's TLS on: nothing."""
+        return None
+
     async def aclose(self) -> None:
         try:
             await self.stream.aclose()
@@ -127,6 +131,16 @@ class TlsTransport:
 
     def peer_certificate(self) -> bytes | None:
         return self._ssl.getpeercert(binary_form=True)
+
+    def engine_tls(self) -> object | None:
+        """The ssl module's own connection object (`_ssl._SSLSocket`), whose OpenSSL state the
+        native relay carries on while it holds the session (`proxy/native/relay_tls.c`): the
+        handshake was made here, the records go on from where Python left them."""
+        return self._ssl._sslobj
+
+    @property
+    def context(self) -> ssl.SSLContext:
+        return self._ssl.context
 
     @property
     def version(self) -> str | None:

@@ -104,3 +104,4 @@ def start_secure_cluster(
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port, sasl_plain_port)
+
