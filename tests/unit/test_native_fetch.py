@@ -164,12 +164,12 @@ def test_the_scan_agrees_with_the_python_chain(version: int) -> None:
     assert passed and refused
 
 
-def test_compressed_legacy_and_unknown_topics_go_to_python() -> None:
+def test_legacy_batches_and_unknown_topics_go_to_python() -> None:
     rng = random.Random(2)
     filt, plan = setup()
     lz4 = frame(12, response(rng, 12, 1, 1, 2, 0.0, compression=LZ4))
-    assert scan(lz4, 12, plan) == (None, "a compressed batch")
-    assert python_unchanged(filt, lz4, 12)  # the scan is the stricter one here
+    assert scan(lz4, 12, plan)[0] is not None  # read decompressed, as Python reads it
+    assert python_unchanged(filt, lz4, 12)
     legacy = bytearray(build_batch([Record(b"k", b"v")]))
     legacy[16] = 1  # magic 1
     msg = FetchResponse(responses=[FetchableTopicResponse(topic="topic-0", partitions=[
@@ -277,8 +277,8 @@ def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
         for original in clean:
             python_unchanged(filt, original, 12)
         after = filt.chains.fetch.stats.snapshot()
-        assert counted == (after["batches_seen"] - before["batches_seen"],
-                           after["records_seen"] - before["records_seen"], 0, 0)
+        assert counted[:4] == (after["batches_seen"] - before["batches_seen"],
+                               after["records_seen"] - before["records_seen"], 0, 0)
         assert counted[0] == 3 * 2 * 2 * 3
     finally:
         rig.close()
