@@ -92,7 +92,7 @@ LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
   tests/unit/test_native_hostile.py tests/unit/test_native_relay_engine.py \
   tests/unit/test_native_relay_session.py tests/unit/test_native_relay_config.py \
   tests/unit/test_native_fetch.py tests/unit/test_native_stamp.py tests/unit/test_relay_trace.py \
-  tests/unit/test_stamping.py tests/unit/test_native_locking.py \
+  tests/unit/test_stamping.py tests/unit/test_native_locking.py tests/unit/test_native_codecs.py \
   tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
   tests/integration/test_native_stamp.py tests/integration/test_hostile_broker.py || status=$?
 cd "$repo"

@@ -42,7 +42,7 @@ void nk_buf_free(nk_buf *b) {
 }
 
 int nk_reserve(nk_buf *b, size_t more, size_t most) {
-    if (b->cap - b->len >= more) {
+    if (b->buf != NULL && b->cap - b->len >= more) {
         return 1;
     }
     size_t want = b->cap ? b->cap * 2 : 4096;
@@ -51,6 +51,9 @@ int nk_reserve(nk_buf *b, size_t more, size_t most) {
     }
     if (want - b->len > most && most >= more) {
         want = b->len + most;
+    }
+    if (want == 0) {
+        want = 1; /* a buffer to point into, even for nothing */
     }
     uint8_t *grown = realloc(b->buf, want);
     if (grown == NULL) {
