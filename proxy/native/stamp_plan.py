@@ -33,7 +33,7 @@ from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter, connection_info
+from proxy.filters.interception import ON_LOOP_DECOMPRESSED, InterceptorFilter, connection_info
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = int(ApiKey.PRODUCE)
@@ -164,13 +164,16 @@ def decompression_limits(filt: InterceptorFilter) -> tuple[int, int]:
     and no more than the share of the memory budget Python lets one large partition's
     decompression book (`InterceptorFilter._run_big`), so that whatever the engine
     decompresses Python would have decompressed too; past them the frame goes to Python, which
-    refuses it with the limit's own error."""
+    refuses it with the limit's own error. A batch is also kept to what Python decompresses
+    on its event loop without booking it (`ON_LOOP_DECOMPRESSED`): the engine holds one batch
+    at a time, decompressed and stamped, outside the memory budget, and a larger one goes to
+    Python, which books it and works in a worker thread."""
     limits = filt.limits
     batch, request = limits.max_batch_decompressed_bytes, limits.max_request_decompressed_bytes
     if filt.memory is not None:
         share = filt.memory.limit // (2 * limits.big_batch_workers)
         batch, request = min(batch, share), min(request, share)
-    return batch, request
+    return min(batch, ON_LOOP_DECOMPRESSED), request
 
 
 def _batch_limit(filt: InterceptorFilter) -> int:
