@@ -749,6 +749,12 @@ static int stamp_compressed(const uint8_t *b, size_t room, const nc_plan *plan, 
         *why = no;
         return NC_PYTHON;
     }
+    /* The stamped records are held too, before they are compressed: to the same bound (tiny
+     * records grow manyfold; Python stamps such a batch in a worker thread). */
+    if ((int64_t)new_size - BATCH_HEADER > plan->max_batch_decompressed) {
+        *why = "a compressed batch over the decompression limits once stamped";
+        return NC_PYTHON;
+    }
     if (count_batch(plan, counts, records, kept, why) != NC_OK) {
         return NC_PYTHON;
     }
@@ -841,6 +847,10 @@ static int stamp_field_in_order(const uint8_t *f, size_t len, int compact,
                                      changed, why);
             if (r != NC_OK) {
                 return r;
+            }
+            if (out->limit > 0 && out->len + 5 + field->len > out->limit) {
+                *why = "records too large once stamped"; /* known now: stop here */
+                return NC_PYTHON;
             }
             pos += size;
             continue;

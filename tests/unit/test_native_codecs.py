@@ -28,7 +28,7 @@ from protocol.messages.produce_request import (
     ProduceRequest,
     TopicProduceData,
 )
-from protocol.records import RecordBatch, build_batch, split_batches
+from protocol.records import Record, RecordBatch, build_batch, split_batches
 from proxy.session.wire import decode_request, parse_request_header
 from tests.unit import test_native_fetch as fetch_tests
 from tests.unit import test_native_stamp as stamp_tests
@@ -317,13 +317,29 @@ def test_the_decompression_limits_send_a_request_to_python(codec: int) -> None:
     sizes = [b.records_section()[2] - b.records_section()[1]
              for b in (RecordBatch(x) for x in batches)]
     data = stamp_tests.one_partition(b"".join(batches))
-    assert stamp(data, wire_with(plan, batch_decompressed=max(sizes),
+    # (the batch limit bounds the stamped records too, which grow: room for them)
+    assert stamp(data, wire_with(plan, batch_decompressed=10 * max(sizes),
                                  request_decompressed=sum(sizes)))[0] is not None
     too_large = (None, "a compressed batch over the decompression limits")
-    assert stamp(data, wire_with(plan, batch_decompressed=max(sizes) - 1)) == too_large
-    assert stamp(data, wire_with(plan, request_decompressed=sum(sizes) - 1)) == too_large
+    refused = stamp(data, wire_with(plan, batch_decompressed=max(sizes) - 1))
+    assert refused[0] is None and refused[1].startswith(too_large[1])
+    assert stamp(data, wire_with(plan, batch_decompressed=10 * max(sizes),
+                                 request_decompressed=sum(sizes) - 1)) == too_large
     # A plan without them (as made before the engine read compressed batches): Python's.
     assert stamp(data, plan.wire[:7]) == too_large
+
+
+
+def test_a_batch_of_tiny_records_that_grows_manyfold_goes_to_python() -> None:
+    """The stamped records are held before they are compressed: within the same bound."""
+    _, plan = stamp_tests.setup({"mode": "record"}, {})
+    batch = build_batch([Record(None, b"") for _ in range(2000)], compression=ZSTD)
+    section = RecordBatch(batch).records_section()
+    size = section[2] - section[1]
+    data = stamp_tests.one_partition(batch)
+    assert stamp(data, wire_with(plan, batch_decompressed=size * 100))[0] is not None
+    assert stamp(data, wire_with(plan, batch_decompressed=size * 2)) == (
+        None, "a compressed batch over the decompression limits once stamped")
 
 
 def test_a_corrupt_compressed_batch_is_never_sealed_with_a_fresh_crc() -> None:
