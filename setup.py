@@ -8,12 +8,17 @@ _relay.c touches Python objects: the fuzz targets (fuzz/native/) build the rest 
 Python.
 
 Both share the record walk, varints, id cutting and CRC32C of protocol/stamp_core.c,
-compiled into each. Everything else about the package is in pyproject.toml.
+compiled into each. The relay links the system's codec libraries (relay_codec.c: zlib,
+libsnappy, liblz4, libzstd; scripts/setup.sh installs their Debian -dev packages) to stamp
+and scan compressed batches. Everything else about the package is in pyproject.toml.
 `optional=True`: where no C compiler is found the install still succeeds and Herald uses the
 pure-Python reference instead.
 """
 
 from setuptools import Extension, setup
+
+CODEC_LIBRARIES = ["z", "snappy", "lz4", "zstd"]
+"""The codec libraries relay_codec.c calls (gzip, snappy, lz4, zstd)."""
 
 setup(ext_modules=[
     Extension("protocol._stamp", ["protocol/_stamp.c", "protocol/stamp_core.c"], optional=True,
@@ -23,13 +28,16 @@ setup(ext_modules=[
               ["proxy/native/_relay.c", "proxy/native/relay_engine.c",
                "proxy/native/relay_frames.c", "proxy/native/relay_stamp.c",
                "proxy/native/relay_fetch.c", "proxy/native/relay_trace.c",
-               "proxy/native/relay_tls.c", "protocol/stamp_core.c"],
+               "proxy/native/relay_tls.c", "proxy/native/relay_codec.c",
+               "protocol/stamp_core.c"],
               optional=True, include_dirs=["protocol", "proxy/native"],
               depends=["protocol/stamp_core.h", "protocol/contracts/features.h",
                        "proxy/native/relay_engine.h", "proxy/native/relay_frames.h",
                        "proxy/native/relay_stamp.h", "proxy/native/relay_fetch.h",
-                       "proxy/native/relay_trace.h", "proxy/native/relay_tls.h"],
+                       "proxy/native/relay_trace.h", "proxy/native/relay_tls.h",
+                       "proxy/native/relay_codec.h"],
               # The system OpenSSL, the one Python's own ssl module is linked with: the engine
               # carries on the TLS connections that module made (relay_tls.c).
-              extra_compile_args=["-O2"], libraries=["pthread", "ssl", "crypto"]),
+              extra_compile_args=["-O2"],
+              libraries=["pthread", "ssl", "crypto", *CODEC_LIBRARIES]),
 ])

@@ -19,6 +19,9 @@ Per round, for the minimal native relay (`bench/relay.c`) and for Herald, in the
     over the direct run at the same rate.
 Figures are medians of per-round values.
 
+`--compression lz4` (or zstd, gzip, snappy) has the full-speed producer compress its batches:
+the proxy then pays for decompressing and, when it stamps, recompressing them.
+
 `--client-traces` is the APM case: an application that traces its own sends, so every record
 carries a valid W3C `traceparent` of its own. ProducerPerformance cannot set headers, so the
 full-speed produce is then a librdkafka producer in this process (on the load CPU, like the
@@ -256,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="every produced record carries its own valid traceparent (an "
                              "application that traces its sends); the full-speed produce is "
                              "then a librdkafka producer in this process")
+    parser.add_argument("--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"),
+                        default="none",
+                        help="the full-speed producer's compression.type (ProducerPerformance; "
+                             "CPU per MB is still per MB of uncompressed payload)")
     parser.add_argument("--data-dir", default=None)
     args = parser.parse_args(argv)
     args.rate_list = [int(r) for r in args.rates.split(",") if r]
@@ -306,7 +313,8 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
                                     if node.process is not None)]
         create_topic(cluster.bootstrap, "cost-warmup", args.partitions)
         for bootstrap in targets.values():
-            produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1)
+            produce(bootstrap, "cost-warmup", args.warmup_records, 1024, -1,
+                    compression=args.compression)
         names = list(targets)
         for n in range(args.rounds):
             order = names if n % 2 == 0 else names[::-1]
@@ -380,7 +388,7 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
     if args.client_traces:
         p = produce_traced(bootstrap, topic, args.records, 1024)
     else:
-        p = produce(bootstrap, topic, args.records, 1024, -1)
+        p = produce(bootstrap, topic, args.records, 1024, -1, compression=args.compression)
     produce_cpu = _cpu(clock, before)
     before = clock.read() if clock else (0.0, 0.0)
     c = consume(bootstrap, topic, args.records)

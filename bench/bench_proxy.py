@@ -167,11 +167,13 @@ def data_bytes(records: int, record_size: int) -> int:
 
 
 def produce(
-    bootstrap: str, topic: str, records: int, size: int, rate: int, warmup: int = 0
+    bootstrap: str, topic: str, records: int, size: int, rate: int, warmup: int = 0,
+    compression: str = "none",
 ) -> ProduceResult:
     args = [
         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
         "--record-size", str(size), "--throughput", str(rate), "--command-property", "acks=all",
+        "--command-property", f"compression.type={compression}",
     ]
     if warmup:
         args += ["--warmup-records", str(warmup)]

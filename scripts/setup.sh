@@ -8,6 +8,22 @@ for tool in java mvn; do
   command -v "$tool" >/dev/null || { echo "setup: '$tool' is required (Java 17 and Maven)" >&2; exit 1; }
 done
 PYTHON=${PYTHON:-python3}
+# The native relay links the system's codec libraries (setup.py CODEC_LIBRARIES) to stamp and
+# scan compressed batches: their headers come with Debian's -dev packages.
+codec_headers=(/usr/include/zlib.h /usr/include/snappy-c.h /usr/include/lz4.h /usr/include/zstd.h)
+for header in "${codec_headers[@]}"; do
+  if [ ! -f "$header" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      packages=(zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev)
+      apt-get install -y -q "${packages[@]}" >/dev/null || { apt-get update -q >/dev/null &&
+        apt-get install -y -q "${packages[@]}" >/dev/null; }
+    else
+      echo "setup: $header is missing; install zlib1g-dev libsnappy-dev liblz4-dev" \
+        "libzstd-dev (the native relay's codecs)" >&2
+    fi
+    break
+  fi
+done
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi

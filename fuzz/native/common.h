@@ -69,7 +69,7 @@ static inline void must(int ok) {
 /* The plans Herald makes (proxy/native/stamp_plan.py): `which` picks trace_context in record
  * mode keeping a client's own traceparent, trace_context in batch mode (unsampled) with
  * audit's columns, or audit alone with a null constant; the limits are small enough to be
- * met. */
+ * met (the decompression limits too: 256 KiB a batch, 1 MiB a request). */
 static inline void stamp_plan(nc_plan *plan, int which) {
     static const uint8_t tp_key[] = "\x16traceparent";
     const char *why;
@@ -79,6 +79,8 @@ static inline void stamp_plan(nc_plan *plan, int which) {
     plan->max_batch_records = 500;
     plan->max_request_records = 2000;
     plan->max_batch_bytes = (which & 4) ? 3000 : -1;
+    plan->max_batch_decompressed = 256 * 1024;
+    plan->max_request_decompressed = 1024 * 1024;
     if (mode != 2) {
         must(nc_plan_column(plan, NC_TRACEPARENT, tp_key, sizeof tp_key - 1, NULL, 0,
                             mode == 0, mode == 1, mode == 0, &why));
@@ -105,9 +107,54 @@ static inline void stamp_plan(nc_plan *plan, int which) {
  * (proxy/native/fetch_plan.py), knowing two topic ids. */
 static inline void fetch_plan(nc_plan *plan) {
     must(nc_plan_init(plan, 0, 2));
+    plan->max_batch_decompressed = 256 * 1024;
+    plan->max_request_decompressed = 1024 * 1024;
     must(nc_plan_topic_ids(plan, (const uint8_t *)TOPIC_ID_A TOPIC_ID_B, 32));
     must(nc_plan_key(plan, (const uint8_t *)"x-debug", 7, 0));
     must(nc_plan_key(plan, (const uint8_t *)"x-tenant-", 9, 1));
+}
+
+/* The whole batches of a records field f[0..n) compressed with `codec` (their records
+ * section; attributes, length and CRC32C set), what follows them as it is: malloc'd, *len
+ * set. How mutated records reach the record walk through a codec. */
+#include "relay_codec.h"
+#include "stamp_core.h"
+static inline uint8_t *compress_batches(const uint8_t *f, size_t n, int codec, size_t *len) {
+    nk_buf out = {0};
+    size_t pos = 0;
+    while (n - pos >= 61) {
+        const uint8_t *b = f + pos;
+        int64_t length = (int32_t)((uint32_t)b[8] << 24 | (uint32_t)b[9] << 16 |
+                                   (uint32_t)b[10] << 8 | b[11]);
+        if (length < 49 || (uint64_t)length + 12 > n - pos) {
+            break;
+        }
+        size_t size = (size_t)length + 12, at = out.len;
+        must(nk_reserve(&out, 61, SIZE_MAX));
+        memcpy(out.buf + at, b, 61);
+        out.len += 61;
+        const char *why;
+        must(nk_compress(codec, b + 61, size - 61, &out, &why) == NK_OK);
+        uint8_t *h = out.buf + at;
+        uint32_t sealed = (uint32_t)(out.len - at);
+        h[22] = (uint8_t)((h[22] & ~7) | codec);
+        uint32_t crc;
+        h[8] = (uint8_t)((sealed - 12) >> 24);
+        h[9] = (uint8_t)((sealed - 12) >> 16);
+        h[10] = (uint8_t)((sealed - 12) >> 8);
+        h[11] = (uint8_t)(sealed - 12);
+        crc = sc_crc32c(0, h + 21, sealed - 21);
+        h[17] = (uint8_t)(crc >> 24);
+        h[18] = (uint8_t)(crc >> 16);
+        h[19] = (uint8_t)(crc >> 8);
+        h[20] = (uint8_t)crc;
+        pos += size;
+    }
+    must(nk_reserve(&out, n - pos + 1, SIZE_MAX));
+    memcpy(out.buf + out.len, f + pos, n - pos);
+    out.len += n - pos;
+    *len = out.len;
+    return out.buf;
 }
 
 #endif

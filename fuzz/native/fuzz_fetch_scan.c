@@ -5,7 +5,9 @@
  *   - a whole response frame (its size prefix set to its length when the flag says so);
  *   - one partition's records field, whose record batches get their CRC32C made right and
  *     which is put in a well-formed response of that version: the scan checks the CRC
- *     before it reads a record, so this is how mutated records reach the record walk.
+ *     before it reads a record, so this is how mutated records reach the record walk; with
+ *     the 0x20 flag (and not 0x40) its whole batches are then compressed (codec from bits
+ *     2-3 of the first record byte), to reach the walk through the engine's decompression.
  * tests/unit/test_native_fetch.py holds the verdicts to the Python fetch chain; here the scan
  * must read nothing outside the frame, and what it counts must fit what the frame holds. */
 #include "common.h"
@@ -149,6 +151,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t *records = malloc(n ? n : 1);
         memcpy(records, data + 1, n);
         sealed = seal(records, n);
+        if ((flags & 0x60) == 0x20 && n > 0) {
+            size_t packed_len;
+            uint8_t *packed = compress_batches(records, n, 1 + (data[1] >> 2) % 4, &packed_len);
+            free(records);
+            records = packed;
+            n = packed_len;
+        }
         response(&o, ver, records, n);
         free(records);
     } else {

@@ -6,7 +6,11 @@
  *     most inputs get past it);
  *   - a version byte and one partition's records field, whose batches get their CRC32C made
  *     right and which is put in a well-formed request of that version: the stamp checks the
- *     CRC before it reads a record, so this is how mutated records reach the record walk. tests/unit/test_native_stamp.py holds the output to the Python
+ *     CRC before it reads a record, so this is how mutated records reach the record walk;
+ *     with the 0x40 flag its whole batches are then compressed (codec from the version byte's
+ *     high bits), so that they reach it through the engine's decompression and are stamped
+ *     and recompressed.
+ * tests/unit/test_native_stamp.py and test_native_codecs.py hold the output to the Python
  * chain byte for byte; here, besides reading nothing outside the frame and no undefined
  * behaviour, a stamped request must:
  *   - keep its header (api key, version, correlation id) and declare its own size;
@@ -119,6 +123,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t *records = malloc(n ? n : 1);
         memcpy(records, data + 2, n);
         seal(records, n);
+        if (flags & 0x40) {
+            size_t packed_len;
+            uint8_t *packed = compress_batches(records, n, 1 + (data[1] >> 4) % 4,
+                                               &packed_len);
+            free(records);
+            records = packed;
+            n = packed_len;
+        }
         uint8_t *built = request(ver, records, n, &len);
         free(records);
         frame = malloc(len); /* exact size: ASan sees a read past it */

@@ -11,7 +11,8 @@ work=$(realpath -m "${3:-build/fuzz-work}")
 shift $(( $# < 3 ? $# : 3 ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_engine)
+  targets=(fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_codec
+           fuzz_engine)
 fi
 status=0
 for target in "${targets[@]}"; do

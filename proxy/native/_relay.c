@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "contracts/features.h"
+#include "relay_codec.h"
 #include "relay_engine.h"
 #include "relay_fetch.h"
 #include "relay_frames.h"
@@ -37,15 +38,17 @@ static int bad_plan(nc_plan *plan, const char *why) {
 }
 
 /* (columns, keys, prefixes, max_batch_records, max_request_records, max_batch_bytes, topic
- * ids), each column (kind, key wire form, value or None, sampled, per batch, keeps), the
- * topic ids 16 bytes each, sorted (proxy/native/stamp_plan.py, fetch_plan.py): 0 with a
- * Python exception set when it is not one. */
+ * ids[, max_batch_decompressed, max_request_decompressed]), each column (kind, key wire form,
+ * value or None, sampled, per batch, keeps), the topic ids 16 bytes each, sorted
+ * (proxy/native/stamp_plan.py, fetch_plan.py; without the decompression limits, compressed
+ * batches go to Python): 0 with a Python exception set when it is not one. */
 static int plan_parse(PyObject *obj, nc_plan *plan) {
     memset(plan, 0, sizeof *plan);
     PyObject *cols, *keys, *prefixes, *ids;
-    long long mbr, mrr, mbb;
-    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
-                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids)) {
+    long long mbr, mrr, mbb, mbd = 0, mrd = 0;
+    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!|LL", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
+                          &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids, &mbd,
+                          &mrd)) {
         return 0;
     }
     Py_ssize_t nc = PyTuple_GET_SIZE(cols), nk = PyTuple_GET_SIZE(keys),
@@ -63,6 +66,8 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     plan->max_batch_records = mbr;
     plan->max_request_records = mrr;
     plan->max_batch_bytes = mbb;
+    plan->max_batch_decompressed = mbd;
+    plan->max_request_decompressed = mrd;
     for (Py_ssize_t i = 0; i < nc; i++) {
         int kind, sampled, per_batch, keeps;
         PyObject *key, *value;
@@ -96,11 +101,17 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     return 1;
 }
 
-/* (batches, records, kept, kept_batches) */
+/* (batches, records, kept, kept_batches, compressed): compressed counts the compressed
+ * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4. */
 static PyObject *counts_tuple(const nc_counts *c) {
-    return Py_BuildValue("(KKKK)", (unsigned long long)c->batches,
+    const uint64_t *z = c->compressed;
+    return Py_BuildValue("(KKKK(KKKKKKKK))", (unsigned long long)c->batches,
                          (unsigned long long)c->records, (unsigned long long)c->kept,
-                         (unsigned long long)c->kept_batches);
+                         (unsigned long long)c->kept_batches, (unsigned long long)z[0],
+                         (unsigned long long)z[1], (unsigned long long)z[2],
+                         (unsigned long long)z[3], (unsigned long long)z[4],
+                         (unsigned long long)z[5], (unsigned long long)z[6],
+                         (unsigned long long)z[7]);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */
@@ -695,8 +706,15 @@ static PyObject *names_tuple(const char *const *names, size_t n) {
 static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
     static const char *const table_values[] = NE_TABLE_VALUE_NAMES;
     static const char *const kinds[] = NC_KIND_NAMES;
-    static const char *const stamp_codecs[] = NC_STAMP_CODECS;
-    static const char *const scan_codecs[] = NF_SCAN_CODECS;
+    /* Uncompressed batches, and those of every codec relay_codec.c reads and writes. */
+    static const char *const codec_names[] = NK_CODEC_NAMES;
+    const char *native_codecs[sizeof codec_names / sizeof *codec_names];
+    size_t n_codecs = 0;
+    for (size_t i = 0; i < sizeof codec_names / sizeof *codec_names; i++) {
+        if (i == NK_NONE || (NK_NATIVE_CODECS & (1u << i))) {
+            native_codecs[n_codecs++] = codec_names[i];
+        }
+    }
     _Static_assert(sizeof table_values / sizeof *table_values == NE_T_COUNT,
                    "a table value without a name");
     _Static_assert(sizeof kinds / sizeof *kinds == NC_TRACEPARENT + 1,
@@ -711,8 +729,9 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
     }
     PyObject *values = names_tuple(table_values, NE_T_COUNT);
     PyObject *columns = names_tuple(kinds, sizeof kinds / sizeof *kinds);
-    PyObject *stamped = names_tuple(stamp_codecs, sizeof stamp_codecs / sizeof *stamp_codecs);
-    PyObject *scanned = names_tuple(scan_codecs, sizeof scan_codecs / sizeof *scan_codecs);
+    /* relay_stamp.c and relay_fetch.c both act on NK_NATIVE_CODECS. */
+    PyObject *stamped = names_tuple(native_codecs, n_codecs);
+    PyObject *scanned = names_tuple(native_codecs, n_codecs);
     PyObject *out = NULL;
     if (reasons != NULL && values != NULL && columns != NULL && stamped != NULL &&
         scanned != NULL) {
@@ -738,6 +757,66 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
     return out;
 }
 
+/* codec_decompress(codec, data, limit) -> bytes, or (None, 'too large' or why): the engine's
+ * reading of a compressed records section. */
+static PyObject *py_codec_decompress(PyObject *self, PyObject *args) {
+    int codec;
+    Py_buffer data;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "iy*n", &codec, &data, &limit)) {
+        return NULL;
+    }
+    if (limit < 0) {
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "limit must be >= 0");
+        return NULL;
+    }
+    nk_buf out = {0};
+    const char *why = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = nk_decompress(codec, data.buf, (size_t)data.len, (size_t)limit, &out, &why);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyObject *result;
+    if (r == NK_NOMEM) {
+        result = PyErr_NoMemory();
+    } else if (r == NK_OK) {
+        result = PyBytes_FromStringAndSize((const char *)out.buf, (Py_ssize_t)out.len);
+    } else {
+        result = Py_BuildValue("(Os)", Py_None, r == NK_TOO_LARGE ? "too large" : why);
+    }
+    nk_buf_free(&out);
+    return result;
+}
+
+/* codec_compress(codec, data) -> bytes: the engine's encoding of a records section. */
+static PyObject *py_codec_compress(PyObject *self, PyObject *args) {
+    int codec;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "iy*", &codec, &data)) {
+        return NULL;
+    }
+    nk_buf out = {0};
+    const char *why = NULL;
+    int r;
+    Py_BEGIN_ALLOW_THREADS
+    r = nk_compress(codec, data.buf, (size_t)data.len, &out, &why);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyObject *result;
+    if (r == NK_NOMEM) {
+        result = PyErr_NoMemory();
+    } else if (r != NK_OK) {
+        PyErr_SetString(PyExc_ValueError, why);
+        result = NULL;
+    } else {
+        result = PyBytes_FromStringAndSize((const char *)out.buf, (Py_ssize_t)out.len);
+    }
+    nk_buf_free(&out);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"capabilities", py_capabilities, METH_NOARGS,
      "capabilities() -> what the engine does: {max_api, max_version, table_values (names by "
@@ -747,7 +826,7 @@ static PyMethodDef module_methods[] = {
      "OpenSSL the engine runs, OPENSSL_VERSION_NUMBER)}"},
     {"stamp_produce", py_stamp_produce, METH_VARARGS,
      "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, (batches, "
-     "records, kept, kept_batches)), or (None, why) when the request goes to Python: the "
+     "records, kept, kept_batches, compressed by codec)), or (None, why) when the request goes to Python: the "
      "engine's rewrite"},
     {"valid_traceparent", py_valid_traceparent, METH_O,
      "valid_traceparent(value) -> the engine's interceptors.tracing.valid_traceparent"},
@@ -759,6 +838,11 @@ static PyMethodDef module_methods[] = {
      "response passes as it is, or (None, why) when it goes to Python: the engine's verdict"},
     {"crc32c", py_crc32c, METH_VARARGS,
      "crc32c(data, table=False) -> the CRC32C the engine writes into record batches"},
+    {"codec_decompress", py_codec_decompress, METH_VARARGS,
+     "codec_decompress(codec, data, limit) -> the records section, or (None, why) ('too "
+     "large' past limit): how the engine reads a compressed batch"},
+    {"codec_compress", py_codec_compress, METH_VARARGS,
+     "codec_compress(codec, data) -> how the engine compresses a stamped batch's records"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,11 +3,12 @@
 With `performance.native_relay: auto`, a fetch chain whose members only watch header keys
 (`Stamps` with no appends: `drop_headers` with names and prefixes) no longer sends every
 Fetch response to Python. The engine buffers the response whole, walks it, and when no batch
-holds a record carrying a watched key (and every batch is magic 2 and uncompressed, every
-topic id one Herald knows) it forwards the response unchanged, which is what the Python
-chain would have sent (proxy/native/relay_fetch.c). Any other response goes to Python at its frame
-boundary, which runs the chain as always: the Python chain is the reference the engine is
-tested against.
+holds a record carrying a watched key (and every batch is magic 2, every topic id one Herald
+knows) it forwards the response unchanged, which is what the Python chain would have sent
+(proxy/native/relay_fetch.c). Compressed batches (gzip, snappy, lz4, zstd) are decompressed
+to be read, within the limits Python keeps (proxy/native/relay_codec.c). Any other response
+goes to Python at its frame boundary, which runs the chain as always: the Python chain is the
+reference the engine is tested against.
 
 A session is eligible when, apart from the interceptor filter, no filter reads Fetch
 responses (or only their top-level tagged fields), no per-topic counters are kept, and every
@@ -17,6 +18,7 @@ watches and appends nothing, has no batch hook, and needs headers or less.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from interceptors.api import Interceptor
@@ -27,6 +29,7 @@ from protocol.api_keys import ApiKey
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 from proxy.native.capabilities import CAPABILITIES
+from proxy.native.stamp_plan import decompression_limits
 
 FETCH = int(ApiKey.FETCH)
 VERSIONS = CAPABILITIES.scan_versions
@@ -42,10 +45,12 @@ class FetchPlan:
     chain: FetchChain
     members: tuple[ChainMember, ...]
 
-    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0) -> None:
+    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
+              compressed: Sequence[int] = ()) -> None:
         """Add what the engine scanned to the counters the Python path keeps for a chain run
         that changes nothing: batches and records seen, by the chain and by each member.
-        (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan.)"""
+        (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan;
+        `compressed`: the compressed batches read, by codec, which change no counter.)"""
         run = ChainStats(self.chain.path, {}, batches, 0, records)
         for m in self.members:
             run.members[m.name] = MemberStats(m.name, m.type, records)
@@ -93,5 +98,6 @@ def fetch_plan(chain: FilterChain) -> FetchPlan | None:
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None:
         return None
-    wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(filt.topics.names)))
+    wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(filt.topics.names)),
+            *decompression_limits(filt))
     return FetchPlan(wire, fetch, fetch.members)

@@ -5,12 +5,14 @@
  * buffer is walked whole (the layouts of protocol/messages/fetch_response.py, flexible from
  * v12, topic ids from v13). Every partition's records field is cut into batches as
  * protocol/records.py `split_batches` cuts it: a trailing partial batch is skipped, as the
- * chain skips it, and so are control batches. Every other batch must be magic 2 and
- * uncompressed, have a valid CRC32C (the Python path checks it before reading a record),
- * hold the records it declares, and no record may carry a watched header key.
+ * chain skips it, and so are control batches. Every other batch must be magic 2, have a
+ * valid CRC32C (the Python path checks it before reading a record), hold the records it
+ * declares, and no record may carry a watched header key. A compressed batch is read
+ * decompressed (relay_codec.c), within the plan's decompression limits, as Python reads it.
  * Then the chain would change nothing and the response passes as it came; anything else
- * (a watched header, a compressed or legacy batch, a topic id Herald has not learnt, leader
- * hints where a filter reads them, bytes that are not a well-formed response) goes to Python.
+ * (a watched header, a legacy batch, a batch over the limits or one the codec refuses, a
+ * topic id Herald has not learnt, leader hints where a filter reads them, bytes that are not
+ * a well-formed response) goes to Python.
  *
  * Safety: every read is bounded by the frame (sc_reader), every length checked before use.
  */
@@ -19,6 +21,7 @@
 #include <string.h>
 
 #include "contracts/features.h"
+#include "relay_codec.h"
 
 #define BATCH_HEADER 61
 #define LENGTH_OVERHEAD 12
@@ -29,9 +32,47 @@ static uint32_t be32at(const uint8_t *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* What a response's compressed batches need: a buffer for one decompressed, and what is
+ * left of the plan's limit for the whole response. */
+typedef struct {
+    nk_buf plain;
+    int64_t left;
+    int nomem;
+} scan_room;
+
+/* The records of the compressed batch b of `size` bytes decompressed into room->plain:
+ * NULL, or why not. */
+static const char *decompress_batch(const uint8_t *b, size_t size, int codec,
+                                    const nc_plan *plan, scan_room *room) {
+    if (!(NK_NATIVE_CODECS & (1u << codec))) {
+        return "a compression codec the engine does not read";
+    }
+    int64_t limit = plan->max_batch_decompressed < room->left ? plan->max_batch_decompressed
+                                                              : room->left;
+    if (limit <= 0) {
+        return "a compressed batch over the decompression limits";
+    }
+    const char *why = NULL;
+    room->plain.len = 0;
+    int r = nk_decompress(codec, b + BATCH_HEADER, size - BATCH_HEADER, (size_t)limit,
+                          &room->plain, &why);
+    if (r == NK_TOO_LARGE) {
+        return "a compressed batch over the decompression limits";
+    }
+    if (r == NK_NOMEM) {
+        room->nomem = 1;
+        return "out of memory";
+    }
+    if (r != NK_OK) {
+        return why;
+    }
+    room->left -= (int64_t)room->plain.len;
+    return NULL;
+}
+
 /* One records field: NULL when the chain would leave it unchanged, else why not. */
 static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
-                                nc_counts *counts) {
+                                nc_counts *counts, scan_room *scratch) {
     size_t pos = 0;
     while (pos < n) {
         size_t room = n - pos;
@@ -55,9 +96,6 @@ static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
         }
         unsigned attributes = (unsigned)b[21] << 8 | b[22];
         if (!(attributes & 0x20)) { /* control batches are never touched */
-            if (attributes & 7) {
-                return "a compressed batch";
-            }
             /* As the Python path, which checks it before it reads any record. */
             if (sc_crc32c(0, b + 21, size - 21) != be32at(b + 17)) {
                 return "a record batch CRC mismatch";
@@ -66,12 +104,27 @@ static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
             if (count <= 0) {
                 return "an empty batch";
             }
+            int codec = (int)(attributes & 7);
+            const uint8_t *records = b;
+            size_t at = BATCH_HEADER, end = size;
+            if (codec) {
+                const char *no = decompress_batch(b, size, codec, plan, scratch);
+                if (no != NULL) {
+                    return no;
+                }
+                records = scratch->plain.buf;
+                at = 0;
+                end = scratch->plain.len;
+                counts->compressed[codec]++;
+            } else {
+                scratch->left -= (int64_t)size;
+            }
             nc_watch w = {plan, 0};
-            size_t at = BATCH_HEADER;
             int64_t seen = 0;
-            while (at < size) {
+            while (at < end) {
                 sc_rec r;
-                if (seen >= count || sc_walk_record(b, &at, size, &r, nc_watched_key, &w)) {
+                if (seen >= count ||
+                    sc_walk_record(records, &at, end, &r, nc_watched_key, &w)) {
                     return "malformed records";
                 }
                 if (w.hit) {
@@ -98,8 +151,19 @@ static int64_t read_length(sc_reader *r, int compact, int width) {
     return nc_read_int(r, width);
 }
 
+static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+                      int check_tags, nc_counts *counts, const char **why, scan_room *room);
+
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why) {
+    scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0};
+    int r = scan_fetch(frame, len, ver, plan, check_tags, counts, why, &room);
+    nk_buf_free(&room.plain);
+    return r;
+}
+
+static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+                      int check_tags, nc_counts *counts, const char **why, scan_room *room) {
     sc_reader r = {frame, 0, len, 0};
     memset(counts, 0, sizeof *counts);
     *why = "a malformed Fetch response";
@@ -165,10 +229,10 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
                 return NC_PYTHON;
             }
             if (n > 0) {
-                const char *no = scan_records(frame + r.pos, (size_t)n, plan, counts);
+                const char *no = scan_records(frame + r.pos, (size_t)n, plan, counts, room);
                 if (no != NULL) {
                     *why = no;
-                    return NC_PYTHON;
+                    return room->nomem ? NC_NOMEM : NC_PYTHON;
                 }
                 r.pos += (size_t)n;
             }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "contracts/features.h"
+#include "relay_codec.h"
 #include "stamp_core.h"
 
 #define BATCH_HEADER 61
@@ -254,6 +255,10 @@ typedef struct {
     size_t keep_from, keep_to; /* the keeper column's bytes in tail, which kept records skip */
     uint8_t *draws[2];
     size_t draws_cap[2];
+    /* Compressed batches: one decompressed (its header, then its records), its stamped form,
+     * the records field being written; what is left of the request's decompression limit. */
+    nk_buf plain, stamped, field;
+    int64_t left;
 } tail_t;
 
 static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
@@ -335,6 +340,9 @@ static void free_tail(tail_t *t) {
     free(t->slot);
     free(t->draws[0]);
     free(t->draws[1]);
+    nk_buf_free(&t->plain);
+    nk_buf_free(&t->stamped);
+    nk_buf_free(&t->field);
 }
 
 int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
@@ -435,7 +443,7 @@ static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan 
  * it), as the Python path checks it before it reads a record: a corrupted batch is never
  * stamped and sealed with a fresh CRC, the broker refuses it as it came. */
 static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
-                               const tail_t *t, int check_crc, size_t *size,
+                               const tail_t *t, int check_crc, int plain, size_t *size,
                                size_t *new_size, int64_t *records, int64_t *kept, int *same) {
     if (room < BATCH_HEADER) {
         return "a partial record batch";
@@ -449,7 +457,7 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
         return "a batch of magic 0 or 1";
     }
     unsigned attributes = (unsigned)b[21] << 8 | b[22];
-    if (attributes & 7) {
+    if ((attributes & 7) && !plain) {
         return "a compressed batch";
     }
     if (attributes & 0x20) {
@@ -502,7 +510,7 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     if (total > INT32_MAX) {
         return "a batch too large once stamped";
     }
-    if (plan->max_batch_bytes >= 0 && (int64_t)total > plan->max_batch_bytes &&
+    if (!plain && plan->max_batch_bytes >= 0 && (int64_t)total > plan->max_batch_bytes &&
         (int64_t)*size <= plan->max_batch_bytes) {
         return "a batch over the topic's size limit once stamped";
     }
@@ -589,9 +597,10 @@ static void fill_ids(tail_t *t, const nc_plan *plan, int64_t count, int64_t inde
 }
 
 /* Write the stamped batch (checked by check_batch; `kept` of its records keep their own
- * traceparent) at out. */
+ * traceparent) at out; with `seal`, its CRC32C (a batch about to be compressed has none). */
 static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t count,
-                        int64_t kept, const nc_plan *plan, tail_t *t, uint8_t *out) {
+                        int64_t kept, const nc_plan *plan, tail_t *t, uint8_t *out,
+                        int seal) {
     memcpy(out, b, BATCH_HEADER);
     put_be32(out + 8, (uint32_t)(new_size - 12));
     uint8_t *w = out + BATCH_HEADER;
@@ -627,40 +636,180 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
             w += t->len;
         }
     }
-    put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
+    if (seal) {
+        put_be32(out + 17, sc_crc32c(0, out + 21, new_size - 21));
+    }
 }
 
-/* One records field of `len` bytes at f: its stamped form appended to out; *changed set
- * when a batch of it changes. */
-static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_plan *plan,
-                         tail_t *t, nc_draw_fn draw, void *arg, nc_buf *out,
-                         nc_counts *counts, int *changed, const char **why) {
-    /* First check every batch and size the new field, then write it. */
-    size_t pos = 0, total = 0;
-    while (pos < len) {
-        size_t size, new_size;
-        int64_t records, kept;
-        int same;
-        /* *why is set only when the request goes to Python: a batch that passes must not
-         * clear the reason the caller set for what it still has to read. */
-        const char *no = check_batch(f + pos, len - pos, plan, t, 1, &size, &new_size,
-                                     &records, &kept, &same);
-        if (no != NULL) {
-            *why = no;
-            return NC_PYTHON;
-        }
-        *changed |= !same;
-        counts->batches++;
-        counts->records += (uint64_t)records;
-        counts->kept += (uint64_t)kept;
-        counts->kept_batches += kept == records;
-        if ((int64_t)counts->records > plan->max_request_records) {
-            *why = "a request over limits.max_request_records";
-            return NC_PYTHON;
-        }
-        pos += size;
-        total += new_size;
+/* A batch's size as its header declares it, when the field holds that much: 0 otherwise. */
+static size_t batch_size(const uint8_t *b, size_t room) {
+    if (room < BATCH_HEADER) {
+        return 0;
     }
+    int64_t length = (int32_t)be32u(b + 8);
+    if (length < BATCH_HEADER - 12 || (uint64_t)length + 12 > room) {
+        return 0;
+    }
+    return (size_t)length + 12;
+}
+
+/* Count a batch that passed its checks; NC_PYTHON past the request's record limit. */
+static int count_batch(const nc_plan *plan, nc_counts *counts, int64_t records, int64_t kept,
+                       const char **why) {
+    counts->batches++;
+    counts->records += (uint64_t)records;
+    counts->kept += (uint64_t)kept;
+    counts->kept_batches += kept == records;
+    if ((int64_t)counts->records > plan->max_request_records) {
+        *why = "a request over limits.max_request_records";
+        return NC_PYTHON;
+    }
+    return NC_OK;
+}
+
+/* A compressed batch at b (at most `room` bytes to the end of its field): decompressed
+ * within the limits, checked and stamped as an uncompressed one, recompressed with its own
+ * codec and sealed (attributes and every other header field as they came, a new length and
+ * CRC32C), appended to out; *size is its size as it came. Python does the same (protocol/
+ * records.py `to_bytes`), and what it refuses or must fit to a topic's limit goes to it. */
+static int stamp_compressed(const uint8_t *b, size_t room, const nc_plan *plan, tail_t *t,
+                            nc_draw_fn draw, void *arg, nk_buf *out, size_t *size,
+                            nc_counts *counts, int *changed, const char **why) {
+    if ((*size = batch_size(b, room)) == 0) {
+        *why = "a batch length out of range";
+        return NC_PYTHON;
+    }
+    unsigned attributes = (unsigned)b[21] << 8 | b[22];
+    int codec = (int)(attributes & 7);
+    if (b[16] != 2) {
+        *why = "a batch of magic 0 or 1";
+        return NC_PYTHON;
+    }
+    if (!(NK_NATIVE_CODECS & (1u << codec))) {
+        *why = "a compression codec the engine does not read";
+        return NC_PYTHON;
+    }
+    if (attributes & 0x20) {
+        *why = "a control batch";
+        return NC_PYTHON;
+    }
+    /* The CRC first, as Python checks it before it decompresses anything. */
+    if (sc_crc32c(0, b + 21, *size - 21) != be32u(b + 17)) {
+        *why = "a record batch CRC mismatch";
+        return NC_PYTHON;
+    }
+    int64_t count = (int32_t)be32u(b + 57);
+    if (count <= 0) {
+        *why = "an empty batch";
+        return NC_PYTHON;
+    }
+    if (count > plan->max_batch_records) {
+        *why = "a batch over limits.max_batch_records";
+        return NC_PYTHON;
+    }
+    int64_t limit = plan->max_batch_decompressed < t->left ? plan->max_batch_decompressed
+                                                           : t->left;
+    if (limit <= 0) {
+        *why = "a compressed batch over the decompression limits";
+        return NC_PYTHON;
+    }
+    nk_buf *plain = &t->plain;
+    plain->len = 0;
+    if (!nk_reserve(plain, BATCH_HEADER, SIZE_MAX)) {
+        return NC_NOMEM;
+    }
+    memcpy(plain->buf, b, BATCH_HEADER);
+    plain->len = BATCH_HEADER;
+    const char *no;
+    int r = nk_decompress(codec, b + BATCH_HEADER, *size - BATCH_HEADER, (size_t)limit, plain,
+                          &no);
+    if (r == NK_NOMEM) {
+        return NC_NOMEM;
+    }
+    if (r == NK_TOO_LARGE) {
+        *why = "a compressed batch over the decompression limits";
+        return NC_PYTHON;
+    }
+    if (r != NK_OK) {
+        *why = no;
+        return NC_PYTHON;
+    }
+    t->left -= (int64_t)(plain->len - BATCH_HEADER);
+    if (plain->len - 12 > INT32_MAX) {
+        *why = "a batch too large once decompressed";
+        return NC_PYTHON;
+    }
+    put_be32(plain->buf + 8, (uint32_t)(plain->len - 12));
+    size_t plain_size, new_size;
+    int64_t records, kept;
+    int same;
+    no = check_batch(plain->buf, plain->len, plan, t, 0, 1, &plain_size, &new_size, &records,
+                     &kept, &same);
+    if (no != NULL) {
+        *why = no;
+        return NC_PYTHON;
+    }
+    /* The stamped records are held too, before they are compressed: to the same bound (tiny
+     * records grow manyfold; Python stamps such a batch in a worker thread). */
+    if ((int64_t)new_size - BATCH_HEADER > plan->max_batch_decompressed) {
+        *why = "a compressed batch over the decompression limits once stamped";
+        return NC_PYTHON;
+    }
+    if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+        return NC_PYTHON;
+    }
+    size_t at = out->len;
+    if (same) { /* nothing appended: it stays as it came, as in Python */
+        if (!nk_reserve(out, *size, SIZE_MAX)) {
+            return NC_NOMEM;
+        }
+        memcpy(out->buf + out->len, b, *size);
+        out->len += *size;
+        return NC_OK;
+    }
+    *changed = 1;
+    r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+    if (r != NC_OK) {
+        return r;
+    }
+    nk_buf *stamped = &t->stamped;
+    stamped->len = 0;
+    if (!nk_reserve(stamped, new_size, SIZE_MAX)) {
+        return NC_NOMEM;
+    }
+    write_batch(plain->buf, plain_size, new_size, records, kept, plan, t, stamped->buf, 0);
+    if (!nk_reserve(out, BATCH_HEADER, SIZE_MAX)) {
+        return NC_NOMEM;
+    }
+    memcpy(out->buf + at, b, BATCH_HEADER);
+    out->len += BATCH_HEADER;
+    r = nk_compress(codec, stamped->buf + BATCH_HEADER, new_size - BATCH_HEADER, out, &no);
+    if (r != NK_OK) {
+        *why = no;
+        return r == NK_NOMEM ? NC_NOMEM : NC_PYTHON;
+    }
+    size_t sealed = out->len - at;
+    if (sealed - 12 > INT32_MAX) {
+        *why = "a batch too large once stamped";
+        return NC_PYTHON;
+    }
+    /* The rule of interceptors/batch_fit.py: a batch that fitted the limit and no longer
+     * does is Python's to re-encode with a stronger codec, or refuse. */
+    if (plan->max_batch_bytes >= 0 && (int64_t)sealed > plan->max_batch_bytes &&
+        (int64_t)*size <= plan->max_batch_bytes) {
+        *why = "a batch over the topic's size limit once stamped";
+        return NC_PYTHON;
+    }
+    put_be32(out->buf + at + 8, (uint32_t)(sealed - 12));
+    put_be32(out->buf + at + 17, sc_crc32c(0, out->buf + at + 21, sealed - 21));
+    counts->compressed[codec]++;
+    return NC_OK;
+}
+
+/* Write a records field's length, then its `total` bytes from `from` (NULL: written by the
+ * caller afterwards), to out. */
+static int put_field(nc_buf *out, int compact, size_t total, const uint8_t *from,
+                     const char **why) {
     if (total > INT32_MAX - 1 || (out->limit > 0 && out->len + 5 + total > out->limit)) {
         *why = "records too large once stamped";
         return NC_PYTHON;
@@ -674,20 +823,124 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         put_be32(out->buf + out->len, (uint32_t)total);
         out->len += 4;
     }
+    if (from != NULL) {
+        memcpy(out->buf + out->len, from, total);
+        out->len += total;
+    }
+    return NC_OK;
+}
+
+/* A records field holding a compressed batch: every batch stamped in order into t->field
+ * (a compressed batch's stamped size is known only once compressed), then the field. */
+static int stamp_field_in_order(const uint8_t *f, size_t len, int compact,
+                                const nc_plan *plan, tail_t *t, nc_draw_fn draw, void *arg,
+                                nc_buf *out, nc_counts *counts, int *changed,
+                                const char **why) {
+    nk_buf *field = &t->field;
+    field->len = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        const uint8_t *b = f + pos;
+        size_t size = batch_size(b, len - pos);
+        if (size > 0 && (b[22] & 7)) {
+            int r = stamp_compressed(b, len - pos, plan, t, draw, arg, field, &size, counts,
+                                     changed, why);
+            if (r != NC_OK) {
+                return r;
+            }
+            if (out->limit > 0 && out->len + 5 + field->len > out->limit) {
+                *why = "records too large once stamped"; /* known now: stop here */
+                return NC_PYTHON;
+            }
+            pos += size;
+            continue;
+        }
+        size_t new_size;
+        int64_t records, kept;
+        int same;
+        const char *no = check_batch(b, len - pos, plan, t, 1, 0, &size, &new_size, &records,
+                                     &kept, &same);
+        if (no != NULL) {
+            *why = no;
+            return NC_PYTHON;
+        }
+        t->left -= (int64_t)size;
+        if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+            return NC_PYTHON;
+        }
+        if (!nk_reserve(field, new_size, SIZE_MAX)) {
+            return NC_NOMEM;
+        }
+        if (same) {
+            memcpy(field->buf + field->len, b, size);
+        } else {
+            *changed = 1;
+            int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+            if (r != NC_OK) {
+                return r;
+            }
+            write_batch(b, size, new_size, records, kept, plan, t, field->buf + field->len, 1);
+        }
+        field->len += new_size;
+        pos += size;
+    }
+    return put_field(out, compact, field->len, field->buf, why);
+}
+
+/* One records field of `len` bytes at f: its stamped form appended to out; *changed set
+ * when a batch of it changes. */
+static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_plan *plan,
+                         tail_t *t, nc_draw_fn draw, void *arg, nc_buf *out,
+                         nc_counts *counts, int *changed, const char **why) {
+    for (size_t pos = 0, size; (size = batch_size(f + pos, len - pos)) > 0; pos += size) {
+        if (f[pos + 22] & 7) {
+            return stamp_field_in_order(f, len, compact, plan, t, draw, arg, out, counts,
+                                        changed, why);
+        }
+    }
+    /* Uncompressed batches only: first check every batch and size the new field, then
+     * write it straight into out. */
+    size_t pos = 0, total = 0;
+    while (pos < len) {
+        size_t size, new_size;
+        int64_t records, kept;
+        int same;
+        /* *why is set only when the request goes to Python: a batch that passes must not
+         * clear the reason the caller set for what it still has to read. */
+        const char *no = check_batch(f + pos, len - pos, plan, t, 1, 0, &size, &new_size,
+                                     &records, &kept, &same);
+        if (no != NULL) {
+            *why = no;
+            return NC_PYTHON;
+        }
+        *changed |= !same;
+        t->left -= (int64_t)size;
+        if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+            return NC_PYTHON;
+        }
+        pos += size;
+        total += new_size;
+    }
+    int r = put_field(out, compact, total, NULL, why);
+    if (r != NC_OK) {
+        return r;
+    }
     pos = 0;
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
         int same;
-        check_batch(f + pos, len - pos, plan, t, 0, &size, &new_size, &records, &kept, &same);
+        check_batch(f + pos, len - pos, plan, t, 0, 0, &size, &new_size, &records, &kept,
+                    &same);
         if (same) { /* it draws nothing: Python makes no value for it either */
             memcpy(out->buf + out->len, f + pos, size);
         } else {
-            int r = draw_batch(t, plan, records, records - kept, draw, arg, why);
+            r = draw_batch(t, plan, records, records - kept, draw, arg, why);
             if (r != NC_OK) {
                 return r;
             }
-            write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len);
+            write_batch(f + pos, size, new_size, records, kept, plan, t, out->buf + out->len,
+                        1);
         }
         out->len += new_size;
         pos += size;
@@ -751,6 +1004,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         free_tail(&t);
         return NC_NOMEM;
     }
+    t.left = plan->max_request_decompressed;
     int result = NC_OK;
     int changed = 0; /* a batch changes: the request is rewritten */
     size_t copied = 0;
@@ -845,6 +1099,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
 }
 
 void nc_counts_add(nc_counts *into, const nc_counts *more) {
+    for (int i = 0; i < 8; i++) {
+        into->compressed[i] += more->compressed[i];
+    }
     into->batches += more->batches;
     into->records += more->records;
     into->kept += more->kept;

@@ -11,11 +11,9 @@ enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRA
 #define NC_KIND_NAMES {"const", "client_id", "time_ms_text", "uuid7", "traceparent"}
 
 /* The Produce versions the stamp walks (v13 names topics by id: one Herald has not learnt goes
- * to Python), and the batch codecs (protocol/compression.py's names) whose batches it stamps:
- * a batch in another goes to Python whole. */
+ * to Python). The batch codecs it stamps are relay_codec.h's NK_NATIVE_CODECS. */
 #define NC_PRODUCE_MIN_VERSION 3
 #define NC_PRODUCE_MAX_VERSION 13
-#define NC_STAMP_CODECS {"none"}
 /* Which stream of random bytes a column draws from (interceptors.ids: trace ids, message ids). */
 enum { NC_TRACE_DRAWS = 0, NC_MSG_DRAWS = 1 };
 
@@ -37,6 +35,10 @@ typedef struct {
     size_t nkeys, nprefixes, keys_cap;
     int64_t max_batch_records, max_request_records;
     int64_t max_batch_bytes; /* < 0: none */
+    /* What a compressed batch may decompress to, and all of a request's records (its
+     * uncompressed batches counted as they are): limits.max_batch_decompressed_bytes and
+     * max_request_decompressed_bytes, or less. 0: compressed batches go to Python. */
+    int64_t max_batch_decompressed, max_request_decompressed;
     uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
     size_t ntopic_ids;
     const nc_col *keeper;     /* the column that `keeps`, if any (at most one) */
@@ -54,9 +56,11 @@ typedef struct {
 typedef int (*nc_draw_fn)(void *arg, int stream, uint8_t *dst, size_t n);
 
 /* What a stamped request held: batches and records; records that kept their own traceparent
- * (the keeper column appended nothing to them), and batches all of whose records did. */
+ * (the keeper column appended nothing to them), and batches all of whose records did; the
+ * compressed batches re-encoded with their codec (a scan counts those it read). */
 typedef struct {
     uint64_t batches, records, kept, kept_batches;
+    uint64_t compressed[8]; /* of the batches, those compressed (and changed), by codec id */
 } nc_counts;
 
 void nc_counts_add(nc_counts *into, const nc_counts *more);

@@ -2,11 +2,15 @@
 
 With `performance.native_relay: auto`, a produce chain of stamping members the engine knows
 (`Interceptor.native_columns`: `trace_context`, `audit`) no longer sends every Produce request
-to Python. The engine walks the request, and when every batch is uncompressed, magic 2 and
-has no record carrying a header a member watches, it appends the members' columns to every
-record itself (proxy/native/relay_stamp.c). A record that carries its own valid trace context is
-stamped too when the trace member declares it keeps such a record's (`NativeColumn.
-keeps_valid`): that column appends nothing to it. Any other request goes to Python at its
+to Python. The engine walks the request, and when every batch is magic 2 and has no record
+carrying a header a member watches, it appends the members' columns to every record itself
+(proxy/native/relay_stamp.c). A compressed batch (gzip, snappy, lz4, zstd) is decompressed
+within the limits Python keeps, stamped the same way and recompressed with its own codec
+(proxy/native/relay_codec.c); one that would no longer fit its topic's size limit goes to
+Python, which re-encodes it with a stronger codec or refuses it (interceptors/batch_fit.py).
+A record that carries its own valid trace context is stamped too when the trace member
+declares it keeps such a record's (`NativeColumn.keeps_valid`): that column appends nothing
+to it. Any other request goes to Python at its
 frame boundary, which runs the chain as always: the Python chain is the reference the engine
 is tested against.
 
@@ -29,7 +33,7 @@ from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter, connection_info
+from proxy.filters.interception import ON_LOOP_DECOMPRESSED, InterceptorFilter, connection_info
 from proxy.native.capabilities import CAPABILITIES
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
@@ -57,13 +61,15 @@ class StampPlan:
     interceptors: InterceptorFilter
     members: tuple[_Member, ...]
 
-    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0) -> None:
+    def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
+              compressed: Sequence[int] = ()) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
         `kept` records kept their own traceparent (the keeping column appended nothing to
         them), and in `kept_batches` every record did: such a batch changed only if another
-        column appended to it."""
+        column appended to it. `compressed[codec]` of the changed batches were compressed
+        and re-encoded with their codec, the others are counted as uncompressed."""
         fresh, fresh_batches = records - kept, batches - kept_batches
         only_keeps = all(m.appends == m.keeps for m in self.members)
         changed_batches = fresh_batches if only_keeps else batches
@@ -80,7 +86,12 @@ class StampPlan:
                     st.count(event, made)
             run.members[m.member.name] = st
         self.chain.add_run(run)
-        self.interceptors.codec.reencoded[0] += changed_batches
+        reencoded = self.interceptors.codec.reencoded
+        for codec, n in enumerate(compressed):
+            if n and codec:
+                reencoded[codec] += n
+                changed_batches -= n
+        reencoded[0] += changed_batches
 
 
 def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
@@ -143,8 +154,28 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
         return None
     limits = filt.limits
     wire = (tuple(columns), wire_keys, wire_prefixes, limits.max_batch_records,
-            limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)))
+            limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)),
+            *decompression_limits(filt))
     return StampPlan(wire, produce, filt, tuple(members))
+
+
+def decompression_limits(filt: InterceptorFilter) -> tuple[int, int]:
+    """What the engine may decompress: one batch, one request (or one response).
+
+    Python's limits (`limits.max_batch_decompressed_bytes`, `max_request_decompressed_bytes`),
+    and no more than the share of the memory budget Python lets one large partition's
+    decompression book (`InterceptorFilter._run_big`), so that whatever the engine
+    decompresses Python would have decompressed too; past them the frame goes to Python, which
+    refuses it with the limit's own error. A batch is also kept to what Python decompresses
+    on its event loop without booking it (`ON_LOOP_DECOMPRESSED`): the engine holds one batch
+    at a time, decompressed and stamped, outside the memory budget, and a larger one goes to
+    Python, which books it and works in a worker thread."""
+    limits = filt.limits
+    batch, request = limits.max_batch_decompressed_bytes, limits.max_request_decompressed_bytes
+    if filt.memory is not None:
+        share = filt.memory.limit // (2 * limits.big_batch_workers)
+        batch, request = min(batch, share), min(request, share)
+    return min(batch, ON_LOOP_DECOMPRESSED), request
 
 
 def _batch_limit(filt: InterceptorFilter) -> int:

@@ -134,42 +134,46 @@ def scan(data: bytes, version: int, plan: FetchPlan, check_tags: bool = False) -
     return _relay.scan_fetch(data, version, plan.wire, check_tags)
 
 
+def scan_agrees_with_python(version: int, msg: FetchResponse) -> bool:
+    """The engine's verdict on the response is the Python chain's, and what it counts when
+    it passes the response is what the chain counted; True when it passed."""
+    filt, plan = setup()
+    data = frame(version, msg)
+    got = scan(data, version, plan)
+    before = filt.chains.fetch.stats.snapshot()
+    unchanged = python_unchanged(filt, data, version)
+    assert (got[0] is not None) == unchanged, got
+    if got[0] is None:
+        assert got[1] == "a record with a watched header"
+        return False
+    python = filt.chains.fetch.stats.snapshot()
+    assert python != before
+    filt2, plan2 = setup()
+    plan2.count(*got)
+    assert filt2.chains.fetch.stats.snapshot() == python
+    assert python["batches_seen"] == got[0] and python["records_seen"] == got[1]
+    return True
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_scan_agrees_with_the_python_chain(version: int) -> None:
     rng = random.Random(version)
-    passed = refused = 0
+    verdicts = set()
     for round_ in range(12):
-        filt, plan = setup()
         watched = (0.0, 0.0, 0.02, 0.3)[round_ % 4]
         msg = response(rng, version, topics=1 + round_ % 3, partitions=1 + round_ % 2,
                        batches=1 + round_ % 4, watched=watched, truncated=round_ % 3 == 1,
                        control=round_ % 5 == 2)
-        data = frame(version, msg)
-        got = scan(data, version, plan)
-        before = filt.chains.fetch.stats.snapshot()
-        unchanged = python_unchanged(filt, data, version)
-        assert (got[0] is not None) == unchanged, got
-        if got[0] is None:
-            refused += 1
-            assert got[1] == "a record with a watched header"
-            continue
-        passed += 1
-        # The engine counts what the chain counted for the same response.
-        python = filt.chains.fetch.stats.snapshot()
-        assert python != before
-        filt2, plan2 = setup()
-        plan2.count(*got)
-        assert filt2.chains.fetch.stats.snapshot() == python
-        assert python["batches_seen"] == got[0] and python["records_seen"] == got[1]
-    assert passed and refused
+        verdicts.add(scan_agrees_with_python(version, msg))
+    assert verdicts == {True, False}
 
 
-def test_compressed_legacy_and_unknown_topics_go_to_python() -> None:
+def test_legacy_batches_and_unknown_topics_go_to_python() -> None:
     rng = random.Random(2)
     filt, plan = setup()
     lz4 = frame(12, response(rng, 12, 1, 1, 2, 0.0, compression=LZ4))
-    assert scan(lz4, 12, plan) == (None, "a compressed batch")
-    assert python_unchanged(filt, lz4, 12)  # the scan is the stricter one here
+    assert scan(lz4, 12, plan)[0] is not None  # read decompressed, as Python reads it
+    assert python_unchanged(filt, lz4, 12)
     legacy = bytearray(build_batch([Record(b"k", b"v")]))
     legacy[16] = 1  # magic 1
     msg = FetchResponse(responses=[FetchableTopicResponse(topic="topic-0", partitions=[
@@ -277,8 +281,8 @@ def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
         for original in clean:
             python_unchanged(filt, original, 12)
         after = filt.chains.fetch.stats.snapshot()
-        assert counted == (after["batches_seen"] - before["batches_seen"],
-                           after["records_seen"] - before["records_seen"], 0, 0)
+        assert counted[:4] == (after["batches_seen"] - before["batches_seen"],
+                               after["records_seen"] - before["records_seen"], 0, 0)
         assert counted[0] == 3 * 2 * 2 * 3
     finally:
         rig.close()
