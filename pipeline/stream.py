@@ -98,8 +98,9 @@ def hold_flows(config: PipelineConfig) -> Any:
             blob, first, last, finalized = state.get
             if finalized:
                 state.remove()
-            else:
-                yield emit(pickle.loads(blob), FINAL, watermark)
+            else:  # quiet for the gap: final; still busy, so its age ran out: evicted
+                status = FINAL if last + gap_ms < watermark else EVICTED
+                yield emit(pickle.loads(blob), status, watermark)
                 tombstone(state, first, last, watermark)
             return
         new = pd.concat(list(frames), ignore_index=True)
@@ -161,18 +162,25 @@ def _sketch_of(entry: dict[str, Any], accuracy: float) -> Sketch:
     return Sketch.from_json(entry["sketch"]) if "sketch" in entry else Sketch(accuracy)
 
 
-def merge_batch(agg: dict[str, Any], tables: Any, emitted: DataFrame, config: PipelineConfig
-                ) -> None:
-    """Add one micro-batch's finalised flows (`tables`, from `analyze`) and emitted rows to the
-    merged aggregates, in place. Every figure is a sum, a min/max or a sketch: all merge
-    exactly."""
+def status_counts(emitted: DataFrame) -> list[dict[str, Any]]:
+    """Per status of the emitted rows: rows, distinct traces and the watermark."""
+    from pyspark.sql import functions as F
+
+    return [r.asDict() for r in emitted.groupBy("status").agg(
+        F.count(F.lit(1)).alias("n"), F.max("watermark_ms").alias("wm"),
+        F.countDistinct("trace_id").alias("traces")).collect()]
+
+
+def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]],
+                config: PipelineConfig) -> None:
+    """Add one micro-batch's finalised flows (`tables`, from `analyze`) and its emitted rows
+    (`statuses`, from `status_counts`) to the merged aggregates, in place. Every figure is a
+    sum, a min/max or a sketch: all merge exactly."""
     from pyspark.sql import functions as F
 
     acc = config.stream.accuracy
     st = agg["stream"]
-    for r in emitted.groupBy("status").agg(F.count(F.lit(1)).alias("n"),
-                                           F.max("watermark_ms").alias("wm"),
-                                           F.countDistinct("trace_id").alias("traces")).collect():
+    for r in statuses:
         if r["status"] == LATE:
             st["late_hops"] += r["n"]
         elif r["status"] == EVICTED:
@@ -422,10 +430,12 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
         emitted = (emitted.withColumn("parents", F.from_json("parents", PARENTS_SCHEMA))
                    .withColumn("event_time", F.timestamp_millis("event_ms"))).localCheckpoint()
         part = f"batch_id={batch_id}"
+        statuses = status_counts(emitted)
         hops = emitted.where(F.col("status") != LATE).select(*HOP_COLUMNS)
         hops.write.mode("overwrite").parquet(str(out / "hops" / part))
-        emitted.where(F.col("status") == LATE).select(*HOP_COLUMNS).write.mode(
-            "overwrite").parquet(str(out / "late" / part))
+        if any(r["status"] == LATE for r in statuses):  # a replay brings the same rows
+            emitted.where(F.col("status") == LATE).select(*HOP_COLUMNS).write.mode(
+                "overwrite").parquet(str(out / "late" / part))
         hops = spark.read.parquet(str(out / "hops" / part))
         tables = analyze(hops, config)
         tables.branches = tables.branches.cache()
@@ -433,7 +443,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
             for name in ("links", "branches", "flows"):
                 getattr(tables, name).write.mode("overwrite").parquet(str(out / name / part))
             agg = _latest_aggregates(agg_dir, batch_id)
-            merge_batch(agg, tables, emitted, config)
+            merge_batch(agg, tables, statuses, config)
         finally:
             tables.branches.unpersist()
             tables.unpersist()

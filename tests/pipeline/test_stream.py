@@ -70,12 +70,35 @@ def _batch_without(spark, config: PipelineConfig, skip: set, output: Path) -> di
     return write_outputs(spark, str(output / "hops"), batch, {"mode": "batch"})
 
 
+def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: float) -> None:
+    """Counts and tables exactly equal; sketched percentiles within the relative bound."""
+    summary = json.loads((out / "summary.json").read_text())
+    batch = json.loads((batch_out / "summary.json").read_text())
+    for key in ("records", "offsets", "flows", "branches", "links", "broken_branches"):
+        assert summary[key] == batch[key], key
+    for name in ("hops", "links", "branches", "flows", "audit"):
+        order = TABLE_KEYS.get(name, ["topic", "partition", "offset"])
+        assert _rows(spark, str(out / name), order) == \
+            _rows(spark, str(batch_out / name), order), name
+    for name in ("edges", "pathways"):
+        streamed = _rows(spark, str(out / name), TABLE_KEYS[name])
+        batched = _rows(spark, str(batch_out / name), TABLE_KEYS[name])
+        assert len(streamed) == len(batched) > 2, name
+        for s, b in zip(streamed, batched, strict=True):
+            assert {k: s[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b} == \
+                {k: b[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b}, name
+            for k in SKETCHED:
+                assert s[k] == pytest.approx(b[k], rel=accuracy, abs=1e-9), (name, k, s, b)
+    for e in summary["edges"]:
+        assert sum(e["histogram"]) == e["count"]
+
+
 def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
     topics = topic_names()
     config = _config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=15.0,
-                     max_offsets_per_trigger=25)
+                     max_flow_hops=5, max_offsets_per_trigger=25)
     traffic = Traffic(topics)
     first = [traffic.flow(T0 + i * 3000, KINDS[i % len(KINDS)]) for i in range(12)]
     for i in range(3):  # written straight to the broker by a legacy client: no trace
@@ -97,6 +120,11 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     behind = traffic.add(Hop(topics["orders"], T0 - 60_000, "ab" * 16))
     for i in range(12):
         traffic.flow(end + 2000 + i * 700, KINDS[i % len(KINDS)])
+    # A flow of six hops, more than max_flow_hops: evicted (analysed at once, counted).
+    trace = "cd" * 16
+    chain = [traffic.add(Hop(topics["orders"], end + 3000, trace))]
+    for n in range(5):
+        chain.append(traffic.add(Hop(topics["payments"], end + 3010 + n, trace, [chain[-1]])))
     tick = traffic.add(Hop(topics["orders"], end + 120_000, None, client="clock"))
     written |= set(traffic.write(kafka.bootstrap, create=False))
     _run(spark, config)
@@ -112,32 +140,15 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
         traffic.keys[late]]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stream"]["late_hops"] == 1
-    assert summary["stream"]["evicted_flows"] == 0
+    assert (summary["stream"]["evicted_flows"], summary["stream"]["evicted_hops"]) == (1, 6)
     dropped = sum((p["state"] or {}).get("numRowsDroppedByWatermark", 0)
                   for p in _progress(config.output))
     assert dropped == 1
     assert traffic.keys[tick] in set(keys)
 
     batch = _batch_without(spark, config, skip, tmp_path / "batch")
-    assert summary["flows"]["total"] == batch["flows"]["total"] == 24
-    for key in ("records", "offsets", "flows", "branches", "links", "broken_branches"):
-        assert summary[key] == batch[key], key
-    for name in ("hops", "links", "branches", "flows", "audit"):
-        order = TABLE_KEYS.get(name, ["topic", "partition", "offset"])
-        assert _rows(spark, str(out / name), order) == \
-            _rows(spark, str(tmp_path / "batch" / name), order), name
-    accuracy = config.stream.accuracy
-    for name in ("edges", "pathways"):
-        streamed = _rows(spark, str(out / name), TABLE_KEYS[name])
-        batched = _rows(spark, str(tmp_path / "batch" / name), TABLE_KEYS[name])
-        assert len(streamed) == len(batched) > 2, name
-        for s, b in zip(streamed, batched, strict=True):
-            assert {k: s[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b} == \
-                {k: b[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b}, name
-            for k in SKETCHED:
-                assert s[k] == pytest.approx(b[k], rel=accuracy, abs=1e-9), (name, k, s, b)
-    for e in summary["edges"]:
-        assert sum(e["histogram"]) == e["count"]
+    assert summary["flows"]["total"] == batch["flows"]["total"] == 25
+    assert_stream_equals_batch(spark, out, tmp_path / "batch", config.stream.accuracy)
     inferred = [e for e in summary["edges"] if e["to_topic"] == topics["fraud"]]
     assert inferred and all(e["link"] == "inferred" for e in inferred)
 
@@ -161,9 +172,16 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
 
     progress = [p for p in _progress(config.output) if p["input_rows"]]
     assert len(progress) >= 20
-    for p in progress:
-        assert p["state"]["numRowsUpdated"] <= p["input_rows"], p
-    totals = [p["state"]["numRowsTotal"] for p in progress[:-1]]
+    # Each flow costs three state operations (held, finalised into a tombstone, tombstone
+    # removed) and brought three records: the state rows a steady batch touches stay within
+    # its input, whatever the number of batches before it.
+    steady, drain = progress[:-1], progress[-1]  # the last brings the clock record only
+    for p in steady:
+        touched = p["state"]["numRowsUpdated"] + p["state"]["numRowsRemoved"]
+        assert 0 < touched <= p["input_rows"], p
+    assert drain["state"]["numRowsUpdated"] + drain["state"]["numRowsRemoved"] <= \
+        steady[-1]["state"]["numRowsTotal"] + drain["input_rows"]
+    totals = [p["state"]["numRowsTotal"] for p in steady]
     # Held flows and tombstones cover about 2 s of event time (gap plus retention): 20 flows
     # at 100 ms apart, whatever the number of batches so far.
     half = len(totals) // 2
