@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -175,7 +176,7 @@ def run_stream(args: argparse.Namespace) -> int:
         finally:
             stop.set()
             writer.join(120)
-            query.stop()
+            query.stop()  # may interrupt a micro-batch: Spark logs the interrupted write
             spark.stop()
         lines = (Path(config.output) / "progress.jsonl").read_text().splitlines()
     runs = [json.loads(line) for line in lines]
@@ -188,8 +189,10 @@ def run_stream(args: argparse.Namespace) -> int:
     def state_of(p: dict, key: str) -> int:
         return (p["state"] or {}).get(key, 0)
 
-    t0 = batches[0]["batch_id"] if batches else 0
-    points = [((p["batch_id"] - t0) * args.interval_s, p["duration_ms"]) for p in batches]
+    def started_s(p: dict) -> float:  # Spark's ISO time of the batch's start
+        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+
+    points = [(started_s(p), p["duration_ms"]) for p in batches]
     total_in = sum(p["input_rows"] for p in batches)
     print(json.dumps({
         "bench": "pipeline stream", "minutes": args.minutes, "rate": args.rate,

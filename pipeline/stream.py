@@ -395,10 +395,16 @@ def _progress_path(out: Path) -> Path:
 
 
 def last_progress(out: Path) -> dict[str, Any] | None:
+    """The newest line of `progress.jsonl`, read from the end (the file grows by one line per
+    micro-batch; a micro-batch must not read all of it)."""
     path = _progress_path(out)
-    if not path.exists():
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 65536))
+            lines = f.read().splitlines()
+    except FileNotFoundError:
         return None
-    lines = path.read_text().splitlines()
     return json.loads(lines[-1]) if lines else None
 
 
