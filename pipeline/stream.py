@@ -521,6 +521,9 @@ def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     if not getattr(spark, "_herald_listener", False):
         spark.streams.addListener(progress_listener())
         spark._herald_listener = True  # type: ignore[attr-defined]
+    known = Path(config.stream.checkpoint) / "metadata"  # a restart keeps its query id
+    if known.exists():
+        _OUTPUTS[str(json.loads(known.read_text().splitlines()[0])["id"])] = out
     records = read_stream(spark, config)
     writer = (held_stream(spark, config, records).writeStream
               .foreachBatch(each_batch(spark, config))
