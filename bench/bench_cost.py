@@ -1,7 +1,7 @@
 """What a proxy costs per megabyte it moves and at low steady rates: Herald beside a native relay.
 
-    python bench/bench_cost.py [--interceptors none|trace_audit|drop_headers] [--rounds 3]
-                               [--client-traces]
+    python bench/bench_cost.py [--interceptors none|trace_audit|trace_audit_link|drop_headers]
+                               [--rounds 3] [--client-traces]
 
 A ratio of throughputs with the broker, the load tools and the proxy sharing two cores
 measures the machine. What travels across machines is the proxy's own CPU per MB it moves, and
@@ -23,6 +23,15 @@ Figures are medians of per-round values.
 carries a valid W3C `traceparent` of its own. ProducerPerformance cannot set headers, so the
 full-speed produce is then a librdkafka producer in this process (on the load CPU, like the
 Java tools), and the timed producer sets one too; every target gets the same load.
+
+`--interceptors trace_audit_link` is `trace_audit` with `trace_context`'s `link`: what recording
+causal links costs. Without `--client-traces` the produce figures should equal `trace_audit`'s
+(records without trace context are stamped natively as before); the consume figures are those
+of the native Fetch scan, which links need to find traced records (without a fetch chain
+Herald forwards Fetch responses unread). The records the benchmark produces through Herald get
+a trace context there, so the consume also remembers every record. With `--client-traces`,
+every produced record is also looked up in the memory (a miss: the producer fetched nothing,
+which costs the same lookup) and goes to Python instead of being kept natively.
 """
 
 from __future__ import annotations
@@ -74,6 +83,8 @@ from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E
 CHAINS: dict[str, dict[str, Any]] = {
     "none": {"produce": [], "fetch": []},
     "trace_audit": {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []},
+    "trace_audit_link": {"produce": [{"type": "trace_context", "link": {}}, {"type": "audit"}],
+                         "fetch": []},
     "drop_headers": {"produce": [], "fetch": [{"type": "drop_headers",
                                                "headers": ["prefix:internal."]}]},
 }

@@ -33,6 +33,9 @@ Class attributes tell the engine what the member needs, so it does no work nobod
 * `uses`: the services the member asks the proxy for (`interceptors.services`: the consumer
   groups clients read for, Kafka clients towards a cluster of its own); the proxy supplies
   them through `ProxyInfo` and does the work behind one only while a member uses it.
+* `fetch_member`: a produce member that must see what clients fetch sets it (in
+  ``__init__``) to a member of its own making; the chains builder appends that member to the
+  fetch chain (``trace_context`` with ``link`` remembers the traced records clients fetched).
 
 Runs. The proxy runs a chain over large batches in worker threads while it keeps running it
 over small ones on its event loop, so several runs of one member may overlap. A member that
@@ -193,6 +196,7 @@ class Interceptor:
     concurrent: ClassVar[bool] = False
     uses: ClassVar[frozenset[str]] = frozenset()  # of interceptors.services.SERVICES
     stamps: Stamps | None = None  # set (usually in __init__) by a stamping member
+    fetch_member: Interceptor | None = None  # set in __init__ by a member that needs one
 
     def __init__(self, config: Any, env: ProxyInfo) -> None:
         self.config = config
@@ -237,6 +241,12 @@ class Interceptor:
         relay makes them, one per key of `stamps.appends`; None (the default) when they
         cannot be made there, and the connection's Produce requests then stay in Python."""
         return None
+
+    def gauges(self) -> dict[str, float]:
+        """Levels of what the member holds (the size of a bounded memory), by a short fixed
+        name, read when metrics are scraped: counters say what happened, these what is kept
+        now. Read from another thread than the runs: return plain numbers, take no lock."""
+        return {}
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> Verdict | RejectRecord | None:
         """Look at (and possibly change) one record. Runs per record: keep it lean.

@@ -44,6 +44,11 @@ class ProxyInfo:
     seconds since the epoch and exists so tests can pin time. `groups` is the consumer groups
     the proxy learned (`CONSUMER_GROUPS`) and `kafka` how members reach a cluster of their
     own (`KAFKA_CLIENTS`); each is None where no proxy supplies it.
+
+    `kept` holds what members keep across reloads of the chains (the proxy builds the new
+    chains with the same `ProxyInfo`), each under a key of its own that names its settings
+    too, so a reload that changes them starts afresh: `trace_context` keeps its memory of
+    fetched traces there, so links in flight survive a SIGHUP.
     """
 
     instance_id: str = field(default_factory=_instance_id)
@@ -51,6 +56,7 @@ class ProxyInfo:
     clock: Callable[[], float] = time.time
     groups: GroupDirectory | None = None
     kafka: KafkaClients | None = None
+    kept: dict[Any, Any] = field(default_factory=dict)
 
     def time_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -124,6 +124,11 @@ class FakeBatch:
         return (r.headers for r in self._records)
 
     @property
+    def last_offset_delta(self) -> int:
+        """The largest offset delta, as a real batch's header says (-1 when empty)."""
+        return max((r.offset_delta for r in self._records), default=-1)
+
+    @property
     def modified(self) -> bool:
         return self.removed > 0 or any(r.modified for r in self._records)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import trio
 
-from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO, ListenError, ProxyConfig
+from proxy.config.proxy_yaml import ListenError, ProxyConfig
 from proxy.config.watch import watch_file
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
@@ -25,8 +25,8 @@ from proxy.filters.member_services import build_chains, proxy_info
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
+from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
-from proxy.native.relay import available as native_relay_available
 from proxy.observability.admin import AdminServer
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
@@ -113,16 +113,16 @@ class Proxy:
         self._stopping = False
         self.ready = trio.Event()
         self.native: NativeRelay | None = None
-        if config.native_relay == NATIVE_RELAY_AUTO:
-            if native_relay_available():
-                self.native = NativeRelay(self.metrics)
-            else:
-                log.warning("native_relay_unavailable",
-                            note="performance.native_relay is auto but proxy.native._relay is not "
-                            "built; every session uses the Python path")
+        no_engine = engine_reason(config.native_relay)
+        if no_engine is None:
+            self.native = NativeRelay(self.metrics)
+        elif no_engine == NATIVE_UNAVAILABLE:
+            log.warning("native_relay_unavailable",
+                        note="performance.native_relay is auto but proxy.native._relay is not "
+                        "built; every session uses the Python path")
         self.connections = Connections(
             limits, self.cluster, self.directory, self.refresh_brokers, self.chain,
-            self.metrics, self.guard, self.memory, self.listen_tls, self.native,
+            self.metrics, self.guard, self.memory, self.listen_tls, self.native, no_engine,
         )
         self.sessions: set[Session] = self.connections.sessions
         self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)

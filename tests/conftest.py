@@ -16,6 +16,7 @@ import pytest
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 
 # scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
 # (HERALD_SANITIZER_RUNTIME names it): the Herald processes they start get it again
@@ -45,6 +46,16 @@ def kafka_cluster() -> Iterator[KafkaCluster]:
     """Three real brokers (node ids 1..3), for tests that need several leaders."""
     with KafkaCluster(size=3, version=kafka_version(), heap="512m") as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def secure() -> Iterator[SecureCluster]:
+    """A broker with secured listeners (tests/support/secure_cluster.py), per module."""
+    cluster = start_secure_cluster(kafka_version())
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

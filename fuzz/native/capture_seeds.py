@@ -41,6 +41,8 @@ if str(REPO) not in sys.path:
 from confluent_kafka import Consumer, Producer  # noqa: E402
 
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
+from proxy.native.capabilities import CAPABILITIES  # noqa: E402
+from proxy.native.path_choice import PASS, SCAN, STAMP, UNLESS_TAGGED  # noqa: E402
 from proxy.session.wire import (  # noqa: E402
     decode_request,
     decode_response,
@@ -250,9 +252,9 @@ def engine_script(rng: random.Random, log: list[Chunk], stamp: bool, scan: bool)
     table = []
     for api, ver in pairs:
         if api == PRODUCE:
-            value = 3 if stamp else 1  # T_STAMP, T_PASS
+            value = STAMP if stamp else PASS
         else:
-            value = 5 if scan else (2 if ver >= 16 else 1)  # T_SCAN, T_UNLESS_TAGGED, T_PASS
+            value = SCAN if scan else (UNLESS_TAGGED if ver in CAPABILITIES.tags[FETCH] else PASS)
         table.append(bytes([api, ver, value]))
     table += [b"\x12\x03\x01"] * (8 - len(table))  # ApiVersions v3 passes
     config = bytes([0x0c | rng.randrange(4), (1 if stamp else 0) | (2 if scan else 0), 0x3f])

@@ -16,7 +16,8 @@
  *     the unforwarded broker bytes the last ones it read from the broker;
  *   - the client received a prefix of what the broker sent, as many bytes as the engine
  *     says it wrote; without stamping, the broker received a prefix of what the client sent;
- *   - after a hand-over Python resumes from ("request", "response", "client_eof", "drain"),
+ *   - after a hand-over Python resumes from (a reason of kind "resume": "request", "response",
+ *     "client_eof", "drain", "reauth"),
  *     everything the engine approved was written: nothing is lost or sent twice.
  * Python then gives a session with nothing in flight back to the engine, having handled
  * its first frame, with the rest as prefill, as proxy/session/session.py does.
@@ -78,7 +79,7 @@ typedef struct {
     uint8_t table[NE_TABLE_SIZE];
     size_t buffer_size, max_in_flight;
     int64_t max_frame;
-    double idle_s, frame_s;
+    double idle_s, frame_s, handover_s; /* handover_s > 0: re-authentication due after it */
     int stamping, scanning, plan_which;
     /* streams */
     bytes_t app_sent, broker_sent;
@@ -178,6 +179,7 @@ static void register_session(rig_t *r) {
     a.buffer_size = r->buffer_size;
     a.idle_s = r->idle_s;
     a.frame_s = r->frame_s;
+    a.handover_s = r->handover_s;
     a.prefill = at(&r->prefill, 0);
     a.prefill_len = r->prefill.len;
     a.frame_age = 0;
@@ -207,9 +209,15 @@ static void register_session(rig_t *r) {
     ne_counters_free(&c);
 }
 
+/* Whether Python carries on after a hand-over for `reason`: the engine says (NE_REASON_KINDS). */
 static int resumes(const char *reason) {
-    return !strcmp(reason, "request") || !strcmp(reason, "response") ||
-           !strcmp(reason, "client_eof") || !strcmp(reason, "drain");
+    for (int i = 1; i < NE_N_REASONS; i++) {
+        if (!strcmp(reason, NE_REASONS[i])) {
+            return !strcmp(NE_REASON_KINDS[i], "resume");
+        }
+    }
+    FUZZ_CHECK(0, "a reason the engine does not list: %s", reason);
+    return 0;
 }
 
 /* The size of the whole frame at the start of `b`, or 0 when it is not all there. */
@@ -377,7 +385,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t c0 = in_byte(&in), c1 = in_byte(&in), c2 = in_byte(&in);
     for (int i = 0; i < PAIRS; i++) {
         int api = in_byte(&in) % NE_MAX_API, ver = in_byte(&in) % NE_MAX_VER;
-        r.table[api * NE_MAX_VER + ver] = in_byte(&in) % 7;
+        r.table[api * NE_MAX_VER + ver] = in_byte(&in) % NE_T_COUNT;
     }
     r.buffer_size = (size_t)4096 << (c0 & 3);
     r.max_in_flight = 1 + ((c0 >> 2) & 7);
@@ -387,6 +395,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.max_frame = (c1 & 0x20) ? 1 << 16 : 8 << 20;
     r.idle_s = 1 + (c2 & 7);
     r.frame_s = 1 + ((c2 >> 3) & 7);
+    r.handover_s = (c2 & 0x40) ? 0.5 + ((c2 >> 7) & 1) * 4 : 0; /* re-authentication due */
     size_t got;
     const uint8_t *prefill = in_bytes(&in, in_byte(&in) % 64, &got);
     append(&r.prefill, prefill, got);

@@ -29,6 +29,11 @@ by client id is only as safe as the network; prefer principals on authenticated 
 
 The headers that are the same for a whole batch are built once per batch (and the
 per-connection ones once per connection); only ``msg_id`` is made per record.
+
+The causal links ``trace_context`` writes with ``link`` (``herald.parent``) are Herald's own:
+whether that member runs before or after this one, they are kept, and a client's own header
+with the same key is forged like any other (stripped or rejected). `interceptors.trace_links`
+says which headers of the record the proxy made in this run.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from interceptors.errors import INVALID_RECORD, RejectRecord
 from interceptors.headers import HeaderBlock, Headers
 from interceptors.ids import uuid7, uuid7_many, uuid7_prefix
 from interceptors.patterns import NameMatcher, matcher
+from interceptors.trace_links import LINKED_MEMO
 from protocol.contracts.headers import (
     AUDIT_CLIENT_ID,
     AUDIT_CLUSTER,
@@ -149,6 +155,15 @@ class Audit(Interceptor):
         appends += [k for k in (self._k_msg, self._k_origin) if k is not None]
         self.stamps = Stamps(tuple(appends), watch_prefixes=(prefix,))
 
+    @staticmethod
+    def _drop_forged_links(headers: Headers, key: str, own: int, forged: int) -> int:
+        """Remove the client's headers under the link key, keep Herald's (the last `own`)."""
+        values = headers.all(key)[forged:]
+        headers.remove(key)
+        for value in values:
+            headers.add(key, value)
+        return forged
+
     def _is_trusted(self, conn: ConnectionInfo) -> bool:
         if self._trusted_principals is not None and conn.principal is not None:
             if self._trusted_principals(conn.principal):
@@ -210,25 +225,51 @@ class Audit(Interceptor):
             columns.append(cluster)
         return columns
 
+    def _own_links(self, ctx: RecordContext, headers: Headers) -> tuple[str, int, int] | None:
+        """(key, Herald's own link headers, forged ones with that key) when `trace_context`
+        linked this record in this run (`interceptors.trace_links.LINKED_MEMO`): its headers
+        are the last ones with that key, anything before them under the key is forged."""
+        linked = ctx.memo.get(LINKED_MEMO)
+        if linked is None or linked[0] is not headers:
+            return None
+        key, own = linked[1], linked[2]
+        if not key.startswith(self._prefix):
+            return None
+        return key, own, headers.count(key) - own
+
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         # Called for records with a header under the prefix only (see `stamps`).
         stamp: _Stamp = ctx.memo[self]
         prefix = self._prefix
         keep_msg = keep_origin = False
+        links = self._own_links(ctx, headers)
+        reserved, hop_key = self._reserved, self._hop_key
+        if links is not None:  # Herald's own links are not forged: every check skips them
+            link_key = links[0]
+            reserved = lambda key: key != link_key and key.startswith(prefix)  # noqa: E731
+            hop_key = lambda key: key != link_key and self._hop_key(key)  # noqa: E731
         if stamp.trusted:
-            headers.remove_if(self._hop_key)
+            headers.remove_if(hop_key)
             keep_msg = self._k_msg is not None and self._k_msg in headers
             keep_origin = self._k_origin is not None and self._k_origin in headers
             self.stats.count("trusted_passed")
+            if links is not None and links[2]:
+                self._drop_forged_links(headers, *links)
         elif self.config.forged == "reject":
-            key = next(k for k, _ in headers if k.startswith(prefix))
-            raise RejectRecord(
-                INVALID_RECORD,
-                f"header '{key}' is reserved for the proxy (prefix '{prefix}')",
-                "forged_header",
-            )
+            key = next((k for k, _ in headers if reserved(k)), None)
+            if key is None and links is not None and links[2]:
+                key = links[0]
+            if key is not None:
+                raise RejectRecord(
+                    INVALID_RECORD,
+                    f"header '{key}' is reserved for the proxy (prefix '{prefix}')",
+                    "forged_header",
+                )
         else:
-            self.stats.count("forged_stripped", headers.remove_if(self._reserved))
+            stripped = headers.remove_if(reserved)
+            if links is not None and links[2]:
+                stripped += self._drop_forged_links(headers, *links)
+            self.stats.count("forged_stripped", stripped)
         # The hop headers are one block built per batch; then the message-level ones.
         headers.extend(stamp.hop)
         if self._k_msg is not None and not keep_msg:

@@ -19,6 +19,16 @@
   traceparent they leave with.
 * ``trace_id_headers``: header names that receive a copy of the trace id (32 lowercase hex),
   for tools that look for their own header.
+* ``link``: record the causal link where it happens (`interceptors.trace_links`). Herald
+  remembers the traced records each client scope fetched (a member this one adds to the
+  fetch chain, `trace_context.fetched`); a produced record that keeps its own valid
+  traceparent and continues a trace its scope fetched gets one ``herald.parent`` header
+  (``link.header``) per remembered record, ``<topic>:<partition>:<offset>``. Records
+  without trace context pay nothing more: they are not looked at, as before. Counted:
+  ``link_made`` (records linked), ``link_parents`` (headers written), ``link_missed_unseen``
+  / ``_expired`` / ``_evicted`` (a traced record with no remembered fetch, by reason). With
+  ``audit`` in the chain, before or after this member, these headers survive its
+  forgery check and any other header under its prefix does not.
 
 Header names are matched exactly (Kafka header keys are case-sensitive); producers write
 them in lowercase, as the spec asks.
@@ -46,6 +56,14 @@ from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
+from interceptors.trace_links import (
+    LINKED_MEMO,
+    MISS_REASONS,
+    FetchedTraces,
+    LinkConfig,
+    RememberFetched,
+    parent_value,
+)
 from interceptors.tracing import (
     format_b3,
     format_traceparent,
@@ -56,6 +74,8 @@ from interceptors.tracing import (
 from protocol.contracts.headers import B3 as B3_HEADER
 from protocol.contracts.headers import TRACEPARENT, TRACESTATE
 from protocol.stamping import hex_column
+
+_MISSED = {reason: "link_missed_" + reason for reason in MISS_REASONS}
 
 # A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
 _NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
@@ -69,6 +89,7 @@ class TraceContextConfig:
     b3_read: bool = False
     b3_write: bool = False
     trace_id_headers: list[str] = field(default_factory=list)
+    link: LinkConfig | None = None  # off unless given (``link: {}`` for the defaults)
 
     def __post_init__(self) -> None:
         for i, name in enumerate(self.trace_id_headers):
@@ -105,6 +126,18 @@ class TraceContext(Interceptor):
             self.stamps = Stamps((TRACEPARENT,), frozenset(watched))
         # A new context per record (or one per batch), in bulk from one draw of ids.
         self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
+        link = config.link
+        self._memory: FetchedTraces | None = None
+        if link is not None:
+            # Kept across reloads while the settings stay (`ProxyInfo.kept`): what clients
+            # fetched just before a SIGHUP still links what they produce just after it.
+            key = ("trace_links", link.scope, link.capacity, link.ttl_s, link.max_parents)
+            memory = env.kept.get(key)
+            if memory is None:
+                memory = env.kept[key] = FetchedTraces(link)
+            self._memory = memory
+            self._link_key = link.header
+            self.fetch_member = RememberFetched(self._memory, env)
 
     def on_batch(self, ctx: RecordContext) -> None:
         if self._per_batch:
@@ -118,9 +151,12 @@ class TraceContext(Interceptor):
             return None
         # A record with one valid traceparent (and valid tracestates) keeps it: `on_record`
         # changes and counts nothing for it. An invalid tracestate is counted there: Python's.
+        # With links such a record may need a parent header from the memory, which the engine
+        # does not hold: records carrying a traceparent then go to Python (`keeps_valid`
+        # off), and only those without trace context are stamped natively.
         return [NativeColumn(NATIVE_TRACEPARENT, sampled=self._sampled,
                              per_batch=self._per_batch, event="trace_new_context",
-                             keeps_valid=True)]
+                             keeps_valid=self._memory is None)]
 
     def _new_sampled(self, ctx: RecordContext) -> bytes:
         return self._new_context(ctx, self._sampled)
@@ -173,10 +209,14 @@ class TraceContext(Interceptor):
             tp = found[0]
             if has_state and any(parse_tracestate(s) is None for s in headers.all(TRACESTATE)):
                 self.stats.count("tracestate_invalid")
+            if self._memory is not None:
+                self._link(ctx, headers, tp)  # type: ignore[arg-type]
         else:
             for tp in found:
                 if valid_traceparent(tp):
                     self.stats.count("traceparent_collapsed")
+                    if self._memory is not None:
+                        self._link(ctx, headers, tp)  # type: ignore[arg-type]
                     break
             else:
                 self.stats.count("traceparent_invalid")
@@ -184,6 +224,22 @@ class TraceContext(Interceptor):
             headers.set(TRACEPARENT, tp)
         if self._b3_write or self._copies:
             self._write_extras(headers, tp)
+
+    def _link(self, ctx: RecordContext, headers: Headers, tp: bytes) -> None:
+        """Name the records this one continues, as its scope fetched them (`link`)."""
+        memory = self._memory
+        assert memory is not None
+        found = memory.parents(memory.scope(ctx.conn), tp[3:35])
+        stats = self.stats
+        if type(found) is str:
+            stats.count(_MISSED[found])
+            return
+        key = self._link_key
+        for parent in found:
+            headers.add(key, parent_value(parent))  # type: ignore[arg-type]
+        ctx.memo[LINKED_MEMO] = (headers, key, len(found))
+        stats.count("link_made")
+        stats.count("link_parents", len(found))
 
     def _restart(self, ctx: RecordContext, headers: Headers, has_state: bool) -> bytes:
         """The context for a record without a valid traceparent; drops its tracestate."""

@@ -73,7 +73,7 @@ class Plan:
         self.mode = NEEDS[max(ranks)] if ranks else None
         self.enforcing = tuple(m for m in members if m.interceptor.enforcing and not m.shadow)
         self.serial = not all(m.interceptor.concurrent for m in members)
-        self.fast = fast_path(self) if self.mode == "headers" else None
+        self.fast = fast_path(self) if self.mode in ("headers", "read") else None
         self.columns: list[Columns | None] = [None] * len(members)  # the last, per member
         self.by_interceptor = {m.interceptor: m for m in members}
 
@@ -119,9 +119,14 @@ class FastPath:
 
 def fast_path(plan: Plan) -> FastPath | None:
     """The plan's `FastPath`, if every member stamps, none is in shadow, and none appends a
-    key that a later member watches (which would make that member look)."""
+    key that a later member watches (which would make that member look). Members that only
+    read (``needs = "read"``) have one when they only watch (append nothing): a batch in
+    which no record carries a watched key is then passed over after one native scan, and the
+    others go record by record over their headers, without record objects."""
     stamps = plan.stamps
     if not stamps or any(s is None for s in stamps) or any(plan.shadow):
+        return None
+    if plan.mode == "read" and any(s.appends for s in stamps):  # type: ignore[union-attr]
         return None
     for j, earlier in enumerate(stamps):
         for later in stamps[j + 1:]:

@@ -67,7 +67,24 @@ def build_chains(
     fetch = errors.attempt(_members, spec.get(FETCH), FETCH, f"{path}.{FETCH}", env, registry)
     errors.check()
     assert produce is not None and fetch is not None
-    return Chains(ProduceChain(produce), FetchChain(fetch))
+    added = _fetch_members(produce)
+    taken = {m.name for m in fetch}
+    for m in added:
+        if m.name in taken:
+            errors.add(f"{path}.{FETCH}: the name {m.name!r} is the member "
+                       f"{m.name.removesuffix('.fetched')!r} of {path}.{PRODUCE} adds to "
+                       "this chain; name the fetch member otherwise")
+    errors.check()
+    return Chains(ProduceChain(produce), FetchChain(fetch + added))
+
+
+def _fetch_members(produce: list[ChainMember]) -> list[ChainMember]:
+    """The fetch-chain members produce members asked for (`Interceptor.fetch_member`), after
+    the configured ones (they then see what clients really receive), each named after its
+    maker (``trace_context.fetched``), for every topic and client, and live even when its
+    maker is in shadow (it changes nothing a client sees)."""
+    return [ChainMember(f"{m.name}.fetched", m.interceptor.fetch_member, type=m.type)
+            for m in produce if m.interceptor.fetch_member is not None]
 
 
 def _members(

@@ -13,8 +13,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "contracts/features.h"
 #include "relay_engine.h"
 #include "relay_fetch.h"
+#include "relay_frames.h"
 #include "relay_stamp.h"
 #include "relay_trace.h"
 #include "stamp_core.h"
@@ -181,7 +183,7 @@ static int plan_arg(PyObject *arg, nc_plan *plan, long long *key, size_t *cap) {
 static PyObject *engine_register(engine_obj *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"session_id", "client_fd", "upstream_fd", "table", "max_frame",
                              "max_in_flight", "buffer_size", "idle_timeout", "frame_timeout",
-                             "prefill", "stamp", "fetch", "frame_age", NULL};
+                             "prefill", "stamp", "fetch", "frame_age", "handover_s", NULL};
     ne_engine *e = engine_of(self);
     if (e == NULL) {
         return NULL;
@@ -191,10 +193,10 @@ static PyObject *engine_register(engine_obj *self, PyObject *args, PyObject *kwd
     long long max_frame;
     Py_ssize_t max_in_flight, buf_size;
     PyObject *stamp = Py_None, *fetch = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OOd", kwlist, &a.id,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Liiy*Lnnddy*|OOdd", kwlist, &a.id,
                                      &a.client_fd, &a.upstream_fd, &table, &max_frame,
                                      &max_in_flight, &buf_size, &a.idle_s, &a.frame_s,
-                                     &prefill, &stamp, &fetch, &a.frame_age)) {
+                                     &prefill, &stamp, &fetch, &a.frame_age, &a.handover_s)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -600,7 +602,75 @@ static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* ---- what the engine can do ------------------------------------------------------------ */
+
+static PyObject *names_tuple(const char *const *names, size_t n) {
+    PyObject *t = PyTuple_New((Py_ssize_t)n);
+    for (size_t i = 0; t != NULL && i < n; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        if (name == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, (Py_ssize_t)i, name);
+    }
+    return t;
+}
+
+/* capabilities(): what this build of the engine does, from the constants its sources act on,
+ * so that Python decides which path a session or frame takes without restating any of it
+ * (proxy/native/path_choice.py). */
+static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
+    static const char *const table_values[] = NE_TABLE_VALUE_NAMES;
+    static const char *const kinds[] = NC_KIND_NAMES;
+    static const char *const stamp_codecs[] = NC_STAMP_CODECS;
+    static const char *const scan_codecs[] = NF_SCAN_CODECS;
+    _Static_assert(sizeof table_values / sizeof *table_values == NE_T_COUNT,
+                   "a table value without a name");
+    _Static_assert(sizeof kinds / sizeof *kinds == NC_TRACEPARENT + 1,
+                   "a column kind without a name");
+    PyObject *reasons = PyDict_New();
+    for (int i = 1; reasons != NULL && i < NE_N_REASONS; i++) {
+        PyObject *kind = PyUnicode_FromString(NE_REASON_KINDS[i]);
+        if (kind == NULL || PyDict_SetItemString(reasons, NE_REASONS[i], kind) != 0) {
+            Py_CLEAR(reasons);
+        }
+        Py_XDECREF(kind);
+    }
+    PyObject *values = names_tuple(table_values, NE_T_COUNT);
+    PyObject *columns = names_tuple(kinds, sizeof kinds / sizeof *kinds);
+    PyObject *stamped = names_tuple(stamp_codecs, sizeof stamp_codecs / sizeof *stamp_codecs);
+    PyObject *scanned = names_tuple(scan_codecs, sizeof scan_codecs / sizeof *scan_codecs);
+    PyObject *out = NULL;
+    if (reasons != NULL && values != NULL && columns != NULL && stamped != NULL &&
+        scanned != NULL) {
+        out = Py_BuildValue(
+            "{s:i,s:i,s:O,s:O,s:{s:i,s:(ii),s:O,s:O},s:{s:i,s:(ii),s:O},"
+            "s:{i:(ii),i:(ii)},s:O}",
+            "max_api", NE_MAX_API, "max_version", NE_MAX_VER, "table_values", values,
+            "reasons", reasons,
+            "stamp", "api", NR_PRODUCE, "versions", NC_PRODUCE_MIN_VERSION,
+            NC_PRODUCE_MAX_VERSION, "codecs", stamped, "columns", columns,
+            "scan", "api", NR_FETCH, "versions", NF_MIN_VERSION, NF_MAX_VERSION, "codecs",
+            scanned,
+            "tags", NR_PRODUCE, PRODUCE_NODE_ENDPOINTS_VERSION, NR_PRODUCE_MAX_VERSION,
+            NR_FETCH, FETCH_NODE_ENDPOINTS_VERSION, NR_FETCH_MAX_VERSION,
+            "tls", NE_TLS ? Py_True : Py_False);
+    }
+    Py_XDECREF(reasons);
+    Py_XDECREF(values);
+    Py_XDECREF(columns);
+    Py_XDECREF(stamped);
+    Py_XDECREF(scanned);
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"capabilities", py_capabilities, METH_NOARGS,
+     "capabilities() -> what the engine does: {max_api, max_version, table_values (names by "
+     "value), reasons ({hand-over reason: resume, deadline, upstream or close}), stamp ({api, "
+     "versions (first, last), codecs, columns}), scan ({api, versions, codecs}), tags ({api: "
+     "versions whose responses' top-level tagged fields it reads}), tls}"},
     {"stamp_produce", py_stamp_produce, METH_VARARGS,
      "stamp_produce(frame, plan, trace_draws, msg_draws, now_ms) -> (new frame, (batches, "
      "records, kept, kept_batches)), or (None, why) when the request goes to Python: the "

@@ -26,11 +26,12 @@ from protocol import stamping
 from protocol.api_keys import ApiKey
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
+from proxy.native.capabilities import CAPABILITIES
 
 FETCH = int(ApiKey.FETCH)
-VERSIONS = range(4, 19)
-"""Fetch versions the engine walks: v4-v18 (the layouts of protocol/messages/
-fetch_response.py; v13+ name topics by id: one Herald has not learnt goes to Python)."""
+VERSIONS = CAPABILITIES.scan_versions
+"""Fetch versions the engine scans, as it says (v13+ name topics by id: one Herald has not
+learnt goes to Python)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +53,9 @@ class FetchPlan:
 
 
 def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
-    """The interceptor filter, when it reads Fetch v4-v18 responses and no filter reads
-    their requests (whether other filters read the responses is `passable_table`'s to say)."""
+    """The interceptor filter, when it reads the responses of every Fetch version the engine
+    scans and no filter reads their requests (whether other filters read the responses is
+    `path_choice.passable_table`'s to say)."""
     found = None
     for version in VERSIONS:
         if chain.for_request(FETCH, version):

@@ -4,10 +4,11 @@ module `proxy.native._relay` by `_relay.c`).
 trio's per-wake-up machinery costs more than everything else a plaintext session does when no
 filter reads its frames. With `performance.native_relay: auto`, such a session hands its two
 descriptors to one engine thread that forwards the frames no filter wants (see
-`passable_table`) without waking trio. The first frame a filter wants (or one the engine
-cannot read) hands the session back to its Python pumps with the exact state: the client bytes
-not forwarded, the response bytes not parsed, the requests still waiting for an answer. The
-session returns to the engine once nothing Python handles is in flight.
+`proxy.native.path_choice`, which decides what runs where) without waking trio. The first
+frame a filter wants (or one the engine cannot read) hands the session back to its Python
+pumps with the exact state: the client bytes not forwarded, the response bytes not parsed, the
+requests still waiting for an answer. The session returns to the engine once nothing Python
+handles is in flight.
 
 The engine counts bytes, requests and latencies in plain integers; they are folded into the
 Prometheus metrics at every hand-over and before every scrape.
@@ -20,14 +21,11 @@ from dataclasses import dataclass
 
 import trio
 
-from protocol.contracts.features import (
-    FETCH_NODE_ENDPOINTS_VERSION,
-    PRODUCE_NODE_ENDPOINTS_VERSION,
-)
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
+from proxy.native.capabilities import CAPABILITIES
+from proxy.native.path_choice import passable_table
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
 
@@ -51,18 +49,16 @@ FETCH_BUFFER_SIZE = 4 * 1024 * 1024
 larger one goes to Python), booked in the memory budget. Consumers ask for up to 1 MiB per
 partition by default (librdkafka, the Java client), and a response may hold several."""
 
-MAX_API = _relay.MAX_API if _relay is not None else 128
-MAX_VERSION = _relay.MAX_VERSION if _relay is not None else 32
-
-RESUME = frozenset({"request", "response", "client_eof", "drain"})
-"""Hand-over reasons after which the Python pumps carry on; every other one ends the session."""
+MAX_API = CAPABILITIES.max_api
+MAX_VERSION = CAPABILITIES.max_version
 
 _BYTE_LABELS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
 _ids = itertools.count(1)
 
 
 def available() -> bool:
-    return _relay is not None
+    """Whether the engine is built (`performance.native_relay: auto` runs it then)."""
+    return CAPABILITIES.available
 
 
 def next_session_id() -> int:
@@ -73,7 +69,7 @@ def next_session_id() -> int:
 class Handover:
     """What the engine gives back when a session's native phase ends."""
 
-    reason: str  # one of RESUME, or why the session must close
+    reason: str  # one of the engine's reasons (`_relay.capabilities()["reasons"]`)
     detail: str  # the message to log for a closing reason
     client: bytes  # bytes read from the client and not forwarded, from a frame boundary on
     upstream: bytes  # bytes read from the upstream and not forwarded, from a frame boundary on
@@ -84,55 +80,6 @@ class Handover:
     # hints in its top-level tagged fields, which Python rewrites at the same length)
     frame_age: float = -1.0  # >= 0: seconds since the partial request in `client` began,
     # so its frame deadline does not start over in Python
-
-
-PYTHON, PASS, UNLESS_TAGGED, STAMP, STAMP_UNLESS_TAGGED, SCAN, SCAN_UNLESS_TAGGED = range(7)
-"""Table values: Python handles the pair; it passes; it passes when its response carries no
-top-level tagged fields (the engine reads Produce v10-13 and Fetch v16-18 responses for that:
-their layouts, in protocol/messages, are the ones it knows); the engine stamps the request
-(a Produce request, for a session registered with a stamp plan: proxy/native/stamp_plan.py) and
-its response passes, or passes unless tagged; the request passes and the engine scans the
-response, which passes when the fetch chain would not change it (a Fetch response, for a
-session registered with a fetch plan: proxy/native/fetch_plan.py), and unless tagged."""
-
-# From the first version with node endpoints to the newest the engine knows (Produce v13,
-# Fetch v18).
-_TAG_CHECKED = {
-    native_stamp.PRODUCE: range(PRODUCE_NODE_ENDPOINTS_VERSION, 14),
-    native_fetch.FETCH: range(FETCH_NODE_ENDPOINTS_VERSION, 19),
-}
-
-
-def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes:
-    """One byte per (api key, version): what the engine may do with that pair's requests.
-    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
-    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
-    tagged fields) are scanned."""
-    table = bytearray(MAX_API * MAX_VERSION)
-    for api in range(MAX_API):
-        for version in range(MAX_VERSION):
-            stamped = stamp and api == native_stamp.PRODUCE and version in native_stamp.VERSIONS
-            scanned = fetch and api == native_fetch.FETCH and version in native_fetch.VERSIONS
-            if chain.for_request(api, version) and not stamped:
-                continue
-            readers = chain.for_response(api, version)
-            if scanned:
-                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
-                if not readers:
-                    table[api * MAX_VERSION + version] = SCAN
-                elif version in _TAG_CHECKED[api] and all(
-                    f.tagged_only(api, version) for f in readers
-                ):
-                    table[api * MAX_VERSION + version] = SCAN_UNLESS_TAGGED
-                continue
-            if not readers:
-                table[api * MAX_VERSION + version] = STAMP if stamped else PASS
-            elif version in _TAG_CHECKED.get(api, ()) and all(
-                f.tagged_only(api, version) for f in readers
-            ):
-                table[api * MAX_VERSION + version] = (STAMP_UNLESS_TAGGED if stamped
-                                                      else UNLESS_TAGGED)
-    return bytes(table)
 
 
 class NativeRelay:
@@ -214,13 +161,14 @@ class NativeRelay:
                     frame_timeout_s: float, prefill: bytes = b"",
                     stamp: tuple[native_stamp.StampPlan, int] | None = None,
                     fetch: tuple[native_fetch.FetchPlan, int] | None = None,
-                    frame_age: float = 0.0) -> Handover:
+                    frame_age: float = 0.0, handover_s: float = 0.0) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
         With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
         marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
         marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
-        frame deadline runs from then)."""
+        frame deadline runs from then). `handover_s` > 0: the engine hands the session back
+        (reason "reauth") at the first frame boundary after that many seconds."""
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
@@ -228,7 +176,7 @@ class NativeRelay:
                 BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
                 None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
-                frame_age)
+                frame_age, handover_s)
             try:
                 await event.wait()
             finally:

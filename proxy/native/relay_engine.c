@@ -62,20 +62,32 @@ enum { CLIENT = 0, UPSTREAM = 1 };
 const char *const NE_REASONS[] = {
     "", "request", "client_eof", "drain", "idle_timeout", "frame_timeout",
     "client_closed", "upstream_closed", "upstream_bad", "socket_error", "detached", "response",
+    "reauth",
+};
+const char *const NE_REASON_KINDS[] = {
+    "", "resume", "resume", "resume", "deadline", "deadline",
+    "close", "upstream", "upstream", "close", "close", "resume",
+    "resume",
 };
 enum {
     R_NONE, R_REQUEST, R_CLIENT_EOF, R_DRAIN, R_IDLE, R_FRAME, R_CLIENT_CLOSED,
-    R_UPSTREAM_CLOSED, R_UPSTREAM_BAD, R_SOCKET, R_DETACHED, R_RESPONSE,
+    R_UPSTREAM_CLOSED, R_UPSTREAM_BAD, R_SOCKET, R_DETACHED, R_RESPONSE, R_REAUTH, R_COUNT,
 };
+const int NE_N_REASONS = R_COUNT;
+_Static_assert(sizeof NE_REASONS / sizeof *NE_REASONS == R_COUNT, "a reason without a name");
+_Static_assert(sizeof NE_REASON_KINDS / sizeof *NE_REASON_KINDS == R_COUNT,
+               "a reason without a kind");
 
-/* Table values: a pair may not pass, passes, or passes when its response carries no
- * top-level tagged fields (the only thing a filter reads in it: leader hints); T_STAMP* stamp
- * the request first (Produce, for a session with a stamp plan: relay_stamp.c); T_SCAN* pass
- * the response when a scan finds nothing the fetch chain would change (Fetch, for a session
- * with a fetch plan: relay_fetch.c), and its top-level tagged fields empty for the second. */
+/* Table values (relay_engine.h): a pair may not pass, passes, or passes when its response
+ * carries no top-level tagged fields (the only thing a filter reads in it: leader hints);
+ * T_STAMP* stamp the request first (Produce, for a session with a stamp plan: relay_stamp.c);
+ * T_SCAN* pass the response when a scan finds nothing the fetch chain would change (Fetch,
+ * for a session with a fetch plan: relay_fetch.c), and its top-level tagged fields empty for
+ * the second. */
 enum {
-    T_PYTHON = 0, T_PASS = 1, T_UNLESS_TAGGED = 2, T_STAMP = 3, T_STAMP_UNLESS_TAGGED = 4,
-    T_SCAN = 5, T_SCAN_UNLESS_TAGGED = 6,
+    T_PYTHON = NE_T_PYTHON, T_PASS = NE_T_PASS, T_UNLESS_TAGGED = NE_T_UNLESS_TAGGED,
+    T_STAMP = NE_T_STAMP, T_STAMP_UNLESS_TAGGED = NE_T_STAMP_UNLESS_TAGGED, T_SCAN = NE_T_SCAN,
+    T_SCAN_UNLESS_TAGGED = NE_T_SCAN_UNLESS_TAGGED,
 };
 
 typedef struct {
@@ -116,6 +128,7 @@ typedef struct session {
     int64_t max_frame;
     size_t max_in_flight;
     double idle_s, frame_s, last_active, frame_started; /* frame_started 0: none */
+    double handover_at; /* > 0: hand over ("reauth") at the first frame boundary after it */
     dir_t req, resp;
     pending_t *fifo;
     size_t fcap, fhead, fcount, fstarted;
@@ -1141,9 +1154,20 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             fail(e, s, R_IDLE, why);
             continue;
         }
+        if (s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE) {
+            s->handover_at = 0;
+            begin_stop(s, R_REAUTH);
+            service(e, s, 0, 0); /* hands over now when no frame is under way */
+            if (s->state != STOPPING) {
+                continue;
+            }
+        }
         double next = busy ? now + 1.0 : s->last_active + s->idle_s;
         if (s->frame_started > 0 && s->frame_started + s->frame_s < next) {
             next = s->frame_started + s->frame_s;
+        }
+        if (s->handover_at > 0 && s->handover_at < next) {
+            next = s->handover_at;
         }
         if (soonest < 0 || next < soonest) {
             soonest = next;
@@ -1464,6 +1488,9 @@ int ne_register(ne_engine *e, ne_session_args *a) {
         s->fetch_cap = a->fetch_cap > a->buffer_size ? a->fetch_cap : a->buffer_size;
     }
     s->last_active = now_s(e);
+    if (a->handover_s > 0) {
+        s->handover_at = s->last_active + a->handover_s;
+    }
     if (a->prefill_len > 0) { /* its deadline runs from when it began, not from now */
         s->frame_started = s->last_active - (a->frame_age > 0 ? a->frame_age : 0);
     }

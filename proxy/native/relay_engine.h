@@ -19,8 +19,37 @@ typedef struct ne_engine ne_engine;
 
 enum { NE_OK = 0, NE_NOMEM, NE_EXISTS, NE_MISSING, NE_INVALID, NE_SYSTEM };
 
-/* Hand-over reasons: the Python side maps each to what it does next. */
+/* Hand-over reasons, and for each what it means to the Python side (NE_REASON_KINDS, same
+ * order): "resume" (the Python pumps carry on from the state handed back), "deadline" (a
+ * client deadline of limits: the session ends), "upstream" (the broker's side failed: the
+ * session ends, logged as a warning), "close" (the session ends). NE_N_REASONS entries each;
+ * index 0 is no reason. proxy/native/path_choice.py reads them through
+ * `_relay.capabilities()` and restates none of them. */
 extern const char *const NE_REASONS[];
+extern const char *const NE_REASON_KINDS[];
+extern const int NE_N_REASONS;
+
+/* What a table byte (NE_TABLE_SIZE of them, one per api key and version) tells the engine to
+ * do with that pair's requests; NE_TABLE_VALUE_NAMES names them, in order, for Python. */
+enum {
+    NE_T_PYTHON = 0,          /* the request goes to Python */
+    NE_T_PASS,                /* it passes, and so does its response */
+    NE_T_UNLESS_TAGGED,       /* it passes; its response passes without top-level tags */
+    NE_T_STAMP,               /* stamped (Produce, with a stamp plan); the response passes */
+    NE_T_STAMP_UNLESS_TAGGED, /* stamped; the response passes without top-level tags */
+    NE_T_SCAN,                /* it passes; its response is scanned (Fetch, a fetch plan) */
+    NE_T_SCAN_UNLESS_TAGGED,  /* scanned, and passes only without top-level tags */
+    NE_T_COUNT,
+};
+#define NE_TABLE_VALUE_NAMES                                                                 \
+    {"python", "pass", "unless_tagged", "stamp", "stamp_unless_tagged", "scan",             \
+     "scan_unless_tagged"}
+
+/* 1 when the engine carries TLS sessions itself (their records encrypted and decrypted on
+ * its thread); 0: a session with TLS on either side stays in Python. */
+#ifndef NE_TLS
+#define NE_TLS 0
+#endif
 
 /* A session handed to the engine. The engine copies what it keeps, but for the plans, whose
  * contents it takes over (the caller's structs are left empty) once ne_register succeeds. */
@@ -40,6 +69,8 @@ typedef struct {
     nc_plan *fetch; /* NULL: Fetch responses are not scanned */
     long long fetch_key;
     size_t fetch_cap;
+    double handover_s; /* > 0: hand over ("reauth") at the first frame boundary this many
+                        * seconds after registering: Herald's own re-authentication is due */
 } ne_session_args;
 
 typedef struct {

@@ -6,6 +6,9 @@
 
 #define NF_MIN_VERSION 4
 #define NF_MAX_VERSION 18
+/* The batch codecs (protocol/compression.py's names) whose batches the scan reads: a response
+ * holding a batch in another goes to Python. */
+#define NF_SCAN_CODECS {"none"}
 
 /* Scan one whole Fetch response frame (size prefix included) of version `ver`: NC_OK when
  * the fetch chain would leave it byte for byte as it is (counts: the batches and records the

@@ -80,7 +80,7 @@ static uint64_t compact(sc_reader *r) {
 }
 
 int64_t nr_top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
-    if (api != NR_PRODUCE || ver < PRODUCE_NODE_ENDPOINTS_VERSION || ver > 13 || len < 8) {
+    if (api != NR_PRODUCE || ver < PRODUCE_NODE_ENDPOINTS_VERSION || ver > NR_PRODUCE_MAX_VERSION || len < 8) {
         return -1;
     }
     sc_reader w = {frame, 8, len, 0}; /* after the size and the correlation id */

@@ -9,6 +9,11 @@
 
 #define NR_PRODUCE 0
 #define NR_FETCH 1
+/* The newest versions whose responses the engine reads the top-level tagged fields of (from
+ * the first with node endpoints, contracts/features.h): Produce v10-13 read whole, Fetch
+ * v16-18 walked as they stream past. */
+#define NR_PRODUCE_MAX_VERSION 13
+#define NR_FETCH_MAX_VERSION 18
 
 /* Unsigned varint at *pos below limit (at most ten bytes): 1 read (*pos moves past it), 0
  * need more bytes, -1 malformed (ten bytes present and still no end). A *pos at or past

@@ -716,7 +716,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     int64_t api = rd_int(&r, 2), ver = rd_int(&r, 2);
     rd_skip(&r, 4); /* correlation id */
-    if (api != 0 || ver < 3 || ver > 13) {
+    if (api != 0 || ver < NC_PRODUCE_MIN_VERSION || ver > NC_PRODUCE_MAX_VERSION) {
         *why = "not a Produce request of v3-v13";
         return NC_PYTHON;
     }

@@ -5,8 +5,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* What a column's value is (interceptors.api.NativeColumn.kind). */
+/* What a column's value is (interceptors.api.NativeColumn.kind); NC_KIND_NAMES names them, in
+ * order, as interceptors.api does: Python sends a column's kind as its index there. */
 enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRACEPARENT = 4 };
+#define NC_KIND_NAMES {"const", "client_id", "time_ms_text", "uuid7", "traceparent"}
+
+/* The Produce versions the stamp walks (v13 names topics by id: one Herald has not learnt goes
+ * to Python), and the batch codecs (protocol/compression.py's names) whose batches it stamps:
+ * a batch in another goes to Python whole. */
+#define NC_PRODUCE_MIN_VERSION 3
+#define NC_PRODUCE_MAX_VERSION 13
+#define NC_STAMP_CODECS {"none"}
 /* Which stream of random bytes a column draws from (interceptors.ids: trace ids, message ids). */
 enum { NC_TRACE_DRAWS = 0, NC_MSG_DRAWS = 1 };
 

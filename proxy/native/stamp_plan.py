@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from interceptors.api import NATIVE_KINDS, NativeColumn
+from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
 from interceptors.stats import ChainStats, MemberStats
 from protocol import stamping
@@ -30,12 +30,13 @@ from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter, connection_info
+from proxy.native.capabilities import CAPABILITIES
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = int(ApiKey.PRODUCE)
-VERSIONS = range(3, 14)
-"""Produce versions the engine walks: v3-v13 (v13 names topics by id: the engine stamps those
-Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
+VERSIONS = CAPABILITIES.stamp_versions
+"""Produce versions the engine walks, as it says (v13+ name topics by id: the engine stamps
+those Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
 
 
 
@@ -83,8 +84,8 @@ class StampPlan:
 
 
 def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
-    """The interceptor filter, when it is the only filter that reads Produce v3-v13
-    requests."""
+    """The interceptor filter, when it is the only filter that reads the requests of every
+    Produce version the engine stamps."""
     found = None
     for version in VERSIONS:
         readers = chain.for_request(PRODUCE, version)
@@ -118,7 +119,8 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
                 or icpt.needs != "headers"):
             return None
         native = icpt.native_columns(conn)
-        if native is None or len(native) != len(stamps.appends):
+        if native is None or len(native) != len(stamps.appends) or any(
+                c.kind not in CAPABILITIES.columns for c in native):
             return None
         # A member that watches what an earlier one appends would look at every record.
         if any(stamps.watched(key) for key in appended):
@@ -176,7 +178,7 @@ def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeCol
 
 def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:
     key_wire = stamping.value_column(key, [])[0]
-    return (NATIVE_KINDS.index(column.kind), key_wire, column.value, column.sampled,
+    return (CAPABILITIES.columns.index(column.kind), key_wire, column.value, column.sampled,
             column.per_batch, keeps)
 
 

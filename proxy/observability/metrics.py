@@ -20,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -154,13 +154,19 @@ class InterceptorCollector(Collector):
         for key, n in flatten(chains).items():
             self.base[key] = self.base.get(key, 0) + n
 
-    def describe(self) -> Iterator[CounterMetricFamily]:
-        return iter(self._families())
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        return iter([*self._families(), self._levels()])
 
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        chains = self.source()
         totals = dict(self.base)
-        for key, n in flatten(self.source()).items():
+        for key, n in flatten(chains).items():
             totals[key] = totals.get(key, 0) + n
+        levels = self._levels()
+        for chain in (chains.produce, chains.fetch):
+            for m in chain.members:
+                for name, value in sorted(m.interceptor.gauges().items()):
+                    levels.add_metric([chain.path, m.name, name], value)
         families = self._families()
         records, headers, removed, shadow, errors, events, batches, reencoded, seconds = \
             families
@@ -190,7 +196,15 @@ class InterceptorCollector(Collector):
             if cid:
                 seconds.add_metric([name, "compress"], codec.compress_seconds[cid])
                 seconds.add_metric([name, "decompress"], codec.decompress_seconds[cid])
-        return iter(families)
+        return iter([*families, levels])
+
+    @staticmethod
+    def _levels() -> GaugeMetricFamily:
+        # Levels, not totals: the current chains' alone (a reload starts them afresh).
+        return GaugeMetricFamily(
+            "herald_interceptor_level",
+            "What interceptor chain members hold now (e.g. link_memory_entries)",
+            labels=["path", "interceptor", "level"])
 
     @staticmethod
     def _families() -> list[CounterMetricFamily]:
@@ -265,6 +279,12 @@ class Metrics:
             "herald_native_relay_handovers",
             "Native relay phases of sessions that ended, by reason (request: a frame a filter "
             "reads went to Python)", ["reason"], registry=r)
+        self.python_path = Counter(
+            "herald_python_path",
+            "Sessions (scope=session, counted once when they begin) and requests "
+            "(scope=frame) handled on the Python path rather than the native engine, by "
+            "reason (docs/performance.md lists each and what changes it) and, for frames, API",
+            ["scope", "reason", "api"], registry=r)
         self.native_spliced = Counter(
             "herald_native_relay_spliced_bytes",
             "Bytes the native relay moved socket to socket with splice(2), never copied into "

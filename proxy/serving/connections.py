@@ -48,6 +48,7 @@ class Connections:
         memory: MemoryBudget,
         listen_tls: ReloadingContext | None,
         native: NativeRelay | None,
+        no_engine: str | None = None,
     ) -> None:
         self._limits = limits
         self._cluster = cluster
@@ -59,6 +60,7 @@ class Connections:
         self._memory = memory
         self._listen_tls = listen_tls
         self._native = native
+        self._no_engine = no_engine  # why `native` is None (path_choice.engine_reason)
         self.sessions: set[Session] = set()
 
     async def handle(self, client: trio.SocketStream, target: str) -> None:
@@ -117,6 +119,7 @@ class Connections:
             deadlines=ClientDeadlines(limits.idle_timeout_s, limits.frame_timeout_s),
             memory=self._memory,
             native=self._native,
+            no_engine=self._no_engine,
         )
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)

@@ -15,12 +15,12 @@ import math
 import trio
 
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.limits.connection_guard import FRAME_TIMEOUT, IDLE_TIMEOUT, ClientDeadlines
+from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder, MemoryBudget
+from proxy.native.path_choice import SessionPath
 from proxy.native.relay import (
     BUFFER_SIZE,
     FETCH_BUFFER_SIZE,
-    RESUME,
     STAMP_BUFFER_SIZE,
     Handover,
     NativeRelay,
@@ -30,16 +30,8 @@ from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import Lane
+from proxy.session.reauth import UpstreamReauth
 from proxy.session.transport import Transport
-
-STAMPING = BUFFER_SIZE + 2 * STAMP_BUFFER_SIZE
-"""What a native phase that stamps Produce requests books in the memory budget."""
-
-# A native phase that passed fewer requests than this before handing over means the client
-# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
-# so a session that alternates does not pay for a hand-over per request.
-_FEW_NATIVE = 8
-_MAX_STAY_READS = 64
 
 
 class HandBack(Exception):
@@ -68,8 +60,12 @@ class NativePhases:
         max_in_flight: int,
         deadlines: ClientDeadlines | None,
         memory: MemoryBudget | None,
+        path: SessionPath,
+        reauth: UpstreamReauth | None = None,
     ) -> None:
         self._relay = relay
+        self._path = path
+        self._reauth = reauth
         self._id = next_session_id()
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
@@ -85,50 +81,43 @@ class NativePhases:
         self._held = Holder(memory) if memory is not None else None  # the engine's buffers
         self._in_native = False
         self._draining = False
-        self._stay = 0  # reads the Python pumps keep the session for before offering it back
-        self._stay_left = 0
 
     async def relay(self) -> tuple[InFlight, bytes] | None:
         """Let the native relay move this session's frames until one needs Python, then take
-        its state back. Returns at once when the memory budget has no room for its buffers.
+        its state back. Returns at once when the memory budget has no room for its buffers, or
+        Herald's own re-authentication is due.
 
         Returns the response the engine began and Python must end (see `Handover.tail`):
         its in-flight entry and the bytes that end it.
         """
         native = self._relay
-        stamp = native.stamp_plan(self._chain, self._ctx)
-        fetch = native.fetch_plan(self._chain)
-        # Its two buffers; stamping, a larger request buffer and the stamped request's;
-        # scanning Fetch responses, a larger response buffer (when the budget has no room for
-        # those, Python does that work).
-        booked = 2 * BUFFER_SIZE
-        held = self._held
-        if held is not None:
-            if stamp is not None and held.room(STAMPING) >= STAMPING:
-                booked = STAMPING
-            else:
-                stamp = None
-            scanning = booked - BUFFER_SIZE + FETCH_BUFFER_SIZE
-            if fetch is not None and held.room(scanning) >= scanning:
-                booked = scanning
-            else:
-                fetch = None
-            if held.room(booked) < booked:
+        handover_s = 0.0
+        if self._reauth is not None:
+            left = self._path.handover_s(self._reauth.due, trio.current_time())
+            if left is None:
                 return None
-            held.set(booked)
+            handover_s = left
+        held = self._held
+        phase = self._path.phase(native, self._chain, self._ctx, held, BUFFER_SIZE,
+                                 STAMP_BUFFER_SIZE, FETCH_BUFFER_SIZE)
+        if phase is None:
+            return None
+        if held is not None:
+            held.set(phase.booked)
         deadlines = self._deadlines
         self._in_native = True
         try:
             state = await native.relay(
                 self._id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                native.table(self._chain, stamp is not None, fetch is not None),
+                phase.table,
                 self._max_frame_bytes,
                 self._max_in_flight,
                 deadlines.idle_s if deadlines is not None else math.inf,
                 deadlines.frame_s if deadlines is not None else math.inf,
-                self._requests.decoder.take(), stamp, fetch,
+                self._requests.decoder.take(), phase.stamp, phase.fetch,
                 trio.current_time() - deadlines.frame_started
                 if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
+                handover_s,
             )
         finally:
             self._in_native = False
@@ -139,15 +128,12 @@ class NativePhases:
     def _resume(self, state: Handover) -> tuple[InFlight, bytes] | None:
         """Carry on in Python from where the native relay stopped, or end as it says."""
         reason = state.reason
-        if reason not in RESUME:
-            if reason in (IDLE_TIMEOUT, FRAME_TIMEOUT):
-                self._metrics.connection_limit_hits.labels(reason).inc()
-                raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
-            level = "warning" if reason.startswith("upstream") else "info"
-            raise SessionClosed(state.detail, level)
-        self._stay = 0 if state.forwarded >= _FEW_NATIVE else min(
-            max(1, 2 * self._stay), _MAX_STAY_READS)
-        self._stay_left = self._stay
+        kind = self._path.ended(reason, state.forwarded)
+        if kind == "deadline":  # the engine's names for them are the limits'
+            self._metrics.connection_limit_hits.labels(reason).inc()
+            raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
+        if kind != "resume":
+            raise SessionClosed(state.detail, "warning" if kind == "upstream" else "info")
         self._requests.decoder.feed(state.client)
         self._responses.decoder.feed(memoryview(state.upstream)[state.tail:])
         begun = None
@@ -177,12 +163,13 @@ class NativePhases:
         the next frame if part of it is here. Raises `HandBack` to stop the pumps for that."""
         # A partial frame goes to the engine with the session (it reads the rest), so a
         # client that never pauses between requests still gets back to the engine.
-        if self._requests.decoder.buffered > BUFFER_SIZE:
-            return
-        if self._stay_left:
-            self._stay_left -= 1
+        if not self._path.may_offer(self._requests.decoder.buffered, BUFFER_SIZE):
             return
         await self._calls.wait_idle()
+        reauth = self._reauth
+        if reauth is not None and reauth.busy(trio.current_time()):
+            self._path.reauth_due()
+            return  # the session comes back after it, at a later read
         if not self._draining and not self._responses.decoder.buffered and not self._calls.entries:
             raise HandBack
 

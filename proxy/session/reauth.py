@@ -9,6 +9,7 @@ and the broker's replies reach Herald instead of the client.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -62,6 +63,18 @@ class UpstreamReauth:
         self.turn = trio.Lock()
         """Held by whoever sends upstream: the client's requests, or this exchange."""
         self._replies: trio.MemorySendChannel[bytes] | None = None
+        self._due: float | None = None  # on trio's clock; set when `run` first starts
+        self._exchanging = False
+
+    @property
+    def due(self) -> float:
+        """When the next re-authentication is due, on trio's clock (math.inf: never)."""
+        return math.inf if self._due is None else self._due
+
+    def busy(self, now: float) -> bool:
+        """Whether the re-authentication is due or under way at `now`: the session must stay
+        in Python for it."""
+        return self._exchanging or now >= self.due
 
     def claim(self, frames: list[memoryview]) -> bool:
         """Take `frames` as answers to Herald's own re-authentication, if it is underway."""
@@ -75,13 +88,16 @@ class UpstreamReauth:
     async def run(self) -> None:
         """Re-authenticate before each lifetime the broker gives ends, for as long as the
         session lasts; raises `SessionClosed` when the broker refuses or does not answer."""
-        lifetime_ms = self._lifetime_ms
-        while lifetime_ms > 0:
-            await trio.sleep(lifetime_ms * _REAUTH_AT / 1000)
+        if self._due is None:
+            self._due = self._next_due(self._lifetime_ms)
+        while self._due != math.inf:
+            # Absolute, so a session that went to the native engine and back keeps its time.
+            await trio.sleep_until(self._due)
             async with self.turn:  # no client request goes upstream meanwhile
                 await self._calls.wait_idle()  # and every earlier one is answered
                 send, receive = trio.open_memory_channel[bytes](16)
                 self._replies = send
+                self._exchanging = True
                 try:
                     with trio.fail_after(self._timeout_s):
                         lifetime_ms = await self._reauthenticate(_OwnIO(self._upstream, receive))
@@ -93,5 +109,13 @@ class UpstreamReauth:
                                         "warning") from None
                 finally:
                     self._replies = None
+                    self._exchanging = False
+            self._due = self._next_due(lifetime_ms)
             log.info("upstream_reauthenticated", client=self._ctx.client_address,
                       upstream=self._ctx.upstream_address, lifetime_ms=lifetime_ms)
+
+    @staticmethod
+    def _next_due(lifetime_ms: int) -> float:
+        if lifetime_ms <= 0:
+            return math.inf
+        return trio.current_time() + lifetime_ms * _REAUTH_AT / 1000

@@ -18,6 +18,7 @@ from protocol.headers import encode_response_header
 from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
 from proxy.limits.connection_guard import ClientDeadlines
+from proxy.native.path_choice import SessionPath
 from proxy.observability.metrics import Metrics
 from proxy.session import wire
 from proxy.session.closing import SessionClosed
@@ -33,7 +34,7 @@ class RequestPump:
 
     `turn`: held while forwarding, when Herald re-authenticates on the upstream connection
     itself (see `reauth`). `native`: offered the session after every read, when the native
-    relay may serve it.
+    relay may serve it. `path`: counts each request handled here, with why it is Python's.
     """
 
     def __init__(
@@ -48,6 +49,7 @@ class RequestPump:
         deadlines: ClientDeadlines | None,
         turn: trio.Lock | None,
         native: NativePhases | None,
+        path: SessionPath | None = None,
     ) -> None:
         self._client = client
         self._upstream = upstream
@@ -59,6 +61,7 @@ class RequestPump:
         self._deadlines = deadlines
         self._turn = turn
         self._native = native
+        self._path = path
         self._recv_scope = trio.CancelScope()
         self._draining = False
 
@@ -180,6 +183,8 @@ class RequestPump:
         """Handle one request; return what to forward (`view` itself when unchanged)."""
         received = time.monotonic()
         head = wire.parse_request_header(view)
+        if self._path is not None:
+            self._path.frame(head.api_key, head.api_version)
         if head.client_id is not None:
             self._ctx.client_id = head.client_id
         filters = self._chain.for_request(head.api_key, head.api_version)

@@ -21,6 +21,7 @@ from protocol.framing import FrameDecoder
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaiting_answer
 from proxy.limits.memory_budget import Holder, MemoryBudget
+from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason
 from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
@@ -58,7 +59,10 @@ class Session:
         deadlines: ClientDeadlines | None = None,
         memory: MemoryBudget | None = None,
         native: NativeRelay | None = None,
+        no_engine: str | None = None,
     ) -> None:
+        """`native`: the proxy's engine, or None, and then `no_engine` says why
+        (`path_choice.engine_reason`; performance.native_relay: off when not given)."""
         self.client = client
         self.upstream = upstream
         self.ctx = ctx
@@ -82,19 +86,20 @@ class Session:
         self._reauth = UpstreamReauth(
             upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
         ) if reauthenticate is not None and session_lifetime_ms > 0 else None
-        # The native relay serves plaintext sessions that Herald never speaks on itself.
+        # Where this session runs: path_choice decides, and counts what Python handles.
+        self._path = SessionPath(metrics, session_reason(
+            (no_engine or NATIVE_RELAY_OFF) if native is None else None,
+            client.tls, upstream.tls), chain)
         self._native = NativePhases(
             native, client, upstream, ctx, chain, metrics, requests, responses, self._calls,
-            max_frame_bytes, max_in_flight, deadlines, memory,
-        ) if (
-            native is not None and not client.tls and not upstream.tls and self._reauth is None
-        ) else None
+            max_frame_bytes, max_in_flight, deadlines, memory, self._path, self._reauth,
+        ) if native is not None and self._path.python_reason is None else None
         filters = ResponseFilters(chain, ctx)
         self._streamer = ResponseStreamer(client, upstream, responses, self._calls, filters,
                                           metrics.responses_streamed)
         self._requests = RequestPump(
             client, upstream, requests, self._calls, ctx, chain, metrics, deadlines,
-            self._reauth.turn if self._reauth is not None else None, self._native,
+            self._reauth.turn if self._reauth is not None else None, self._native, self._path,
         )
         self._responses = ResponsePump(client, upstream, responses, self._calls, filters,
                                        self._streamer, self._reauth)

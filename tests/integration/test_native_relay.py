@@ -23,6 +23,7 @@ from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
 HANDOVERS = "herald_native_relay_handovers_total"
+PYTHON_PATH = "herald_python_path_total"
 
 
 def _herald(kafka: KafkaCluster, mode: str, **overrides: object) -> HeraldProcess:
@@ -76,6 +77,34 @@ def test_same_records_and_request_counts_on_and_off(
     assert counted[True][:2] == counted[False][:2] == (len(values), len(values))
     assert counted[True][2] > 0  # the engine carried these sessions
     assert counted[False][2] == 0
+
+
+def test_python_path_says_why(herald_on: HeraldProcess, herald_off: HeraldProcess,
+                              topic_name: str) -> None:
+    """`herald_python_path_total`: with the engine off every session and request is counted
+    as Python's for that reason; with it on, no session is, and of the requests only those a
+    filter reads (and a few between native phases)."""
+    values = [f"v{i}".encode() for i in range(100)]
+    moves = {}
+    for proc in (herald_on, herald_off):
+        topic = f"{topic_name}-{proc is herald_on}"
+        create_topic(proc.bootstrap, topic)
+        before = scrape(proc)
+        _produce(proc.bootstrap, topic, values, acks=1)
+        after = scrape(proc)
+        moves[proc is herald_on] = {
+            "sessions": moved(before, after, PYTHON_PATH, scope="session"),
+            "off": moved(before, after, PYTHON_PATH, scope="session", reason="native_relay_off"),
+            "produce": moved(before, after, PYTHON_PATH, scope="frame", api="Produce"),
+            "metadata": moved(before, after, PYTHON_PATH, scope="frame", reason="filter",
+                              api="Metadata"),
+        }
+    off, on = moves[False], moves[True]
+    assert off["sessions"] == off["off"] >= 1
+    assert off["produce"] == len(values)
+    assert on["sessions"] == 0
+    assert on["metadata"] >= 1
+    assert on["produce"] < len(values) / 4, on
 
 
 def test_metadata_mid_stream_hands_over_and_back(herald_on: HeraldProcess,

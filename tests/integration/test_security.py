@@ -18,7 +18,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,28 +25,18 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from tests.conftest import kafka_version
 from tests.support import raw_client as raw
 from tests.support.certs import CertificateAuthority, Issued
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
-from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster, start_secure_cluster
+from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster
 
 CHAINS = {
     "produce": [{"type": "trace_context"}, {"type": "audit"}],
     "fetch": [{"type": "drop_headers", "headers": ["internal.debug"]}],
 }
 CN_RULES = ["RULE:^CN=([^,]+),O=.*$/$1/L", "DEFAULT"]
-
-
-@pytest.fixture(scope="module")
-def secure() -> Iterator[SecureCluster]:
-    cluster = start_secure_cluster(kafka_version())
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

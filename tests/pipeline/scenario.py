@@ -6,8 +6,9 @@ payments and produces shipments; a payment it cannot settle at once (plan `retry
 back to payments first, and ships it when it reads it again (a retry loop). Every service
 continues the trace as OpenTelemetry does (same trace id, a new span id). B and C also name
 the record they continue, in `LINK_HEADER`; the test's Herald turns that into `herald.parent`
-after its audit member, which strips client headers under `herald.` (the proxy writing the
-link itself is built separately). F writes no link: its edges must be inferred, and marked.
+after its audit member, which strips client headers under `herald.` (Herald writing the link
+itself, `trace_context` with `link`, is played in test_links_by_herald.py). F writes no link:
+its edges must be inferred, and marked.
 
 Some flows are broken on purpose (B or C drops the record, or B holds it past the wait
 threshold), and a legacy producer writes orders straight to the broker, without any trace

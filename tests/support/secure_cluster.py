@@ -1,8 +1,9 @@
 """A single-node Kafka cluster with secured listeners, and the certificates around it.
 
 Listeners: PLAINTEXT (for the harness itself), SSL with client certificates required (mTLS),
-and SASL_SSL with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's unsecured-JWS test
-mode). SCRAM users are created when the storage is formatted. KIP-368 re-authentication is on
+SASL_SSL with PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (Kafka's unsecured-JWS test mode), and
+SASL_PLAINTEXT with PLAIN and SCRAM-SHA-512 (a sidecar's upstream inside a private network).
+SCRAM users are created when the storage is formatted. KIP-368 re-authentication is on
 (`connections.max.reauth.ms`), so every SASL client re-authenticates during longer tests.
 """
 
@@ -31,6 +32,7 @@ class SecureCluster:
     kafka: KafkaCluster
     ssl_port: int
     sasl_port: int
+    sasl_plain_port: int
 
     @property
     def plaintext(self) -> str:
@@ -44,6 +46,10 @@ class SecureCluster:
     def sasl_address(self) -> str:
         return f"127.0.0.1:{self.sasl_port}"
 
+    @property
+    def sasl_plaintext_address(self) -> str:
+        return f"127.0.0.1:{self.sasl_plain_port}"
+
     def client_cert(self, stem: str, cn: str, **kw: object) -> Issued:
         return self.ca.issue(stem, cn, **kw)  # type: ignore[arg-type]
 
@@ -52,11 +58,15 @@ class SecureCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_secure_cluster(version: str) -> SecureCluster:
+def start_secure_cluster(
+    version: str, workdir: Path | None = None, extra_listeners: list[ExtraListener] | None = None
+) -> SecureCluster:
+    """`workdir`: where the broker keeps its log (a benchmark puts it in memory);
+    `extra_listeners`: more listeners besides the secured ones (a relay's, say)."""
     folder = Path(tempfile.mkdtemp(prefix="herald-secure-"))
     ca = CertificateAuthority(folder / "ca")
     broker = ca.issue("broker", "broker", hosts=("127.0.0.1", "localhost"))
-    ssl_port, sasl_port = free_port(), free_port()
+    ssl_port, sasl_port, sasl_plain_port = free_port(), free_port(), free_port()
     plain_users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
     props = {
         "ssl.keystore.type": "PEM",
@@ -71,6 +81,10 @@ def start_secure_cluster(version: str) -> SecureCluster:
         "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config": (
             f'{_OAUTH} required unsecuredLoginStringClaim_sub="broker";'
         ),
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"{_PLAIN} required {plain_users};"),
+        "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": f"{_SCRAM} required;",
         "connections.max.reauth.ms": str(REAUTH_MS),
     }
     scram = [f"SCRAM-SHA-{bits}=[name={u},password={p}]"
@@ -78,11 +92,15 @@ def start_secure_cluster(version: str) -> SecureCluster:
     kafka = KafkaCluster(
         size=1, version=version, extra_properties=props, scram_credentials=scram,
         extra_listeners=[ExtraListener("SSL", ssl_port, ssl_port, "SSL"),
-                         ExtraListener("SASL_SSL", sasl_port, sasl_port, "SASL_SSL")],
+                         ExtraListener("SASL_SSL", sasl_port, sasl_port, "SASL_SSL"),
+                         ExtraListener("SASL_PLAINTEXT", sasl_plain_port, sasl_plain_port,
+                                       "SASL_PLAINTEXT"),
+                         *(extra_listeners or ())],
+        workdir=workdir,
     )
     try:
         kafka.start()
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port)
+    return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port, sasl_plain_port)

@@ -26,6 +26,7 @@ from protocol.messages.fetch_response import (
     PartitionData,
 )
 from protocol.records import Record, RecordBatch, build_batch
+from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from tests.unit.test_native_fetch import frame
 from tests.unit.test_native_relay_engine import FETCH, MAX_VERSION, Rig, request
@@ -53,7 +54,7 @@ def slow_to_scan(corr: int) -> bytes:
 
 def scanning_rig() -> Rig:
     table = bytearray(native_relay.MAX_API * MAX_VERSION)
-    table[FETCH * MAX_VERSION + 12] = native_relay.SCAN
+    table[FETCH * MAX_VERSION + 12] = path_choice.SCAN
     rig = Rig(bytes(table), max_frame=16 << 20)
     rig.engine.take(rig.sid)  # registered again, with the fetch plan
     rig.sid += 10_000

@@ -10,6 +10,7 @@ from proxy.config.proxy_yaml import ConfigError, parse_config
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import Filter, FilterChain
+from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from proxy.upstream.brokers import BrokerDirectory
 
@@ -43,18 +44,18 @@ def _at(table: bytes, api: int, version: int) -> int:
 
 def test_passable_table_follows_the_chain() -> None:
     rewriter = AddressRewriter(BrokerDirectory(parse_config(BASE).listen))
-    table = native_relay.passable_table(FilterChain([ApiVersionsNegotiator(), rewriter]))
-    assert _at(table, ApiKey.API_VERSIONS, 3) == native_relay.PYTHON
-    assert _at(table, ApiKey.METADATA, 12) == native_relay.PYTHON
-    assert _at(table, ApiKey.PRODUCE, 9) == native_relay.PASS
-    assert _at(table, ApiKey.PRODUCE, 11) == native_relay.UNLESS_TAGGED
-    assert _at(table, ApiKey.FETCH, 15) == native_relay.PASS
-    assert _at(table, ApiKey.FETCH, 17) == native_relay.UNLESS_TAGGED
-    assert _at(table, ApiKey.FETCH, 18) == native_relay.UNLESS_TAGGED
-    assert _at(table, ApiKey.PRODUCE, 14) == native_relay.PYTHON  # a layout it does not know
-    assert _at(table, ApiKey.HEARTBEAT, 4) == native_relay.PASS
+    table = path_choice.passable_table(FilterChain([ApiVersionsNegotiator(), rewriter]))
+    assert _at(table, ApiKey.API_VERSIONS, 3) == path_choice.PYTHON
+    assert _at(table, ApiKey.METADATA, 12) == path_choice.PYTHON
+    assert _at(table, ApiKey.PRODUCE, 9) == path_choice.PASS
+    assert _at(table, ApiKey.PRODUCE, 11) == path_choice.UNLESS_TAGGED
+    assert _at(table, ApiKey.FETCH, 15) == path_choice.PASS
+    assert _at(table, ApiKey.FETCH, 17) == path_choice.UNLESS_TAGGED
+    assert _at(table, ApiKey.FETCH, 18) == path_choice.UNLESS_TAGGED
+    assert _at(table, ApiKey.PRODUCE, 14) == path_choice.PYTHON  # a layout it does not know
+    assert _at(table, ApiKey.HEARTBEAT, 4) == path_choice.PASS
 
-    table = native_relay.passable_table(FilterChain([rewriter, _ProduceReader()]))
-    assert _at(table, ApiKey.PRODUCE, 9) == native_relay.PYTHON
-    assert _at(table, ApiKey.PRODUCE, 11) == native_relay.PYTHON
-    assert _at(table, ApiKey.FETCH, 17) == native_relay.UNLESS_TAGGED
+    table = path_choice.passable_table(FilterChain([rewriter, _ProduceReader()]))
+    assert _at(table, ApiKey.PRODUCE, 9) == path_choice.PYTHON
+    assert _at(table, ApiKey.PRODUCE, 11) == path_choice.PYTHON
+    assert _at(table, ApiKey.FETCH, 17) == path_choice.UNLESS_TAGGED

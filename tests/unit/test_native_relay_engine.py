@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from proxy.session import wire
 
@@ -313,6 +314,44 @@ def test_a_partial_request_keeps_its_frame_clock_across_hand_overs(rigs) -> None
     assert 0.25 <= state.frame_age < 5
 
 
+def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(rigs) -> None:
+    """`handover_s`: Herald's own re-authentication is due. The engine finishes the frame it
+    has begun (a frame is never cut), forwards nothing after it, and hands the session over
+    with reason `reauth`, which Python resumes from."""
+    one = request(FETCH, 12, 1, b"x" * 100, flexible=True)
+    two = request(FETCH, 12, 2, flexible=True)
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    rig.sid += 10_000
+    # Due at once, with a frame begun (its header and part of its body handed over).
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, one[:30],
+                        handover_s=1e-9)
+    assert rig.recv_exactly(rig.broker, 30) == one[:30]
+    assert rig.nothing_on(rig.engine.notify_fd)  # not before the frame ends
+    rig.app.sendall(one[30:] + two)
+    state = rig.wait_handover()
+    assert state.reason == "reauth"
+    assert path_choice.CAPABILITIES.reasons[state.reason] == "resume"
+    assert rig.recv_exactly(rig.broker, len(one) - 30) == one[30:]
+    assert rig.nothing_on(rig.broker)
+    assert state.client == two  # the next request was not forwarded
+    assert [corr for corr, *_ in state.in_flight] == [1]
+
+    # Not due within the phase: the session stays on the engine.
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    rig.sid += 10_000
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, b"",
+                        handover_s=3600.0)
+    rig.app.sendall(two)
+    assert rig.recv_exactly(rig.broker, len(two)) == two
+    assert rig.nothing_on(rig.engine.notify_fd)
+
+
 def test_take_detaches_a_running_session(rigs) -> None:
     rig = rigs(table((FETCH, 12)))
     state = native_relay.Handover(*rig.engine.take(rig.sid))
@@ -357,8 +396,8 @@ def test_built_responses_are_what_the_python_codec_reads() -> None:
 
 def test_responses_with_leader_hints_go_to_python(rigs) -> None:
     checked = bytearray(native_relay.MAX_API * MAX_VERSION)
-    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
-    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    checked[PRODUCE * MAX_VERSION + 10] = path_choice.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     rig = rigs(bytes(checked), max_frame=8 << 20)
     one, two, three = produce(1, 1, 10), produce(2, 1, 10), request(FETCH, 16, 3, flexible=True)
     rig.app.sendall(one + two + three)
@@ -377,8 +416,8 @@ def test_responses_with_leader_hints_go_to_python(rigs) -> None:
 
 def checked_table() -> bytes:
     checked = bytearray(native_relay.MAX_API * MAX_VERSION)
-    checked[PRODUCE * MAX_VERSION + 10] = native_relay.UNLESS_TAGGED
-    checked[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    checked[PRODUCE * MAX_VERSION + 10] = path_choice.UNLESS_TAGGED
+    checked[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     return bytes(checked)
 
 
@@ -479,7 +518,7 @@ def send_in_random_pieces(sock: socket.socket, data: bytes, seed: int) -> thread
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_spliced_frames_pass_byte_for_byte_in_order(rigs, tcp: bool, seed: int) -> None:
     table_ = bytearray(table((FETCH, 12)))
-    table_[FETCH * MAX_VERSION + 16] = native_relay.UNLESS_TAGGED
+    table_[FETCH * MAX_VERSION + 16] = path_choice.UNLESS_TAGGED
     rig = rigs(bytes(table_), max_frame=8 << 20, tcp=tcp)
     requests, responses = spliced_frames(seed)
     up = b"".join(requests)

@@ -26,7 +26,7 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import Exchange, FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.limits.config import LimitsConfig
-from proxy.native.relay import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
+from proxy.native.path_choice import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
 from proxy.native.stamp_plan import stamp_plan
 from proxy.session.wire import decode_request, encode_request, parse_request_header
 from proxy.upstream.topic_ids import TopicIds

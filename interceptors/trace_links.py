@@ -1,0 +1,254 @@
+"""Causal links made where they happen: a bounded memory of the traced records clients fetched.
+
+Herald sees both sides of a service: the records its consumer fetches and the records its
+producer then writes with the same trace id. `trace_context` with a ``link`` section uses that:
+the fetch chain remembers, per client scope and trace id, which records were fetched
+(`FetchedTraces.remember`, called by `RememberFetched`, the member the chains builder adds to
+the fetch chain for it); on produce, a record that continues a trace the same scope fetched
+gets one ``herald.parent`` header per remembered record (`FetchedTraces.parents`). The edge then
+travels with the record, and the pipeline reads it as evidence instead of inferring it.
+
+*Scope* is what a service's consumer and producer share, though they are different
+connections: ``host``, the client's source address (one Herald per pod as a sidecar sees every
+service of the pod on the loopback address, a gateway sees each pod by its address), or
+``client_id``, the source address and the client id (for several services per host that give
+their consumer and producer the same client id).
+
+*Which records*: the records of the trace the scope fetched since it last produced one of that
+trace. A service that reads one record and writes two (a payment and a fraud check) links both
+to it; one that joins two inputs (fan-in) links to both; a service that reads the record it
+wrote itself (a retry loop through its own topic) links the next write to that record only,
+because its own write marked the older ones as spent and the next fetch replaced them. At most
+`max_parents` records per trace are kept (the oldest goes first).
+
+*Bound*: at most `capacity` (scope, trace) entries, the least recently fetched evicted first,
+and an entry not refreshed for `ttl_s` is not believed (the time that counts runs from Herald
+relaying the fetch to the produce: the record's wait in the client's prefetch queue and the
+service's work on it, not how far behind its consumer is; a link made from a stale fetch would
+be a guess). A record that continues a trace
+with no entry is counted by reason, ``unseen`` (never fetched through this Herald: also the
+first hop of every trace whose producer started it itself), ``expired`` or ``evicted`` (a
+bounded set of recently evicted keys tells those apart from ``unseen``).
+
+The memory is shared by a produce-chain member and a fetch-chain member that may run on the
+event loop and in worker threads at once, so every access holds a lock (uncontended it costs
+well under a microsecond; only traced records reach it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from interceptors.api import FETCH, ColumnValue, Interceptor, Stamps
+from interceptors.config import InvalidConfig
+from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
+from interceptors.headers import Headers
+from interceptors.tracing import valid_traceparent
+from protocol.contracts.headers import PARENT, RESERVED_PREFIX, TRACEPARENT
+
+UNSEEN, EXPIRED, EVICTED = "unseen", "expired", "evicted"
+MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
+
+LINKED_MEMO = "herald.links"
+"""``RecordContext.memo`` key under which the linking member notes, for the record it is on,
+``(headers, header key, count)``: the last `count` headers with that key in that very
+`Headers` object were made by Herald, so `audit` (whatever its place in the chain) keeps them
+and treats any other header under its prefix as forged. The object, not the record's index,
+is what ties the note to the record: members of one record share it, and a shadow member runs
+on a copy, so what a shadow `trace_context` would have written never shields a client's
+header from a live `audit`."""
+
+Key = tuple[str, int, int]  # (topic, partition, offset)
+
+
+@dataclass
+class LinkConfig:
+    scope: Literal["host", "client_id"] = "host"
+    capacity: int = 50_000          # (scope, trace) entries
+    ttl_s: float = 60.0             # an entry not refreshed for this long is not believed
+    max_parents: int = 8            # records kept per (scope, trace): fan-in
+    header: str = RESERVED_PREFIX + PARENT
+
+    def __post_init__(self) -> None:
+        if self.capacity < 1:
+            raise InvalidConfig("capacity", "must be >= 1")
+        if self.ttl_s <= 0:
+            raise InvalidConfig("ttl_s", "must be > 0")
+        if self.max_parents < 1:
+            raise InvalidConfig("max_parents", "must be >= 1")
+        if not self.header or self.header == TRACEPARENT:
+            raise InvalidConfig("header", f"cannot use {self.header!r}")
+
+
+def source_host(address: str) -> str:
+    """``host`` of ``host:port`` (``[v6]`` of ``[v6]:port``): what a client's connections to
+    different brokers, and a pod's different clients, have in common."""
+    host, sep, _port = address.rpartition(":")
+    return host if sep else address
+
+
+class _Entry:
+    """One (scope, trace): the records fetched, oldest first, and whether the scope has
+    produced a record of the trace since (then the next fetch replaces them)."""
+
+    __slots__ = ("seen", "spent", "parents")
+
+    def __init__(self, seen: float, first: Key) -> None:
+        self.seen = seen
+        self.spent = False
+        self.parents: list[Key] = [first]  # a few at most (`max_parents`): a list is smallest
+
+
+class FetchedTraces:
+    """The bounded memory (scope, trace id) → records fetched; see the module docstring.
+
+    About 0.4 KB an entry with one record (the key, the trace id, the entry, its record and
+    the ordered dict's links) and 0.25 KB for the key of a dropped one: about 32 MB at the
+    default capacity when both are full (measured with tracemalloc)."""
+
+    def __init__(self, config: LinkConfig, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.capacity = config.capacity
+        self.ttl_s = config.ttl_s
+        self.max_parents = config.max_parents
+        self.clock = clock
+        self._by_host = config.scope == "host"
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._gone: OrderedDict[tuple, str] = OrderedDict()  # evicted or expired: why
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def scope(self, conn: ConnectionInfo) -> tuple:
+        """The key a client's consumer and producer share (see `LinkConfig.scope`)."""
+        host = source_host(conn.address)
+        return (host,) if self._by_host else (host, conn.client_id)
+
+    def remember(self, scope: tuple, trace: bytes, key: Key) -> tuple[int, int]:
+        """`scope` fetched record `key` of `trace` just now; (entries evicted for room,
+        entries found expired) on the way."""
+        now = self.clock()
+        evicted = expired = 0
+        with self._lock:
+            entries = self._entries
+            k = (scope, trace)
+            entry = entries.get(k)
+            if entry is None:
+                entries[k] = _Entry(now, key)
+                if self._gone:
+                    self._gone.pop(k, None)
+            else:
+                entries.move_to_end(k)
+                parents = entry.parents
+                if entry.spent or now - entry.seen > self.ttl_s:
+                    parents.clear()
+                    entry.spent = False
+                elif key in parents:
+                    parents.remove(key)  # fetched again: it becomes the newest
+                elif len(parents) >= self.max_parents:
+                    del parents[0]
+                parents.append(key)
+                entry.seen = now
+            # The oldest entries first: expired ones, then any beyond the capacity.
+            limit = now - self.ttl_s
+            while entries:
+                oldest_key = next(iter(entries))
+                oldest = entries[oldest_key]
+                if oldest.seen < limit:
+                    reason = EXPIRED
+                    expired += 1
+                elif len(entries) > self.capacity:
+                    reason = EVICTED
+                    evicted += 1
+                else:
+                    break
+                del entries[oldest_key]
+                self._bury(oldest_key, reason)
+        return evicted, expired
+
+    def _bury(self, k: tuple, reason: str) -> None:
+        gone = self._gone
+        gone[k] = reason
+        if len(gone) > self.capacity:
+            gone.popitem(last=False)
+
+    def parents(self, scope: tuple, trace: bytes) -> tuple[Key, ...] | str:
+        """The records `scope` fetched of `trace` that a record it produces now continues,
+        or why there are none (`MISS_REASONS`). Marks them spent: the scope's next fetch of
+        the trace replaces them, while further records produced before it link to them too."""
+        k = (scope, trace)
+        with self._lock:
+            entry = self._entries.get(k)
+            if entry is None:
+                return self._gone.get(k, UNSEEN)
+            if self.clock() - entry.seen > self.ttl_s:
+                return EXPIRED
+            entry.spent = True
+            return tuple(entry.parents)
+
+
+def parent_value(key: Key) -> bytes:
+    """The header value naming `key` (`protocol.contracts.headers.PARENT`)."""
+    return f"{key[0]}:{key[1]}:{key[2]}".encode()
+
+
+_NO_COLUMNS: tuple[ColumnValue, ...] = ()
+
+
+class RememberFetched(Interceptor):
+    """The fetch-chain side of the links: remembers the traced records a client fetched.
+
+    Not configured by itself: `trace_context` with ``link`` makes it (`Interceptor.
+    fetch_member`), sharing its memory, and the chains builder appends it to the fetch chain,
+    after the configured members, so what it remembers is what the client really received.
+    It watches ``traceparent`` and appends nothing (`Stamps`), so a batch without trace
+    context costs one native scan, and the native relay keeps forwarding Fetch responses
+    that carry none (proxy/native/fetch_plan.py) without Python."""
+
+    paths = frozenset({FETCH})
+    needs = "read"
+    concurrent = True
+
+    def __init__(self, memory: FetchedTraces, env: ProxyInfo) -> None:
+        super().__init__(None, env)
+        self.memory = memory
+        self.stamps = Stamps((), frozenset({TRACEPARENT}))
+
+    def columns(self, ctx: RecordContext) -> tuple[ColumnValue, ...]:
+        return _NO_COLUMNS
+
+    def _offset(self, ctx: RecordContext) -> int:
+        """The record's offset. It reads headers only (no record object, whose fields would
+        cost more to load than the rest of the work), so the offset is the base offset plus
+        the record's index whenever the deltas run 0..n-1, which the last delta being n-1
+        says; a batch with gaps (compacted) has its deltas read once."""
+        batch = ctx.batch
+        if batch.last_offset_delta == batch.record_count - 1:
+            return batch.base_offset + ctx.index
+        known = ctx.memo.get(self)
+        if known is None or known[0] is not batch:
+            known = ctx.memo[self] = (batch, [r.offset_delta for r in batch.records])
+        return batch.base_offset + known[1][ctx.index]
+
+    def on_record(self, ctx: RecordContext, headers: Headers) -> None:
+        tp = headers.first(TRACEPARENT)
+        if not valid_traceparent(tp):
+            return
+        memory = self.memory
+        evicted, expired = memory.remember(memory.scope(ctx.conn), tp[3:35],  # type: ignore
+                                           (ctx.topic, ctx.partition, self._offset(ctx)))
+        stats = self.stats
+        stats.count("link_remembered")
+        if evicted:
+            stats.count("link_evicted", evicted)
+        if expired:
+            stats.count("link_expired", expired)
+
+    def gauges(self) -> dict[str, float]:
+        return {"link_memory_entries": len(self.memory)}

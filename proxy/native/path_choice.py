@@ -1,0 +1,281 @@
+"""Which path runs each session and each request: the native engine, or Python. The one place
+Herald decides it.
+
+Facts about the engine (the versions it walks, what each hand-over reason means, what it
+stamps and scans, whether it carries TLS) come from the engine itself
+(`proxy/native/capabilities.py`, read from `_relay.capabilities()`); this module restates
+none of them, so the engine and Python cannot disagree about them. What it adds is Herald's
+policy: which filters need a frame, when a session goes back to the engine, what the memory
+budget allows.
+
+Every session or request that Python handles is counted with why, in
+`herald_python_path_total{scope, reason, api}`; docs/performance.md lists each reason with what
+an operator can change. The reasons are a fixed set (`SESSION_REASONS`, `FRAME_REASONS`), and
+the API label is bounded like every API label of Herald's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import Counter
+
+from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.limits.memory_budget import Holder
+from proxy.native import fetch_plan as native_fetch
+from proxy.native import stamp_plan as native_stamp
+from proxy.native.capabilities import CAPABILITIES, Capabilities
+from proxy.observability.metrics import Metrics, bounded_api_labels
+
+if TYPE_CHECKING:
+    from proxy.native.relay import NativeRelay
+
+# Why a whole session is Python's (scope="session"; its requests are counted with the same
+# reason, scope="frame").
+NATIVE_RELAY_OFF = "native_relay_off"  # performance.native_relay: off
+NATIVE_UNAVAILABLE = "native_unavailable"  # the extension is not built
+TLS_CLIENT = "tls_client"  # the client speaks TLS and the engine does not carry it
+TLS_UPSTREAM = "tls_upstream"  # the connection to the broker is TLS, likewise
+SESSION_REASONS = (NATIVE_RELAY_OFF, NATIVE_UNAVAILABLE, TLS_CLIENT, TLS_UPSTREAM)
+
+# Why one request of a session the engine serves is Python's (scope="frame").
+FILTER = "filter"  # a filter reads requests or responses of this API (ApiVersions, Metadata,
+# SASL, ...)
+PRODUCE_CHAIN = "produce_chain"  # the produce chain reads it and the engine does not stamp it
+# for this chain (or this version)
+FETCH_CHAIN = "fetch_chain"  # the fetch chain reads its response, which the engine does not
+# scan for this chain (or this version)
+ENGINE_DECLINED = "engine_declined"  # the engine may serve this API but handed this frame over
+# (a compressed, traced or oversized batch, a response it could not read, ...)
+BETWEEN_PHASES = "between_phases"  # it arrived while the session waited in Python to go back
+# (answers to Python's frames pending, or a session that keeps needing Python)
+MEMORY_BUDGET = "memory_budget"  # the memory budget had no room for the engine's buffers
+REAUTH = "reauth"  # Herald's own re-authentication to the broker was due or under way
+FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
+                 MEMORY_BUDGET, REAUTH)
+
+# The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
+# engine would not serve (the next one Python handles is counted as declined), and the
+# deadline of Herald's own re-authentication. tests/unit/test_path_choice.py holds them to the
+# engine's list.
+DECLINED_BY_ENGINE = "request"
+ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, REAUTH)
+
+# The table's byte values, by the names the engine gives them (0, Python's, where it has none).
+PYTHON = CAPABILITIES.value("python")
+PASS = CAPABILITIES.value("pass")
+UNLESS_TAGGED = CAPABILITIES.value("unless_tagged")
+STAMP = CAPABILITIES.value("stamp")
+STAMP_UNLESS_TAGGED = CAPABILITIES.value("stamp_unless_tagged")
+SCAN = CAPABILITIES.value("scan")
+SCAN_UNLESS_TAGGED = CAPABILITIES.value("scan_unless_tagged")
+
+# A native phase that passed fewer requests than this before handing over means the client
+# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
+# so a session that alternates does not pay for a hand-over per request.
+_FEW_NATIVE = 8
+_MAX_STAY_READS = 64
+
+
+def engine_reason(mode: str, caps: Capabilities = CAPABILITIES) -> str | None:
+    """Why the proxy runs no engine at all (None: it runs one), from
+    `performance.native_relay` and whether the extension is built."""
+    if mode != NATIVE_RELAY_AUTO:
+        return NATIVE_RELAY_OFF
+    if not caps.available:
+        return NATIVE_UNAVAILABLE
+    return None
+
+
+def session_reason(engine: str | None, client_tls: bool, upstream_tls: bool,
+                   caps: Capabilities = CAPABILITIES) -> str | None:
+    """Why a session stays on the Python path for its whole life (None: the engine may serve
+    it). `engine`: why the proxy runs no engine (`engine_reason`), or None.
+
+    Authentication is no reason: the SASL exchanges are frames filters read (Python's), the
+    traffic after them the engine's, and Herald's own re-authentication takes the session
+    back before it is due (`handover_s`)."""
+    if engine is not None:
+        return engine
+    if client_tls and not caps.tls:
+        return TLS_CLIENT
+    if upstream_tls and not caps.tls:
+        return TLS_UPSTREAM
+    return None
+
+
+def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
+                   caps: Capabilities = CAPABILITIES) -> bytes:
+    """One byte per (api key, version): what the engine may do with that pair's requests.
+    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
+    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
+    tagged fields) are scanned. A response some filter reads only for its top-level tagged
+    fields passes unless it has some, where the engine reads them (`caps.tags`)."""
+    max_version = caps.max_version
+    table = bytearray(caps.max_api * max_version)
+    for api in range(caps.max_api):
+        tagged = caps.tags.get(api, range(0))
+        for version in range(max_version):
+            stamped = stamp and api == caps.stamp_api and version in caps.stamp_versions
+            scanned = fetch and api == caps.scan_api and version in caps.scan_versions
+            if chain.for_request(api, version) and not stamped:
+                continue
+            readers = chain.for_response(api, version)
+            if scanned:
+                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
+                if not readers:
+                    table[api * max_version + version] = SCAN
+                elif version in tagged and all(f.tagged_only(api, version) for f in readers):
+                    table[api * max_version + version] = SCAN_UNLESS_TAGGED
+                continue
+            if not readers:
+                table[api * max_version + version] = STAMP if stamped else PASS
+            elif version in tagged and all(f.tagged_only(api, version) for f in readers):
+                table[api * max_version + version] = (STAMP_UNLESS_TAGGED if stamped
+                                                      else UNLESS_TAGGED)
+    return bytes(table)
+
+
+def table_reason(chain: FilterChain, api: int, version: int) -> str:
+    """Why a table marks (api, version) Python's: a filter reads it, or the interceptor
+    filter does for a chain (or version) the engine does not stamp or scan."""
+    requests = chain.for_request(api, version)
+    responses = chain.for_response(api, version)
+    if requests and all(isinstance(f, InterceptorFilter) for f in requests):
+        return PRODUCE_CHAIN
+    if not requests and any(isinstance(f, InterceptorFilter) for f in responses) and all(
+            isinstance(f, InterceptorFilter) or f.tagged_only(api, version) for f in responses):
+        return FETCH_CHAIN
+    return FILTER
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """What a native phase does: its table, its plans (with the keys the engine counts them
+    under) and what it books of the memory budget."""
+
+    table: bytes
+    stamp: tuple[native_stamp.StampPlan, int] | None
+    fetch: tuple[native_fetch.FetchPlan, int] | None
+    booked: int
+
+
+class SessionPath:
+    """Decides, for one session, where each stretch of it runs, and counts what Python
+    handles.
+
+    `python_reason`: why the whole session is Python's (`session_reason`), or None when the
+    engine may serve it; then the session alternates between native phases and stretches in
+    Python, and each request Python handles is counted with why (`frame`).
+    """
+
+    def __init__(self, metrics: Metrics, python_reason: str | None, chain: FilterChain,
+                 caps: Capabilities = CAPABILITIES) -> None:
+        self._metrics = metrics
+        self.python_reason = python_reason
+        self._caps = caps
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._table: bytes | None = None  # of the last phase
+        self._chain = chain
+        self._why = BETWEEN_PHASES  # of a passable frame Python handles now
+        self._declined = False  # the next passable frame is the one the engine handed over
+        self._stay = 0  # reads Python keeps the session for before offering it back
+        self._stay_left = 0
+        if python_reason is not None:
+            metrics.python_path.labels("session", python_reason, "").inc()
+
+    def frame(self, api: int, version: int) -> None:
+        """A request Python handles: count it with why."""
+        reason = self.python_reason
+        if reason is None:
+            table, caps = self._table, self._caps
+            if table is None:  # before the first phase: nothing the chain reads could pass
+                chain = self._chain
+                passable = not (chain.for_request(api, version)
+                                or chain.for_response(api, version))
+            else:
+                passable = (0 <= api < caps.max_api and 0 <= version < caps.max_version
+                            and table[api * caps.max_version + version] != PYTHON)
+            if not passable:
+                reason = table_reason(self._chain, api, version)
+            elif self._declined:
+                reason = ENGINE_DECLINED
+            else:
+                reason = self._why
+            self._declined = False
+        key = (reason, bounded_api_labels(api, version)[0])
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._metrics.python_path.labels("frame", *key)
+        counter.inc()
+
+    def phase(self, relay: NativeRelay, chain: FilterChain, ctx: SessionContext,
+              held: Holder | None, buffer: int, stamp_buffer: int, fetch_buffer: int
+              ) -> Phase | None:
+        """The next native phase, or None when the memory budget has no room for the
+        engine's buffers. Stamping books a larger request buffer and the stamped request's,
+        scanning a larger response buffer; without room for those, Python does that work."""
+        stamp = relay.stamp_plan(chain, ctx)
+        fetch = relay.fetch_plan(chain)
+        booked = 2 * buffer
+        if held is not None:
+            stamping = buffer + 2 * stamp_buffer
+            if stamp is not None and held.room(stamping) >= stamping:
+                booked = stamping
+            else:
+                stamp = None
+            scanning = booked - buffer + fetch_buffer
+            if fetch is not None and held.room(scanning) >= scanning:
+                booked = scanning
+            else:
+                fetch = None
+            if held.room(booked) < booked:
+                self._why = MEMORY_BUDGET
+                return None
+        table = relay.table(chain, stamp is not None, fetch is not None)
+        self._table = table
+        return Phase(table, stamp, fetch, booked)
+
+    def ended(self, reason: str, forwarded: int) -> str:
+        """A native phase ended for `reason` after passing `forwarded` requests: what that
+        reason means ("resume", "deadline", "upstream" or "close", as the engine says)."""
+        kind = self._caps.reasons.get(reason, "close")
+        self._stay = 0 if forwarded >= _FEW_NATIVE else min(max(1, 2 * self._stay),
+                                                            _MAX_STAY_READS)
+        self._stay_left = self._stay
+        self._declined = reason == DECLINED_BY_ENGINE
+        self._why = REAUTH if reason == REAUTH else BETWEEN_PHASES
+        return kind
+
+    def reauth_due(self) -> None:
+        """Herald's own re-authentication is due: what Python handles meanwhile is for it."""
+        self._why = REAUTH
+
+    def may_offer(self, buffered: int, buffer: int) -> bool:
+        """After a read: whether the session may be offered back to the engine now (the rest
+        of the wait, for answers to what Python forwarded, is the caller's). A partial frame
+        goes with the session when the engine's buffer holds it, and a session that keeps
+        needing Python stays for a few reads (`ended`)."""
+        if buffered > buffer:
+            return False
+        if self._stay_left:
+            self._stay_left -= 1
+            return False
+        return True
+
+    def handover_s(self, due: float, now: float) -> float | None:
+        """Seconds the next native phase may last before Herald's own re-authentication, due
+        at `due` (math.inf: never), or None when it is due already and the phase must not
+        begin."""
+        if due == math.inf:
+            return 0.0  # no deadline
+        left = due - now
+        if left <= 0:
+            self._why = REAUTH
+            return None
+        return left
+
