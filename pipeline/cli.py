@@ -57,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     _common(batch)
     batch.add_argument("--ending-offsets", help="latest (default) or Spark's JSON form")
     stream = sub.add_parser("stream", help="Structured Streaming with a checkpoint",
-                            description="Read the topics continuously; after each micro-batch "
-                                        "the outputs are rewritten from all hops so far. A "
-                                        "restart resumes from the checkpoint.")
+                            description="Read the topics continuously; each flow is held "
+                                        "until the watermark passes it, then analysed and "
+                                        "merged into the outputs. A restart resumes from "
+                                        "the checkpoint.")
     _common(stream)
     stream.add_argument("--checkpoint", help="checkpoint folder (required)")
     stream.add_argument("--trigger", choices=("available_now", "processing_time"),
@@ -67,8 +68,12 @@ def _parser() -> argparse.ArgumentParser:
                              "processing_time: a micro-batch every --interval-s")
     stream.add_argument("--interval-s", type=float, help="processing-time trigger period")
     stream.add_argument("--watermark-s", type=float,
-                        help="an unfinished branch whose leaf is within this many seconds "
-                             "(event time) of the newest hop is open, not stopped")
+                        help="event-time watermark: the newest hop time minus this many "
+                             "seconds; hops behind it are dropped and counted")
+    stream.add_argument("--flow-gap-s", type=float,
+                        help="a flow is final once the watermark passes its last hop + this")
+    stream.add_argument("--max-offsets-per-trigger", type=int,
+                        help="records per micro-batch at most")
     report = sub.add_parser("report", help="redraw report.html from summary.json (no Spark)",
                             description="Write report.html from the summary.json of an "
                                         "output folder.")
@@ -93,7 +98,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     else:
         out.update({"stream.checkpoint": args.checkpoint, "stream.trigger": args.trigger,
                     "stream.interval_s": args.interval_s,
-                    "stream.watermark_s": args.watermark_s})
+                    "stream.watermark_s": args.watermark_s,
+                    "stream.flow_gap_s": args.flow_gap_s,
+                    "stream.max_offsets_per_trigger": args.max_offsets_per_trigger})
     return out
 
 

@@ -31,13 +31,23 @@ class StreamConfig:
     checkpoint: str = ""                # folder of the query's checkpoint (offsets, state)
     trigger: Literal["available_now", "processing_time"] = "available_now"
     interval_s: float = 10.0            # the processing-time trigger's period
-    watermark_s: float = 600.0          # unfinished flows this close to the newest hop are open
+    watermark_s: float = 60.0           # event-time watermark: newest hop time minus this
+    flow_gap_s: float = 60.0            # a flow is final once the watermark passes last hop + gap
+    max_flow_age_s: float = 3600.0      # a flow older than this (first hop) is evicted
+    max_flow_hops: int = 10_000         # a flow holding more hops is evicted
+    late_retention_s: float = 3600.0    # how long a finalised trace is remembered (late hops)
+    accuracy: float = 0.01              # relative accuracy of the stream's percentiles
+    max_offsets_per_trigger: int = 0    # records per micro-batch at most (0: no cap)
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0:
-            raise InvalidConfig("interval_s", "must be > 0")
-        if self.watermark_s < 0:
-            raise InvalidConfig("watermark_s", "must be >= 0")
+        for key in ("interval_s", "flow_gap_s", "max_flow_age_s", "max_flow_hops"):
+            if getattr(self, key) <= 0:
+                raise InvalidConfig(key, "must be > 0")
+        for key in ("watermark_s", "late_retention_s", "max_offsets_per_trigger"):
+            if getattr(self, key) < 0:
+                raise InvalidConfig(key, "must be >= 0")
+        if not 0 < self.accuracy < 1:
+            raise InvalidConfig("accuracy", "must be in (0, 1)")
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Hops → flows, edges, pathways, lag and audit summaries: the analysis, the same for batch and
-streaming (the stream feeds the hops it has collected so far through these functions).
+streaming (the stream feeds the hops of the flows it finalised in each micro-batch through
+these functions, `pipeline.stream`).
 
 Definitions (docs/pipeline.md):
 * the *causal graph* (`pipeline.graph`): each traced hop's parents, linked by its

@@ -6,12 +6,10 @@ summary and the HTML report, all under one output folder:
     <output>/summary.json                              what the report is drawn from
     <output>/report.html                               self-contained (inline SVG)
 
-The stream appends hops per micro-batch, each batch into its own folder written with
-overwrite, so a batch that Spark replays after a crash replaces itself instead of adding its
-records twice (the checkpoint holds the offsets of every batch, so none is read twice or
-skipped); after each batch the tables are recomputed from all hops with the same functions the
-batch job uses, the event-time watermark deciding which unfinished branches are still open.
-Nothing is dropped for being late: a late hop joins its flow in the next recomputation.
+The stream (`pipeline.stream`) holds each flow's hops in Spark's state store until the
+event-time watermark says the flow is finished, then runs these same analysis functions over
+the finished flows of each micro-batch and merges the aggregates: a micro-batch costs time
+proportional to its own records, not to all hops so far.
 """
 
 from __future__ import annotations
@@ -41,7 +39,10 @@ def read_batch(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 
 def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    return spark.readStream.format("kafka").options(**config.source_options()).load()
+    reader = spark.readStream.format("kafka").options(**config.source_options())
+    if config.stream.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.stream.max_offsets_per_trigger))
+    return reader.load()
 
 
 def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
@@ -108,27 +109,10 @@ def run_batch(spark: SparkSession, config: PipelineConfig) -> dict[str, Any]:
 
 
 def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
-    """Start the streaming job; the caller waits on (or stops) the returned query."""
-    if not config.stream.checkpoint:
-        raise ValueError("pipeline.stream.checkpoint: required for the stream")
-    out = Path(config.output)
-    out.mkdir(parents=True, exist_ok=True)
-    hops_root = out / "hops"
+    """Start the streaming job (`pipeline.stream`); the caller waits on (or stops) it."""
+    from pipeline.stream import start_stream as start
 
-    def each_batch(batch: DataFrame, batch_id: int) -> None:
-        folder = hops_root / f"batch_id={batch_id}"
-        batch.write.mode("overwrite").parquet(str(folder))
-        write_outputs(spark, str(hops_root), config,
-                      {"mode": "stream", "last_batch_id": batch_id}, streaming=True)
-
-    hops = to_hops(read_stream(spark, config), config)
-    writer = (hops.writeStream.foreachBatch(each_batch)
-              .option("checkpointLocation", config.stream.checkpoint))
-    if config.stream.trigger == "available_now":
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{config.stream.interval_s} seconds")
-    return writer.start()
+    return start(spark, config)
 
 
 def reset_output(config: PipelineConfig) -> None:

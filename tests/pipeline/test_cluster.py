@@ -1,14 +1,27 @@
 """The same job, submitted unchanged through `herald pipeline batch --master spark://...` to a
-standalone cluster started from the PySpark distribution, gives the local run's results."""
+standalone cluster (one master, two workers) started from the PySpark distribution, gives the
+local run's results: hops, the causal graph (links, branches, flows, edges, pathways), audit,
+transit and lag."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from tests.pipeline.test_stream import TABLE_KEYS, _rows
+from tests.pipeline.scenario import topic_names
+from tests.pipeline.synthetic import Hop, Traffic
+from tests.pipeline.test_stream import (
+    KINDS,
+    T0,
+    TABLE_KEYS,
+    _batch_without,
+    _config,
+    _rows,
+    assert_stream_equals_batch,
+)
 from tests.support.herald_process import REPO
 from tests.support.spark_standalone import SparkStandalone
 
@@ -16,7 +29,7 @@ from tests.support.spark_standalone import SparkStandalone
 def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: Path) -> None:
     config, local = batch_run
     output = tmp_path / "cluster"
-    with SparkStandalone(worker_cores=2, worker_memory="1536m") as cluster:
+    with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
         cmd = [sys.executable, "-m", "proxy", "pipeline", "batch",
                "--master", cluster.master_url, "--driver-memory", "768m",
                "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
@@ -26,10 +39,11 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
                "--output", str(output)]
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
-        # The work ran in the worker's executor, not in the driver.
-        app_logs = list((cluster.folder / "work").glob("app-*/*/stderr"))
-        assert app_logs, cluster.logs()
-        assert any("Running task" in p.read_text(errors="replace") for p in app_logs)
+        # The work ran in both workers' executors, not in the driver.
+        for n in range(2):
+            app_logs = list((cluster.folder / "work" / f"worker-{n}").glob("app-*/*/stderr"))
+            assert app_logs, cluster.logs()
+            assert any("Running task" in p.read_text(errors="replace") for p in app_logs), n
     printed = json.loads(result.stdout.strip().splitlines()[-1])
     assert printed["records"] == local["records"]["total"]
     for name, keys in {"hops": ["topic", "partition", "offset"], **TABLE_KEYS}.items():
@@ -39,3 +53,35 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
     for key in ("records", "flows", "branches", "links", "edges", "pathways", "offsets",
                 "broken_branches", "lag", "audit"):
         assert summary[key] == local[key], key
+
+
+def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Path) -> None:
+    """`herald pipeline stream --master spark://...`: the stateful stream runs on the two
+    workers and, once its watermark passed every flow, equals the batch job on `local[*]`."""
+    topics = topic_names()
+    traffic = Traffic(topics)
+    for i in range(12):
+        traffic.flow(T0 + i * 700, KINDS[i % len(KINDS)])
+    traffic.add(Hop(topics["orders"], T0 + 120_000, None, client="clock"))
+    traffic.write(kafka.bootstrap)
+    config = replace(_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0,
+                             flow_gap_s=15.0), output=str(tmp_path / "cluster"))
+    with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
+        cmd = [sys.executable, "-m", "proxy", "pipeline", "stream",
+               "--master", cluster.master_url, "--driver-memory", "768m",
+               "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
+               "--terminal-topics", ",".join(config.terminal_topics),
+               "--max-wait-ms", str(config.max_wait_ms),
+               "--time-bucket-s", str(config.time_bucket_s), "--output", config.output,
+               "--checkpoint", config.stream.checkpoint, "--trigger", "available_now",
+               "--watermark-s", "0", "--flow-gap-s", "15", "--max-offsets-per-trigger", "20"]
+        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
+        for n in range(2):
+            app_logs = list((cluster.folder / "work" / f"worker-{n}").glob("app-*/*/stderr"))
+            assert any("Running task" in p.read_text(errors="replace") for p in app_logs), n
+    summary = json.loads((Path(config.output) / "summary.json").read_text())
+    assert summary["mode"] == "stream" and summary["flows"]["total"] == 12
+    _batch_without(spark, config, set(), tmp_path / "batch")
+    assert_stream_equals_batch(spark, Path(config.output), tmp_path / "batch",
+                               config.stream.accuracy)

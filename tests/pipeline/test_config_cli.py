@@ -44,6 +44,8 @@ def test_pipeline_section_and_flags(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("section, message", [
     ({"topics": ["a"], "stream": {"trigger": "sometimes"}}, "pipeline.stream.trigger:"),
+    ({"topics": ["a"], "stream": {"accuracy": 1.5}}, "pipeline.stream.accuracy: must be in"),
+    ({"topics": ["a"], "stream": {"flow_gap_s": 0}}, "pipeline.stream.flow_gap_s: must be > 0"),
     ({"topics": ["a", "b c"]}, "pipeline.topics[1]: not a topic name"),
     ({"topics": ["a"], "max_wait_ms": "soon"}, "pipeline.max_wait_ms:"),
     ({"topics": ["a"], "max_wait_ms": 0}, "pipeline.max_wait_ms: must be > 0"),

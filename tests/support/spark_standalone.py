@@ -1,4 +1,4 @@
-"""A Spark standalone cluster (one master, one worker) started from the PySpark
+"""A Spark standalone cluster (one master, `workers` workers) started from the PySpark
 distribution's own launcher (`bin/spark-class`), on loopback ports the OS picked."""
 
 from __future__ import annotations
@@ -26,11 +26,13 @@ def spark_home() -> Path:
 
 
 class SparkStandalone:
-    def __init__(self, worker_cores: int = 2, worker_memory: str = "2g") -> None:
+    def __init__(self, worker_cores: int = 2, worker_memory: str = "2g", workers: int = 1
+                 ) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="spark-standalone-"))
         self.port = _free_port()
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
+        self.workers = workers
         self.processes: list[subprocess.Popen] = []
 
     @property
@@ -64,12 +66,13 @@ class SparkStandalone:
                 "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                 "--port", str(self.port), "--webui-port", str(_free_port()))
             self._wait_for(mlog, "I have been elected leader", master, 120)
-            worker, wlog = self._start(
-                "worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                "--cores", str(self.worker_cores), "--memory", self.worker_memory,
-                "--webui-port", str(_free_port()), "--work-dir", str(self.folder / "work"),
-                self.master_url)
-            self._wait_for(wlog, "Successfully registered with master", worker, 120)
+            for n in range(self.workers):
+                worker, wlog = self._start(
+                    f"worker-{n}", "org.apache.spark.deploy.worker.Worker", "--host",
+                    "127.0.0.1", "--cores", str(self.worker_cores), "--memory",
+                    self.worker_memory, "--webui-port", str(_free_port()), "--work-dir",
+                    str(self.folder / "work" / f"worker-{n}"), self.master_url)
+                self._wait_for(wlog, "Successfully registered with master", worker, 120)
         except BaseException:
             self.stop()
             raise
