@@ -64,7 +64,8 @@ FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PH
 # deadline of Herald's own re-authentication. tests/unit/test_path_choice.py holds them to the
 # engine's list.
 DECLINED_BY_ENGINE = "request"
-ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, REAUTH)
+RESPONSE_BY_ENGINE = "response"  # the hand-over reason for a response Python must handle
+ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, REAUTH)
 
 # The table's byte values, by the names the engine gives them (0, Python's, where it has none).
 PYTHON = CAPABILITIES.value("python")
@@ -227,6 +228,15 @@ class SessionPath:
             else:
                 reason = self._why
             self._declined = False
+        self._count(reason, api, version)
+
+    def response_declined(self, api: int, version: int) -> None:
+        """The engine handed over a response to a request it forwarded (one the fetch chain
+        changes, or one it cannot read): Python handles that response, counted as a frame of
+        its API."""
+        self._count(ENGINE_DECLINED, api, version)
+
+    def _count(self, reason: str, api: int, version: int) -> None:
         key = (reason, bounded_api_labels(api, version)[0])
         counter = self._counters.get(key)
         if counter is None:

@@ -21,7 +21,7 @@ import trio
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder, MemoryBudget
-from proxy.native.path_choice import SessionPath
+from proxy.native.path_choice import RESPONSE_BY_ENGINE, SessionPath
 from proxy.native.relay import (
     BUFFER_SIZE,
     FETCH_BUFFER_SIZE,
@@ -159,6 +159,9 @@ class NativePhases:
             raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
         if kind != "resume":
             raise SessionClosed(state.detail, "warning" if kind == "upstream" else "info")
+        if reason == RESPONSE_BY_ENGINE and state.in_flight:  # the oldest request's answer
+            _, api_key, api_version, _ = state.in_flight[0]
+            self._path.response_declined(api_key, api_version)
         self._requests.decoder.feed(state.client)
         self._responses.decoder.feed(memoryview(state.upstream)[state.tail:])
         begun = None
