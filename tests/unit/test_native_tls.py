@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -305,6 +306,35 @@ def test_plaintext_held_inside_the_connection_is_taken(rigs) -> None:
     assert rig.broker.recv_exactly(len(whole)) == whole  # nothing more was sent
     rig.broker.send(response(1))
     assert rig.app.recv_exactly(len(response(1))) == response(1)
+    rig.drain()
+
+
+def test_records_encrypted_and_unsent_go_out_before_the_hand_over(rigs) -> None:
+    """The engine encrypts many records into a buffer of its own and sends them together: a
+    socket that takes only part of them leaves the rest there, in order, and the session
+    goes back to Python only once they are all out (Python's socket BIO writes behind
+    them)."""
+    rig = rigs()
+    rig.client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    rig.register()
+    ask = request(FETCH, 12, 1, b"a" * 10, flexible=True)
+    rig.app.send(ask)
+    assert rig.broker.recv_exactly(len(ask)) == ask
+    # Fits the engine's 64 KiB buffer whole, so it is all encrypted at once; the socket
+    # takes a few KiB of its records.
+    answer = response(1, bytes(range(256)) * 200)
+    rig.broker.send(answer)
+    time.sleep(0.2)
+    rig.engine.stop(rig.sid)
+    time.sleep(0.3)
+    assert rig.sid not in rig.engine.events()  # records are still to go out
+    assert rig.app.recv_exactly(len(answer)) == answer
+    state = rig.wait_handover()
+    assert (state.reason, state.client, state.upstream, state.in_flight) == (
+        "drain", b"", b"", [])
+    python_round_trip(rig, 2)  # the next record Python writes follows them
+    rig.register()
+    native_round_trip(rig, 3, 200_000)  # and the engine again, records held and sent
     rig.drain()
 
 
