@@ -846,9 +846,10 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
     }
     if (s->tls[side] != NULL) {
         size_t got = 0;
-        int r = nt_read(s->tls[side], d->buf + d->len, space, &got,
-                        &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
-        s->tls_idle[side] = r == NT_AGAIN;
+        int drained = 0;
+        int r = nt_read(s->tls[side], &s->tls_saved[side], d->buf + d->len, space, &got,
+                        &drained, &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
+        s->tls_idle[side] = r == NT_AGAIN || drained;
         if (r == NT_DATA) {
             d->len += got;
             e->bytes[counter] += got;
@@ -981,8 +982,8 @@ static int pull(ne_engine *e, session_t *s, dir_t *d, int side, int counter, int
     }
     size_t before = d->len;
     int r = read_into(e, s, d, side, counter, limit);
-    /* a short read drained the socket; a TLS read returns one record at most */
-    *more = r == 1 && (s->tls[side] != NULL || d->len == d->cap ||
+    /* a short read drained the socket; a TLS read, the records its connection held whole */
+    *more = r == 1 && ((s->tls[side] != NULL && !s->tls_idle[side]) || d->len == d->cap ||
                        (limit > 0 && d->len - before == limit));
     return r;
 }
@@ -1078,9 +1079,11 @@ static void socket_error(ne_engine *e, session_t *s, const char *side, int err) 
 }
 
 /* A TLS side whose connection holds bytes read from its socket that the engine has not
- * taken, whole records among them: no readiness will announce them. */
+ * taken, whole records among them, or an end or error found after data: no readiness will
+ * announce them. */
 static int tls_pending(session_t *s, int side) {
-    return s->tls[side] != NULL && !s->tls_idle[side] && nt_pending(s->tls[side]);
+    return s->tls[side] != NULL && (s->tls_saved[side].held != 0 ||
+                                    (!s->tls_idle[side] && nt_pending(s->tls[side])));
 }
 
 /* A TLS side with records encrypted and not sent yet. */

@@ -165,6 +165,7 @@ void nt_adopt(struct ssl_st *ssl, nt_saved *saved) {
     SSL_set_default_read_buffer_len(ssl, READ_BUFFER);
     saved->sock = NULL;
     saved->out = NULL;
+    saved->held = 0;
     BIO *out = new_out(&saved->out);
     if (out != NULL) {
         /* SSL_set0_wbio lets go of the connection's reference to its write BIO (the socket
@@ -241,10 +242,10 @@ static void describe(int err, char *why, size_t why_len) {
     ERR_clear_error();
 }
 
-int nt_read(struct ssl_st *ssl, uint8_t *buf, size_t n, size_t *got, int *wants_write,
-            char *why, size_t why_len) {
+/* One SSL_read_ex: as nt_read, for one record at most. */
+static int read_record(struct ssl_st *ssl, uint8_t *buf, size_t n, size_t *got,
+                       int *wants_write, char *why, size_t why_len) {
     *got = 0;
-    *wants_write = 0;
     ERR_clear_error();
     errno = 0;
     int ok = SSL_read_ex(ssl, buf, n, got);
@@ -279,6 +280,41 @@ int nt_read(struct ssl_st *ssl, uint8_t *buf, size_t n, size_t *got, int *wants_
     }
     describe(err, why, why_len);
     return NT_ERROR;
+}
+
+int nt_read(struct ssl_st *ssl, nt_saved *saved, uint8_t *buf, size_t n, size_t *got,
+            int *drained, int *wants_write, char *why, size_t why_len) {
+    *got = 0;
+    *drained = 0;
+    *wants_write = 0;
+    if (saved->held != 0) {
+        int r = saved->held;
+        saved->held = 0;
+        snprintf(why, why_len, "%s", saved->held_why);
+        return r;
+    }
+    /* Each SSL_read_ex gives one record's plaintext; the records read ahead are decrypted
+     * here, not one per turn of the engine. A read that finds nothing whole costs what the
+     * next call would have (one recv that says EAGAIN). */
+    while (*got < n) {
+        size_t one = 0;
+        int r = read_record(ssl, buf + *got, n - *got, &one, wants_write, why, why_len);
+        if (r == NT_DATA) {
+            *got += one;
+            continue;
+        }
+        if (*got == 0) {
+            return r;
+        }
+        if (r == NT_AGAIN) {
+            *drained = !*wants_write;
+        } else {
+            saved->held = r;
+            snprintf(saved->held_why, sizeof saved->held_why, "%s", why);
+        }
+        break;
+    }
+    return NT_DATA;
 }
 
 int nt_write(struct ssl_st *ssl, nt_saved *saved, int fd, const uint8_t *buf, size_t n,

@@ -27,6 +27,8 @@ typedef struct {
     int read_ahead;
     struct bio_st *sock; /* Python's socket BIO, while the engine's is the write BIO */
     struct nt_out *out;  /* NULL: records go straight to the socket (no memory for a BIO) */
+    int held;            /* what a read found after the data it returned: the next one's */
+    char held_why[128];
 } nt_saved;
 
 /* The engine takes a reference of its own, switches on partial writes (so a write says exactly
@@ -45,12 +47,13 @@ size_t nt_hand_back(struct ssl_st *ssl, nt_saved *saved, int fd);
 /* Drops the engine's reference (and its buffer, if nt_hand_back was not called). */
 void nt_release(struct ssl_st *ssl, nt_saved *saved);
 
-/* Decrypt up to n bytes into buf: NT_DATA (*got > 0), NT_AGAIN (nothing now; *wants_write
- * when the connection must write before it can read, a TLS 1.3 key update answered into a full
- * socket), NT_EOF (close_notify, or the peer closed its socket: the stream is over), NT_ERROR
- * (why says what, in NE_DETAIL-sized why). */
-int nt_read(struct ssl_st *ssl, uint8_t *buf, size_t n, size_t *got, int *wants_write,
-            char *why, size_t why_len);
+/* Decrypt up to n bytes into buf, record after record: NT_DATA (*got > 0; *drained when the
+ * connection then had nothing more whole: the socket announces what comes next), NT_AGAIN
+ * (nothing now; *wants_write when the connection must write before it can read), NT_EOF
+ * (close_notify, or the peer closed its socket: the stream is over), NT_ERROR (why says
+ * what). An end or an error found after data is the next call's answer. */
+int nt_read(struct ssl_st *ssl, nt_saved *saved, uint8_t *buf, size_t n, size_t *got,
+            int *drained, int *wants_write, char *why, size_t why_len);
 /* Encrypt and send from buf on socket fd: NT_DATA (*put > 0: that much of buf is encrypted,
  * sent or held by the connection or the engine's buffer, never to be passed again), NT_AGAIN
  * (the socket takes nothing now; *wants_read when the connection must read first), NT_ERROR.
