@@ -3,8 +3,10 @@
  * Python makes every TLS handshake (its ssl module, the certificates, the principal, SASL
  * after it) and then hands the connection to the engine as it is: the same OpenSSL `SSL`,
  * on the same descriptor. The engine reads records with SSL_read_ex and writes them with
- * SSL_write_ex, and hands the connection back as it found it, with whatever it had read and
- * not forwarded returned in plaintext as for any session (relay_engine.c). No second TLS
+ * SSL_write_ex (into a write BIO of its own while it holds the connection, so that many records
+ * go out with one send), and hands the connection back as it found it, its socket BIO again
+ * and every record sent, with whatever it had read and not forwarded returned in plaintext as
+ * for any session (relay_engine.c). No second TLS
  * state exists, so nothing has to be copied or kept in step: sequence numbers, keys, key
  * updates and session tickets are OpenSSL's business as they are on the Python path.
  *
