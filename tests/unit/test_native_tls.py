@@ -395,6 +395,24 @@ def test_a_corrupted_record_ends_its_session_only(rigs) -> None:
     assert state.detail.startswith("TLS error on the upstream connection: TLS: ")
 
 
+def test_close_notify_read_with_the_records_before_it(rigs) -> None:
+    """A read decrypts every whole record the connection holds: the end of the stream met
+    after them (close_notify) is the next read's answer, once they are forwarded."""
+    rig = rigs()
+    rig.register()
+    one, two = (request(FETCH, 12, corr, b"g" * 100, flexible=True) for corr in (1, 2))
+    records = rig.app.seal(one) + rig.app.seal(two)
+    try:
+        rig.app.tls.unwrap()
+    except ssl.SSLWantReadError:
+        pass  # the peer's close_notify is not awaited
+    rig.app.sock.sendall(records + rig.app.outgoing.read())
+    assert rig.broker.recv_exactly(len(one + two)) == one + two
+    state = rig.wait_handover()
+    assert (state.reason, state.client, [e[0] for e in state.in_flight]) == (
+        "client_eof", b"", [1, 2])
+
+
 def test_what_the_engine_cannot_carry_stays_in_python(rigs, engine, contexts) -> None:
     rig = rigs()
     fds = (rig.client_end.fileno(), rig.upstream_end.fileno(), ALLOWED, 1 << 20, 100,
