@@ -159,7 +159,7 @@ def run(args: argparse.Namespace, chosen: list[str], workdir: Path, relay_binary
                 for name in order:
                     profile = PROFILES[name]
                     if pinned:
-                        verify_tree([pids[profile.proxy]])
+                        verify_tree(pids.values())  # every proxy stays on its CPU
                     _round(name, profile, n, bootstraps[profile.proxy], pids[profile.proxy],
                            secure, clients[profile.security], args, figures[name])
             reasons = {name: _python_path_counts(herald) for name, herald in targets.items()}

@@ -86,19 +86,22 @@ def main(argv: list[str] | None = None) -> int:
                     topic = f"bench-tls-{name}-{uuid.uuid4().hex[:6]}"
                     create_topic(secure.plaintext, topic, args.partitions)
                     clock = CpuClock(herald.process.pid)
-                    before = sum(clock.read())
+                    start = clock.read()
                     out = _produce(herald.bootstrap, topic, args.records, args, props)
-                    cpu_s = sum(clock.read()) - before
+                    mid = clock.read()
+                    cpu_s = sum(mid) - sum(start)
                     mb = args.records * args.record_size / 1e6
-                    before = sum(clock.read())
                     read = _consume(herald.bootstrap, topic, args.records, props)
-                    read_cpu_s = sum(clock.read()) - before
+                    end = clock.read()
+                    read_cpu_s = sum(end) - sum(mid)
                     results[name].append((out.records_per_s, out.mb_per_s, cpu_s * 1000 / mb,
                                           read.fetch_mb_per_s, read_cpu_s * 1000 / mb))
                     log(f"round {n + 1} {name:9}: produce {out.records_per_s:9.0f} rec/s "
                         f"{out.mb_per_s:7.1f} MB/s  Herald CPU {cpu_s:.2f} s = "
                         f"{cpu_s * 1000 / mb:.2f} ms/MB; consume {read.fetch_mb_per_s:7.1f} "
-                        f"MB/s  Herald CPU {read_cpu_s * 1000 / mb:.2f} ms/MB")
+                        f"MB/s  Herald CPU {read_cpu_s * 1000 / mb:.2f} ms/MB "
+                        f"(system: {_system_share(start, mid):.0%} / "
+                        f"{_system_share(mid, end):.0%})")
                     delete_topics(secure.plaintext, topic)
     finally:
         secure.stop()
@@ -116,6 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TLS / plaintext, Herald CPU per MB: produce {tls[2] / plain[2]:.2f}x, "
           f"consume {tls[4] / plain[4]:.2f}x")
     return 0
+
+
+def _system_share(start: tuple[float, float], end: tuple[float, float]) -> float:
+    """Of Herald's CPU time between two readings, the kernel's part."""
+    total = sum(end) - sum(start)
+    return (end[1] - start[1]) / total if total > 0 else 0.0
 
 
 def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,

@@ -846,9 +846,10 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
     }
     if (s->tls[side] != NULL) {
         size_t got = 0;
-        int r = nt_read(s->tls[side], d->buf + d->len, space, &got,
-                        &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
-        s->tls_idle[side] = r == NT_AGAIN;
+        int drained = 0;
+        int r = nt_read(s->tls[side], &s->tls_saved[side], d->buf + d->len, space, &got,
+                        &drained, &s->read_wants_write[side], s->tls_why, sizeof s->tls_why);
+        s->tls_idle[side] = r == NT_AGAIN || drained;
         if (r == NT_DATA) {
             d->len += got;
             e->bytes[counter] += got;
@@ -981,8 +982,8 @@ static int pull(ne_engine *e, session_t *s, dir_t *d, int side, int counter, int
     }
     size_t before = d->len;
     int r = read_into(e, s, d, side, counter, limit);
-    /* a short read drained the socket; a TLS read returns one record at most */
-    *more = r == 1 && (s->tls[side] != NULL || d->len == d->cap ||
+    /* a short read drained the socket; a TLS read, the records its connection held whole */
+    *more = r == 1 && ((s->tls[side] != NULL && !s->tls_idle[side]) || d->len == d->cap ||
                        (limit > 0 && d->len - before == limit));
     return r;
 }
@@ -1025,8 +1026,8 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
         /* What a blocked write passed is passed again (and more): d->sent moves only when
          * the connection took the bytes, and nothing before d->parsed changes. */
         size_t put = 0;
-        int r = nt_write(tls, d->buf + d->sent, d->parsed - d->sent, &put,
-                         &s->write_wants_read[side], s->tls_why, sizeof s->tls_why);
+        int r = nt_write(tls, &s->tls_saved[side], fd, d->buf + d->sent, d->parsed - d->sent,
+                         &put, &s->write_wants_read[side], s->tls_why, sizeof s->tls_why);
         if (r == NT_AGAIN) {
             return 0;
         }
@@ -1037,6 +1038,18 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
         d->sent += put;
         e->bytes[counter] += put;
         e->tls_bytes[counter] += put;
+    }
+    /* Records encrypted and not sent yet (the last write's rest, a read's answer): they go
+     * before anything else, and the session is not handed back before they are out. */
+    if (tls != NULL && nt_unsent(&s->tls_saved[side]) > 0) {
+        int r = nt_drain(&s->tls_saved[side], fd, s->tls_why, sizeof s->tls_why);
+        if (r == NT_AGAIN) {
+            return 0;
+        }
+        if (r != NT_DATA) {
+            errno = EPROTO;
+            return -2;
+        }
     }
     while (d->sent < d->parsed) {
         ssize_t n = send(fd, d->buf + d->sent, d->parsed - d->sent, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -1066,9 +1079,16 @@ static void socket_error(ne_engine *e, session_t *s, const char *side, int err) 
 }
 
 /* A TLS side whose connection holds bytes read from its socket that the engine has not
- * taken, whole records among them: no readiness will announce them. */
+ * taken, whole records among them, or an end or error found after data: no readiness will
+ * announce them. */
 static int tls_pending(session_t *s, int side) {
-    return s->tls[side] != NULL && !s->tls_idle[side] && nt_pending(s->tls[side]);
+    return s->tls[side] != NULL && (s->tls_saved[side].held != 0 ||
+                                    (!s->tls_idle[side] && nt_pending(s->tls[side])));
+}
+
+/* A TLS side with records encrypted and not sent yet. */
+static int tls_unsent(session_t *s, int side) {
+    return s->tls[side] != NULL && nt_unsent(&s->tls_saved[side]) > 0;
 }
 
 /* Whether a direction may read now: ACTIVE, or STOPPING with a frame to finish; never while
@@ -1086,8 +1106,10 @@ static void set_interest(ne_engine *e, session_t *s) {
      * are Python's), so a silent broker cannot hold the session (check_deadlines). */
     int read_client = may_read(s, &s->req) && s->req.len < s->req.cap;
     int read_upstream = may_read(s, &s->resp) && s->resp.len < s->resp.cap;
-    int write_client = s->resp.sent < s->resp.parsed || s->resp.piped > 0;
-    int write_upstream = s->req.sent < s->req.parsed || s->req.piped > 0;
+    int write_client = s->resp.sent < s->resp.parsed || s->resp.piped > 0 ||
+                       tls_unsent(s, CLIENT);
+    int write_upstream = s->req.sent < s->req.parsed || s->req.piped > 0 ||
+                         tls_unsent(s, UPSTREAM);
     /* A TLS read may wait for its socket to take a write, a TLS write for a read. */
     want[CLIENT] = (read_client || (write_client && s->write_wants_read[CLIENT]) ? EPOLLIN : 0) |
                    (s->client_eof ? 0 : EPOLLRDHUP) |
@@ -1196,7 +1218,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
     }
     if (s->state == STOPPING && s->req.remaining == 0 && s->req.sent == s->req.parsed &&
         s->resp.remaining == 0 && s->resp.sent == s->resp.parsed && s->req.piped == 0 &&
-        s->resp.piped == 0 &&
+        s->resp.piped == 0 && !tls_unsent(s, CLIENT) && !tls_unsent(s, UPSTREAM) &&
         (s->fstarted == 0 || (s->tail > 0 && s->fstarted == 1))) {
         hand_over(e, s);
         return;
@@ -1275,7 +1297,7 @@ static void free_session(session_t *s) {
     close_pipe(&s->resp);
     for (int side = 0; side < 2; side++) {
         if (s->tls[side] != NULL) {
-            nt_release(s->tls[side]);
+            nt_release(s->tls[side], &s->tls_saved[side]);
         }
     }
     if (s->stamping) {
@@ -1688,7 +1710,7 @@ int ne_take(ne_engine *e, long long id, ne_handover *out) {
     s->state = DEAD;
     for (int side = 0; side < 2; side++) { /* Python's again, as it left them */
         if (s->tls[side] != NULL) {
-            nt_hand_back(s->tls[side], &s->tls_saved[side]);
+            (void)nt_hand_back(s->tls[side], &s->tls_saved[side], s->fd[side]);
         }
     }
     for (size_t i = 0; i < s->fcount; i++) {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import ssl
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -308,6 +309,35 @@ def test_plaintext_held_inside_the_connection_is_taken(rigs) -> None:
     rig.drain()
 
 
+def test_records_encrypted_and_unsent_go_out_before_the_hand_over(rigs) -> None:
+    """The engine encrypts many records into a buffer of its own and sends them together: a
+    socket that takes only part of them leaves the rest there, in order, and the session
+    goes back to Python only once they are all out (Python's socket BIO writes behind
+    them)."""
+    rig = rigs()
+    rig.client_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    rig.register()
+    ask = request(FETCH, 12, 1, b"a" * 10, flexible=True)
+    rig.app.send(ask)
+    assert rig.broker.recv_exactly(len(ask)) == ask
+    # Fits the engine's 64 KiB buffer whole, so it is all encrypted at once; the socket
+    # takes a few KiB of its records.
+    answer = response(1, bytes(range(256)) * 200)
+    rig.broker.send(answer)
+    time.sleep(0.2)
+    rig.engine.stop(rig.sid)
+    time.sleep(0.3)
+    assert rig.sid not in rig.engine.events()  # records are still to go out
+    assert rig.app.recv_exactly(len(answer)) == answer
+    state = rig.wait_handover()
+    assert (state.reason, state.client, state.upstream, state.in_flight) == (
+        "drain", b"", b"", [])
+    python_round_trip(rig, 2)  # the next record Python writes follows them
+    rig.register()
+    native_round_trip(rig, 3, 200_000)  # and the engine again, records held and sent
+    rig.drain()
+
+
 def test_a_client_closing_mid_record(rigs) -> None:
     # Between frames: the session comes back to Python at its frame boundary, which finds
     # the connection ended as it would have.
@@ -363,6 +393,24 @@ def test_a_corrupted_record_ends_its_session_only(rigs) -> None:
     state = rig.wait_handover()
     assert state.reason == "socket_error"
     assert state.detail.startswith("TLS error on the upstream connection: TLS: ")
+
+
+def test_close_notify_read_with_the_records_before_it(rigs) -> None:
+    """A read decrypts every whole record the connection holds: the end of the stream met
+    after them (close_notify) is the next read's answer, once they are forwarded."""
+    rig = rigs()
+    rig.register()
+    one, two = (request(FETCH, 12, corr, b"g" * 100, flexible=True) for corr in (1, 2))
+    records = rig.app.seal(one) + rig.app.seal(two)
+    try:
+        rig.app.tls.unwrap()
+    except ssl.SSLWantReadError:
+        pass  # the peer's close_notify is not awaited
+    rig.app.sock.sendall(records + rig.app.outgoing.read())
+    assert rig.broker.recv_exactly(len(one + two)) == one + two
+    state = rig.wait_handover()
+    assert (state.reason, state.client, [e[0] for e in state.in_flight]) == (
+        "client_eof", b"", [1, 2])
 
 
 def test_what_the_engine_cannot_carry_stays_in_python(rigs, engine, contexts) -> None:
