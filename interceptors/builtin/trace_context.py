@@ -61,7 +61,9 @@ from interceptors.trace_links import (
     MISS_REASONS,
     FetchedTraces,
     LinkConfig,
+    NativeFetchedTraces,
     RememberFetched,
+    fetched_traces,
     parent_value,
 )
 from interceptors.tracing import (
@@ -127,14 +129,14 @@ class TraceContext(Interceptor):
         # A new context per record (or one per batch), in bulk from one draw of ids.
         self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
         link = config.link
-        self._memory: FetchedTraces | None = None
+        self._memory: FetchedTraces | NativeFetchedTraces | None = None
         if link is not None:
             # Kept across reloads while the settings stay (`ProxyInfo.kept`): what clients
             # fetched just before a SIGHUP still links what they produce just after it.
             key = ("trace_links", link.scope, link.capacity, link.ttl_s, link.max_parents)
             memory = env.kept.get(key)
             if memory is None:
-                memory = env.kept[key] = FetchedTraces(link)
+                memory = env.kept[key] = fetched_traces(link)
             self._memory = memory
             self._link_key = link.header
             self.fetch_member = RememberFetched(self._memory, env)

@@ -16,6 +16,8 @@ from interceptors.trace_links import (
     UNSEEN,
     FetchedTraces,
     LinkConfig,
+    LinkMemory,
+    NativeFetchedTraces,
     RememberFetched,
 )
 from proxy.filters.chain import FilterChain
@@ -273,12 +275,17 @@ def test_untraced_fetched_batches_cost_one_scan_and_traced_ones_no_record_object
     assert chains.fetch.stats.records_seen == 5
 
 
-def test_the_memory_holds_its_bound_under_threads() -> None:
-    """The fetch chain may run in worker threads while the produce chain runs on the loop:
-    concurrent remembering and looking up never breaks the bound or the entries."""
+@pytest.mark.parametrize("native", [False, True])
+def test_the_memory_holds_its_bound_under_threads(native: bool) -> None:
+    """The fetch chain may run in worker threads while the produce chain runs on the loop
+    (and the native relay in its own): concurrent remembering and looking up never breaks
+    the bound or the entries, in the reference or the C memory."""
     import threading
 
-    mem = FetchedTraces(LinkConfig(capacity=50, max_parents=2))
+    if native and LinkMemory is None:
+        pytest.skip("the extension is not built")
+    mem = (NativeFetchedTraces if native else FetchedTraces)(
+        LinkConfig(capacity=50, max_parents=2))
     traces = [_trace() for _ in range(200)]
     failures: list[BaseException] = []
 
@@ -286,8 +293,9 @@ def test_the_memory_holds_its_bound_under_threads() -> None:
         try:
             for i in range(3000):
                 t = traces[(i * 7 + n) % len(traces)]
-                mem.remember(("h", n % 2), t, ("a", n, i))
-                found = mem.parents(("h", n % 2), t)
+                scope = mem.scope(ConnectionInfo("c", f"10.0.0.{n % 2}:1"))
+                mem.remember(scope, t, ("a", n, i))
+                found = mem.parents(scope, t)
                 assert type(found) is str or 1 <= len(found) <= 2
         except BaseException as exc:
             failures.append(exc)
