@@ -153,12 +153,16 @@ class TraceContext(Interceptor):
             return None
         # A record with one valid traceparent (and valid tracestates) keeps it: `on_record`
         # changes and counts nothing for it. An invalid tracestate is counted there: Python's.
-        # With links such a record may need a parent header from the memory, which the engine
-        # does not hold: records carrying a traceparent then go to Python (`keeps_valid`
-        # off), and only those without trace context are stamped natively.
+        # With links such a record may need parent headers from the memory: the engine reads
+        # the C memory (`NativeFetchedTraces`) itself; with the Python one (no extension)
+        # records carrying a traceparent go to Python.
+        memory = self._memory
+        links = None
+        if isinstance(memory, NativeFetchedTraces):
+            links = (memory.native, memory.scope(conn), self._link_key)
         return [NativeColumn(NATIVE_TRACEPARENT, sampled=self._sampled,
                              per_batch=self._per_batch, event="trace_new_context",
-                             keeps_valid=self._memory is None)]
+                             keeps_valid=memory is None or links is not None, links=links)]
 
     def _new_sampled(self, ctx: RecordContext) -> bytes:
         return self._new_context(ctx, self._sampled)

@@ -236,11 +236,19 @@ def test_links_on_a_gapped_batch_name_the_real_offsets() -> None:
     assert _values(out[0]) == [b"compacted:3:105"]
 
 
-def test_without_link_a_valid_trace_context_is_kept_natively() -> None:
-    """The engine may keep a record's own traceparent only when no link can be due."""
+def test_a_valid_trace_context_is_kept_natively_and_linked_from_the_c_memory() -> None:
+    """The engine keeps a record's own traceparent without links, and with links when the
+    memory is the C one it reads itself (its scope: the connection's); with the Python
+    memory (no extension) records carrying a traceparent go to Python."""
     plain = build_chains({"produce": [{"type": "trace_context"}]}).produce.members[0]
     linked = _chains(("trace_context",)).produce.members[0]
     assert plain.interceptor.native_columns(POD_A)[0].keeps_valid
+    column = linked.interceptor.native_columns(POD_A)[0]
+    if LinkMemory is None:
+        assert not column.keeps_valid and column.links is None
+    else:
+        assert column.keeps_valid and column.links[1:] == (b"10.0.0.1", PARENT)
+    linked.interceptor._memory = FetchedTraces(LinkConfig())
     assert not linked.interceptor.native_columns(POD_A)[0].keeps_valid
 
 
