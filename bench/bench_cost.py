@@ -34,7 +34,8 @@ of the native Fetch scan, which links need to find traced records (without a fet
 Herald forwards Fetch responses unread). The records the benchmark produces through Herald get
 a trace context there, so the consume also remembers every record. With `--client-traces`,
 every produced record is also looked up in the memory (a miss: the producer fetched nothing,
-which costs the same lookup) and goes to Python instead of being kept natively.
+which costs the same lookup), by the engine, which keeps it natively (a record that finds
+parents would go to Python here, as `audit` comes after `trace_context`).
 """
 
 from __future__ import annotations

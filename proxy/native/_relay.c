@@ -69,19 +69,30 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     plan->max_batch_decompressed = mbd;
     plan->max_request_decompressed = mrd;
     if (links != Py_None) {
-        /* (memory capsule, scope, link header key's wire form, linked records to Python) */
+        /* (memory capsule, scope, link header key's wire form, linked records to Python[,
+         * the names of the topic ids, for the Fetch scan]) */
         PyObject *capsule;
-        Py_buffer scope, key;
+        Py_buffer scope, key, names = {0};
         int hits_python;
-        if (!PyArg_ParseTuple(links, "Oy*y*p", &capsule, &scope, &key, &hits_python)) {
+        if (!PyArg_ParseTuple(links, "Oy*y*p|y*", &capsule, &scope, &key, &hits_python,
+                              &names)) {
             return bad_plan(plan, NULL);
         }
         plan->link_hits_python = hits_python;
         lm_memory *m = PyCapsule_GetPointer(capsule, "herald.link_memory");
         int ok = m != NULL && nc_plan_links(plan, m, scope.buf, (size_t)scope.len, key.buf,
                                             (size_t)key.len);
+        if (ok && names.obj != NULL) {
+            ok = nc_plan_id_names(plan, names.buf, (size_t)names.len);
+            if (!ok) {
+                PyErr_SetString(PyExc_ValueError, "a name for each topic id");
+            }
+        }
         PyBuffer_Release(&scope);
         PyBuffer_Release(&key);
+        if (names.obj != NULL) {
+            PyBuffer_Release(&names);
+        }
         if (!ok) {
             return bad_plan(plan, NULL);
         }
@@ -121,10 +132,11 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
 
 /* (batches, records, kept, kept_batches, compressed, links): compressed counts the compressed
  * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4; links (linked records, parent
- * headers, misses unseen, expired, evicted, kept batches changed by links). */
+ * headers, misses unseen, expired, evicted, kept batches changed by links; for a scan,
+ * records remembered, entries evicted and expired). */
 static PyObject *counts_tuple(const nc_counts *c) {
     const uint64_t *z = c->compressed;
-    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKK))", (unsigned long long)c->batches,
+    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKKKKK))", (unsigned long long)c->batches,
                          (unsigned long long)c->records, (unsigned long long)c->kept,
                          (unsigned long long)c->kept_batches, (unsigned long long)z[0],
                          (unsigned long long)z[1], (unsigned long long)z[2],
@@ -133,7 +145,9 @@ static PyObject *counts_tuple(const nc_counts *c) {
                          (unsigned long long)z[7], (unsigned long long)c->linked,
                          (unsigned long long)c->parents, (unsigned long long)c->missed[0],
                          (unsigned long long)c->missed[1], (unsigned long long)c->missed[2],
-                         (unsigned long long)c->linked_batches);
+                         (unsigned long long)c->linked_batches,
+                         (unsigned long long)c->remembered, (unsigned long long)c->evicted,
+                         (unsigned long long)c->expired);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */
@@ -662,8 +676,7 @@ static PyObject *py_scan_fetch(PyObject *self, PyObject *args) {
         const char *why = NULL;
         if (nf_scan_fetch(frame.buf, (size_t)frame.len, ver, &plan, check_tags, &counts,
                           &why) == NC_OK) {
-            out = Py_BuildValue("(KK)", (unsigned long long)counts.batches,
-                                (unsigned long long)counts.records);
+            out = counts_tuple(&counts);
         } else {
             out = Py_BuildValue("(Os)", Py_None, why);
         }

@@ -63,6 +63,13 @@ void nc_plan_free(nc_plan *plan) {
     lm_release(plan->links);
     free(plan->link_scope);
     free(plan->link_key);
+    if (plan->id_names != NULL) {
+        for (size_t i = 0; i < plan->ntopic_ids; i++) {
+            free(plan->id_names[i]);
+        }
+    }
+    free(plan->id_names);
+    free(plan->id_name_lens);
     free(plan->keys);
     free(plan->key_lens);
     memset(plan, 0, sizeof *plan);
@@ -103,6 +110,31 @@ int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t 
     lm_retain(links);
     plan->links = links;
     return 1;
+}
+
+int nc_plan_id_names(nc_plan *plan, const uint8_t *blob, size_t len) {
+    size_t n = plan->ntopic_ids, at = 0;
+    if (plan->id_names != NULL) {
+        return 0;
+    }
+    plan->id_names = calloc(n ? n : 1, sizeof(uint8_t *));
+    plan->id_name_lens = calloc(n ? n : 1, sizeof(size_t));
+    if (plan->id_names == NULL || plan->id_name_lens == NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (len - at < 2) {
+            return 0;
+        }
+        size_t k = (size_t)blob[at] << 8 | blob[at + 1];
+        at += 2;
+        if (len - at < k || (plan->id_names[i] = copy_bytes(blob + at, k)) == NULL) {
+            return 0;
+        }
+        plan->id_name_lens[i] = k;
+        at += k;
+    }
+    return at == len;
 }
 
 int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
@@ -213,12 +245,16 @@ static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
 }
 
 int nc_known_id(const nc_plan *plan, const uint8_t *id) {
+    return nc_id_index(plan, id) >= 0;
+}
+
+int64_t nc_id_index(const nc_plan *plan, const uint8_t *id) {
     size_t lo = 0, hi = plan->ntopic_ids;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = memcmp(plan->topic_ids + 16 * mid, id, 16);
         if (c == 0) {
-            return 1;
+            return (int64_t)mid;
         }
         if (c < 0) {
             lo = mid + 1;
@@ -226,7 +262,7 @@ int nc_known_id(const nc_plan *plan, const uint8_t *id) {
             hi = mid;
         }
     }
-    return 0;
+    return -1;
 }
 
 int nc_read_count(sc_reader *r, int compact, int64_t *count) {
@@ -1245,6 +1281,9 @@ void nc_counts_add(nc_counts *into, const nc_counts *more) {
     into->linked += more->linked;
     into->parents += more->parents;
     into->linked_batches += more->linked_batches;
+    into->remembered += more->remembered;
+    into->evicted += more->evicted;
+    into->expired += more->expired;
     for (int i = 0; i < 3; i++) {
         into->missed[i] += more->missed[i];
     }

@@ -50,6 +50,9 @@ typedef struct {
     uint8_t *link_scope, *link_key;
     size_t link_scope_len, link_key_len;
     int link_hits_python; /* a later member looks at linked records: those go to Python */
+    /* The Fetch scan with links: the name of each known topic id, in topic_ids' order. */
+    uint8_t **id_names;
+    size_t *id_name_lens;
     const nc_col *keeper;     /* the column that `keeps`, if any (at most one) */
     const uint8_t *keeper_key; /* its key (in keeper->key, past the length) */
     size_t keeper_key_len;
@@ -74,6 +77,8 @@ typedef struct {
      * reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED), and of the kept_batches those with a
      * linked record (changed all the same). */
     uint64_t linked, parents, missed[3], linked_batches;
+    /* The Fetch scan with links: traced records remembered, entries evicted, expired. */
+    uint64_t remembered, evicted, expired;
 } nc_counts;
 
 void nc_counts_add(nc_counts *into, const nc_counts *more);
@@ -88,6 +93,7 @@ enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 int64_t nc_read_int(sc_reader *r, int width);
 int nc_read_count(sc_reader *r, int compact, int64_t *count);
 int nc_known_id(const nc_plan *plan, const uint8_t *id);
+int64_t nc_id_index(const nc_plan *plan, const uint8_t *id); /* -1: not known */
 int nc_ascii(const uint8_t *p, size_t n); /* 1: every byte is ASCII */
 
 /* A record walk's key callback (sc_key_fn): sets `hit` at the first key the plan watches. */
@@ -112,6 +118,8 @@ int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n); /* 16 bytes 
  * header key's wire form. */
 int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t scope_len,
                   const uint8_t *key_wire, size_t key_len);
+/* The names of the plan's topic ids, in their order: each a 2-byte length, then the name. */
+int nc_plan_id_names(nc_plan *plan, const uint8_t *blob, size_t len);
 void nc_plan_free(nc_plan *plan);
 
 /* Stamp one whole Produce request frame (size prefix included) into out (reset first).

@@ -65,7 +65,7 @@ class StampPlan:
     members: tuple[_Member, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 6) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
@@ -76,7 +76,7 @@ class StampPlan:
         `compressed[codec]` of the changed batches were compressed and re-encoded with their
         codec, the others are counted as uncompressed."""
         fresh, fresh_batches = records - kept, batches - kept_batches
-        linked, parents, *missed, linked_batches = links
+        linked, parents, *missed, linked_batches = links[:6]
         only_keeps = all(m.appends == m.keeps for m in self.members)
         changed_batches = fresh_batches + linked_batches if only_keeps else batches
         run = ChainStats(self.chain.path, {}, batches, changed_batches, records)

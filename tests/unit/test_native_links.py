@@ -16,6 +16,7 @@ from interceptors.trace_links import NativeFetchedTraces
 from protocol.records import split_batches
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter, connection_info
+from proxy.native.fetch_plan import fetch_plan
 from proxy.native.stamp_plan import stamp_plan
 from proxy.upstream.topic_ids import TopicIds
 from tests.unit.test_native_stamp import (
@@ -117,5 +118,98 @@ def test_records_without_trace_context_never_look_up() -> None:
     data = frame(9, msg)
     trace_draws, msg_draws = draws_of(msg, 1, False, True, False)
     got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
-    assert got[0] is not None and got[1][5] == (0,) * 6
+    assert got[0] is not None and got[1][5] == (0,) * 9
     assert memory_of(filt).native_counters()["link_made"] == 0
+
+
+# -- the Fetch side: the scan remembers what the fetch chain would ------------------------
+
+def fetch_filter(drop: bool) -> InterceptorFilter:
+    """A fetch chain with the member `trace_context`'s link adds (and `drop_headers`), over
+    a memory of its own."""
+    spec: dict = {"produce": [TRACE]}
+    if drop:
+        spec["fetch"] = [{"type": "drop_headers", "headers": ["x-debug"]}]
+    topics = TopicIds()
+    for t in range(4):
+        topics.learn(topic_id(t), f"topic-{t}")
+    return InterceptorFilter(build_chains(spec, ProxyInfo()), topics)
+
+
+def fetched_records(rng: random.Random, n: int, traces: list[bytes], gaps: bool) -> list:
+    from protocol.records import Record
+
+    out = []
+    for i in range(n):
+        headers = [("h", b"v")] if rng.random() < 0.3 else []
+        roll = rng.random()
+        if roll < 0.6:
+            tp = b"00-" + rng.choice(traces) + b"-%016x-01" % (rng.getrandbits(64) | 1)
+            headers.insert(rng.randrange(len(headers) + 1), ("traceparent", tp))
+            if rng.random() < 0.2:  # a second one: the first counts
+                headers.append(("traceparent", b"00-" + rng.choice(traces) + b"-" + b"1" * 16
+                                + b"-01"))
+        elif roll < 0.7:
+            headers.append(("traceparent", rng.choice((b"garbage", None))))
+        out.append(Record(None, b"v", headers, offset_delta=2 * i if gaps else i))
+    return out
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 16])
+@pytest.mark.parametrize("drop", [False, True])
+def test_the_scan_remembers_what_the_python_chain_remembers(version: int, drop: bool) -> None:
+    from protocol.compression import LZ4
+    from protocol.messages.fetch_response import (
+        FetchableTopicResponse,
+        FetchResponse,
+        PartitionData,
+    )
+    from protocol.records import build_batch
+    from tests.unit.test_native_fetch import frame as fetch_frame
+    from tests.unit.test_native_fetch import python_unchanged
+
+    rng = random.Random(version * 3 + drop)
+    traces = [b"%032x" % rng.getrandbits(128) for _ in range(12)]
+    python, engine, counted = (fetch_filter(drop) for _ in range(3))
+    remembered = 0
+    for _ in range(3):
+        data = []
+        for t in range(2):
+            parts = []
+            for p in range(2):
+                chunk, offset = b"", rng.randrange(1000)
+                for _ in range(rng.randrange(1, 4)):
+                    recs = fetched_records(rng, rng.randrange(1, 12), traces,
+                                           gaps=rng.random() < 0.3)
+                    chunk += build_batch(recs, base_offset=offset,
+                                         compression=rng.choice((0, 0, LZ4)))
+                    offset += 50
+                parts.append(PartitionData(partition_index=p, high_watermark=10_000,
+                                           last_stable_offset=10_000, log_start_offset=0,
+                                           preferred_read_replica=-1, records=chunk))
+            data.append(FetchableTopicResponse(topic=f"topic-{t}", topic_id=topic_id(t),
+                                               partitions=parts))
+        msg = FetchResponse(throttle_time_ms=0, session_id=0, responses=data)
+        raw = fetch_frame(version, msg)
+        plan = fetch_plan(FilterChain([engine]), session())
+        assert plan is not None and plan.wire[-1] is not None
+        got = _relay.scan_fetch(raw, version, plan.wire, False)
+        assert got[0] is not None, got
+        assert python_unchanged(python, raw, version)
+        fetch_plan(FilterChain([counted]), session()).count(*got)
+        assert counted.chains.fetch.stats.snapshot() == python.chains.fetch.stats.snapshot()
+        remembered += got[5][6]
+    assert remembered > 0
+    mem_py, mem_c = (next(m for m in f.chains.fetch.members
+                          if m.name == "trace_context.fetched").interceptor.memory
+                     for f in (python, engine))
+    assert len(mem_py) == len(mem_c)
+    scope = mem_c.scope(connection_info(session()))
+    for t in traces:
+        assert mem_c.parents(scope, t) == mem_py.parents(scope, t)
+
+
+def test_without_the_session_traced_responses_go_to_python() -> None:
+    filt = fetch_filter(False)
+    plan = fetch_plan(FilterChain([filt]))
+    assert plan is not None and plan.wire[-1] is None
