@@ -97,7 +97,7 @@ LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
   tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
   tests/unit/test_path_choice.py tests/integration/test_native_sasl.py \
   tests/integration/test_native_stamp.py tests/integration/test_native_tls.py \
-  tests/integration/test_hostile_broker.py || status=$?
+  tests/integration/test_hostile_broker.py tests/integration/test_trace_links.py || status=$?
 cd "$repo"
 if compgen -G "$logs/*" >/dev/null; then
   echo "sanitize: sanitizer reports:" >&2
