@@ -1,6 +1,7 @@
 """What a proxy costs per megabyte it moves and at low steady rates: Herald beside a native relay.
 
-    python bench/bench_cost.py [--interceptors none|trace_audit|trace_audit_link|drop_headers]
+    python bench/bench_cost.py [--interceptors none|trace_audit|trace_audit_link|audit_trace_link|
+                                               drop_headers]
                                [--rounds 3] [--client-traces]
 
 A ratio of throughputs with the broker, the load tools and the proxy sharing two cores
@@ -33,8 +34,12 @@ causal links costs. Without `--client-traces` the produce figures should equal `
 of the native Fetch scan, which links need to find traced records (without a fetch chain
 Herald forwards Fetch responses unread). The records the benchmark produces through Herald get
 a trace context there, so the consume also remembers every record. With `--client-traces`,
-every produced record is also looked up in the memory (a miss: the producer fetched nothing,
-which costs the same lookup) and goes to Python instead of being kept natively.
+every produced record is also looked up in the memory by the engine. The timed producers
+reuse 1024 trace contexts, and once a consume has fetched records of them (the same host: one
+scope) every later produce finds parents; with `audit` after `trace_context`, as here, a
+request with a record that finds parents goes to Python (audit's forgery check must know the
+link headers are Herald's). `--interceptors audit_trace_link` puts `audit` first, where such
+records are linked by the engine too.
 """
 
 from __future__ import annotations
@@ -87,6 +92,8 @@ CHAINS: dict[str, dict[str, Any]] = {
     "none": {"produce": [], "fetch": []},
     "trace_audit": {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []},
     "trace_audit_link": {"produce": [{"type": "trace_context", "link": {}}, {"type": "audit"}],
+                         "fetch": []},
+    "audit_trace_link": {"produce": [{"type": "audit"}, {"type": "trace_context", "link": {}}],
                          "fetch": []},
     "drop_headers": {"produce": [], "fetch": [{"type": "drop_headers",
                                                "headers": ["prefix:internal."]}]},

@@ -164,6 +164,12 @@ class NativeColumn:
     stamps such records itself (the other columns as usual) instead of handing the request to
     Python, provided no other member watches those two keys. Any other record carrying a
     header the member watches still goes to Python.
+
+    `links` (with `keeps_valid`): ``(memory, scope, header key)``, the C memory of fetched
+    traces (`protocol._stamp.LinkMemory`), the connection's scope key in it and the link
+    header: a record that keeps its own traceparent gets, in this column's place, one header
+    per parent the memory holds for its trace (`interceptors.trace_links`); the member's
+    ``link_made``, ``link_parents`` and ``link_missed_*`` counters count them.
     """
 
     kind: str
@@ -172,6 +178,7 @@ class NativeColumn:
     per_batch: bool = False
     event: str | None = None
     keeps_valid: bool = False
+    links: tuple[Any, bytes, str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in NATIVE_KINDS:

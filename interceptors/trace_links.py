@@ -33,6 +33,12 @@ bounded set of recently evicted keys tells those apart from ``unseen``).
 The memory is shared by a produce-chain member and a fetch-chain member that may run on the
 event loop and in worker threads at once, so every access holds a lock (uncontended it costs
 well under a microsecond; only traced records reach it).
+
+`FetchedTraces` is the reference. When the record stamper's extension is built, the memory is
+its C twin (protocol/link_memory.c, `NativeFetchedTraces` here, same methods and answers,
+tests/unit/test_link_memory.py holds them equal), which the native relay reads and fills
+from its own thread for the sessions it carries, so that a client's Python and native phases
+share one memory.
 """
 
 from __future__ import annotations
@@ -50,6 +56,11 @@ from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.tracing import valid_traceparent
 from protocol.contracts.headers import PARENT, RESERVED_PREFIX, TRACEPARENT
+
+try:
+    from protocol._stamp import LinkMemory
+except ImportError:  # the extension is not built: the reference serves
+    LinkMemory = None
 
 UNSEEN, EXPIRED, EVICTED = "unseen", "expired", "evicted"
 MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
@@ -193,6 +204,43 @@ class FetchedTraces:
             return tuple(entry.parents)
 
 
+class NativeFetchedTraces(FetchedTraces):
+    """`FetchedTraces` kept in C (protocol/link_memory.c): the same methods and answers; the
+    scope is bytes (the native relay is given it with a session's plans), and what the relay
+    counts for the sessions it carries is in `native_counters`."""
+
+    def __init__(self, config: LinkConfig, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        super().__init__(config, clock)  # the bounds; its own tables stay empty
+        self.native = LinkMemory(config.capacity, config.ttl_s, config.max_parents)
+
+    def __len__(self) -> int:
+        return len(self.native)
+
+    def scope(self, conn: ConnectionInfo) -> bytes:  # type: ignore[override]
+        host = source_host(conn.address).encode()
+        if self._by_host:
+            return host
+        cid = conn.client_id
+        return host + (b"\0\1" if cid is None else b"\0\2" + cid.encode())
+
+    def remember(self, scope: bytes, trace: bytes, key: Key  # type: ignore[override]
+                 ) -> tuple[int, int]:
+        return self.native.remember(scope, trace, key[0], key[1], key[2], self.clock())
+
+    def parents(self, scope: bytes, trace: bytes  # type: ignore[override]
+                ) -> tuple[Key, ...] | str:
+        return self.native.parents(scope, trace, self.clock())
+
+    def native_counters(self) -> dict[str, int]:
+        return self.native.counters()
+
+
+def fetched_traces(config: LinkConfig) -> FetchedTraces | NativeFetchedTraces:
+    """The memory for `config`: the C one when the extension is built."""
+    return FetchedTraces(config) if LinkMemory is None else NativeFetchedTraces(config)
+
+
 def parent_value(key: Key) -> bytes:
     """The header value naming `key` (`protocol.contracts.headers.PARENT`)."""
     return f"{key[0]}:{key[1]}:{key[2]}".encode()
@@ -215,7 +263,7 @@ class RememberFetched(Interceptor):
     needs = "read"
     concurrent = True
 
-    def __init__(self, memory: FetchedTraces, env: ProxyInfo) -> None:
+    def __init__(self, memory: FetchedTraces | NativeFetchedTraces, env: ProxyInfo) -> None:
         super().__init__(None, env)
         self.memory = memory
         self.stamps = Stamps((), frozenset({TRACEPARENT}))

@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "link_memory.h"
 #include "stamp_core.h"
 
 typedef sc_rec rec_pos;
@@ -439,6 +440,174 @@ done:
     return out;
 }
 
+/* ---- LinkMemory: the C memory of fetched traces (link_memory.c) for Python --------------
+ * interceptors/trace_links.py `NativeFetchedTraces` wraps it with the reference's methods;
+ * the native relay takes the same memory through `capsule()`. */
+
+typedef struct {
+    PyObject_HEAD
+    lm_memory *m;
+} link_memory_obj;
+
+static const char *REASONS[] = {"unseen", "expired", "evicted"};
+
+static int lmo_init(link_memory_obj *self, PyObject *args, PyObject *kw) {
+    long long capacity, max_parents;
+    double ttl;
+    if (!PyArg_ParseTuple(args, "LdL", &capacity, &ttl, &max_parents)) {
+        return -1;
+    }
+    lm_release(self->m);
+    self->m = lm_new(capacity, ttl, max_parents);
+    if (self->m == NULL) {
+        PyErr_SetString(PyExc_ValueError, "capacity, max_parents >= 1 and ttl_s > 0");
+        return -1;
+    }
+    return 0;
+}
+
+static void lmo_dealloc(link_memory_obj *self) {
+    lm_release(self->m);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int lmo_ready(link_memory_obj *self) {
+    if (self->m == NULL) {
+        PyErr_SetString(PyExc_ValueError, "LinkMemory not initialised");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *lmo_remember(link_memory_obj *self, PyObject *args) {
+    Py_buffer scope, trace, topic;
+    int partition;
+    long long offset;
+    double now;
+    if (!lmo_ready(self) || !PyArg_ParseTuple(args, "y*y*s*iLd", &scope, &trace, &topic,
+                                              &partition, &offset, &now)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    int64_t evicted, expired;
+    if (trace.len != LM_TRACE) {
+        PyErr_SetString(PyExc_ValueError, "a trace id is 32 hex digits");
+    } else if (!lm_remember(self->m, scope.buf, (size_t)scope.len, trace.buf, topic.buf,
+                            (size_t)topic.len, partition, offset, now, &evicted, &expired)) {
+        PyErr_NoMemory();
+    } else {
+        out = Py_BuildValue("LL", (long long)evicted, (long long)expired);
+    }
+    PyBuffer_Release(&scope);
+    PyBuffer_Release(&trace);
+    PyBuffer_Release(&topic);
+    return out;
+}
+
+static PyObject *lmo_parents(link_memory_obj *self, PyObject *args) {
+    Py_buffer scope, trace;
+    double now;
+    if (!lmo_ready(self) || !PyArg_ParseTuple(args, "y*y*d", &scope, &trace, &now)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    lm_parent *found = NULL;
+    if (trace.len != LM_TRACE) {
+        PyErr_SetString(PyExc_ValueError, "a trace id is 32 hex digits");
+        goto done;
+    }
+    found = PyMem_Malloc((size_t)lm_max_parents(self->m) * sizeof(lm_parent));
+    if (found == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t n = lm_parents(self->m, scope.buf, (size_t)scope.len, trace.buf, now, found);
+    if (n == -100) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n < 0) {
+        out = PyUnicode_FromString(REASONS[-1 - n]);
+        goto done;
+    }
+    out = PyTuple_New((Py_ssize_t)n);
+    for (int64_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = Py_BuildValue("s#iL", (const char *)found[i].topic,
+                                       (Py_ssize_t)found[i].topic_len, (int)found[i].partition,
+                                       (long long)found[i].offset);
+        if (item == NULL) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+    }
+    lm_parents_free(found, n);
+done:
+    PyMem_Free(found);
+    PyBuffer_Release(&scope);
+    PyBuffer_Release(&trace);
+    return out;
+}
+
+static Py_ssize_t lmo_len(link_memory_obj *self) {
+    return self->m == NULL ? 0 : (Py_ssize_t)lm_size(self->m);
+}
+
+static PyObject *lmo_counters(link_memory_obj *self, PyObject *unused) {
+    if (!lmo_ready(self)) {
+        return NULL;
+    }
+    lm_counts c;
+    lm_counters(self->m, &c);
+    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "link_remembered", c.remembered, "link_evicted",
+                         c.evicted, "link_expired", c.expired, "link_made", c.made,
+                         "link_parents", c.parents, "link_missed_unseen", c.missed[LM_UNSEEN],
+                         "link_missed_expired", c.missed[LM_EXPIRED], "link_missed_evicted",
+                         c.missed[LM_EVICTED]);
+}
+
+static void capsule_release(PyObject *capsule) {
+    lm_release(PyCapsule_GetPointer(capsule, "herald.link_memory"));
+}
+
+static PyObject *lmo_capsule(link_memory_obj *self, PyObject *unused) {
+    if (!lmo_ready(self)) {
+        return NULL;
+    }
+    lm_retain(self->m); /* the capsule holds the memory: the engine retains its own */
+    PyObject *c = PyCapsule_New(self->m, "herald.link_memory", capsule_release);
+    if (c == NULL) {
+        lm_release(self->m);
+    }
+    return c;
+}
+
+static PyMethodDef lmo_methods[] = {
+    {"remember", (PyCFunction)lmo_remember, METH_VARARGS,
+     "remember(scope, trace, topic, partition, offset, now) -> (evicted, expired)"},
+    {"parents", (PyCFunction)lmo_parents, METH_VARARGS,
+     "parents(scope, trace, now) -> ((topic, partition, offset), ...) or the miss's reason"},
+    {"counters", (PyCFunction)lmo_counters, METH_NOARGS,
+     "counters() -> what the native relay counted, by the members' counter names"},
+    {"capsule", (PyCFunction)lmo_capsule, METH_NOARGS,
+     "capsule() -> the memory for the native relay"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods lmo_sequence = {.sq_length = (lenfunc)lmo_len};
+
+static PyTypeObject link_memory_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "protocol._stamp.LinkMemory",
+    .tp_basicsize = sizeof(link_memory_obj),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LinkMemory(capacity, ttl_s, max_parents): the bounded memory of fetched traces",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)lmo_init,
+    .tp_dealloc = (destructor)lmo_dealloc,
+    .tp_methods = lmo_methods,
+    .tp_as_sequence = &lmo_sequence,
+};
+
 static PyMethodDef methods[] = {
     {"hex_column", hex_column, METH_VARARGS,
      "hex_column(head, raw, n, chunk, spec) -> n values cut from the hex digits of raw"},
@@ -456,5 +625,18 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__stamp(void) {
-    return PyModule_Create(&module);
+    if (PyType_Ready(&link_memory_type) < 0) {
+        return NULL;
+    }
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) {
+        return NULL;
+    }
+    Py_INCREF(&link_memory_type);
+    if (PyModule_AddObject(m, "LinkMemory", (PyObject *)&link_memory_type) < 0) {
+        Py_DECREF(&link_memory_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -93,11 +93,11 @@ LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
   tests/unit/test_native_relay_session.py tests/unit/test_native_relay_config.py \
   tests/unit/test_native_fetch.py tests/unit/test_native_stamp.py tests/unit/test_relay_trace.py \
   tests/unit/test_stamping.py tests/unit/test_native_locking.py tests/unit/test_native_tls.py \
-  tests/unit/test_native_codecs.py \
+  tests/unit/test_native_codecs.py tests/unit/test_link_memory.py tests/unit/test_trace_links.py tests/unit/test_native_links.py \
   tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
   tests/unit/test_path_choice.py tests/integration/test_native_sasl.py \
   tests/integration/test_native_stamp.py tests/integration/test_native_tls.py \
-  tests/integration/test_hostile_broker.py || status=$?
+  tests/integration/test_hostile_broker.py tests/integration/test_trace_links.py || status=$?
 cd "$repo"
 if compgen -G "$logs/*" >/dev/null; then
   echo "sanitize: sanitizer reports:" >&2

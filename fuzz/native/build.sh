@@ -9,10 +9,10 @@ cc=${CC:-clang}
 mkdir -p "$out"
 flags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
        -fno-sanitize-recover=undefined -Wall -Werror -Iprotocol -Iproxy/native -Ifuzz/native)
-core=(protocol/stamp_core.c proxy/native/relay_stamp.c proxy/native/relay_fetch.c
+core=(protocol/stamp_core.c protocol/link_memory.c proxy/native/relay_stamp.c proxy/native/relay_fetch.c
       proxy/native/relay_trace.c proxy/native/relay_frames.c proxy/native/relay_codec.c)
 codec_libs=(-lz -lsnappy -llz4 -lzstd) # the system's codec libraries, as setup.py links them
-for target in frames fetch_walk trace stamp fetch_scan codec engine; do
+for target in frames fetch_walk trace stamp fetch_scan codec engine links; do
   extra=()
   # The engine carries TLS sessions through the system OpenSSL (relay_tls.c).
   [ "$target" = engine ] &&

@@ -8,8 +8,13 @@
  *     before it reads a record, so this is how mutated records reach the record walk; with
  *     the 0x20 flag (and not 0x40) its whole batches are then compressed (codec from bits
  *     2-3 of the first record byte), to reach the walk through the engine's decompression.
- * tests/unit/test_native_fetch.py holds the verdicts to the Python fetch chain; here the scan
- * must read nothing outside the frame, and what it counts must fit what the frame holds. */
+ * When the input's last byte is odd, the plan has links (trace_context `link`: a memory,
+ * protocol/link_memory.c, and the names of the topic ids) and the scan remembers the traced
+ * records it passes.
+ * tests/unit/test_native_fetch.py and test_native_links.py hold the verdicts and what is
+ * remembered to the Python fetch chain; here the scan must read nothing outside the frame,
+ * what it counts must fit what the frame holds, and it remembers no more records than it
+ * passes (none when it does not pass). */
 #include "common.h"
 #include "relay_fetch.h"
 #include "stamp_core.h"
@@ -173,6 +178,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     nc_plan plan;
     fetch_plan(&plan);
+    lm_memory *memory = NULL;
+    if (data[size - 1] & 1) {
+        memory = lm_new(16, 1e9, 2);
+        must(memory != NULL);
+        must(nc_plan_links(&plan, memory, (const uint8_t *)"h", 1, (const uint8_t *)"", 0));
+        must(nc_plan_id_names(&plan, (const uint8_t *)"\0\1a\0\2bb", 7));
+    }
     nc_counts counts;
     const char *why = NULL;
     int r = nf_scan_fetch(frame, o.len, ver, &plan, check_tags, &counts, &why);
@@ -185,8 +197,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_CHECK(sealed == (size_t)-1 || counts.batches <= sealed,
                    "%llu batches counted, %zu there", (unsigned long long)counts.batches,
                    sealed);
+        FUZZ_CHECK(counts.remembered <= counts.records && (memory != NULL || !counts.remembered),
+                   "%llu remembered of %llu records", (unsigned long long)counts.remembered,
+                   (unsigned long long)counts.records);
     } else {
         FUZZ_CHECK(why != NULL, "no reason to go to Python");
+    }
+    if (memory != NULL) {
+        FUZZ_CHECK(lm_size(memory) <= 16 && (r == NC_OK || lm_size(memory) == 0),
+                   "%lld entries", (long long)lm_size(memory));
+        lm_release(memory);
     }
     nc_plan_free(&plan);
     free(frame);

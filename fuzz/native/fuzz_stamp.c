@@ -17,7 +17,11 @@
  *   - count at least one batch and as many records as it holds;
  *   - with the trace_context plan that keeps a client's own traceparent, come back byte for
  *     byte when stamped again: every record then carries one valid traceparent, which the
- *     engine keeps, and a batch it appends nothing to must not change. */
+ *     engine keeps, and a batch it appends nothing to must not change;
+ *   - with the 0x80 flag and that plan, links (trace_context `link`): a memory
+ *     (protocol/link_memory.c) that remembers parents for every trace id the frame seems to
+ *     carry ("00-" and 32 hex digits), so that kept records find some: no more records
+ *     linked than kept, no more parents than the memory holds per trace. */
 #include "common.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
@@ -145,6 +149,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     nc_plan plan;
     stamp_plan(&plan, flags & 7);
+    int links = (flags & 0x80) && (flags & 7) % 3 == 0;
+    if (links) {
+        lm_memory *m = lm_new(64, 1e9, 3);
+        must(m != NULL);
+        for (size_t i = 0; i + 35 <= len; i++) {
+            if (memcmp(frame + i, "00-", 3) == 0) {
+                int64_t ev, ex;
+                for (int k = 0; k < 1 + (int)(i % 4); k++) { /* 1-4: past max_parents */
+                    must(lm_remember(m, (const uint8_t *)"h", 1, frame + i + 3,
+                                     (const uint8_t *)"in", 2, k, (int64_t)i, 1.0, &ev, &ex));
+                }
+            }
+        }
+        must(nc_plan_links(&plan, m, (const uint8_t *)"h", 1,
+                           (const uint8_t *)"\x1aherald.parent", 14));
+        lm_release(m); /* the plan holds it */
+    }
     nc_buf out = {0};
     out.limit = (flags & 0x10) ? 8192 : 0;
     nc_counts counts;
@@ -166,7 +187,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    (unsigned long long)counts.records, (unsigned long long)counts.kept,
                    (unsigned long long)counts.kept_batches);
         FUZZ_CHECK(out.limit == 0 || out.len <= out.limit + len, "grew past its limit");
-        if ((flags & 7) % 3 == 0) {
+        FUZZ_CHECK(counts.linked <= counts.kept && counts.parents <= 3 * counts.linked &&
+                       counts.parents >= counts.linked &&
+                       (links || counts.linked + counts.missed[0] == 0),
+                   "linked %llu of %llu kept, %llu parents", (unsigned long long)counts.linked,
+                   (unsigned long long)counts.kept, (unsigned long long)counts.parents);
+        if ((flags & 7) % 3 == 0 && !links) {
             nc_buf again = {0};
             nc_counts counts2;
             const char *why2 = NULL;

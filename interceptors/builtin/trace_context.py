@@ -61,7 +61,9 @@ from interceptors.trace_links import (
     MISS_REASONS,
     FetchedTraces,
     LinkConfig,
+    NativeFetchedTraces,
     RememberFetched,
+    fetched_traces,
     parent_value,
 )
 from interceptors.tracing import (
@@ -127,14 +129,14 @@ class TraceContext(Interceptor):
         # A new context per record (or one per batch), in bulk from one draw of ids.
         self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
         link = config.link
-        self._memory: FetchedTraces | None = None
+        self._memory: FetchedTraces | NativeFetchedTraces | None = None
         if link is not None:
             # Kept across reloads while the settings stay (`ProxyInfo.kept`): what clients
             # fetched just before a SIGHUP still links what they produce just after it.
             key = ("trace_links", link.scope, link.capacity, link.ttl_s, link.max_parents)
             memory = env.kept.get(key)
             if memory is None:
-                memory = env.kept[key] = FetchedTraces(link)
+                memory = env.kept[key] = fetched_traces(link)
             self._memory = memory
             self._link_key = link.header
             self.fetch_member = RememberFetched(self._memory, env)
@@ -151,12 +153,16 @@ class TraceContext(Interceptor):
             return None
         # A record with one valid traceparent (and valid tracestates) keeps it: `on_record`
         # changes and counts nothing for it. An invalid tracestate is counted there: Python's.
-        # With links such a record may need a parent header from the memory, which the engine
-        # does not hold: records carrying a traceparent then go to Python (`keeps_valid`
-        # off), and only those without trace context are stamped natively.
+        # With links such a record may need parent headers from the memory: the engine reads
+        # the C memory (`NativeFetchedTraces`) itself; with the Python one (no extension)
+        # records carrying a traceparent go to Python.
+        memory = self._memory
+        links = None
+        if isinstance(memory, NativeFetchedTraces):
+            links = (memory.native, memory.scope(conn), self._link_key)
         return [NativeColumn(NATIVE_TRACEPARENT, sampled=self._sampled,
                              per_batch=self._per_batch, event="trace_new_context",
-                             keeps_valid=self._memory is None)]
+                             keeps_valid=memory is None or links is not None, links=links)]
 
     def _new_sampled(self, ctx: RecordContext) -> bytes:
         return self._new_context(ctx, self._sampled)

@@ -44,11 +44,11 @@ static int bad_plan(nc_plan *plan, const char *why) {
  * batches go to Python): 0 with a Python exception set when it is not one. */
 static int plan_parse(PyObject *obj, nc_plan *plan) {
     memset(plan, 0, sizeof *plan);
-    PyObject *cols, *keys, *prefixes, *ids;
+    PyObject *cols, *keys, *prefixes, *ids, *links = Py_None;
     long long mbr, mrr, mbb, mbd = 0, mrd = 0;
-    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!|LL", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
+    if (!PyArg_ParseTuple(obj, "O!O!O!LLLO!|LLO", &PyTuple_Type, &cols, &PyTuple_Type, &keys,
                           &PyTuple_Type, &prefixes, &mbr, &mrr, &mbb, &PyBytes_Type, &ids, &mbd,
-                          &mrd)) {
+                          &mrd, &links)) {
         return 0;
     }
     Py_ssize_t nc = PyTuple_GET_SIZE(cols), nk = PyTuple_GET_SIZE(keys),
@@ -68,6 +68,35 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     plan->max_batch_bytes = mbb;
     plan->max_batch_decompressed = mbd;
     plan->max_request_decompressed = mrd;
+    if (links != Py_None) {
+        /* (memory capsule, scope, link header key's wire form, linked records to Python[,
+         * the names of the topic ids, for the Fetch scan]) */
+        PyObject *capsule;
+        Py_buffer scope, key, names = {0};
+        int hits_python;
+        if (!PyArg_ParseTuple(links, "Oy*y*p|y*", &capsule, &scope, &key, &hits_python,
+                              &names)) {
+            return bad_plan(plan, NULL);
+        }
+        plan->link_hits_python = hits_python;
+        lm_memory *m = PyCapsule_GetPointer(capsule, "herald.link_memory");
+        int ok = m != NULL && nc_plan_links(plan, m, scope.buf, (size_t)scope.len, key.buf,
+                                            (size_t)key.len);
+        if (ok && names.obj != NULL) {
+            ok = nc_plan_id_names(plan, names.buf, (size_t)names.len);
+            if (!ok) {
+                PyErr_SetString(PyExc_ValueError, "a name for each topic id");
+            }
+        }
+        PyBuffer_Release(&scope);
+        PyBuffer_Release(&key);
+        if (names.obj != NULL) {
+            PyBuffer_Release(&names);
+        }
+        if (!ok) {
+            return bad_plan(plan, NULL);
+        }
+    }
     for (Py_ssize_t i = 0; i < nc; i++) {
         int kind, sampled, per_batch, keeps;
         PyObject *key, *value;
@@ -101,17 +130,24 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     return 1;
 }
 
-/* (batches, records, kept, kept_batches, compressed): compressed counts the compressed
- * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4. */
+/* (batches, records, kept, kept_batches, compressed, links): compressed counts the compressed
+ * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4; links (linked records, parent
+ * headers, misses unseen, expired, evicted, kept batches changed by links; for a scan,
+ * records remembered, entries evicted and expired). */
 static PyObject *counts_tuple(const nc_counts *c) {
     const uint64_t *z = c->compressed;
-    return Py_BuildValue("(KKKK(KKKKKKKK))", (unsigned long long)c->batches,
+    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKKKKK))", (unsigned long long)c->batches,
                          (unsigned long long)c->records, (unsigned long long)c->kept,
                          (unsigned long long)c->kept_batches, (unsigned long long)z[0],
                          (unsigned long long)z[1], (unsigned long long)z[2],
                          (unsigned long long)z[3], (unsigned long long)z[4],
                          (unsigned long long)z[5], (unsigned long long)z[6],
-                         (unsigned long long)z[7]);
+                         (unsigned long long)z[7], (unsigned long long)c->linked,
+                         (unsigned long long)c->parents, (unsigned long long)c->missed[0],
+                         (unsigned long long)c->missed[1], (unsigned long long)c->missed[2],
+                         (unsigned long long)c->linked_batches,
+                         (unsigned long long)c->remembered, (unsigned long long)c->evicted,
+                         (unsigned long long)c->expired);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */
@@ -640,8 +676,7 @@ static PyObject *py_scan_fetch(PyObject *self, PyObject *args) {
         const char *why = NULL;
         if (nf_scan_fetch(frame.buf, (size_t)frame.len, ver, &plan, check_tags, &counts,
                           &why) == NC_OK) {
-            out = Py_BuildValue("(KK)", (unsigned long long)counts.batches,
-                                (unsigned long long)counts.records);
+            out = counts_tuple(&counts);
         } else {
             out = Py_BuildValue("(Os)", Py_None, why);
         }

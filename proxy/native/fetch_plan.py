@@ -14,6 +14,12 @@ A session is eligible when, apart from the interceptor filter, no filter reads F
 responses (or only their top-level tagged fields), no per-topic counters are kept, and every
 fetch-chain member applies to every topic and client, is live (not shadow), declares what it
 watches and appends nothing, has no batch hook, and needs headers or less.
+
+With `trace_context`'s ``link``, the member that remembers fetched traces (`RememberFetched`)
+watches ``traceparent``; when its memory is the C one (`NativeFetchedTraces`) and no other
+member watches that key, the plan gives the engine the memory and the session's scope
+instead (and the names of the topic ids), and the scan remembers each traced record itself:
+a response with traced records passes natively too.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from dataclasses import dataclass
 from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
 from interceptors.stats import ChainStats, MemberStats
+from interceptors.trace_links import NativeFetchedTraces, RememberFetched
 from protocol import stamping
 from protocol.api_keys import ApiKey
-from proxy.filters.chain import FilterChain
-from proxy.filters.interception import InterceptorFilter
+from protocol.contracts.headers import TRACEPARENT
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter, connection_info
 from proxy.native.capabilities import CAPABILITIES
 from proxy.native.stamp_plan import decompression_limits
 
@@ -46,14 +54,21 @@ class FetchPlan:
     members: tuple[ChainMember, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = ()) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
         """Add what the engine scanned to the counters the Python path keeps for a chain run
         that changes nothing: batches and records seen, by the chain and by each member.
         (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan;
-        `compressed`: the compressed batches read, by codec, which change no counter.)"""
+        `compressed`: the compressed batches read, by codec, which change no counter;
+        `links[6:]`: records remembered, entries evicted and expired, the remembering
+        member's counters.)"""
         run = ChainStats(self.chain.path, {}, batches, 0, records)
         for m in self.members:
-            run.members[m.name] = MemberStats(m.name, m.type, records)
+            st = run.members[m.name] = MemberStats(m.name, m.type, records)
+            if isinstance(m.interceptor, RememberFetched):
+                for event, n in zip(("link_remembered", "link_evicted", "link_expired"),
+                                    links[6:9], strict=True):
+                    if n:
+                        st.count(event, n)
         self.chain.add_run(run)
 
 
@@ -81,8 +96,9 @@ def _watch_only(m: ChainMember) -> bool:
             and type(icpt).on_batch is Interceptor.on_batch)
 
 
-def fetch_plan(chain: FilterChain) -> FetchPlan | None:
-    """The session's plan, or None when its Fetch responses stay in Python."""
+def fetch_plan(chain: FilterChain, ctx: SessionContext | None = None) -> FetchPlan | None:
+    """The session's plan, or None when its Fetch responses stay in Python (`ctx`, the
+    session, gives the scope of links: without it traced responses go to Python)."""
     filt = interceptor_filter(chain)
     if filt is None or filt.tally is not None:
         return None
@@ -94,10 +110,32 @@ def fetch_plan(chain: FilterChain) -> FetchPlan | None:
     for m in fetch.members:
         keys |= m.interceptor.stamps.watches
         prefixes += m.interceptor.stamps.watch_prefixes
+    links = _links(fetch.members, filt, ctx)
+    if links is not None:
+        keys.discard(TRACEPARENT)
     wire_keys = stamping.wire_keys(sorted(keys))
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None:
         return None
     wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(filt.topics.names)),
-            *decompression_limits(filt))
+            *decompression_limits(filt), links)
     return FetchPlan(wire, fetch, fetch.members)
+
+
+def _links(members: Sequence[ChainMember], filt: InterceptorFilter,
+           ctx: SessionContext | None) -> tuple | None:
+    """The engine's form of the links the scan fills: (memory, the session's scope, no
+    header, False, the name of each topic id the plan knows, in their order), when one
+    member remembers traces in the C memory and no other watches ``traceparent``."""
+    remembering = [m for m in members if isinstance(m.interceptor, RememberFetched)]
+    if ctx is None or len(remembering) != 1:
+        return None
+    memory = remembering[0].interceptor.memory
+    if not isinstance(memory, NativeFetchedTraces) or any(
+            m.interceptor.stamps.watched(TRACEPARENT)  # type: ignore[union-attr]
+            for m in members if m is not remembering[0]):
+        return None
+    names = filt.topics.names
+    blob = b"".join(len(n).to_bytes(2, "big") + n
+                    for n in (names[i].encode() for i in sorted(names)))
+    return (memory.native.capsule(), memory.scope(connection_info(ctx)), b"", False, blob)

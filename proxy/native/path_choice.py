@@ -250,7 +250,7 @@ class SessionPath:
         engine's buffers. Stamping books a larger request buffer and the stamped request's,
         scanning a larger response buffer; without room for those, Python does that work."""
         stamp = relay.stamp_plan(chain, ctx)
-        fetch = relay.fetch_plan(chain)
+        fetch = relay.fetch_plan(chain, ctx)
         booked = 2 * buffer
         if held is not None:
             stamping = buffer + 2 * stamp_buffer

@@ -157,10 +157,11 @@ class NativeRelay:
             return None
         return plan, self._key(plan)
 
-    def fetch_plan(self, chain: FilterChain) -> tuple[native_fetch.FetchPlan, int] | None:
+    def fetch_plan(self, chain: FilterChain, ctx: SessionContext | None = None
+                   ) -> tuple[native_fetch.FetchPlan, int] | None:
         """The session's fetch plan (see proxy/native/fetch_plan.py) and the key the engine counts
         its scans under, or None when its Fetch responses go to Python."""
-        plan = native_fetch.fetch_plan(chain)
+        plan = native_fetch.fetch_plan(chain, ctx)
         if plan is None:
             return None
         return plan, self._key(plan)

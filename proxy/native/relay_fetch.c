@@ -22,6 +22,9 @@
 
 #include "contracts/features.h"
 #include "relay_codec.h"
+#include "relay_trace.h"
+#include <stdlib.h>
+#include <time.h>
 
 #define BATCH_HEADER 61
 #define LENGTH_OVERHEAD 12
@@ -34,11 +37,101 @@ static uint32_t be32at(const uint8_t *p) {
 
 /* What a response's compressed batches need: a buffer for one decompressed, and what is
  * left of the plan's limit for the whole response. */
+/* With links (trace_context `link`: proxy/native/fetch_plan.py gives the memory and the
+ * session's scope), each record carrying a valid traceparent as its first is remembered, as
+ * interceptors/trace_links.py `RememberFetched` does: (its trace id, topic, partition,
+ * offset), held until the whole response is known to pass and then remembered in order. */
+typedef struct {
+    uint8_t trace[LM_TRACE];
+    const uint8_t *topic;
+    size_t topic_len;
+    int32_t partition;
+    int64_t offset;
+} pending_t;
+
 typedef struct {
     nk_buf plain;
     int64_t left;
     int nomem;
+    pending_t *pending;
+    size_t npending, pending_cap;
+    const uint8_t *topic; /* the partition being read: its topic's name, its index */
+    size_t topic_len;
+    int32_t partition;
 } scan_room;
+
+#define TRACEPARENT_KEY "traceparent"
+#define TRACEPARENT_LEN 11
+
+typedef struct {
+    nc_watch w;
+    int tp;
+} link_watch;
+
+/* The key callback with links: traceparent noted (the plan does not watch it), any watched
+ * key stops the walk. */
+static int link_key(void *arg, const uint8_t *key, size_t len) {
+    link_watch *k = arg;
+    if (len == TRACEPARENT_LEN && memcmp(key, TRACEPARENT_KEY, len) == 0) {
+        k->tp = 1;
+        return 0;
+    }
+    return nc_watched_key(&k->w, key, len);
+}
+
+/* Note record r of batch b (its records in `records`; number `index` of `count`) for the
+ * memory when its first traceparent is valid. 0: out of memory. */
+static int note_traced(const uint8_t *b, const uint8_t *records, const sc_rec *r,
+                       int64_t index, int64_t count, scan_room *room) {
+    size_t p = r->first;
+    const uint8_t *value = NULL;
+    int64_t n = -1;
+    for (uint64_t h = 0; h < r->count; h++) {
+        uint64_t z;
+        sc_uvarint(records, &p, r->end, &z);
+        const uint8_t *key = records + p;
+        size_t key_len = (size_t)(z >> 1);
+        p += key_len;
+        sc_uvarint(records, &p, r->end, &z);
+        int64_t vn = z == 1 ? -1 : (int64_t)(z >> 1);
+        if (key_len == TRACEPARENT_LEN && memcmp(key, TRACEPARENT_KEY, key_len) == 0) {
+            value = vn < 0 ? NULL : records + p;
+            n = vn;
+            break;
+        }
+        p += vn < 0 ? 0 : (size_t)vn;
+    }
+    if (!nt_valid_traceparent(value, n)) {
+        return 1;
+    }
+    /* The offset as the Python member takes it: the base offset plus the record's index
+     * when the deltas run 0..n-1 (the last is n-1), else plus its own delta. */
+    int64_t base = (int64_t)((uint64_t)be32at(b) << 32 | be32at(b + 4));
+    int64_t delta = index;
+    if ((int64_t)(int32_t)be32at(b + 23) != count - 1) {
+        size_t q = r->body + 1; /* attributes, then the timestamp and offset deltas */
+        uint64_t z;
+        sc_uvarint(records, &q, r->end, &z);
+        sc_uvarint(records, &q, r->end, &z);
+        delta = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+    }
+    if (room->npending == room->pending_cap) {
+        size_t cap = room->pending_cap ? 2 * room->pending_cap : 64;
+        pending_t *grown = realloc(room->pending, cap * sizeof *grown);
+        if (grown == NULL) {
+            return 0;
+        }
+        room->pending = grown;
+        room->pending_cap = cap;
+    }
+    pending_t *e = &room->pending[room->npending++];
+    memcpy(e->trace, value + 3, LM_TRACE);
+    e->topic = room->topic;
+    e->topic_len = room->topic_len;
+    e->partition = room->partition;
+    e->offset = (int64_t)((uint64_t)base + (uint64_t)delta);
+    return 1;
+}
 
 /* The records of the compressed batch b of `size` bytes decompressed into room->plain:
  * NULL, or why not. */
@@ -119,16 +212,22 @@ static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
             } else {
                 scratch->left -= (int64_t)size;
             }
-            nc_watch w = {plan, 0};
             int64_t seen = 0;
             while (at < end) {
                 sc_rec r;
+                link_watch k = {{plan, 0}, 0};
                 if (seen >= count ||
-                    sc_walk_record(records, &at, end, &r, nc_watched_key, &w)) {
+                    sc_walk_record(records, &at, end, &r,
+                                   plan->links != NULL ? link_key : nc_watched_key,
+                                   plan->links != NULL ? (void *)&k : (void *)&k.w)) {
                     return "malformed records";
                 }
-                if (w.hit) {
+                if (k.w.hit) {
                     return "a record with a watched header";
+                }
+                if (k.tp && !note_traced(b, records, &r, seen, count, scratch)) {
+                    scratch->nomem = 1;
+                    return "out of memory";
                 }
                 seen++;
             }
@@ -156,9 +255,26 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
 
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why) {
-    scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0};
+    scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0, NULL, 0, 0, NULL, 0, 0};
     int r = scan_fetch(frame, len, ver, plan, check_tags, counts, why, &room);
+    if (r == NC_OK && room.npending > 0) { /* it passes: what it carried is remembered */
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); /* Python's time.monotonic */
+        double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        for (size_t i = 0; i < room.npending; i++) {
+            const pending_t *e = &room.pending[i];
+            int64_t evicted, expired;
+            if (lm_remember(plan->links, plan->link_scope, plan->link_scope_len, e->trace,
+                            e->topic, e->topic_len, e->partition, e->offset, now, &evicted,
+                            &expired)) {
+                counts->remembered++;
+                counts->evicted += (uint64_t)evicted;
+                counts->expired += (uint64_t)expired;
+            }
+        }
+    }
     nk_buf_free(&room.plain);
+    free(room.pending);
     return r;
 }
 
@@ -191,8 +307,16 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
             if (r.bad) {
                 break;
             }
-            if (!nc_known_id(plan, id)) {
+            int64_t known = nc_id_index(plan, id);
+            if (known < 0) {
                 *why = "a topic id Herald has not learnt";
+                return NC_PYTHON;
+            }
+            if (plan->id_names != NULL) {
+                room->topic = plan->id_names[known];
+                room->topic_len = plan->id_name_lens[known];
+            } else if (plan->links != NULL) {
+                *why = "a topic id whose name the plan does not give";
                 return NC_PYTHON;
             }
         } else {
@@ -203,6 +327,8 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
                 *why = "a topic name that is null or not ASCII";
                 return NC_PYTHON; /* the Python codec decides what such a name is */
             }
+            room->topic = name;
+            room->topic_len = (size_t)n;
         }
         int64_t parts;
         if (!nc_read_count(&r, flexible, &parts)) {
@@ -210,7 +336,8 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
         }
         for (int64_t p = 0; p < parts && !r.bad; p++) {
             /* index, error, high watermark, last stable[, log start] offsets */
-            sc_read_skip(&r, ver >= FETCH_LOG_START_OFFSET_VERSION ? 30 : 22);
+            room->partition = (int32_t)nc_read_int(&r, 4);
+            sc_read_skip(&r, ver >= FETCH_LOG_START_OFFSET_VERSION ? 26 : 18);
             int64_t aborted = flexible ? sc_read_compact(&r) : nc_read_int(&r, 4);
             for (int64_t a = 0; a < aborted && !r.bad; a++) {
                 sc_read_skip(&r, 16); /* producer id, first offset */

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "contracts/features.h"
 #include "relay_codec.h"
@@ -59,6 +60,16 @@ void nc_plan_free(nc_plan *plan) {
     }
     free(plan->cols);
     free(plan->topic_ids);
+    lm_release(plan->links);
+    free(plan->link_scope);
+    free(plan->link_key);
+    if (plan->id_names != NULL) {
+        for (size_t i = 0; i < plan->ntopic_ids; i++) {
+            free(plan->id_names[i]);
+        }
+    }
+    free(plan->id_names);
+    free(plan->id_name_lens);
     free(plan->keys);
     free(plan->key_lens);
     memset(plan, 0, sizeof *plan);
@@ -83,6 +94,47 @@ int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n) {
     }
     plan->ntopic_ids = n / 16;
     return 1;
+}
+
+int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t scope_len,
+                  const uint8_t *key_wire, size_t key_len) {
+    if (plan->links != NULL) {
+        return 0;
+    }
+    if ((plan->link_scope = copy_bytes(scope, scope_len)) == NULL ||
+        (plan->link_key = copy_bytes(key_wire, key_len)) == NULL) {
+        return 0;
+    }
+    plan->link_scope_len = scope_len;
+    plan->link_key_len = key_len;
+    lm_retain(links);
+    plan->links = links;
+    return 1;
+}
+
+int nc_plan_id_names(nc_plan *plan, const uint8_t *blob, size_t len) {
+    size_t n = plan->ntopic_ids, at = 0;
+    if (plan->id_names != NULL) {
+        return 0;
+    }
+    plan->id_names = calloc(n ? n : 1, sizeof(uint8_t *));
+    plan->id_name_lens = calloc(n ? n : 1, sizeof(size_t));
+    if (plan->id_names == NULL || plan->id_name_lens == NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (len - at < 2) {
+            return 0;
+        }
+        size_t k = (size_t)blob[at] << 8 | blob[at + 1];
+        at += 2;
+        if (len - at < k || (plan->id_names[i] = copy_bytes(blob + at, k)) == NULL) {
+            return 0;
+        }
+        plan->id_name_lens[i] = k;
+        at += k;
+    }
+    return at == len;
 }
 
 int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
@@ -193,12 +245,16 @@ static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
 }
 
 int nc_known_id(const nc_plan *plan, const uint8_t *id) {
+    return nc_id_index(plan, id) >= 0;
+}
+
+int64_t nc_id_index(const nc_plan *plan, const uint8_t *id) {
     size_t lo = 0, hi = plan->ntopic_ids;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = memcmp(plan->topic_ids + 16 * mid, id, 16);
         if (c == 0) {
-            return 1;
+            return (int64_t)mid;
         }
         if (c < 0) {
             lo = mid + 1;
@@ -206,7 +262,7 @@ int nc_known_id(const nc_plan *plan, const uint8_t *id) {
             hi = mid;
         }
     }
-    return 0;
+    return -1;
 }
 
 int nc_read_count(sc_reader *r, int compact, int64_t *count) {
@@ -259,6 +315,21 @@ typedef struct {
      * the records field being written; what is left of the request's decompression limit. */
     nk_buf plain, stamped, field;
     int64_t left;
+    /* Links: per record that keeps its traceparent, in order, the parent headers found for it
+     * (`count` of them, `len` bytes at `from` in lbuf: none for a miss), looked up once, when
+     * its batch is first checked (`lookup`), then read again from `size_at`; `batch_at`: the
+     * first of the batch checked last, which write_batch then writes. */
+    struct link_row {
+        size_t from, len;
+        uint64_t count;
+    } *rows;
+    size_t nrows, rows_cap, size_at, batch_at;
+    int batch_linked; /* the batch checked last has a record given parents */
+    nk_buf lbuf;
+    lm_parent *found;
+    int lookup;
+    double now;
+    uint64_t linked, parents, missed[3];
 } tail_t;
 
 static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
@@ -343,6 +414,65 @@ static void free_tail(tail_t *t) {
     nk_buf_free(&t->plain);
     nk_buf_free(&t->stamped);
     nk_buf_free(&t->field);
+    nk_buf_free(&t->lbuf);
+    free(t->rows);
+    free(t->found);
+}
+
+/* The row of the next record that keeps its traceparent `tp` (55 bytes, valid): looked up in
+ * the memory, or the one looked up before. NULL out of memory. */
+static const struct link_row *link_row(tail_t *t, const nc_plan *plan, const uint8_t *tp) {
+    if (!t->lookup) {
+        return t->size_at < t->nrows ? &t->rows[t->size_at++] : NULL;
+    }
+    if (t->nrows == t->rows_cap) {
+        size_t cap = t->rows_cap ? 2 * t->rows_cap : 64;
+        struct link_row *grown = realloc(t->rows, cap * sizeof *grown);
+        if (grown == NULL) {
+            return NULL;
+        }
+        t->rows = grown;
+        t->rows_cap = cap;
+    }
+    if (t->found == NULL &&
+        (t->found = malloc((size_t)lm_max_parents(plan->links) * sizeof(lm_parent))) == NULL) {
+        return NULL;
+    }
+    int64_t n = lm_parents(plan->links, plan->link_scope, plan->link_scope_len, tp + 3, t->now,
+                           t->found);
+    if (n == -100) {
+        return NULL;
+    }
+    struct link_row *row = &t->rows[t->nrows];
+    *row = (struct link_row){t->lbuf.len, 0, 0};
+    if (n < 0) {
+        t->missed[-1 - n]++;
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            const lm_parent *p = &t->found[i];
+            char nums[48];
+            int k = snprintf(nums, sizeof nums, ":%ld:%lld", (long)p->partition,
+                             (long long)p->offset);
+            size_t value = p->topic_len + (size_t)k;
+            if (!nk_reserve(&t->lbuf, plan->link_key_len + 10 + value, SIZE_MAX)) {
+                lm_parents_free(t->found, n);
+                return NULL;
+            }
+            uint8_t *w = t->lbuf.buf + t->lbuf.len;
+            memcpy(w, plan->link_key, plan->link_key_len);
+            w = sc_put_varint(w + plan->link_key_len, sc_zigzag((int64_t)value));
+            memcpy(w, p->topic, p->topic_len);
+            memcpy(w + p->topic_len, nums, (size_t)k);
+            t->lbuf.len = (size_t)(w + value - t->lbuf.buf);
+        }
+        lm_parents_free(t->found, n);
+        t->linked++;
+        t->parents += (uint64_t)n;
+        row->count = (uint64_t)n;
+        row->len = t->lbuf.len - row->from;
+    }
+    t->nrows++;
+    return row;
 }
 
 int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
@@ -396,7 +526,8 @@ static int record_key(void *arg, const uint8_t *key, size_t len) {
 }
 
 /* The class of a record walked (sc_walk_record, which checked its headers) with record_key. */
-static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k) {
+static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k,
+                    const uint8_t **tp_value) {
     if (!(k->other | k->tp | k->ts)) {
         return R_PLAIN;
     }
@@ -419,6 +550,7 @@ static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k) {
             if (!nt_valid_traceparent(value, n)) {
                 return R_PYTHON;
             }
+            *tp_value = value;
         } else if (is_key(key, key_len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
             if (!nt_valid_tracestate(value, n)) {
                 return R_PYTHON; /* Python counts it (tracestate_invalid) */
@@ -432,8 +564,9 @@ static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k) {
 static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan *plan,
                       sc_rec *r) {
     rec_keys k = {plan, 0, 0, 0};
+    const uint8_t *tp;
     sc_walk_record(b, pos, size, r, record_key, &k);
-    return classify(b, r, &k);
+    return classify(b, r, &k, &tp);
 }
 
 /* Check one batch at b (at most `room` bytes to the end of its records field): its size and
@@ -443,7 +576,7 @@ static int walk_class(const uint8_t *b, size_t *pos, size_t size, const nc_plan 
  * it), as the Python path checks it before it reads a record: a corrupted batch is never
  * stamped and sealed with a fresh CRC, the broker refuses it as it came. */
 static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *plan,
-                               const tail_t *t, int check_crc, int plain, size_t *size,
+                               tail_t *t, int check_crc, int plain, size_t *size,
                                size_t *new_size, int64_t *records, int64_t *kept, int *same) {
     if (room < BATCH_HEADER) {
         return "a partial record batch";
@@ -475,14 +608,17 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     }
     size_t pos = BATCH_HEADER, total = BATCH_HEADER;
     int64_t n = 0;
+    int linked = 0;
     *kept = 0;
+    t->batch_at = t->lookup ? t->nrows : t->size_at;
     while (pos < *size) {
         sc_rec r;
         rec_keys k = {plan, 0, 0, 0};
         if (n >= count || sc_walk_record(b, &pos, *size, &r, record_key, &k) != NULL) {
             return "malformed records";
         }
-        int cls = classify(b, &r, &k);
+        const uint8_t *tp = NULL;
+        int cls = classify(b, &r, &k, &tp);
         if (cls == R_PYTHON) {
             return "a record with a watched header";
         }
@@ -491,6 +627,18 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
             added--;
             tail_len -= t->keep_to - t->keep_from;
             ++*kept;
+            if (plan->links != NULL) {
+                const struct link_row *row = link_row(t, plan, tp);
+                if (row == NULL) {
+                    return "no memory for the links";
+                }
+                if (row->count > 0 && plan->link_hits_python) {
+                    return "a linked record a later member looks at";
+                }
+                added += row->count;
+                tail_len += row->len;
+                linked |= row->count > 0;
+            }
         }
         size_t rec = (r.hpos - r.body) + sc_varint_size(sc_zigzag((int64_t)(r.count + added))) +
                      (r.end - r.first) + tail_len;
@@ -503,7 +651,8 @@ static const char *check_batch(const uint8_t *b, size_t room, const nc_plan *pla
     /* Every record keeps its own traceparent and the keeper is the only column: Python
      * leaves such a batch byte for byte as it came (varints longer than they need be
      * included), and so does the engine. */
-    *same = *kept == count && t->len == t->keep_to - t->keep_from;
+    *same = *kept == count && t->len == t->keep_to - t->keep_from && !linked;
+    t->batch_linked = linked;
     if (*same) {
         total = *size;
     }
@@ -606,6 +755,7 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
     uint8_t *w = out + BATCH_HEADER;
     size_t pos = BATCH_HEADER;
     int64_t nth = 0;
+    size_t at = t->batch_at; /* the batch's link rows, one per record that keeps */
     for (int64_t i = 0; i < count; i++) {
         sc_rec r;
         int keeps = 0;
@@ -617,9 +767,13 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
         fill_ids(t, plan, count, i, count - kept, nth, keeps);
         nth += !keeps;
         size_t skip = keeps ? t->keep_to - t->keep_from : 0;
-        uint64_t headers = sc_zigzag((int64_t)(r.count + plan->ncols - (keeps ? 1 : 0)));
+        const struct link_row *row = keeps && plan->links != NULL ? &t->rows[at++] : NULL;
+        uint64_t parents = row != NULL ? row->count : 0;
+        size_t link_len = row != NULL ? row->len : 0;
+        uint64_t headers =
+            sc_zigzag((int64_t)(r.count + plan->ncols - (keeps ? 1 : 0) + parents));
         size_t rec = (r.hpos - r.body) + sc_varint_size(headers) + (r.end - r.first) + t->len -
-                     skip;
+                     skip + link_len;
         w = sc_put_varint(w, sc_zigzag((int64_t)rec));
         memcpy(w, b + r.body, r.hpos - r.body);
         w += r.hpos - r.body;
@@ -629,6 +783,10 @@ static void write_batch(const uint8_t *b, size_t size, size_t new_size, int64_t 
         if (keeps) {
             memcpy(w, t->tail, t->keep_from);
             w += t->keep_from;
+            if (link_len) { /* in the keeper's place, as trace_context adds them */
+                memcpy(w, t->lbuf.buf + row->from, link_len);
+                w += link_len;
+            }
             memcpy(w, t->tail + t->keep_to, t->len - t->keep_to);
             w += t->len - t->keep_to;
         } else {
@@ -654,12 +812,13 @@ static size_t batch_size(const uint8_t *b, size_t room) {
 }
 
 /* Count a batch that passed its checks; NC_PYTHON past the request's record limit. */
-static int count_batch(const nc_plan *plan, nc_counts *counts, int64_t records, int64_t kept,
-                       const char **why) {
+static int count_batch(const nc_plan *plan, const tail_t *t, nc_counts *counts,
+                       int64_t records, int64_t kept, const char **why) {
     counts->batches++;
     counts->records += (uint64_t)records;
     counts->kept += (uint64_t)kept;
     counts->kept_batches += kept == records;
+    counts->linked_batches += kept == records && t->batch_linked;
     if ((int64_t)counts->records > plan->max_request_records) {
         *why = "a request over limits.max_request_records";
         return NC_PYTHON;
@@ -755,7 +914,7 @@ static int stamp_compressed(const uint8_t *b, size_t room, const nc_plan *plan, 
         *why = "a compressed batch over the decompression limits once stamped";
         return NC_PYTHON;
     }
-    if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+    if (count_batch(plan, t, counts, records, kept, why) != NC_OK) {
         return NC_PYTHON;
     }
     size_t at = out->len;
@@ -865,7 +1024,7 @@ static int stamp_field_in_order(const uint8_t *f, size_t len, int compact,
             return NC_PYTHON;
         }
         t->left -= (int64_t)size;
-        if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+        if (count_batch(plan, t, counts, records, kept, why) != NC_OK) {
             return NC_PYTHON;
         }
         if (!nk_reserve(field, new_size, SIZE_MAX)) {
@@ -899,8 +1058,8 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         }
     }
     /* Uncompressed batches only: first check every batch and size the new field, then
-     * write it straight into out. */
-    size_t pos = 0, total = 0;
+     * write it straight into out (the links looked up in the first pass). */
+    size_t pos = 0, total = 0, rows = t->nrows;
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
@@ -915,7 +1074,7 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         }
         *changed |= !same;
         t->left -= (int64_t)size;
-        if (count_batch(plan, counts, records, kept, why) != NC_OK) {
+        if (count_batch(plan, t, counts, records, kept, why) != NC_OK) {
             return NC_PYTHON;
         }
         pos += size;
@@ -926,6 +1085,8 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         return r;
     }
     pos = 0;
+    t->lookup = 0;
+    t->size_at = rows;
     while (pos < len) {
         size_t size, new_size;
         int64_t records, kept;
@@ -945,6 +1106,7 @@ static int stamp_records(const uint8_t *f, size_t len, int compact, const nc_pla
         out->len += new_size;
         pos += size;
     }
+    t->lookup = 1;
     return NC_OK;
 }
 
@@ -1005,6 +1167,12 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         return NC_NOMEM;
     }
     t.left = plan->max_request_decompressed;
+    t.lookup = 1;
+    if (plan->links != NULL) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); /* Python's time.monotonic */
+        t.now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
     int result = NC_OK;
     int changed = 0; /* a batch changes: the request is rewritten */
     size_t copied = 0;
@@ -1069,6 +1237,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         /* Nothing appended anywhere (every record keeps its own traceparent): Python
          * forwards such a request as it came, and so does the engine. */
         out->len = 0;
+        memcpy(counts->missed, t.missed, sizeof t.missed); /* no parent found for any */
         if (!copy_to(out, frame, len)) {
             memset(counts, 0, sizeof *counts);
             result = NC_NOMEM;
@@ -1091,6 +1260,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     if (result == NC_OK) {
         put_be32(out->buf, (uint32_t)(out->len - 4));
+        counts->linked = t.linked;
+        counts->parents = t.parents;
+        memcpy(counts->missed, t.missed, sizeof t.missed);
     } else {
         memset(counts, 0, sizeof *counts);
     }
@@ -1106,4 +1278,13 @@ void nc_counts_add(nc_counts *into, const nc_counts *more) {
     into->records += more->records;
     into->kept += more->kept;
     into->kept_batches += more->kept_batches;
+    into->linked += more->linked;
+    into->parents += more->parents;
+    into->linked_batches += more->linked_batches;
+    into->remembered += more->remembered;
+    into->evicted += more->evicted;
+    into->expired += more->expired;
+    for (int i = 0; i < 3; i++) {
+        into->missed[i] += more->missed[i];
+    }
 }

@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link_memory.h"
+
 /* What a column's value is (interceptors.api.NativeColumn.kind); NC_KIND_NAMES names them, in
  * order, as interceptors.api does: Python sends a column's kind as its index there. */
 enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRACEPARENT = 4 };
@@ -41,6 +43,16 @@ typedef struct {
     int64_t max_batch_decompressed, max_request_decompressed;
     uint8_t *topic_ids;      /* the topic ids Herald knows (16 bytes each, sorted): v13 */
     size_t ntopic_ids;
+    /* Links (trace_context `link`): a record that keeps its own traceparent gets, in the
+     * keeper column's place, one header `link_key` (wire form) per parent the memory holds
+     * for (link_scope, its trace id). NULL: none. */
+    lm_memory *links;
+    uint8_t *link_scope, *link_key;
+    size_t link_scope_len, link_key_len;
+    int link_hits_python; /* a later member looks at linked records: those go to Python */
+    /* The Fetch scan with links: the name of each known topic id, in topic_ids' order. */
+    uint8_t **id_names;
+    size_t *id_name_lens;
     const nc_col *keeper;     /* the column that `keeps`, if any (at most one) */
     const uint8_t *keeper_key; /* its key (in keeper->key, past the length) */
     size_t keeper_key_len;
@@ -61,6 +73,12 @@ typedef int (*nc_draw_fn)(void *arg, int stream, uint8_t *dst, size_t n);
 typedef struct {
     uint64_t batches, records, kept, kept_batches;
     uint64_t compressed[8]; /* of the batches, those compressed (and changed), by codec id */
+    /* Links: kept records given parent headers, the headers, the kept records with none by
+     * reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED), and of the kept_batches those with a
+     * linked record (changed all the same). */
+    uint64_t linked, parents, missed[3], linked_batches;
+    /* The Fetch scan with links: traced records remembered, entries evicted, expired. */
+    uint64_t remembered, evicted, expired;
 } nc_counts;
 
 void nc_counts_add(nc_counts *into, const nc_counts *more);
@@ -75,6 +93,7 @@ enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 int64_t nc_read_int(sc_reader *r, int width);
 int nc_read_count(sc_reader *r, int compact, int64_t *count);
 int nc_known_id(const nc_plan *plan, const uint8_t *id);
+int64_t nc_id_index(const nc_plan *plan, const uint8_t *id); /* -1: not known */
 int nc_ascii(const uint8_t *p, size_t n); /* 1: every byte is ASCII */
 
 /* A record walk's key callback (sc_key_fn): sets `hit` at the first key the plan watches. */
@@ -95,6 +114,12 @@ int nc_plan_column(nc_plan *plan, int kind, const uint8_t *key, size_t key_len,
                    int keeps, const char **why); /* value NULL: a null value */
 int nc_plan_key(nc_plan *plan, const uint8_t *key, size_t len, int prefix);
 int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n); /* 16 bytes each, sorted */
+/* The plan's links: the memory (retained until nc_plan_free), the session's scope and the
+ * header key's wire form. */
+int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t scope_len,
+                  const uint8_t *key_wire, size_t key_len);
+/* The names of the plan's topic ids, in their order: each a 2-byte length, then the name. */
+int nc_plan_id_names(nc_plan *plan, const uint8_t *blob, size_t len);
 void nc_plan_free(nc_plan *plan);
 
 /* Stamp one whole Produce request frame (size prefix included) into out (reset first).

@@ -38,6 +38,8 @@ from proxy.native.capabilities import CAPABILITIES
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = int(ApiKey.PRODUCE)
+_LINK_EVENTS = ("link_made", "link_parents", "link_missed_unseen", "link_missed_expired",
+                "link_missed_evicted")
 VERSIONS = CAPABILITIES.stamp_versions
 """Produce versions the engine walks, as it says (v13+ name topics by id: the engine stamps
 those Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
@@ -50,6 +52,7 @@ class _Member:
     appends: int  # headers it appends to a record
     keeps: int  # of which those it does not append to a record that keeps its own (0 or 1)
     events: tuple[tuple[str, bool, bool], ...]  # (event, per batch, keeps) per value made
+    links: bool = False  # its keeping column adds parent headers (`NativeColumn.links`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,28 +65,36 @@ class StampPlan:
     members: tuple[_Member, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = ()) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
         `kept` records kept their own traceparent (the keeping column appended nothing to
         them), and in `kept_batches` every record did: such a batch changed only if another
-        column appended to it. `compressed[codec]` of the changed batches were compressed
-        and re-encoded with their codec, the others are counted as uncompressed."""
+        column appended to it, or parent headers were (`links`: records linked, parent
+        headers, misses unseen, expired, evicted, and kept batches with a linked record).
+        `compressed[codec]` of the changed batches were compressed and re-encoded with their
+        codec, the others are counted as uncompressed."""
         fresh, fresh_batches = records - kept, batches - kept_batches
+        linked, parents, *missed, linked_batches = links[:6]
         only_keeps = all(m.appends == m.keeps for m in self.members)
-        changed_batches = fresh_batches if only_keeps else batches
+        changed_batches = fresh_batches + linked_batches if only_keeps else batches
         run = ChainStats(self.chain.path, {}, batches, changed_batches, records)
         for m in self.members:
             others = m.appends - m.keeps
-            changed = records if others else (fresh if m.keeps else 0)
+            own = linked if m.links else 0
+            changed = records if others else (fresh + own if m.keeps else 0)
             st = MemberStats(m.member.name, m.member.type, records, changed,
-                             others * records + m.keeps * fresh)
+                             others * records + m.keeps * fresh + (parents if m.links else 0))
             for event, per_batch, keeps in m.events:
                 made = (fresh_batches if per_batch else fresh) if keeps else (
                     batches if per_batch else records)
                 if made:
                     st.count(event, made)
+            if m.links:
+                for event, n in zip(_LINK_EVENTS, (linked, parents, *missed), strict=True):
+                    if n:
+                        st.count(event, n)
             run.members[m.member.name] = st
         self.chain.add_run(run)
         reencoded = self.interceptors.codec.reencoded
@@ -141,13 +152,18 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
         prefixes += stamps.watch_prefixes
         natives.append(native)
     keeper = _keeper(produce.members, natives)
-    for m, native in zip(produce.members, natives, strict=True):
+    links = None
+    for i, (m, native) in enumerate(zip(produce.members, natives, strict=True)):
         appends = m.interceptor.stamps.appends  # type: ignore[union-attr]
         keeps = [c.keeps_valid and (m, key) == keeper for key, c in zip(appends, native,
                                                                        strict=True)]
         columns += (_wire_column(key, c, k) for key, c, k in zip(appends, native, keeps,
                                                                  strict=True))
-        members.append(_Member(m, len(appends), sum(keeps), _events(native, keeps)))
+        linking = [c.links for c, k in zip(native, keeps, strict=True) if k and c.links]
+        if linking:
+            links = _wire_links(linking[0], produce.members[i + 1:])
+        members.append(_Member(m, len(appends), sum(keeps), _events(native, keeps),
+                               bool(linking)))
     wire_keys = stamping.wire_keys(sorted(keys))
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None or not columns:
@@ -155,7 +171,7 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
     limits = filt.limits
     wire = (tuple(columns), wire_keys, wire_prefixes, limits.max_batch_records,
             limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)),
-            *decompression_limits(filt))
+            *decompression_limits(filt), links)
     return StampPlan(wire, produce, filt, tuple(members))
 
 
@@ -205,6 +221,17 @@ def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeCol
                                    for k in (key, TRACESTATE)):
             return None
     return found[0]
+
+
+def _wire_links(links: tuple, later: Sequence[ChainMember]) -> tuple:
+    """The engine's form of a keeping column's links: the memory, the scope, the header's
+    wire form, and whether a record given parent headers goes to Python because a later
+    member looks at that header (`audit` after `trace_context`: its forgery check keeps
+    Herald's own links, which only the Python chain knows of)."""
+    memory, scope, key = links
+    looks = any(m.interceptor.stamps.watched(key)  # type: ignore[union-attr]
+                for m in later)
+    return (memory.capsule(), scope, stamping.value_column(key, [])[0], looks)
 
 
 def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:

@@ -183,12 +183,12 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
 
 
 @pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
-def test_untraced_records_stay_on_the_native_relay(herald_links: HeraldProcess,
-                                                   kafka: KafkaCluster) -> None:
-    """With links on, a record without trace context needs nothing from the memory: Produce
-    requests of such records are still stamped by the engine (one request per record, and
-    far fewer hand-overs to Python than requests); they get a new trace and no link. A
-    request with a traced record is handed to Python."""
+def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: HeraldProcess,
+                                                               kafka: KafkaCluster) -> None:
+    """With links on, Produce requests are stamped by the engine (one request per record, far
+    fewer hand-overs to Python than requests): records without trace context get a new trace
+    and no link, and traced ones whose trace this client never fetched are looked up in the
+    memory by the engine itself, counted as missed, and get no link."""
     topic = f"native-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, 1)
     count = 40
@@ -203,16 +203,52 @@ def test_untraced_records_stay_on_the_native_relay(herald_links: HeraldProcess,
         interceptor="trace_context") >= count)
     assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
-    # Traced records do go to Python (the engine holds no memory): the session was native.
-    for i in range(5):
+    for i in range(count):
         producer.produce(topic, b"t%d" % i, headers=[("traceparent", _tp(_trace()))])
         assert producer.flush(30) == 0
     traced = wait_for(herald_links, lambda s: moved(
-        after, s, "herald_interceptor_events_total", event="link_missed_unseen") >= 5)
-    assert moved(after, traced, "herald_native_relay_handovers_total", reason="request") >= 1
-    got = _read_back(kafka.bootstrap, topic, count + 5)
-    assert sum(len(rs) for rs in got.values()) == count + 5
+        after, s, "herald_interceptor_events_total", event="link_missed_unseen") >= count)
+    assert moved(after, traced, "herald_native_relay_handovers_total", reason="request") \
+        < count // 2
+    got = _read_back(kafka.bootstrap, topic, 2 * count)
+    assert sum(len(rs) for rs in got.values()) == 2 * count
     assert not any("herald.parent" in r for rs in got.values() for r in rs)
+
+
+@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster) -> None:
+    """`audit` before `trace_context` (nothing after it looks at the link header): a service's
+    producer continuing the traces its consumer fetched is stamped by the engine, links
+    included, read from the memory the fetch filled: exact parents, few hand-overs."""
+    chains = {"produce": [{"type": "audit"},
+                          {"type": "trace_context", "link": {"scope": "host"}}]}
+    config = herald_config(kafka.bootstrap, interceptors=chains,
+                           admin={"bind": f"127.0.0.1:{free_port()}"})
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"eng-in-{tag}", f"eng-out-{tag}"
+    create_topic(kafka.bootstrap, src, 2)
+    create_topic(kafka.bootstrap, dst, 1)
+    count = 30
+    traces = [_trace() for _ in range(count)]
+    written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
+    with HeraldProcess(config) as herald:
+        _consume(herald.bootstrap, src, count, "svc-reader")
+        before = scrape(herald)
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "linger.ms": 0,
+                             "client.id": "svc-writer"})
+        for trace in traces:
+            producer.produce(dst, b"out", headers=[("traceparent", _tp(trace))])
+            assert producer.flush(30) == 0
+        after = wait_for(herald, lambda s: moved(before, s, EVENTS, event="link_made")
+                         >= count)
+    assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
+        < count // 2
+    assert moved(before, after, EVENTS, event="link_parents") == count
+    got = _read_back(kafka.bootstrap, dst, count)
+    for trace in traces:
+        (record,) = got[trace]
+        assert record["herald.parent"] == [_value(written[trace])]
+        assert record["herald.client_id"] == [b"svc-writer"]
 
 
 def test_a_full_memory_evicts_and_the_missed_links_are_counted(kafka: KafkaCluster) -> None:

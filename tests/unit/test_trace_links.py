@@ -16,6 +16,8 @@ from interceptors.trace_links import (
     UNSEEN,
     FetchedTraces,
     LinkConfig,
+    LinkMemory,
+    NativeFetchedTraces,
     RememberFetched,
 )
 from proxy.filters.chain import FilterChain
@@ -234,11 +236,19 @@ def test_links_on_a_gapped_batch_name_the_real_offsets() -> None:
     assert _values(out[0]) == [b"compacted:3:105"]
 
 
-def test_without_link_a_valid_trace_context_is_kept_natively() -> None:
-    """The engine may keep a record's own traceparent only when no link can be due."""
+def test_a_valid_trace_context_is_kept_natively_and_linked_from_the_c_memory() -> None:
+    """The engine keeps a record's own traceparent without links, and with links when the
+    memory is the C one it reads itself (its scope: the connection's); with the Python
+    memory (no extension) records carrying a traceparent go to Python."""
     plain = build_chains({"produce": [{"type": "trace_context"}]}).produce.members[0]
     linked = _chains(("trace_context",)).produce.members[0]
     assert plain.interceptor.native_columns(POD_A)[0].keeps_valid
+    column = linked.interceptor.native_columns(POD_A)[0]
+    if LinkMemory is None:
+        assert not column.keeps_valid and column.links is None
+    else:
+        assert column.keeps_valid and column.links[1:] == (b"10.0.0.1", PARENT)
+    linked.interceptor._memory = FetchedTraces(LinkConfig())
     assert not linked.interceptor.native_columns(POD_A)[0].keeps_valid
 
 
@@ -273,12 +283,17 @@ def test_untraced_fetched_batches_cost_one_scan_and_traced_ones_no_record_object
     assert chains.fetch.stats.records_seen == 5
 
 
-def test_the_memory_holds_its_bound_under_threads() -> None:
-    """The fetch chain may run in worker threads while the produce chain runs on the loop:
-    concurrent remembering and looking up never breaks the bound or the entries."""
+@pytest.mark.parametrize("native", [False, True])
+def test_the_memory_holds_its_bound_under_threads(native: bool) -> None:
+    """The fetch chain may run in worker threads while the produce chain runs on the loop
+    (and the native relay in its own): concurrent remembering and looking up never breaks
+    the bound or the entries, in the reference or the C memory."""
     import threading
 
-    mem = FetchedTraces(LinkConfig(capacity=50, max_parents=2))
+    if native and LinkMemory is None:
+        pytest.skip("the extension is not built")
+    mem = (NativeFetchedTraces if native else FetchedTraces)(
+        LinkConfig(capacity=50, max_parents=2))
     traces = [_trace() for _ in range(200)]
     failures: list[BaseException] = []
 
@@ -286,8 +301,9 @@ def test_the_memory_holds_its_bound_under_threads() -> None:
         try:
             for i in range(3000):
                 t = traces[(i * 7 + n) % len(traces)]
-                mem.remember(("h", n % 2), t, ("a", n, i))
-                found = mem.parents(("h", n % 2), t)
+                scope = mem.scope(ConnectionInfo("c", f"10.0.0.{n % 2}:1"))
+                mem.remember(scope, t, ("a", n, i))
+                found = mem.parents(scope, t)
                 assert type(found) is str or 1 <= len(found) <= 2
         except BaseException as exc:
             failures.append(exc)
