@@ -44,7 +44,7 @@ ENGINE_COULD_NOT = ("produce_chain", "fetch_chain", "engine_declined")
 COUNTERS = ("herald_interceptor_records_total", "herald_interceptor_headers_added_total",
             "herald_batches_reencoded_total")
 TRACEPARENT = re.compile(rb"00-[0-9a-f]{32}-[0-9a-f]{16}-01")
-ROUNDS, PER_ROUND = 6, 25
+ROUNDS, PER_ROUND = 16, 10
 
 
 def _herald(secure: SecureCluster, mode: str) -> HeraldProcess:
@@ -101,11 +101,11 @@ def _counted(before: dict, after: dict) -> dict[str, dict]:
 def _most_on_the_engine(before: dict, after: dict) -> None:
     """Most Produce and Fetch requests ran on the engine (those Python handled came between
     its phases, after a frame a filter reads), and records went through the engine's TLS both
-    ways."""
+    ways. (Small fetches: a batch or two each, so there are enough of them to tell.)"""
     for api in ("Produce", "Fetch"):
         requests = moved(before, after, "herald_requests_total", api=api)
         in_python = moved(before, after, PYTHON_PATH, scope="frame", api=api)
-        assert requests > 0 and in_python < requests / 2, (api, in_python, requests)
+        assert requests >= 8 and in_python < requests / 2, (api, in_python, requests)
     for way in ("client_to_proxy", "proxy_to_client"):
         assert moved(before, after, TLS_BYTES, direction=way) > 0, way
 
@@ -130,7 +130,7 @@ def test_librdkafka_over_tls_with_scram_natively_as_in_python(
         before = scrape(proc)
         sent = _send(proc.bootstrap, topic, codec, conf)
         got = consume_all(proc.bootstrap, topic, total,
-                          conf={**conf, "max.partition.fetch.bytes": 4096})
+                          conf={**conf, "max.partition.fetch.bytes": 1024})
         after = wait_for(proc, lambda s, b=before: moved(
             b, s, "herald_interceptor_records_total", outcome="seen") >= 2 * total)
         assert [m.value() for m in got] == [v for v, _ in sent]
@@ -179,7 +179,8 @@ def test_java_clients_over_tls_with_scram_lz4(
         result = run_tool(
             CONSOLE_CONSUMER, "--bootstrap-server", proc.bootstrap, "--topic", topic,
             "--from-beginning", "--max-messages", str(records), "--timeout-ms", "30000",
-            "--command-config", str(props), "--property", "print.headers=true", timeout=180)
+            "--command-config", str(props), "--command-property",
+            "max.partition.fetch.bytes=16384", "--property", "print.headers=true", timeout=180)
         assert f"Processed a total of {records} messages" in result.stderr, \
             result.stderr[-2000:]
         after = scrape(proc)
