@@ -15,8 +15,10 @@
  * plaintext (no stamping: requests and responses pass unchanged; no garbage can authenticate,
  * so this holds for corrupted streams too); a peer's TLS stream from the engine is never
  * broken; at a hand-over the bytes handed back are the last ones the engine read and, when
- * Python resumes, nothing was lost or sent twice; the session ends within its deadlines; then
- * the engine, its memory, its references to the SSLs and its descriptors are released.
+ * Python resumes, nothing was lost or sent twice, and the TLS connections are Python's again
+ * (what it reads continues each peer's stream, what it writes reaches the peer); the session
+ * ends within its deadlines; then the engine, its memory, its references to the SSLs and its
+ * descriptors are released.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -307,6 +309,65 @@ static void handshake(peer_t *p, int tls13, int peer_is_server) {
 
 static void turns(rig_t *r, int n);
 
+/* Python carries on with a TLS side the engine handed back (a resumable hand-over): the
+ * connection is as Python left it, so what Python reads from it continues the peer's stream
+ * right after the bytes the engine read (`from` of them). Only on a side whose peer is open
+ * and sent nothing but records of its own. */
+static void python_reads(rig_t *r, int side, size_t from) {
+    peer_t *p = &r->p[side];
+    if (p->ssl == NULL || !p->open || !p->wr_open || p->shut || p->garbled || p->broken) {
+        return;
+    }
+    uint8_t buf[16384];
+    size_t got = 0;
+    for (int round = 0; round < 64; round++) {
+        send_wire(p, SIZE_MAX);
+        ERR_clear_error();
+        int rc = SSL_read_ex(p->engine, buf, sizeof buf, &got);
+        if (rc == 1) {
+            FUZZ_CHECK(from + got <= p->sent.len &&
+                           memcmp(buf, at(&p->sent, from), got) == 0,
+                       "Python read bytes of peer %d's stream out of place (at %zu)", side,
+                       from);
+            from += got;
+            continue;
+        }
+        int err = SSL_get_error(p->engine, rc);
+        if (err == SSL_ERROR_WANT_WRITE) { /* a key update's answer, the socket full */
+            peer_read(r, side);
+            continue;
+        }
+        FUZZ_CHECK(err == SSL_ERROR_WANT_READ,
+                   "Python's read after the hand-over failed (%d): %s", err,
+                   ERR_reason_error_string(ERR_peek_last_error()));
+        if (p->wire_off == p->wire.len) {
+            break;
+        }
+    }
+    FUZZ_CHECK(p->wire_off < p->wire.len || from == p->sent.len,
+               "Python read %zu of peer %d's %zu bytes", from, side, p->sent.len);
+}
+
+/* Then Python writes on it: the peer gets it whole, after what the engine forwarded (the
+ * rest of the other side's stream is Python's business now). */
+static void python_writes(rig_t *r, int side) {
+    peer_t *p = &r->p[side], *o = &r->p[1 - side];
+    if (p->ssl == NULL || !p->open || p->shut || p->broken) {
+        return;
+    }
+    static const uint8_t note[] = "after the hand-over";
+    size_t put = 0;
+    ERR_clear_error();
+    if (SSL_write_ex(p->engine, note, sizeof note, &put) == 1) {
+        o->sent.len = p->rx.len;
+        append(&o->sent, note, put);
+        peer_read(r, side);
+        /* (broken: an alert answered its garbage or its end, peer_read allowed it) */
+        FUZZ_CHECK(p->broken || p->rx.len == o->sent.len, "peer %d got %zu of %zu bytes after the hand-over",
+                   side, p->rx.len, o->sent.len);
+    }
+}
+
 /* Python takes the session back: what the engine hands over must be what it read last, and
  * nothing lost when Python resumes. The script then ends (no resumption here). */
 static void take_back(rig_t *r) {
@@ -350,6 +411,10 @@ static void take_back(rig_t *r) {
                        broker->rx.len == to_upstream,
                    "%s: the broker got %zu of %zu bytes", h.reason, broker->rx.len,
                    to_upstream);
+        python_reads(r, APP, from_client);
+        python_reads(r, BROKER, from_upstream);
+        python_writes(r, APP);
+        python_writes(r, BROKER);
     }
     ne_handover_free(&h);
 }
@@ -439,8 +504,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int v = 0; v < NE_MAX_VER; v++) {
         r.table[18 * NE_MAX_VER + v] = NE_T_PYTHON;
     }
-    r.table[(in_byte(&in) % NE_MAX_API) * NE_MAX_VER + in_byte(&in) % NE_MAX_VER] =
-        in_byte(&in) % 3; /* python, pass, unless_tagged */
+    int api = in_byte(&in) % NE_MAX_API, ver = in_byte(&in) % NE_MAX_VER;
+    r.table[api * NE_MAX_VER + ver] = in_byte(&in) % 3; /* python, pass, unless_tagged */
 
     for (int side = 0; side < 2; side++) {
         peer_t *p = &r.p[side];
