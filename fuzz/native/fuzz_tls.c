@@ -307,8 +307,6 @@ static void handshake(peer_t *p, int tls13, int peer_is_server) {
     p->wire.len = p->wire_off = 0;
 }
 
-static void turns(rig_t *r, int n);
-
 /* Python carries on with a TLS side the engine handed back (a resumable hand-over): the
  * connection is as Python left it, so what Python reads from it continues the peer's stream
  * right after the bytes the engine read (`from` of them). Only on a side whose peer is open
@@ -476,7 +474,7 @@ static void write_frame(rig_t *r, int side, fuzz_in *in) {
     bytes_t frame = {0};
     append(&frame, head, hlen);
     append(&frame, body, got);
-    peer_write(p, frame.p, frame.len); /* one write, or two records */
+    peer_write(p, frame.p, frame.len); /* one record */
     free(frame.p);
 }
 
