@@ -12,11 +12,13 @@ flags=(-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
 core=(protocol/stamp_core.c protocol/link_memory.c proxy/native/relay_stamp.c proxy/native/relay_fetch.c
       proxy/native/relay_trace.c proxy/native/relay_frames.c proxy/native/relay_codec.c)
 codec_libs=(-lz -lsnappy -llz4 -lzstd) # the system's codec libraries, as setup.py links them
-for target in frames fetch_walk trace stamp fetch_scan codec engine links; do
+for target in frames fetch_walk trace stamp fetch_scan codec engine links tls; do
   extra=()
-  # The engine carries TLS sessions through the system OpenSSL (relay_tls.c).
-  [ "$target" = engine ] &&
-    extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto)
+  # The engine carries TLS sessions through the system OpenSSL (relay_tls.c); fuzz_tls makes
+  # its peers' connections with it too.
+  case $target in
+  engine | tls) extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto) ;;
+  esac
   "$cc" "${flags[@]}" -o "$out/fuzz_$target" "fuzz/native/fuzz_$target.c" "${core[@]}" \
     "${extra[@]}" "${codec_libs[@]}" -pthread
 done

@@ -12,7 +12,7 @@ shift $(( $# < 3 ? $# : 3 ))
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_codec
-           fuzz_engine fuzz_links)
+           fuzz_engine fuzz_links fuzz_tls)
 fi
 status=0
 for target in "${targets[@]}"; do
