@@ -14,15 +14,20 @@ mkdir -p "$out"
 rm -f "$out"/*.profraw
 flags=(-g -O1 -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping
        -Iprotocol -Iproxy/native -Ifuzz/native)
-core=(protocol/stamp_core.c proxy/native/relay_stamp.c proxy/native/relay_fetch.c
-      proxy/native/relay_trace.c proxy/native/relay_frames.c)
+core=(protocol/stamp_core.c protocol/link_memory.c proxy/native/relay_stamp.c
+      proxy/native/relay_fetch.c proxy/native/relay_trace.c proxy/native/relay_frames.c
+      proxy/native/relay_codec.c)
+codec_libs=(-lz -lsnappy -llz4 -lzstd) # as build.sh links them
 objects=()
-for target in fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_engine; do
+for target in fuzz_frames fuzz_fetch_walk fuzz_trace fuzz_stamp fuzz_fetch_scan fuzz_codec \
+              fuzz_engine fuzz_links fuzz_tls; do
   [ -d "$corpora/$target" ] || continue
   extra=()
-  [ "$target" = fuzz_engine ] &&
-    extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto)
-  clang "${flags[@]}" -o "$out/$target" "fuzz/native/$target.c" "${core[@]}" "${extra[@]}" -pthread
+  case $target in
+  fuzz_engine | fuzz_tls) extra=(proxy/native/relay_engine.c proxy/native/relay_tls.c -lssl -lcrypto) ;;
+  esac
+  clang "${flags[@]}" -o "$out/$target" "fuzz/native/$target.c" "${core[@]}" "${extra[@]}" \
+    "${codec_libs[@]}" -pthread
   rm -f "$out/$target".*.profraw
   LLVM_PROFILE_FILE="$out/$target.%p.profraw" nice -n 10 "$out/$target" -runs=0 \
     "$corpora/$target" >"$out/$target.log" 2>&1
@@ -33,5 +38,6 @@ first=${objects[0]}
 rest=()
 for o in "${objects[@]:1}"; do rest+=(-object "$out/$o"); done
 "$cov" report "$out/$first" "${rest[@]}" -instr-profile="$out/all.profdata" \
-  protocol/stamp_core.c proxy/native/relay_frames.c proxy/native/relay_stamp.c \
-  proxy/native/relay_fetch.c proxy/native/relay_trace.c proxy/native/relay_engine.c
+  protocol/stamp_core.c protocol/link_memory.c proxy/native/relay_frames.c \
+  proxy/native/relay_stamp.c proxy/native/relay_fetch.c proxy/native/relay_trace.c \
+  proxy/native/relay_codec.c proxy/native/relay_tls.c proxy/native/relay_engine.c
