@@ -53,15 +53,13 @@ from bench.bench_proxy import (  # noqa: E402
     data_dir,
     delete_topics,
     log,
-    parse_consumer_perf,
-    parse_producer_perf,
 )
 from bench.bench_relay import build_relay  # noqa: E402
+from bench.bench_tls import perf_consume, perf_produce  # noqa: E402
 from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify_tree  # noqa: E402
 from protocol.kafka_versions import KAFKA_VERSION  # noqa: E402
 from proxy.devtools.embedded_kafka import ExtraListener, free_port  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
-from tests.support.java_tools import CONSUMER_PERF, PRODUCER_PERF, run_tool  # noqa: E402
 from tests.support.secure_cluster import USERS, SecureCluster, start_secure_cluster  # noqa: E402
 
 PYTHON_PATH_METRIC = re.compile(r"^herald_python_path_[a-z_]*total\{.*$")
@@ -152,7 +150,7 @@ def run(args: argparse.Namespace, chosen: list[str], workdir: Path, relay_binary
             create_topic(secure.plaintext, warm, args.partitions)
             for name in chosen:  # JIT, TLS session caches, the engine's buffers
                 profile = PROFILES[name]
-                _produce(bootstraps[profile.proxy], warm, args.records // 4, args,
+                perf_produce(bootstraps[profile.proxy], warm, args.records // 4, args,
                          clients[profile.security], profile.codec)
             for n in range(args.rounds):
                 order = chosen if n % 2 == 0 else list(reversed(chosen))
@@ -175,10 +173,10 @@ def _round(name: str, profile: Profile, n: int, bootstrap: str, pid: int,
     mb = args.records * args.record_size / 1e6
     clock = CpuClock(pid)
     before = sum(clock.read())
-    produced = _produce(bootstrap, topic, args.records, args, props, profile.codec)
+    produced = perf_produce(bootstrap, topic, args.records, args, props, profile.codec)
     produce_cpu = sum(clock.read()) - before
     before = sum(clock.read())
-    _consume(bootstrap, topic, args.records, props)
+    perf_consume(bootstrap, topic, args.records, props)
     consume_cpu = sum(clock.read()) - before
     out.produce_ms_per_mb.append(produce_cpu * 1000 / mb)
     out.consume_ms_per_mb.append(consume_cpu * 1000 / mb)
@@ -235,37 +233,18 @@ def _client_properties(secure: SecureCluster, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace, props: Path,
-             codec: str):  # noqa: ANN202
-    result = run_tool(
-        PRODUCER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
-        "--num-records", str(records), "--record-size", str(args.record_size),
-        "--throughput", "-1", "--command-config", str(props),
-        "--command-property", "acks=all", "--command-property", f"compression.type={codec}",
-        timeout=1800,
-    )
-    parsed = parse_producer_perf(result.stdout)
-    if parsed.records != records:
-        raise RuntimeError(f"ProducerPerformance sent {parsed.records} of {records} records")
-    return parsed
-
-
-def _consume(bootstrap: str, topic: str, records: int, props: Path) -> None:
-    result = run_tool(
-        CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
-        "--num-records", str(records), "--timeout", "30000", "--command-config", str(props),
-        timeout=1800,
-    )
-    parsed = parse_consumer_perf(result.stdout)
-    if parsed.records != records:
-        raise RuntimeError(f"ConsumerPerformance read {parsed.records} of {records} records")
-
-
 def _python_path_counts(herald: HeraldProcess) -> list[str]:
     with urllib.request.urlopen(f"{herald.admin_url}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     return [line for line in text.splitlines() if PYTHON_PATH_METRIC.match(line)
             and not line.rstrip().endswith(" 0.0")]
+
+
+def _ratio(value: float, base: list[float]) -> str:
+    """`value` over the median of `base`; "-" where a run too short for the CPU clock's
+    ticks measured none."""
+    median = statistics.median(base)
+    return f"{value / median:.2f}" if median > 0 else "-"
 
 
 def report(figures: dict[str, Figures], reasons: dict[str, list[str]],
@@ -281,8 +260,8 @@ def report(figures: dict[str, Figures], reasons: dict[str, list[str]],
         consume = statistics.median(fig.consume_ms_per_mb)
         ratio = ""
         if base is not None:
-            ratio = (f"{produce / statistics.median(base.produce_ms_per_mb):.2f} / "
-                     f"{consume / statistics.median(base.consume_ms_per_mb):.2f}")
+            ratio = (f"{_ratio(produce, base.produce_ms_per_mb)} / "
+                     f"{_ratio(consume, base.consume_ms_per_mb)}")
         print(f"{name:20}{statistics.median(fig.produce_mb_s):14.1f}{produce:15.2f}"
               f"{consume:15.2f}{ratio:>16}")
     print("\nhandled in Python, by reason (counters that are not zero):")

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             warm = f"bench-tls-warm-{uuid.uuid4().hex[:6]}"
             create_topic(secure.plaintext, warm, args.partitions)
             for herald, props in targets.values():
-                _produce(herald.bootstrap, warm, args.records // 3, args, props)
+                perf_produce(herald.bootstrap, warm, args.records // 3, args, props)
             for n in range(args.rounds):
                 order = list(targets) if n % 2 == 0 else list(reversed(targets))
                 for name in order:
@@ -87,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
                     create_topic(secure.plaintext, topic, args.partitions)
                     clock = CpuClock(herald.process.pid)
                     start = clock.read()
-                    out = _produce(herald.bootstrap, topic, args.records, args, props)
+                    out = perf_produce(herald.bootstrap, topic, args.records, args, props)
                     mid = clock.read()
                     cpu_s = sum(mid) - sum(start)
                     mb = args.records * args.record_size / 1e6
-                    read = _consume(herald.bootstrap, topic, args.records, props)
+                    read = perf_consume(herald.bootstrap, topic, args.records, props)
                     end = clock.read()
                     read_cpu_s = sum(end) - sum(mid)
                     results[name].append((out.records_per_s, out.mb_per_s, cpu_s * 1000 / mb,
@@ -127,13 +127,16 @@ def _system_share(start: tuple[float, float], end: tuple[float, float]) -> float
     return (end[1] - start[1]) / total if total > 0 else 0.0
 
 
-def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
-             props: Path):  # noqa: ANN202
+def perf_produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
+                 props: Path, codec: str = "none"):  # noqa: ANN201
+    """ProducerPerformance at full speed, acks=all, `codec` compression, the client settings
+    in `props`; every record must be sent."""
     result = run_tool(
         PRODUCER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
         "--num-records", str(records), "--record-size", str(args.record_size),
         "--throughput", "-1", "--command-config", str(props),
-        "--command-property", "acks=all", timeout=1800,
+        "--command-property", "acks=all", "--command-property", f"compression.type={codec}",
+        timeout=1800,
     )
     parsed = parse(result.stdout)
     if parsed.records != records:
@@ -141,7 +144,8 @@ def _produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
     return parsed
 
 
-def _consume(bootstrap: str, topic: str, records: int, props: Path):  # noqa: ANN202
+def perf_consume(bootstrap: str, topic: str, records: int, props: Path):  # noqa: ANN201
+    """ConsumerPerformance over `records` records with the client settings in `props`."""
     result = run_tool(
         CONSUMER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
         "--num-records", str(records), "--timeout", "30000", "--command-config", str(props),
