@@ -35,40 +35,11 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "engine_harness.h"
 #include "relay_engine.h"
 
 #define BIG_WRITE (1 << 20)
 #define MAX_STREAM (8 << 20)
-
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} bytes_t;
-
-static void append(bytes_t *b, const uint8_t *p, size_t n) {
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        FUZZ_CHECK(b->p != NULL, "out of memory");
-    }
-    if (n > 0) {
-        memcpy(b->p + b->len, p, n);
-    }
-    b->len += n;
-}
-
-/* b->p + off, where an empty b may have no buffer yet. */
-static const uint8_t *at(const bytes_t *b, size_t off) {
-    static const uint8_t none[1];
-    return b->p != NULL ? b->p + off : none;
-}
-
-static double fake_now;
-
-static double fake_clock(void *unused) {
-    (void)unused;
-    return fake_now;
-}
 
 typedef struct {
     ne_engine *e;

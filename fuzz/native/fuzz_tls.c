@@ -32,39 +32,11 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "engine_harness.h"
 #include "relay_engine.h"
 #include "relay_tls.h"
 
 enum { APP = 0, BROKER = 1 }; /* the peers: the client application, the broker */
-
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-} bytes_t;
-
-static void append(bytes_t *b, const uint8_t *p, size_t n) {
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        FUZZ_CHECK(b->p != NULL, "out of memory");
-    }
-    if (n > 0) {
-        memcpy(b->p + b->len, p, n);
-    }
-    b->len += n;
-}
-
-static const uint8_t *at(const bytes_t *b, size_t off) {
-    static const uint8_t none[1];
-    return b->p != NULL ? b->p + off : none;
-}
-
-static double fake_now;
-
-static double fake_clock(void *unused) {
-    (void)unused;
-    return fake_now;
-}
 
 typedef struct {
     int fd;        /* the peer's end of its socket pair */
