@@ -155,8 +155,8 @@ def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame)
               .otherwise(F.pmod(F.xxhash64("trace_id"), F.lit(config.stream.state_buckets)))
               .cast("int"))
     delay = f"{int(config.stream.watermark_s * 1000)} milliseconds"
-    return (hops.withWatermark("event_time", delay)
-            .groupBy(bucket.alias("bucket"))
+    return (hops.withColumn("state_key", bucket).withWatermark("event_time", delay)
+            .groupBy("state_key")
             .applyInPandasWithState(hold_flows(config), EMITTED_SCHEMA, STATE_SCHEMA,
                                     "append", GroupStateTimeout.EventTimeTimeout))
 
