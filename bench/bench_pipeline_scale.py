@@ -16,7 +16,9 @@ second with Herald's headers (`herald.time` the write time) for `--minutes`, whi
 (`pipeline.stream`, processing-time trigger every `--interval-s`) runs. From Spark's progress
 of every micro-batch it reports records per second, the micro-batch time at the start and the
 end of the run (median of the first and last tenth) and its trend over the run (least-squares
-slope, ms per hour), and the state: rows and memory held at start and end.
+slope, ms per hour), and the state at start and end: Spark's memory for it, and what the hold
+keeps (hops and flows waiting, tombstones; `batches.jsonl`). `per_batch` rows are
+[batch id, input rows, ms, held hops, tombstones, state bytes].
 """
 
 from __future__ import annotations
@@ -179,7 +181,10 @@ def run_stream(args: argparse.Namespace) -> int:
             query.stop()  # may interrupt a micro-batch: Spark logs the interrupted write
             spark.stop()
         lines = (Path(config.output) / "progress.jsonl").read_text().splitlines()
+        held = [json.loads(line) for line in
+                (Path(config.output) / "batches.jsonl").read_text().splitlines()]
     runs = [json.loads(line) for line in lines]
+    held_by_batch = {h["batch_id"]: h for h in held}  # a replayed batch: its last line
     batches = [p for p in runs if p["input_rows"]]
     tenth = max(1, len(batches) // 10)
 
@@ -188,6 +193,9 @@ def run_stream(args: argparse.Namespace) -> int:
 
     def state_of(p: dict, key: str) -> int:
         return (p["state"] or {}).get(key, 0)
+
+    def held_of(p: dict, key: str) -> int | None:
+        return held_by_batch.get(p["batch_id"], {}).get(key)
 
     def started_s(p: dict) -> float:  # Spark's ISO time of the batch's start
         return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
@@ -205,8 +213,13 @@ def run_stream(args: argparse.Namespace) -> int:
         "state_rows_end": state_of(batches[-1], "numRowsTotal") if batches else None,
         "state_bytes_start": state_of(batches[tenth - 1], "memoryUsedBytes") if batches else None,
         "state_bytes_end": state_of(batches[-1], "memoryUsedBytes") if batches else None,
+        **{f"{key}_{end}": held_of(p, key) if batches else None
+           for key in ("held_hops", "held_flows", "tombstones")
+           for end, p in (("start", batches[tenth - 1] if batches else None),
+                          ("end", batches[-1] if batches else None))},
         "per_batch": [[p["batch_id"], p["input_rows"], p["duration_ms"],
-                       state_of(p, "numRowsTotal")] for p in batches],
+                       held_of(p, "held_hops"), held_of(p, "tombstones"),
+                       state_of(p, "memoryUsedBytes")] for p in batches],
     }))
     return 0
 

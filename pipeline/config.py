@@ -38,9 +38,11 @@ class StreamConfig:
     late_retention_s: float = 3600.0    # how long a finalised trace is remembered (late hops)
     accuracy: float = 0.01              # relative accuracy of the stream's percentiles
     max_offsets_per_trigger: int = 0    # records per micro-batch at most (0: no cap)
+    state_buckets: int = 64             # state keys, hash buckets of trace ids (per checkpoint)
 
     def __post_init__(self) -> None:
-        for key in ("interval_s", "flow_gap_s", "max_flow_age_s", "max_flow_hops"):
+        for key in ("interval_s", "flow_gap_s", "max_flow_age_s", "max_flow_hops",
+                    "state_buckets"):
             if getattr(self, key) <= 0:
                 raise InvalidConfig(key, "must be > 0")
         for key in ("watermark_s", "late_retention_s", "max_offsets_per_trigger"):

@@ -5,7 +5,8 @@ merged micro-batch by micro-batch (docs/pipeline.md, "Streaming").
 Why this shape. A flow spans micro-batches, so per-flow results cannot be appended as records
 arrive; recomputing everything after each micro-batch costs O(all hops) per batch. Instead:
 
-1. **Hold** (`applyInPandasWithState`, keyed by trace id, event-time timeout). A flow's hops
+1. **Hold** (`applyInPandasWithState`, event-time timeout, keyed by a hash bucket of the trace
+   id so that one call decides for many traces: `pipeline.flow_hold`). A flow's hops
    stay in the state store until the event-time watermark (latest hop time seen minus
    `stream.watermark_s`) passes its last hop time plus `stream.flow_gap_s`; then the flow is
    *finalised*: its hops are emitted together, and a small tombstone remembers the trace for
@@ -42,6 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
+from pipeline.flow_hold import (
+    EVICTED,
+    FINAL,
+    LATE,
+    UNTRACED,
+    Bucket,
+    HoldRules,
+    empty_bucket,
+    hold,
+)
 from pipeline.flows import HISTOGRAM_BOUNDS_MS, MIXED, analyze
 from pipeline.graph import INFERRED, LINKED
 from pipeline.hops import HOP_COLUMNS, to_hops
@@ -54,91 +65,98 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.streaming.state import GroupState
 
-FINAL, EVICTED, LATE, UNTRACED = "final", "evicted", "late", "untraced"
 HELD_COLUMNS = [c for c in HOP_COLUMNS if c != "event_time"]
 EMITTED_SCHEMA = (
     "trace_id string, parent_span string, topic string, partition int, offset long, "
     "timestamp_ms long, timestamp_type string, herald_time_ms long, client_id string, "
     "principal string, origin string, message_id string, size long, parents string, "
-    "event_ms long, status string, watermark_ms long")
-STATE_SCHEMA = "hops binary, first_ms long, last_ms long, finalized boolean"
+    "event_ms long, status string, watermark_ms long, "
+    "bucket int, held_hops long, held_flows long, tombstones long")
+EMITTED_TYPES = dict(c.split() for c in EMITTED_SCHEMA.split(", "))
+STATE_SCHEMA = "bucket binary"
+STATE = "state"  # one row per call: the bucket's size after it (held hops, flows, tombstones)
+UNTRACED_BUCKET = -1  # untraced records: no flow, straight through
 PARENTS_SCHEMA = "array<struct<topic:string,partition:int,offset:long>>"
 KEEP_AGGREGATES = 3  # files of merged aggregates kept (the newest is the one that counts)
 
 
-def hold_flows(config: PipelineConfig) -> Any:
-    """The per-trace function of `applyInPandasWithState` (see the module's steps 1 and 2)."""
+def hold_rules(config: PipelineConfig) -> HoldRules:
     s = config.stream
-    gap_ms = int(s.flow_gap_s * 1000)
-    max_age_ms = int(s.max_flow_age_s * 1000)
-    retention_ms = int(s.late_retention_s * 1000)
-    max_hops = s.max_flow_hops
+    return HoldRules(gap_ms=int(s.flow_gap_s * 1000), max_age_ms=int(s.max_flow_age_s * 1000),
+                     retention_ms=int(s.late_retention_s * 1000), max_hops=s.max_flow_hops)
+
+
+def hold_flows(config: PipelineConfig) -> Any:
+    """The per-bucket function of `applyInPandasWithState` (the module's steps 1 and 2; the
+    rules are `pipeline.flow_hold.hold`'s)."""
+    rules = hold_rules(config)
 
     def emit(df: pd.DataFrame, status: str, watermark: int) -> pd.DataFrame:
         out = df[HELD_COLUMNS].copy()
         out["status"] = status
         out["watermark_ms"] = watermark
-        return out
+        return _with_all_columns(out)
 
-    def tombstone(state: GroupState, first: int, last: int, watermark: int) -> None:
-        """Remember a finalised trace (no hops) until its late hops stop mattering."""
-        until = last + gap_ms + retention_ms
-        if until <= watermark:
-            state.remove()
-            return
-        state.update((b"", first, last, True))
-        state.setTimeoutTimestamp(until)
+    def sizes(bucket: int, kept: Bucket | None, watermark: int) -> pd.DataFrame:
+        import pandas as pd
+
+        held = 0 if kept is None else len(kept.held)
+        flows = 0 if kept is None or not held else kept.held["trace_id"].nunique()
+        tombs = 0 if kept is None else len(kept.tomb_ids)
+        return _with_all_columns(pd.DataFrame({
+            "status": [STATE], "watermark_ms": [watermark], "bucket": [bucket],
+            "held_hops": [held], "held_flows": [flows], "tombstones": [tombs]}))
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
              ) -> Iterator[pd.DataFrame]:
         import pandas as pd
 
         watermark = max(state.getCurrentWatermarkMs(), 0)
-        if state.hasTimedOut:
-            blob, first, last, finalized = state.get
-            if finalized:
-                state.remove()
-            else:  # quiet for the gap: final; still busy, so its age ran out: evicted
-                status = FINAL if last + gap_ms < watermark else EVICTED
-                yield emit(pickle.loads(blob), status, watermark)
-                tombstone(state, first, last, watermark)
+        new = None if state.hasTimedOut else pd.concat(list(frames), ignore_index=True)
+        if key[0] == UNTRACED_BUCKET:
+            if new is not None and len(new):
+                yield emit(new, UNTRACED, watermark)
             return
-        new = pd.concat(list(frames), ignore_index=True)
-        if key[0] is None:  # untraced: no flow to hold
-            yield emit(new, UNTRACED, watermark)
-            return
-        if state.exists:
-            blob, first, last, finalized = state.get
-            if finalized:
-                yield emit(new, LATE, watermark)
-                return
-            new = pd.concat([pickle.loads(blob), new], ignore_index=True)
-        first, last = int(new["event_ms"].min()), int(new["event_ms"].max())
-        if len(new) > max_hops or first + max_age_ms <= watermark:
-            yield emit(new, EVICTED, watermark)
-            tombstone(state, first, last, watermark)
-            return
-        due = min(last + gap_ms, first + max_age_ms)
-        if due <= watermark:  # already quiet for longer than the gap: nothing to wait for
-            yield emit(new, FINAL, watermark)
-            tombstone(state, first, last, watermark)
-            return
-        state.update((pickle.dumps(new[HELD_COLUMNS], protocol=5), first, last, False))
-        state.setTimeoutTimestamp(due)
+        bucket = pickle.loads(state.get[0]) if state.exists else empty_bucket(HELD_COLUMNS)
+        done = hold(bucket, None if new is None else new[HELD_COLUMNS], watermark, rules)
+        for rows, status in done.emitted:
+            yield emit(rows, status, watermark)
+        if done.bucket is None:
+            state.remove()
+        else:
+            state.update((pickle.dumps(done.bucket, protocol=5),))
+            state.setTimeoutTimestamp(done.bucket.timeout(rules))
+        yield sizes(key[0], done.bucket, watermark)
 
     return step
 
 
+def _with_all_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with every column of `EMITTED_SCHEMA`, in its order; a missing one is null (as a
+    nullable integer column where the schema wants a number, so Arrow keeps the type)."""
+    import pandas as pd
+
+    for name, kind in EMITTED_TYPES.items():
+        if name not in df.columns:
+            df[name] = (pd.array([None] * len(df), dtype="Int64") if kind in ("long", "int")
+                        else None)
+    return df[list(EMITTED_TYPES)]
+
+
 def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame) -> DataFrame:
-    """Kafka rows → hops → the stateful hold; emits hops of finalised flows (and late and
-    untraced ones) with their `status`."""
+    """Kafka rows → hops → the stateful hold, keyed by a hash bucket of the trace id
+    (`pipeline.flow_hold` says why); emits hops of finalised flows (and late and untraced
+    ones) with their `status`, and one `state` row per bucket it ran for."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     hops = to_hops(records, config).withColumn("parents", F.to_json("parents"))
+    bucket = (F.when(F.col("trace_id").isNull(), F.lit(UNTRACED_BUCKET))
+              .otherwise(F.pmod(F.xxhash64("trace_id"), F.lit(config.stream.state_buckets)))
+              .cast("int"))
     delay = f"{int(config.stream.watermark_s * 1000)} milliseconds"
-    return (hops.withWatermark("event_time", delay)
-            .groupBy("trace_id")
+    return (hops.withColumn("state_key", bucket).withWatermark("event_time", delay)
+            .groupBy("state_key")
             .applyInPandasWithState(hold_flows(config), EMITTED_SCHEMA, STATE_SCHEMA,
                                     "append", GroupStateTimeout.EventTimeTimeout))
 
@@ -149,7 +167,7 @@ def _empty_aggregates() -> dict[str, Any]:
     return {"batch_id": -1, "offsets": {}, "flows": {}, "branches": {}, "links": {},
             "edges": {}, "pathways": {}, "over_time": {}, "broken_branches": [], "audit": {},
             "stream": {"finalized_flows": 0, "evicted_flows": 0, "evicted_hops": 0,
-                       "late_hops": 0, "untraced": 0, "watermark_ms": None}}
+                       "late_hops": 0, "untraced": 0, "watermark_ms": None, "buckets": {}}}
 
 
 def _add(into: dict[str, Any], key: str, counts: dict[str, int]) -> None:
@@ -171,15 +189,31 @@ def status_counts(emitted: DataFrame) -> list[dict[str, Any]]:
         F.countDistinct("trace_id").alias("traces")).collect()]
 
 
+def state_sizes(emitted: DataFrame) -> list[dict[str, Any]]:
+    """The `state` rows of a micro-batch: each bucket the hold ran for, with what it keeps."""
+    from pyspark.sql import functions as F
+
+    return [r.asDict() for r in emitted.where(F.col("status") == STATE).select(
+        "bucket", "held_hops", "held_flows", "tombstones").collect()]
+
+
 def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]],
-                config: PipelineConfig) -> None:
-    """Add one micro-batch's finalised flows (`tables`, from `analyze`) and its emitted rows
-    (`statuses`, from `status_counts`) to the merged aggregates, in place. Every figure is a
-    sum, a min/max or a sketch: all merge exactly."""
+                config: PipelineConfig, sizes: list[dict[str, Any]] = ()) -> None:
+    """Add one micro-batch's finalised flows (`tables`, from `analyze`), its emitted rows
+    (`statuses`, from `status_counts`) and the sizes of the buckets it touched (`sizes`, from
+    `state_sizes`) to the merged aggregates, in place. Every figure is a sum, a min/max or a
+    sketch, so all merge exactly; a bucket's size replaces the one it had."""
     from pyspark.sql import functions as F
 
     acc = config.stream.accuracy
     st = agg["stream"]
+    held = st.setdefault("buckets", {})
+    for r in sizes:
+        counts = [r["held_hops"], r["held_flows"], r["tombstones"]]
+        if any(counts):
+            held[str(r["bucket"])] = counts
+        else:
+            held.pop(str(r["bucket"]), None)
     for r in statuses:
         if r["status"] == LATE:
             st["late_hops"] += r["n"]
@@ -188,7 +222,7 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
             st["evicted_flows"] += r["traces"]
         elif r["status"] == FINAL:
             st["finalized_flows"] += r["traces"]
-        else:
+        elif r["status"] == UNTRACED:
             st["untraced"] += r["n"]
         if r["wm"] is not None:
             st["watermark_ms"] = max(st["watermark_ms"] or 0, r["wm"])
@@ -369,9 +403,17 @@ def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
                         for h, (r, b) in sorted(by_hour.items())],
         },
         "watermark_ms": agg["stream"]["watermark_ms"],
-        "stream": {**agg["stream"], "accuracy": config.stream.accuracy,
+        "stream": {**{k: v for k, v in agg["stream"].items() if k != "buckets"},
+                   **held_totals(agg), "accuracy": config.stream.accuracy,
                    "state": (progress or {}).get("state")},
     }
+
+
+def held_totals(agg: dict[str, Any]) -> dict[str, int]:
+    """What the state holds, over every bucket: hops and flows waiting, tombstones."""
+    buckets = agg["stream"].get("buckets", {}).values()
+    return {name: sum(b[i] for b in buckets)
+            for i, name in enumerate(("held_hops", "held_flows", "tombstones"))}
 
 
 def _latest_aggregates(folder: Path, before: int) -> dict[str, Any]:
@@ -437,7 +479,8 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
                    .withColumn("event_time", F.timestamp_millis("event_ms"))).localCheckpoint()
         part = f"batch_id={batch_id}"
         statuses = status_counts(emitted)
-        hops = emitted.where(F.col("status") != LATE).select(*HOP_COLUMNS)
+        sizes = state_sizes(emitted)
+        hops = emitted.where(F.col("status").isin(FINAL, EVICTED, UNTRACED)).select(*HOP_COLUMNS)
         hops.write.mode("overwrite").parquet(str(out / "hops" / part))
         if any(r["status"] == LATE for r in statuses):  # a replay brings the same rows
             emitted.where(F.col("status") == LATE).select(*HOP_COLUMNS).write.mode(
@@ -449,7 +492,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
             for name in ("links", "branches", "flows"):
                 getattr(tables, name).write.mode("overwrite").parquet(str(out / name / part))
             agg = _latest_aggregates(agg_dir, batch_id)
-            merge_batch(agg, tables, statuses, config)
+            merge_batch(agg, tables, statuses, config, sizes)
         finally:
             tables.branches.unpersist()
             tables.unpersist()
@@ -458,6 +501,9 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
         done = sorted(int(p.stem) for p in agg_dir.glob("*.json") if p.stem.isdigit())
         for old in done[:-KEEP_AGGREGATES]:
             (agg_dir / f"{old}.json").unlink(missing_ok=True)
+        with (out / "batches.jsonl").open("a") as f:  # the hold's side of each micro-batch
+            f.write(json.dumps({"batch_id": batch_id, **held_totals(agg), "emitted": {
+                r["status"]: r["n"] for r in statuses if r["status"] != STATE}}) + "\n")
         rows = aggregate_tables(agg)
         write_aggregate_tables(spark, out, rows)
         summary = summary_of(agg, rows, config, last_progress(out))

@@ -53,9 +53,12 @@ def _run(spark, config: PipelineConfig) -> None:
     assert not query.isActive and query.exception() is None, query.exception()
 
 
+def _lines(output: str, name: str) -> list[dict]:
+    return [json.loads(line) for line in (Path(output) / name).read_text().splitlines()]
+
+
 def _progress(output: str) -> list[dict]:
-    path = Path(output) / "progress.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return _lines(output, "progress.jsonl")
 
 
 def _batch_without(spark, config: PipelineConfig, skip: set, output: Path) -> dict:
@@ -164,9 +167,9 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
 def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
-    """Flows arrive at a steady rate over many micro-batches: the rows of state each batch
-    touches stay within the records it brought, the state stays flat instead of growing with
-    the batches, and every flow is counted once at the end."""
+    """Flows arrive at a steady rate over many micro-batches: the state stays flat instead of
+    growing with the batches, each batch touches at most the hold's buckets, and every flow is
+    counted once at the end."""
     topics = topic_names()
     config = _config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=1.0,
                      late_retention_s=1.0, max_offsets_per_trigger=36)
@@ -180,21 +183,19 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
 
     progress = [p for p in _progress(config.output) if p["input_rows"]]
     assert len(progress) >= 20
-    # Each flow costs three state operations (held, finalised into a tombstone, tombstone
-    # removed) and brought three records: the state rows a steady batch touches stay within
-    # its input, whatever the number of batches before it.
-    steady, drain = progress[:-1], progress[-1]  # the last brings the clock record only
-    for p in steady:
+    # Spark's state rows are the hold's buckets: a few dozen keys, however many flows.
+    for p in progress:
         touched = p["state"]["numRowsUpdated"] + p["state"]["numRowsRemoved"]
-        assert 0 < touched <= p["input_rows"], p
-    assert drain["state"]["numRowsUpdated"] + drain["state"]["numRowsRemoved"] <= \
-        steady[-1]["state"]["numRowsTotal"] + drain["input_rows"]
-    totals = [p["state"]["numRowsTotal"] for p in steady]
-    # Held flows and tombstones cover about 2 s of event time (gap plus retention): 20 flows
-    # at 100 ms apart, whatever the number of batches so far.
-    half = len(totals) // 2
-    assert max(totals[half:]) <= max(totals[:half]) + 5, totals
-    assert max(totals) <= 40, totals
+        assert touched <= config.stream.state_buckets, p
+    # What the buckets hold: flows waiting and tombstones cover about 2 s of event time (gap
+    # plus retention), 20 flows at 100 ms apart, whatever the number of batches so far.
+    held = [b for b in _lines(config.output, "batches.jsonl") if sum(b["emitted"].values())]
+    steady = [b["held_flows"] + b["tombstones"] for b in held[:-1]]  # the last: the clock
+    assert len(steady) >= 20
+    half = len(steady) // 2
+    assert max(steady[half:]) <= max(steady[:half]) + 5, steady
+    assert 0 < max(steady) <= 40, steady
+    assert held[-1]["held_flows"] == 0
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     assert summary["flows"]["total"] == flows and summary["flows"]["broken"] == 0
     assert summary["stream"]["finalized_flows"] == flows
