@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FINAL, EVICTED, LATE, UNTRACED = "final", "evicted", "late", "untraced"
+HOP = "hop"  # the `kind` of a hop row; other kinds (fetch observations) ride with the flow
 TRACE_WIDTH = 32  # a trace id's hex digits: tombstones keep them as fixed-width bytes
 
 
@@ -67,7 +68,12 @@ class Bucket:
         tombstone to expire. None when the bucket is empty (its state can go)."""
         times = []
         if len(self.held):
-            times.append(int(_due(_spans(self.held), rules).min()))
+            hops = _hops(self.held)
+            if len(hops):
+                times.append(int(_due(_spans(hops), rules).min()))
+            waiting = _waiting(self.held, rules)
+            if len(waiting):
+                times.append(int(waiting.min()))
         if len(self.tomb_until):
             times.append(int(self.tomb_until.min()))
         return min(times) if times else None
@@ -93,9 +99,24 @@ def _ids(traces: pd.Series) -> np.ndarray:
     return traces.to_numpy(dtype=str).astype(f"S{TRACE_WIDTH}")
 
 
+def _hops(rows: pd.DataFrame) -> pd.DataFrame:
+    """The hop rows of `rows`: all of them when there is no `kind` column."""
+    return rows[rows["kind"] == HOP] if "kind" in rows.columns else rows
+
+
 def _spans(hops: pd.DataFrame) -> pd.DataFrame:
     """Per trace id: first and last event time and the number of hops."""
     return hops.groupby("trace_id", sort=False)["event_ms"].agg(["min", "max", "size"])
+
+
+def _waiting(rows: pd.DataFrame, rules: HoldRules) -> pd.Series:
+    """Per trace id with observations but no hop yet: when they stop waiting for one (the
+    latest observation plus the gap)."""
+    others = rows[rows["kind"] != HOP] if "kind" in rows.columns else rows.iloc[:0]
+    if not len(others):
+        return others["event_ms"]
+    alone = ~others["trace_id"].isin(_hops(rows)["trace_id"])
+    return others[alone].groupby("trace_id", sort=False)["event_ms"].max() + rules.gap_ms
 
 
 def _due(spans: pd.DataFrame, rules: HoldRules) -> pd.Series:
@@ -104,8 +125,14 @@ def _due(spans: pd.DataFrame, rules: HoldRules) -> pd.Series:
 
 
 def hold(bucket: Bucket, new: pd.DataFrame | None, watermark: int, rules: HoldRules) -> Step:
-    """Decide for one bucket: `new` are the hop rows that arrived for it in this micro-batch
-    (None when Spark calls because the bucket's timeout passed)."""
+    """Decide for one bucket: `new` are the rows that arrived for it in this micro-batch (None
+    when Spark calls because the bucket's timeout passed).
+
+    Rows with a `kind` other than `hop` (the `fetch_log` observations of a trace) ride with
+    their flow: held with it, emitted with it under its status, late with a finished trace
+    (the caller tells them from hops by their kind), and never counted as its hops or times.
+    Observations of a trace with no hop wait the gap after the latest of them for one, and
+    are then dropped."""
     import pandas as pd
 
     emitted: list[tuple[pd.DataFrame, str]] = []
@@ -126,10 +153,16 @@ def hold(bucket: Bucket, new: pd.DataFrame | None, watermark: int, rules: HoldRu
             held = pd.concat([held, new], ignore_index=True) if len(held) else new
     keep = tomb_until >= watermark  # Spark removes a timed-out tombstone when it is < watermark
     tomb_ids, tomb_until = tomb_ids[keep], tomb_until[keep]
-    if not len(held):
+    waiting = _waiting(held, rules) if len(held) else None
+    if waiting is not None and len(waiting):  # stale observations without a flow: dropped
+        stale = waiting.index[waiting < watermark]
+        if len(stale):
+            held = held[~held["trace_id"].isin(stale)].reset_index(drop=True)
+    hop_rows = _hops(held) if len(held) else held
+    if not len(hop_rows):
         return _step(emitted, held, tomb_ids, tomb_until)
 
-    spans = _spans(held)
+    spans = _spans(hop_rows)
     due = _due(spans, rules)
     fresh = spans.index.isin(arrived)
     too_big = spans["size"] > rules.max_hops

@@ -164,3 +164,22 @@ def test_deciding_per_bucket_equals_a_state_per_trace(seed: int) -> None:
             got = {}
         assert got == expected, (seed, rows, wm)
         wm = max(wm, clock - 100)
+
+
+def test_observations_ride_with_their_flow_and_never_count_as_its_hops() -> None:
+    a, b = "a" * 32, "b" * 32
+    rows = pd.DataFrame([(a, 1, 1000, "hop"), (a, 50, 1040, "fetch"), (b, 60, 1200, "fetch")],
+                        columns=[*COLUMNS, "kind"])
+    step = hold(empty_bucket([*COLUMNS, "kind"]), rows, 900, RULES)
+    # The flow's due time is its hop's (1000 + gap), not the observation's.
+    assert step.emitted == [] and step.bucket.timeout(RULES) == 1100
+    done = hold(step.bucket, None, 1101, RULES)
+    assert verdicts(done) == {1: FINAL, 50: FINAL}
+    # b never had a hop: its observation waits the gap after it, then goes without a verdict.
+    assert done.bucket.timeout(RULES) == 1300 and len(done.bucket.held) == 1
+    gone = hold(done.bucket, None, 1301, RULES)
+    assert gone.emitted == [] and len(gone.bucket.held) == 0
+    # An observation of a finished trace is late like a hop (the caller reads its kind).
+    late = hold(gone.bucket, pd.DataFrame([(a, 70, 1302, "fetch")],
+                                          columns=[*COLUMNS, "kind"]), 1302, RULES)
+    assert verdicts(late) == {70: LATE}
