@@ -36,10 +36,10 @@ Herald forwards Fetch responses unread). The records the benchmark produces thro
 a trace context there, so the consume also remembers every record. With `--client-traces`,
 every produced record is also looked up in the memory by the engine. The timed producers
 reuse 1024 trace contexts, and once a consume has fetched records of them (the same host: one
-scope) every later produce finds parents; with `audit` after `trace_context`, as here, a
-request with a record that finds parents goes to Python (audit's forgery check must know the
-link headers are Herald's). `--interceptors audit_trace_link` puts `audit` first, where such
-records are linked by the engine too.
+scope) every later produce finds parents, and the engine links them itself (with `audit`
+after `trace_context`, as here, its forgery check keeps Herald's own links: the engine knows
+which it wrote). `--interceptors audit_trace_link` puts `audit` first, which should cost the
+same.
 """
 
 from __future__ import annotations

@@ -169,7 +169,9 @@ class NativeColumn:
     traces (`protocol._stamp.LinkMemory`), the connection's scope key in it and the link
     header: a record that keeps its own traceparent gets, in this column's place, one header
     per parent the memory holds for its trace (`interceptors.trace_links`); the member's
-    ``link_made``, ``link_parents`` and ``link_missed_*`` counters count them.
+    ``link_made``, ``link_parents`` and ``link_missed_*`` counters count them. A later member
+    that watches the link header says what it does with such a record
+    (`Interceptor.native_links`), or linked records go to Python.
     """
 
     kind: str
@@ -247,6 +249,17 @@ class Interceptor:
         """For a stamping member: its columns for records of this connection as the native
         relay makes them, one per key of `stamps.appends`; None (the default) when they
         cannot be made there, and the connection's Produce requests then stay in Python."""
+        return None
+
+    def native_links(self, conn: ConnectionInfo, key: str) -> dict[str, int] | None:
+        """For a stamping member placed after the one whose native column writes Herald's
+        link headers under `key` (`NativeColumn.links`), and that watches `key`: what it
+        does to a record of this connection whose only watched headers are those links.
+
+        A dict declares that it treats such a record as one it does not look at (it appends
+        its columns and changes nothing else) and counts these events (`MemberStats.count`)
+        for each: the native relay then stamps linked records itself. None (the default):
+        linked records go to Python, which runs `on_record` on them."""
         return None
 
     def gauges(self) -> dict[str, float]:

@@ -68,8 +68,10 @@ static inline void must(int ok) {
 
 /* The plans Herald makes (proxy/native/stamp_plan.py): `which` picks trace_context in record
  * mode keeping a client's own traceparent, trace_context in batch mode (unsampled) with
- * audit's columns, or audit alone with a null constant; the limits are small enough to be
- * met (the decompression limits too: 256 KiB a batch, 1 MiB a request). */
+ * audit's columns, or audit alone with a null constant; `which` 3 is the first with audit's
+ * columns after it (audit after trace_context: a kept record's links go in the middle of
+ * what is appended). The limits are small enough to be met (the decompression limits too:
+ * 256 KiB a batch, 1 MiB a request). */
 static inline void stamp_plan(nc_plan *plan, int which) {
     static const uint8_t tp_key[] = "\x16traceparent";
     const char *why;
@@ -85,7 +87,7 @@ static inline void stamp_plan(nc_plan *plan, int which) {
         must(nc_plan_column(plan, NC_TRACEPARENT, tp_key, sizeof tp_key - 1, NULL, 0,
                             mode == 0, mode == 1, mode == 0, &why));
     }
-    if (mode != 0) {
+    if (mode != 0 || which == 3) {
         must(nc_plan_column(plan, NC_CLIENT_ID, (const uint8_t *)"\x1aherald.client", 14,
                             NULL, 0, 0, 0, 0, &why));
         must(nc_plan_column(plan, NC_TIME_MS_TEXT, (const uint8_t *)"\x16herald.time", 12,

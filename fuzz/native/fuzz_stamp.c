@@ -15,13 +15,14 @@
  * behaviour, a stamped request must:
  *   - keep its header (api key, version, correlation id) and declare its own size;
  *   - count at least one batch and as many records as it holds;
- *   - with the trace_context plan that keeps a client's own traceparent, come back byte for
- *     byte when stamped again: every record then carries one valid traceparent, which the
- *     engine keeps, and a batch it appends nothing to must not change;
- *   - with the 0x80 flag and that plan, links (trace_context `link`): a memory
- *     (protocol/link_memory.c) that remembers parents for every trace id the frame seems to
- *     carry ("00-" and 32 hex digits), so that kept records find some: no more records
- *     linked than kept, no more parents than the memory holds per trace. */
+ *   - with the trace_context plan that keeps a client's own traceparent and appends nothing
+ *     else, come back byte for byte when stamped again: every record then carries one valid
+ *     traceparent, which the engine keeps, and a batch it appends nothing to must not change;
+ *   - with the 0x80 flag and a plan that keeps (alone, or with audit's columns after it),
+ *     links (trace_context `link`): a memory (protocol/link_memory.c) that remembers parents
+ *     for every trace id the frame seems to carry ("00-" and 32 hex digits), so that kept
+ *     records find some: no more records linked than kept, no more parents than the memory
+ *     holds per trace. */
 #include "common.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
@@ -192,7 +193,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        (links || counts.linked + counts.missed[0] == 0),
                    "linked %llu of %llu kept, %llu parents", (unsigned long long)counts.linked,
                    (unsigned long long)counts.kept, (unsigned long long)counts.parents);
-        if ((flags & 7) % 3 == 0 && !links) {
+        if ((flags & 7) % 3 == 0 && (flags & 7) != 3 && !links) { /* the keeper alone */
             nc_buf again = {0};
             nc_counts counts2;
             const char *why2 = NULL;

@@ -49,7 +49,9 @@ typedef struct {
     lm_memory *links;
     uint8_t *link_scope, *link_key;
     size_t link_scope_len, link_key_len;
-    int link_hits_python; /* a later member looks at linked records: those go to Python */
+    /* A later member looks at linked records in a way the engine does not reproduce
+     * (stamp_plan.py `_wire_links`): those go to Python. */
+    int link_hits_python;
     /* The Fetch scan with links: the name of each known topic id, in topic_ids' order. */
     uint8_t **id_names;
     size_t *id_name_lens;

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
+from interceptors.context import ConnectionInfo
 from interceptors.stats import ChainStats, MemberStats
 from protocol import stamping
 from protocol.api_keys import ApiKey
@@ -53,6 +54,7 @@ class _Member:
     keeps: int  # of which those it does not append to a record that keeps its own (0 or 1)
     events: tuple[tuple[str, bool, bool], ...]  # (event, per batch, keeps) per value made
     links: bool = False  # its keeping column adds parent headers (`NativeColumn.links`)
+    linked: tuple[tuple[str, int], ...] = ()  # events it counts per record given them
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,8 @@ class StampPlan:
         column appended to it, or parent headers were (`links`: records linked, parent
         headers, misses unseen, expired, evicted, and kept batches with a linked record).
         `compressed[codec]` of the changed batches were compressed and re-encoded with their
-        codec, the others are counted as uncompressed."""
+        codec, the others are counted as uncompressed. A member after the linking one counts
+        its `Interceptor.native_links` events for each linked record."""
         fresh, fresh_batches = records - kept, batches - kept_batches
         linked, parents, *missed, linked_batches = links[:6]
         only_keeps = all(m.appends == m.keeps for m in self.members)
@@ -95,6 +98,9 @@ class StampPlan:
                 for event, n in zip(_LINK_EVENTS, (linked, parents, *missed), strict=True):
                     if n:
                         st.count(event, n)
+            for event, each in m.linked:
+                if each * linked:
+                    st.count(event, each * linked)
             run.members[m.member.name] = st
         self.chain.add_run(run)
         reencoded = self.interceptors.codec.reencoded
@@ -152,18 +158,16 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
         prefixes += stamps.watch_prefixes
         natives.append(native)
     keeper = _keeper(produce.members, natives)
-    links = None
-    for i, (m, native) in enumerate(zip(produce.members, natives, strict=True)):
+    links, linked = _wire_links(produce.members, natives, keeper, conn)
+    for m, native, seen in zip(produce.members, natives, linked, strict=True):
         appends = m.interceptor.stamps.appends  # type: ignore[union-attr]
         keeps = [c.keeps_valid and (m, key) == keeper for key, c in zip(appends, native,
                                                                        strict=True)]
         columns += (_wire_column(key, c, k) for key, c, k in zip(appends, native, keeps,
                                                                  strict=True))
-        linking = [c.links for c, k in zip(native, keeps, strict=True) if k and c.links]
-        if linking:
-            links = _wire_links(linking[0], produce.members[i + 1:])
-        members.append(_Member(m, len(appends), sum(keeps), _events(native, keeps),
-                               bool(linking)))
+        linking = any(k and c.links for c, k in zip(native, keeps, strict=True))
+        members.append(_Member(m, len(appends), sum(keeps), _events(native, keeps), linking,
+                               seen))
     wire_keys = stamping.wire_keys(sorted(keys))
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None or not columns:
@@ -223,15 +227,38 @@ def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeCol
     return found[0]
 
 
-def _wire_links(links: tuple, later: Sequence[ChainMember]) -> tuple:
-    """The engine's form of a keeping column's links: the memory, the scope, the header's
-    wire form, and whether a record given parent headers goes to Python because a later
-    member looks at that header (`audit` after `trace_context`: its forgery check keeps
-    Herald's own links, which only the Python chain knows of)."""
+def _wire_links(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeColumn]],
+                keeper: tuple[ChainMember, str] | None, conn: ConnectionInfo
+                ) -> tuple[tuple | None, list[tuple[tuple[str, int], ...]]]:
+    """The engine's form of the keeper column's links (None: it has none): the memory, the
+    scope, the header's wire form, and whether a record given parent headers goes to Python;
+    and per member, the events it counts for each such record.
+
+    A later member that watches the link header looks at every linked record in Python. It
+    may declare what it does with one whose only watched headers are Herald's links
+    (`Interceptor.native_links`: `audit`, whose forgery check keeps them, appends its
+    columns as to any record); then the engine stamps such records. One that does not
+    declare it sends them to Python. A client's own header under the key is one that member
+    watches: its record goes to Python, which strips or refuses it."""
+    seen: list[tuple[tuple[str, int], ...]] = [()] * len(members)
+    if keeper is None:
+        return None, seen
+    at = next(i for i, m in enumerate(members) if m is keeper[0])
+    appends = keeper[0].interceptor.stamps.appends  # type: ignore[union-attr]
+    links = natives[at][appends.index(keeper[1])].links
+    if links is None:
+        return None, seen
     memory, scope, key = links
-    looks = any(m.interceptor.stamps.watched(key)  # type: ignore[union-attr]
-                for m in later)
-    return (memory.capsule(), scope, stamping.value_column(key, [])[0], looks)
+    python = False
+    for j in range(at + 1, len(members)):
+        icpt = members[j].interceptor
+        if icpt.stamps.watched(key):  # type: ignore[union-attr]
+            events = icpt.native_links(conn, key)
+            if events is None:
+                python = True
+            else:
+                seen[j] = tuple(events.items())
+    return (memory.capsule(), scope, stamping.value_column(key, [])[0], python), seen
 
 
 def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:

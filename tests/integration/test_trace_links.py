@@ -23,6 +23,8 @@ from tests.support.source_socks import SourceSocks
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}},
                       {"type": "audit"}]}
 EVENTS = "herald_interceptor_events_total"
+PYTHON_PATH = "herald_python_path_total"
+ENGINE_COULD_NOT = ("produce_chain", "fetch_chain", "engine_declined")
 
 
 @pytest.fixture(scope="module")
@@ -216,12 +218,17 @@ def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: Her
 
 
 @pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
-def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster) -> None:
-    """`audit` before `trace_context` (nothing after it looks at the link header): a service's
-    producer continuing the traces its consumer fetched is stamped by the engine, links
-    included, read from the memory the fetch filled: exact parents, few hand-overs."""
-    chains = {"produce": [{"type": "audit"},
-                          {"type": "trace_context", "link": {"scope": "host"}}]}
+@pytest.mark.parametrize("audit_after", [False, True], ids=["audit_first", "audit_after"])
+def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster, audit_after: bool) -> None:
+    """A service's consumer fetches traced records through Herald, whose engine scans the
+    Fetch responses and remembers them; its producer then continues those traces and is
+    stamped by the engine, links included, read from the memory the scan filled: exact
+    parents, whichever side of `trace_context` `audit` sits (after it, its forgery check
+    keeps Herald's own links, which the engine knows it wrote). No Fetch or Produce request
+    went to Python because the engine could not take it."""
+    trace = {"type": "trace_context", "link": {"scope": "host"}}
+    chains = {"produce": [trace, {"type": "audit"}] if audit_after else
+              [{"type": "audit"}, trace]}
     config = herald_config(kafka.bootstrap, interceptors=chains,
                            admin={"bind": f"127.0.0.1:{free_port()}"})
     tag = uuid.uuid4().hex[:8]
@@ -232,22 +239,31 @@ def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster) -> None:
     traces = [_trace() for _ in range(count)]
     written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
     with HeraldProcess(config) as herald:
+        start = scrape(herald)
         _consume(herald.bootstrap, src, count, "svc-reader")
-        before = scrape(herald)
+        before = wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_remembered")
+                          >= count)
         producer = Producer({"bootstrap.servers": herald.bootstrap, "linger.ms": 0,
                              "client.id": "svc-writer"})
-        for trace in traces:
-            producer.produce(dst, b"out", headers=[("traceparent", _tp(trace))])
+        for trace_id in traces:
+            producer.produce(dst, b"out", headers=[("traceparent", _tp(trace_id))])
             assert producer.flush(30) == 0
         after = wait_for(herald, lambda s: moved(before, s, EVENTS, event="link_made")
                          >= count)
+    assert moved(start, before, EVENTS, event="link_remembered") == count
+    for api in ("Fetch", "Produce"):
+        for reason in ENGINE_COULD_NOT:
+            assert moved(start, after, PYTHON_PATH, scope="frame", reason=reason, api=api) \
+                == 0, (api, reason)
     assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
+    assert moved(before, after, EVENTS, event="link_made") == count
     assert moved(before, after, EVENTS, event="link_parents") == count
+    assert moved(before, after, EVENTS, event="forged_stripped") == 0
     got = _read_back(kafka.bootstrap, dst, count)
-    for trace in traces:
-        (record,) = got[trace]
-        assert record["herald.parent"] == [_value(written[trace])]
+    for trace_id in traces:
+        (record,) = got[trace_id]
+        assert record["herald.parent"] == [_value(written[trace_id])]
         assert record["herald.client_id"] == [b"svc-writer"]
 
 

@@ -1,7 +1,8 @@
 """Causal links stamped by the native relay (proxy/native/relay_stamp.c with the C memory,
 protocol/link_memory.c) against the Python chain, its reference: with the same memory
 contents, a record that keeps its own traceparent gets the same ``herald.parent`` headers in
-the same place, the request the same bytes, the members the same counters."""
+the same place, the request the same bytes, the members the same counters, whichever side of
+`trace_context` `audit` sits."""
 
 from __future__ import annotations
 
@@ -11,21 +12,33 @@ from typing import Any
 import pytest
 
 from interceptors import build_chains, ids
+from interceptors.api import Interceptor, Stamps
+from interceptors.chain import ChainMember, Chains, ProduceChain
 from interceptors.context import ProxyInfo
 from interceptors.trace_links import NativeFetchedTraces
-from protocol.records import split_batches
-from proxy.filters.chain import FilterChain
+from protocol.compression import GZIP, LZ4
+from protocol.records import Record, build_batch, split_batches
+from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter, connection_info
 from proxy.native.fetch_plan import fetch_plan
 from proxy.native.stamp_plan import stamp_plan
 from proxy.upstream.topic_ids import TopicIds
+from tests.unit.test_native_codecs import (
+    SAME_BYTES,
+    assert_same_batches,
+    batches_of,
+    compressed_request,
+)
 from tests.unit.test_native_stamp import (
     CLUSTER,
     INSTANCE,
     NOW,
     draws_of,
     frame,
+    one_partition,
     python_output,
+    refused,
+    refused_not,
     request,
     session,
     topic_id,
@@ -38,11 +51,13 @@ AUDIT = {"type": "audit"}
 ORDERS = {"alone": [TRACE], "audit_before": [AUDIT, TRACE], "audit_after": [TRACE, AUDIT]}
 
 
-def filters(order: str, mode: str) -> tuple[InterceptorFilter, InterceptorFilter]:
+def filters(order: str, mode: str, audit: dict | None = None
+            ) -> tuple[InterceptorFilter, InterceptorFilter]:
     """Two filters over one memory (`ProxyInfo.kept`): one for Python, one whose counters
-    the engine's counts go to."""
+    the engine's counts go to. `audit`: audit's settings."""
     env = ProxyInfo(instance_id=INSTANCE, cluster_id=CLUSTER, clock=lambda: NOW / 1000)
-    spec = [dict(m, mode=mode) if m is TRACE else m for m in ORDERS[order]]
+    spec = [dict(m, mode=mode) if m is TRACE else dict(m, **(audit or {}))
+            for m in ORDERS[order]]
     out = []
     for _ in range(2):
         topics = TopicIds()
@@ -94,9 +109,6 @@ def test_native_links_equal_the_python_chain(version: int, order: str, mode: str
         seed = rng.randrange(1 << 30)
         trace_draws, msg_draws = draws_of(msg, seed, mode == "batch", True, order != "alone")
         got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
-        if order == "audit_after" and hits:
-            assert got == (None, "a linked record a later member looks at")
-            continue
         ids.seed(seed)
         expected = python_output(filt, session(client_id), data)
         assert got[0] is not None, got[1]
@@ -107,7 +119,129 @@ def test_native_links_equal_the_python_chain(version: int, order: str, mode: str
         plan_of_engine.count(*got[1])
         assert engine.chains.produce.stats.snapshot() == filt.chains.produce.stats.snapshot()
         assert engine.codec.reencoded == filt.codec.reencoded
-    assert linked or order == "audit_after"  # not vacuous: records were linked natively
+    assert linked  # not vacuous: records were linked natively
+
+
+AUDITS = {"strip": {}, "reject": {"forged": "reject"},
+          "trusted_principal": {"trusted": {"principals": ["User:mirror"]}},
+          "trusted_client_id": {"trusted": {"client_ids": ["app-*"]}}}
+
+
+def session_of(client_id: str | None, principal: str | None) -> SessionContext:
+    return SessionContext("10.1.2.3:5555", "bootstrap", "127.0.0.1:9092", client_id=client_id,
+                          principal=principal)
+
+
+@pytest.mark.parametrize("codec", [0, LZ4, GZIP])
+@pytest.mark.parametrize("audit", sorted(AUDITS))
+def test_audit_after_trace_context_keeps_linked_records_native(codec: int, audit: str) -> None:
+    """`audit` after `trace_context`: its forgery check keeps Herald's own links and finds
+    nothing else to strip or refuse in a record whose client wrote nothing under ``herald.``
+    (one that did goes to Python), so the engine stamps linked records itself, compressed ones
+    included: Python's bytes, Python's counters (a trusted principal's linked records counted
+    as passed). Trust by client id goes by each request's: with it, linked records go to
+    Python."""
+    rng = random.Random(codec * 10 + len(audit))
+    principal = "User:mirror" if audit == "trusted_principal" else None
+    linked = handed = 0
+    for round_ in range(3):
+        filt, engine = filters("audit_after", "record", AUDITS[audit])
+        client_id = ("app-1", None, "app-1")[round_]
+        msg = compressed_request(rng, codec, (0.5, 1.0, 0.8)[round_], partitions=1 + round_,
+                                 batches=1 + round_ % 2)
+        hits = fill(rng, memory_of(filt), msg, client_id)
+        plan = stamp_plan(FilterChain([filt]), session_of(client_id, principal))
+        assert plan is not None
+        data = frame(9, msg, client_id)
+        seed = rng.randrange(1 << 30)
+        trace_draws, msg_draws = draws_of(msg, seed, False, True, True)
+        got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
+        ids.seed(seed)
+        expected = python_output(filt, session_of(client_id, principal), data)
+        if audit == "trusted_client_id" and hits:
+            assert got == (None, "a linked record a later member looks at")
+            handed += 1
+            continue
+        assert got[0] is not None, got[1]
+        if codec == 0 or codec in SAME_BYTES:
+            assert got[0] == expected
+        else:
+            assert_same_batches(got[0], expected, codec)
+        assert got[1][5][0] == hits
+        linked += hits
+        stamp_plan(FilterChain([engine]), session_of(client_id, principal)).count(*got[1])
+        python = filt.chains.produce.stats.snapshot()
+        assert engine.chains.produce.stats.snapshot() == python
+        assert engine.codec.reencoded == filt.codec.reencoded
+        (audited,) = [m["events"] for m in python["members"] if m["name"] == "audit"]
+        assert audited == ({"trusted_passed": hits} if principal and hits else {})
+    # Not vacuous: records were linked natively, or (trust by client id) handed over.
+    assert (linked > 0, handed > 0) == ((False, True) if audit == "trusted_client_id" else
+                                        (True, False))
+
+
+TRACED = b"00-%032x-%016x-01" % (5, 7)
+
+
+def linked_one(forged: str = "strip") -> tuple[InterceptorFilter, Any]:
+    """`audit` after `trace_context`, with a parent remembered for TRACED's trace: the Python
+    filter and its plan."""
+    filt, _ = filters("audit_after", "record", {"forged": forged})
+    memory = memory_of(filt)
+    memory.remember(memory.scope(connection_info(session())), TRACED[3:35], ("in", 0, 7))
+    plan = stamp_plan(FilterChain([filt]), session())
+    assert plan is not None
+    return filt, plan
+
+
+@pytest.mark.parametrize("forged", ["strip", "reject"])
+def test_a_client_s_own_parent_header_goes_to_python_which_forges_it(forged: str) -> None:
+    """A linked record stays native; one whose client wrote its own ``herald.parent`` goes to
+    Python (audit watches its prefix), which strips that header and keeps Herald's, or
+    refuses the partition with `forged: reject`."""
+    filt, plan = linked_one(forged)
+    own = Record(b"k", b"v", [("traceparent", TRACED)])
+    assert refused_not(one_partition(build_batch([own])), plan)
+    forged_one = Record(b"k", b"v", [("traceparent", TRACED), ("herald.parent", b"x:0:1")])
+    data = one_partition(build_batch([own, forged_one]))
+    assert "watched" in refused(data, plan)
+    out = python_output(filt, session(), data)
+    audit = filt.chains.produce.stats.members["audit"]
+    if forged == "reject":
+        assert filt.chains.produce.stats.partitions_rejected == 1
+        assert "forged_header" in audit.records_rejected
+        return
+    assert audit.events == {"forged_stripped": 1}
+    (batch,) = batches_of(out)
+    for record in batch.records:
+        assert [v for k, v in record.headers if k == "herald.parent"] == [b"in:0:7"]
+
+
+class _Watcher(Interceptor):
+    """A plugin after `trace_context` that watches the link header and does not say what it
+    does with Herald's own: Python must run it on linked records."""
+
+    stamps = Stamps((), frozenset({"herald.parent"}))
+
+    def native_columns(self, conn: Any) -> list:
+        return []
+
+    def on_record(self, ctx: Any, headers: Any) -> None:
+        return None
+
+
+def test_a_member_that_does_not_declare_what_it_does_with_links_gets_them_in_python() -> None:
+    filt, _ = linked_one()
+    watcher = ChainMember("watcher", _Watcher(None, ProxyInfo()))
+    members = [*filt.chains.produce.members, watcher]
+    filt = InterceptorFilter(Chains(produce=ProduceChain(members)), filt.topics)
+    plan = stamp_plan(FilterChain([filt]), session())
+    assert plan is not None and plan.wire[-1][3] is True
+    linked = build_batch([Record(b"k", b"v", [("traceparent", TRACED)])])
+    assert refused(one_partition(linked), plan) == "a linked record a later member looks at"
+    unseen = b"00-%032x-%016x-01" % (6, 7)
+    assert refused_not(one_partition(build_batch([Record(b"k", b"v", [("traceparent",
+                                                                        unseen)])])), plan)
 
 
 def test_records_without_trace_context_never_look_up() -> None:
