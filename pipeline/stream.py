@@ -696,7 +696,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
                 getattr(tables, name).write.mode("overwrite").parquet(str(out / name / part))
             agg = _latest_aggregates(agg_dir, batch_id)
             merge_batch(agg, tables, statuses, config)
-            if config.fetch_topic:
+            if any(r["status"] in (TRANSIT, DUPLICATE) for r in statuses):
                 merge_reads(agg, emitted, config)
         finally:
             tables.branches.unpersist()
