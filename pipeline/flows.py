@@ -238,9 +238,14 @@ def audit_of(hops: DataFrame) -> DataFrame:
 
 
 def analyze(hops: DataFrame, config: PipelineConfig, watermark_ms: int | None = None,
-            fetches: DataFrame | None = None) -> Tables:
+            fetches: DataFrame | None = None, transit: bool = True) -> Tables:
     """Every table from the hops (and the fetch observations, when there are any). The nodes
-    and links are cached, since every later table reads them; `Tables.unpersist` frees them."""
+    and links are cached, since every later table reads them; `Tables.unpersist` frees them.
+
+    `transit=False`: the observations are evidence for inferred parents only, no transit or
+    lag tables. The stream passes the observations of the flows it finalised, which are not
+    every fetch of their partitions; it measures transit and lag per partition instead
+    (`pipeline.fetch_clock`)."""
     nodes = nodes_of(hops).cache()
     links, unresolved = links_of(nodes, fetches)
     links = links.cache()
@@ -248,7 +253,7 @@ def analyze(hops: DataFrame, config: PipelineConfig, watermark_ms: int | None = 
     tables = Tables(hops=hops, nodes=nodes, links=links, unresolved=unresolved,
                     branches=branches, flows=flows_of(nodes, links, branches),
                     edges=edges_of(links), pathways=pathways_of(branches), audit=audit_of(hops))
-    if fetches is not None:
+    if fetches is not None and transit:
         tables.transit = transit_of(hops, fetches)
         tables.lag = lag_of(hops, fetches, config.time_bucket_s)
     return tables

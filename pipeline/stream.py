@@ -5,33 +5,50 @@ merged micro-batch by micro-batch (docs/pipeline.md, "Streaming").
 Why this shape. A flow spans micro-batches, so per-flow results cannot be appended as records
 arrive; recomputing everything after each micro-batch costs O(all hops) per batch. Instead:
 
-1. **Hold** (`applyInPandasWithState`, event-time timeout, keyed by a hash bucket of the trace
-   id so that one call decides for many traces: `pipeline.flow_hold`). A flow's hops
-   stay in the state store until the event-time watermark (latest hop time seen minus
-   `stream.watermark_s`) passes its last hop time plus `stream.flow_gap_s`; then the flow is
-   *finalised*: its hops are emitted together, and a small tombstone remembers the trace for
-   `stream.late_retention_s` so that a hop arriving for it afterwards is recognised as *late*
-   (emitted apart, status `late`, counted, never merged into the finalised figures). Hops
-   behind the watermark itself are dropped by Spark before they reach the state and counted
-   by Spark (`numRowsDroppedByWatermark`). Untraced records take no part in any flow and go
-   straight through.
+1. **Hold** (`applyInPandasWithState`, keyed by `key`, event-time timeout). A hop's key is a
+   hash bucket of its trace id, so that one call decides for many traces (`pipeline.flow_hold`,
+   which says why). A flow's hops stay in the state store until the event-time watermark (latest
+   event time seen minus `stream.watermark_s`) passes its last hop time plus
+   `stream.flow_gap_s`; then the flow is *finalised*: its hops are emitted together, and a small
+   tombstone remembers the trace for `stream.late_retention_s` so that a hop arriving for it
+   afterwards is recognised as *late* (emitted apart, status `late`, counted, never merged into
+   the finalised figures). Rows behind the watermark itself are dropped by Spark before they
+   reach the state and counted by Spark (`numRowsDroppedByWatermark`). Untraced records take no
+   part in any flow and go straight through.
 2. **Bound.** A flow that grows past `stream.max_flow_hops`, or whose first hop is older than
    the watermark by `stream.max_flow_age_s`, is finalised at once (status `evicted`, counted).
    So the state holds at most the flows of the last `flow_gap_s + watermark_s` of event time
    (each of at most `max_flow_hops` hops), plus tombstones of a few numbers each.
-3. **Analyse** (`foreachBatch`). The hops emitted by a micro-batch are exactly the finalised
+3. **Observations** (with `fetch_topic`). The fetch topic is a second Kafka source, unioned
+   with the hops before the watermark, so one watermark covers both (an observation's event
+   time is its fetch time). Each traced observation is held with its trace's hops (kind
+   `fetch`) and emitted with the finalised flow: the evidence `links_of` infers from, exactly
+   the observations batch would match (same trace, fetched before the child). One arriving
+   for a finalised trace is dropped and counted (`late_fetches`); a trace that only ever had
+   observations emits nothing. Transit and lag need every record and fetch of a partition in
+   time order, across flows: a join of observations to hops would have to keep or read again
+   every hop. So each hop also has a twin row keyed by its partition (`\x00topic\x00p`, which
+   no hex trace id equals) carrying only its time, each observation of a topic read a row with
+   the same key, and that partition's state (`pipeline.fetch_clock`) keeps the record times
+   and fetches above the watermark, the running newest record time and, per reader, the
+   offsets counted (merged ranges). As the watermark passes, it releases them in time order:
+   each reader's first fetch of a record with its transit (`f - h`) and lag. An observation
+   without `h` (or any under `time_source: broker`) cannot be measured so: it is counted
+   (`no_record_time`) and left to batch.
+4. **Analyse** (`foreachBatch`). The hops emitted by a micro-batch are exactly the finalised
    flows; `pipeline.flows.analyze`, the batch job's code, builds their graph, branches and
    flows. So the stream and the batch share one definition of the causal graph. Links,
    branches, flows and hops are written per micro-batch (`<table>/batch_id=N/`, overwritten
    if Spark replays the batch).
-4. **Merge.** Counts add exactly; latency percentiles merge as sketches (`pipeline.sketch`,
+5. **Merge.** Counts add exactly; latency percentiles merge as sketches (`pipeline.sketch`,
    relative error <= `stream.accuracy` against the batch job's exact ones). The merged
    aggregates after batch N are one small JSON file (`aggregates/N.json`), built from
    batch N-1's file and batch N's rows, so a replayed batch rebuilds the same file instead of
-   adding twice. Edges, pathways, audit, the summary and the report are redrawn from it.
+   adding twice. Edges, pathways, audit, transit, lag, the summary and the report are redrawn
+   from it.
 
-A micro-batch therefore costs time proportional to the records it brought and the flows it
-finalised, plus the small aggregates; never to all hops so far.
+A micro-batch therefore costs time proportional to the records and observations it brought
+and the flows it finalised, plus the small aggregates; never to all hops so far.
 """
 
 from __future__ import annotations
@@ -43,9 +60,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
+from pipeline.fetch_clock import add, new_clock, next_due, release
 from pipeline.flow_hold import (
     EVICTED,
     FINAL,
+    HOP,
     LATE,
     UNTRACED,
     Bucket,
@@ -58,77 +77,43 @@ from pipeline.graph import INFERRED, LINKED
 from pipeline.hops import HOP_COLUMNS, to_hops
 from pipeline.report import write_report
 from pipeline.sketch import Sketch, bucket_column, sign_column
+from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.streaming.state import GroupState
 
-HELD_COLUMNS = [c for c in HOP_COLUMNS if c != "event_time"]
+# Statuses of what a partition's clock emits: a reader's first fetch of a record (with its
+# transit and lag), a later fetch of it (its consumer only), an observation without `h`.
+TRANSIT, DUPLICATE, NO_RECORD_TIME = "transit", "duplicate", "no_record_time"
+FETCH, CLOCK = "fetch", "clock"  # kinds of the operator's rows, besides `hop`
+PARTITION_KEY = "\x00"  # starts every partition clock's key; no trace id (hex) can
+HELD_COLUMNS = [c for c in HOP_COLUMNS if c != "event_time"] + [
+    "kind", "consumer", "group", "record_ms"]
 EMITTED_SCHEMA = (
     "trace_id string, parent_span string, topic string, partition int, offset long, "
     "timestamp_ms long, timestamp_type string, herald_time_ms long, client_id string, "
     "principal string, origin string, message_id string, size long, parents string, "
-    "event_ms long, status string, watermark_ms long, "
+    "event_ms long, kind string, consumer string, `group` string, record_ms long, "
+    "transit_ms long, lag_ms long, status string, watermark_ms long, "
     "bucket int, held_hops long, held_flows long, tombstones long")
-EMITTED_TYPES = dict(c.split() for c in EMITTED_SCHEMA.split(", "))
-STATE_SCHEMA = "bucket binary"
-STATE = "state"  # one row per call: the bucket's size after it (held hops, flows, tombstones)
-UNTRACED_BUCKET = -1  # untraced records: no flow, straight through
+EMITTED_TYPES = {c.split()[0].strip("`"): c.split()[1] for c in EMITTED_SCHEMA.split(", ")}
+EMITTED_COLUMNS = list(EMITTED_TYPES)
+STATE_SCHEMA = "blob binary"  # a bucket (`flow_hold.Bucket`) or a partition's clock, pickled
+STATE = "state"  # one row per bucket call: the bucket's size after it
+
 PARENTS_SCHEMA = "array<struct<topic:string,partition:int,offset:long>>"
+TRACE_ID_RE = "^[0-9a-f]{32}$"
 KEEP_AGGREGATES = 3  # files of merged aggregates kept (the newest is the one that counts)
 
 
-def hold_rules(config: PipelineConfig) -> HoldRules:
-    s = config.stream
-    return HoldRules(gap_ms=int(s.flow_gap_s * 1000), max_age_ms=int(s.max_flow_age_s * 1000),
-                     retention_ms=int(s.late_retention_s * 1000), max_hops=s.max_flow_hops)
-
-
-def hold_flows(config: PipelineConfig) -> Any:
-    """The per-bucket function of `applyInPandasWithState` (the module's steps 1 and 2; the
-    rules are `pipeline.flow_hold.hold`'s)."""
-    rules = hold_rules(config)
-
-    def emit(df: pd.DataFrame, status: str, watermark: int) -> pd.DataFrame:
-        out = df[HELD_COLUMNS].copy()
-        out["status"] = status
-        out["watermark_ms"] = watermark
-        return _with_all_columns(out)
-
-    def sizes(bucket: int, kept: Bucket | None, watermark: int) -> pd.DataFrame:
-        import pandas as pd
-
-        held = 0 if kept is None else len(kept.held)
-        flows = 0 if kept is None or not held else kept.held["trace_id"].nunique()
-        tombs = 0 if kept is None else len(kept.tomb_ids)
-        return _with_all_columns(pd.DataFrame({
-            "status": [STATE], "watermark_ms": [watermark], "bucket": [bucket],
-            "held_hops": [held], "held_flows": [flows], "tombstones": [tombs]}))
-
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
-             ) -> Iterator[pd.DataFrame]:
-        import pandas as pd
-
-        watermark = max(state.getCurrentWatermarkMs(), 0)
-        new = None if state.hasTimedOut else pd.concat(list(frames), ignore_index=True)
-        if key[0] == UNTRACED_BUCKET:
-            if new is not None and len(new):
-                yield emit(new, UNTRACED, watermark)
-            return
-        bucket = pickle.loads(state.get[0]) if state.exists else empty_bucket(HELD_COLUMNS)
-        done = hold(bucket, None if new is None else new[HELD_COLUMNS], watermark, rules)
-        for rows, status in done.emitted:
-            yield emit(rows, status, watermark)
-        if done.bucket is None:
-            state.remove()
-        else:
-            state.update((pickle.dumps(done.bucket, protocol=5),))
-            state.setTimeoutTimestamp(done.bucket.timeout(rules))
-        yield sizes(key[0], done.bucket, watermark)
-
-    return step
+def _emit(df: pd.DataFrame, status: str, watermark: int) -> pd.DataFrame:
+    out = df[HELD_COLUMNS].copy()
+    out["status"] = status
+    out["watermark_ms"] = watermark
+    return _with_all_columns(out)
 
 
 def _with_all_columns(df: pd.DataFrame) -> pd.DataFrame:
@@ -140,23 +125,200 @@ def _with_all_columns(df: pd.DataFrame) -> pd.DataFrame:
         if name not in df.columns:
             df[name] = (pd.array([None] * len(df), dtype="Int64") if kind in ("long", "int")
                         else None)
-    return df[list(EMITTED_TYPES)]
+    return df[EMITTED_COLUMNS]
+
+
+def _reads_frame(reads: list, topic: str, partition: int, watermark: int) -> pd.DataFrame:
+    """A partition clock's released reads (`fetch_clock.Read`) as emitted rows."""
+    import pandas as pd
+
+    out = pd.DataFrame({c: [None] * len(reads) for c in EMITTED_COLUMNS})
+    out["topic"], out["partition"], out["kind"] = topic, partition, FETCH
+    out["offset"] = [r.offset for r in reads]
+    out["event_ms"] = [r.fetched_ms for r in reads]
+    out["group"] = [r.group for r in reads]
+    out["consumer"] = [r.consumer for r in reads]
+    out["record_ms"] = [r.record_ms for r in reads]
+    out["transit_ms"] = [r.transit_ms for r in reads]
+    out["lag_ms"] = [r.lag_ms for r in reads]
+    out["status"] = [TRANSIT if r.first else DUPLICATE for r in reads]
+    out["watermark_ms"] = watermark
+    return _with_all_columns(out)
+
+
+def tick_partition(key: str, frames: Iterator[pd.DataFrame], state: GroupState,
+                   watermark: int) -> Iterator[pd.DataFrame]:
+    """One partition's clock (`pipeline.fetch_clock`): queue its record times and
+    observations, release what the watermark passed, wake up again at the earliest queued
+    time. The state is never removed: it holds the offsets each reader has counted."""
+    import pandas as pd
+
+    _, topic, partition = key.split(PARTITION_KEY)
+    clock = pickle.loads(state.get[0]) if state.exists else new_clock()
+    if not state.hasTimedOut:
+        new = pd.concat(list(frames), ignore_index=True)
+        obs = new[new["kind"] == FETCH]
+        timed = obs[obs["record_ms"].notna()]
+        if len(timed) < len(obs):  # counted, and left to batch: see the module
+            yield _emit(obs[obs["record_ms"].isna()], NO_RECORD_TIME, watermark)
+        add(clock, new.loc[new["kind"] == CLOCK, "event_ms"].astype("int64").tolist(),
+            zip(timed["event_ms"].astype("int64").tolist(),
+                timed["offset"].astype("int64").tolist(), timed["group"].tolist(),
+                timed["consumer"].tolist(), timed["record_ms"].astype("int64").tolist(),
+                strict=True))
+    reads = release(clock, watermark)
+    if reads:
+        yield _reads_frame(reads, topic, int(partition), watermark)
+    state.update((pickle.dumps(clock, protocol=5),))
+    due = next_due(clock)
+    if due is not None:
+        state.setTimeoutTimestamp(max(due, watermark, 1))
+
+
+def hold_rules(config: PipelineConfig) -> HoldRules:
+    st = config.stream
+    return HoldRules(gap_ms=int(st.flow_gap_s * 1000), max_age_ms=int(st.max_flow_age_s * 1000),
+                     retention_ms=int(st.late_retention_s * 1000), max_hops=st.max_flow_hops)
+
+
+def _sizes(bucket: int, kept: Bucket | None, watermark: int) -> pd.DataFrame:
+    """A bucket's `state` row: hops and flows it holds, and its tombstones."""
+    import pandas as pd
+
+    held = kept.held if kept is not None else None
+    hops = held[held["kind"] == HOP] if held is not None else None
+    return _with_all_columns(pd.DataFrame({
+        "status": [STATE], "watermark_ms": [watermark], "bucket": [bucket],
+        "held_hops": [0 if hops is None else len(hops)],
+        "held_flows": [0 if hops is None else hops["trace_id"].nunique()],
+        "tombstones": [0 if kept is None else len(kept.tomb_ids)]}))
+
+
+def hold_flows(config: PipelineConfig) -> Any:
+    """The per-key function of `applyInPandasWithState` (see the module's steps 1 to 3): a
+    bucket of traces, whose hops and observations are held until each flow is final
+    (`pipeline.flow_hold.hold`); untraced hops, passed through; or a partition's clock."""
+    rules = hold_rules(config)
+
+    def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+             ) -> Iterator[pd.DataFrame]:
+        import pandas as pd
+
+        watermark = max(state.getCurrentWatermarkMs(), 0)
+        if key[0] is not None and key[0].startswith(PARTITION_KEY):
+            yield from tick_partition(key[0], frames, state, watermark)
+            return
+        new = None if state.hasTimedOut else pd.concat(list(frames), ignore_index=True)
+        if key[0] is None:  # untraced: no flow to hold
+            if new is not None and len(new):
+                yield _emit(new, UNTRACED, watermark)
+            return
+        bucket = pickle.loads(state.get[0]) if state.exists else empty_bucket(HELD_COLUMNS)
+        done = hold(bucket, None if new is None else new[HELD_COLUMNS], watermark, rules)
+        for rows, status in done.emitted:
+            yield _emit(rows, status, watermark)
+        if done.bucket is None:
+            state.remove()
+        else:
+            state.update((pickle.dumps(done.bucket, protocol=5),))
+            state.setTimeoutTimestamp(max(done.bucket.timeout(rules), 1))
+        yield _sizes(int(key[0]), done.bucket, watermark)
+
+    return step
+
+
+def _partition_key(topic: str = "topic", partition: str = "partition") -> Column:
+    """`\\0topic\\0partition`: a partition clock's key."""
+    from pyspark.sql import functions as F
+
+    return F.concat(F.lit(PARTITION_KEY), F.col(topic), F.lit(PARTITION_KEY),
+                    F.col(partition).cast("string"))
+
+
+def hop_rows(hops: DataFrame, clocks: bool) -> DataFrame:
+    """The operator's rows of the hops: each keyed by its trace id (null: untraced), and with
+    `clocks` a twin keyed by its partition that carries only its place and time."""
+    from pyspark.sql import functions as F
+
+    rows = hops.select(F.col("trace_id").alias("key"), *HOP_COLUMNS, F.lit(HOP).alias("kind"),
+                       F.lit(None).cast("string").alias("consumer"),
+                       F.lit(None).cast("string").alias("group"),
+                       F.lit(None).cast("long").alias("record_ms"))
+    if not clocks:
+        return rows
+    twin = F.col("_clock")
+    kept = {"topic", "partition", "offset", "event_ms", "event_time"}
+    return rows.withColumn("_clock", F.explode(F.array(F.lit(False), F.lit(True)))).select(
+        F.when(twin, _partition_key()).otherwise(F.col("key")).alias("key"),
+        *[F.col(c) if c in kept else F.when(~twin, F.col(c)).alias(c) for c in HOP_COLUMNS],
+        F.when(twin, F.lit(CLOCK)).otherwise(F.lit(HOP)).alias("kind"),
+        "consumer", "group", "record_ms")
+
+
+def fetch_rows(raw: DataFrame, config: PipelineConfig, like: DataFrame) -> DataFrame:
+    """The operator's rows of the `fetch_log` observations (Kafka source rows of the fetch
+    topic): one keyed by the trace id, held with the flow as evidence for inferred parents;
+    one keyed by the fetched record's partition, for its clock (topics read only). Their
+    event time is the fetch time. `like`: the hop rows, whose column types they take.
+    Under `time_source: broker` the record time `h` is not the hops' clock: it is left out,
+    and such observations are counted, not measured."""
+    from pyspark.sql import functions as F
+
+    value = F.from_json(F.col("value").cast("string"), fetch_log.SPARK_SCHEMA)
+    obs = raw.select(value.alias("x")).select("x.*").where(
+        F.col(fetch_log.TOPIC).isNotNull() & F.col(fetch_log.PARTITION).isNotNull()
+        & F.col(fetch_log.OFFSET).isNotNull() & F.col(fetch_log.FETCHED_MS).isNotNull())
+    trace = F.col(fetch_log.TRACE_ID)
+    record_ms = (F.col(fetch_log.RECORD_MS) if config.time_source == "herald"
+                 else F.lit(None).cast("long"))
+    per = F.col("_per_partition")
+    given = {
+        "key": F.when(per & F.col(fetch_log.TOPIC).isin(config.topics),
+                      _partition_key(fetch_log.TOPIC, fetch_log.PARTITION))
+        .when(~per & trace.rlike(TRACE_ID_RE), trace),
+        "trace_id": F.when(~per, trace), "topic": F.col(fetch_log.TOPIC),
+        "partition": F.col(fetch_log.PARTITION), "offset": F.col(fetch_log.OFFSET),
+        "event_ms": F.col(fetch_log.FETCHED_MS),
+        "event_time": F.timestamp_millis(F.col(fetch_log.FETCHED_MS)),
+        "kind": F.lit(FETCH), "consumer": F.col(fetch_log.CONSUMER),
+        "group": F.col(fetch_log.GROUP), "record_ms": record_ms}
+    types = {f.name: f.dataType for f in like.schema.fields}
+    both = obs.withColumn("_per_partition", F.explode(F.array(F.lit(False), F.lit(True))))
+    rows = both.select(*[given.get(c, F.lit(None)).cast(types[c]).alias(c)
+                         for c in like.columns])
+    return rows.where(F.col("key").isNotNull())
+
+
+def read_fetch_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
+    """The fetch topic as a second Kafka source, with the records' options."""
+    reader = (spark.readStream.format("kafka")
+              .options(**config.source_options([config.fetch_topic])))
+    if config.stream.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.stream.max_offsets_per_trigger))
+    return reader.load()
 
 
 def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame) -> DataFrame:
-    """Kafka rows → hops → the stateful hold, keyed by a hash bucket of the trace id
-    (`pipeline.flow_hold` says why); emits hops of finalised flows (and late and untraced
-    ones) with their `status`, and one `state` row per bucket it ran for."""
+    """Kafka rows → hops (and, with `fetch_topic`, observations and partition clocks) → the
+    stateful operator; emits hops of finalised flows (and late and untraced ones) with their
+    `status`, the finalised flows' observations, and each partition's released reads."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     hops = to_hops(records, config).withColumn("parents", F.to_json("parents"))
-    bucket = (F.when(F.col("trace_id").isNull(), F.lit(UNTRACED_BUCKET))
-              .otherwise(F.pmod(F.xxhash64("trace_id"), F.lit(config.stream.state_buckets)))
-              .cast("int"))
+    measured = bool(config.fetch_topic) and config.time_source == "herald"
+    rows = hop_rows(hops, clocks=measured)
+    if config.fetch_topic:  # one union, then one watermark over both sources
+        rows = rows.unionByName(fetch_rows(read_fetch_stream(spark, config), config, rows))
+    # Traces go to one of `state_buckets` keys (`pipeline.flow_hold` says why); partition
+    # clocks keep their own keys, untraced hops the null one.
+    key = F.col("key")
+    bucket = F.pmod(F.xxhash64(key), F.lit(config.stream.state_buckets)).cast("string")
+    rows = rows.withColumn("key", F.when(key.isNull() | key.startswith(PARTITION_KEY), key)
+                           .otherwise(bucket))
     delay = f"{int(config.stream.watermark_s * 1000)} milliseconds"
-    return (hops.withColumn("state_key", bucket).withWatermark("event_time", delay)
-            .groupBy("state_key")
+    return (rows.withWatermark("event_time", delay)
+            .groupBy("key")
             .applyInPandasWithState(hold_flows(config), EMITTED_SCHEMA, STATE_SCHEMA,
                                     "append", GroupStateTimeout.EventTimeTimeout))
 
@@ -166,8 +328,10 @@ def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame)
 def _empty_aggregates() -> dict[str, Any]:
     return {"batch_id": -1, "offsets": {}, "flows": {}, "branches": {}, "links": {},
             "edges": {}, "pathways": {}, "over_time": {}, "broken_branches": [], "audit": {},
+            "transit": {}, "lag": {},
             "stream": {"finalized_flows": 0, "evicted_flows": 0, "evicted_hops": 0,
-                       "late_hops": 0, "untraced": 0, "watermark_ms": None, "buckets": {}}}
+                       "late_hops": 0, "untraced": 0, "late_fetches": 0,
+                       "no_record_time": 0, "watermark_ms": None, "buckets": {}}}
 
 
 def _add(into: dict[str, Any], key: str, counts: dict[str, int]) -> None:
@@ -181,10 +345,10 @@ def _sketch_of(entry: dict[str, Any], accuracy: float) -> Sketch:
 
 
 def status_counts(emitted: DataFrame) -> list[dict[str, Any]]:
-    """Per status of the emitted rows: rows, distinct traces and the watermark."""
+    """Per kind and status of the emitted rows: rows, distinct traces and the watermark."""
     from pyspark.sql import functions as F
 
-    return [r.asDict() for r in emitted.groupBy("status").agg(
+    return [r.asDict() for r in emitted.groupBy("kind", "status").agg(
         F.count(F.lit(1)).alias("n"), F.max("watermark_ms").alias("wm"),
         F.countDistinct("trace_id").alias("traces")).collect()]
 
@@ -215,7 +379,13 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
         else:
             held.pop(str(r["bucket"]), None)
     for r in statuses:
-        if r["status"] == LATE:
+        if r["status"] == STATE:
+            pass
+        elif r["kind"] != HOP:  # observations: only the ones no flow or clock took count
+            counter = {LATE: "late_fetches", NO_RECORD_TIME: "no_record_time"}.get(r["status"])
+            if counter:
+                st[counter] = st.get(counter, 0) + r["n"]
+        elif r["status"] == LATE:
             st["late_hops"] += r["n"]
         elif r["status"] == EVICTED:
             st["evicted_hops"] += r["n"]
@@ -299,6 +469,45 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
     agg["broken_branches"] = both[:config.top]
 
 
+def merge_reads(agg: dict[str, Any], emitted: DataFrame, config: PipelineConfig) -> None:
+    """Add one micro-batch's released reads (the partition clocks' rows) to the merged
+    transit and lag, in place: per (topic, group) the consumers (of every read, as batch's
+    `transit_of` collects them) and a sketch of the first reads' transit; per (topic, group,
+    bucket of the fetch time) a sketch of their lag. Counts and maxima are the sketches'
+    exact ones."""
+    from pyspark.sql import functions as F
+
+    acc = config.stream.accuracy
+    transit, lag = agg.setdefault("transit", {}), agg.setdefault("lag", {})
+    reads = emitted.where(F.col("status").isin(TRANSIT, DUPLICATE))
+    for r in reads.groupBy("topic", "group").agg(
+            F.collect_set("consumer").alias("consumers")).collect():
+        e = transit.setdefault(json.dumps([r["topic"], r["group"]]), {"consumers": []})
+        e["consumers"] = sorted(set(e["consumers"]) | set(r["consumers"]))
+    first = emitted.where(F.col("status") == TRANSIT)
+    for r in first.groupBy("topic", "group", sign_column("transit_ms").alias("s"),
+                           bucket_column("transit_ms", acc).alias("b")).agg(
+            F.count(F.lit(1)).alias("n"), F.min("transit_ms").alias("lo"),
+            F.max("transit_ms").alias("hi")).collect():
+        _add_bucket(transit.setdefault(json.dumps([r["topic"], r["group"]]),
+                                       {"consumers": []}), r, acc)
+    bucket_ms = config.time_bucket_s * 1000
+    for r in first.groupBy("topic", "group",
+                           (F.floor(F.col("event_ms") / bucket_ms) * bucket_ms).alias("t"),
+                           sign_column("lag_ms").alias("s"),
+                           bucket_column("lag_ms", acc).alias("b")).agg(
+            F.count(F.lit(1)).alias("n"), F.min("lag_ms").alias("lo"),
+            F.max("lag_ms").alias("hi")).collect():
+        _add_bucket(lag.setdefault(json.dumps([r["topic"], r["group"], int(r["t"])]), {}),
+                    r, acc)
+
+
+def _add_bucket(entry: dict[str, Any], r: Any, accuracy: float) -> None:
+    sk = _sketch_of(entry, accuracy)
+    sk.add_bucket(r["s"], r["b"], r["n"], r["lo"], r["hi"])
+    entry["sketch"] = sk.to_json()
+
+
 def _leaf_key(leaf: dict[str, Any]) -> tuple:
     return (leaf["topic"], leaf["partition"], leaf["offset"])
 
@@ -329,7 +538,33 @@ def aggregate_tables(agg: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         hour_ms, client, principal, origin = json.loads(key)
         audit.append({"hour_ms": hour_ms, "client_id": client, "principal": principal,
                       "origin": origin, **a})
-    return {"edges": edges, "pathways": pathways, "audit": audit}
+    return {"edges": edges, "pathways": pathways, "audit": audit, **fetch_tables(agg)}
+
+
+def _group_order(row: dict[str, Any]) -> tuple:
+    """Batch's order: by topic, then group with no group last."""
+    return (row["topic"], row["group"] is None, row["group"] or "")
+
+
+def fetch_tables(agg: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The merged transit and lag as the batch job's rows (same columns and order)."""
+    transit = []
+    for key, e in agg.get("transit", {}).items():
+        if "sketch" in e:
+            topic, group = json.loads(key)
+            transit.append({"topic": topic, "group": group,
+                            **_stats(Sketch.from_json(e["sketch"])),
+                            "consumers": e["consumers"]})
+    lag = []
+    for key, e in agg.get("lag", {}).items():
+        topic, group, bucket_ms = json.loads(key)
+        sk = Sketch.from_json(e["sketch"])
+        lag.append({"topic": topic, "group": group, "bucket_ms": bucket_ms,
+                    "fetches": sk.count, "p50_s": sk.quantile(0.5) / 1000,
+                    "max_s": sk.max / 1000})
+    transit.sort(key=_group_order)
+    lag.sort(key=lambda r: (*_group_order(r), r["bucket_ms"]))
+    return {"transit": transit, "lag": lag}
 
 
 EDGE_SCHEMA = ("from_topic string, to_topic string, count long, p50_ms double, p90_ms double, "
@@ -338,6 +573,10 @@ PATHWAY_SCHEMA = ("path string, count long, p50_ms double, p90_ms double, p99_ms
                   "max_ms long, broken long, inferred long")
 AUDIT_SCHEMA = ("hour_ms long, client_id string, principal string, origin string, "
                 "records long, bytes long, untraced long")
+TRANSIT_SCHEMA = ("topic string, `group` string, count long, p50_ms double, p90_ms double, "
+                  "p99_ms double, max_ms long, consumers array<string>")
+LAG_SCHEMA = ("topic string, `group` string, bucket_ms long, fetches long, p50_s double, "
+              "max_s double")
 
 
 def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
@@ -394,7 +633,7 @@ def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
         "offsets": offsets, "flows": flows, "branches": branches, "links": links,
         "edges": edges, "histogram_bounds_ms": list(HISTOGRAM_BOUNDS_MS),
         "pathways": rows["pathways"], "over_time": over_time, "broken_branches": broken,
-        "transit": [], "lag": [],
+        "transit": rows["transit"], "lag": rows["lag"],
         "audit": {
             "by_client_id": _rollup(rows["audit"], "client_id", config.top),
             "by_principal": _rollup(rows["audit"], "principal", config.top),
@@ -467,7 +706,7 @@ def progress_record(progress: Any) -> dict[str, Any]:
 
 
 def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
-    """The `foreachBatch` function: analyse the finalised flows, merge, write (steps 3, 4)."""
+    """The `foreachBatch` function: analyse the finalised flows, merge, write (steps 4, 5)."""
     from pyspark.sql import functions as F
 
     out = Path(config.output)
@@ -480,19 +719,29 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
         part = f"batch_id={batch_id}"
         statuses = status_counts(emitted)
         sizes = state_sizes(emitted)
-        hops = emitted.where(F.col("status").isin(FINAL, EVICTED, UNTRACED)).select(*HOP_COLUMNS)
+        is_hop = F.col("kind") == HOP
+        hops = emitted.where(is_hop & (F.col("status") != LATE)).select(*HOP_COLUMNS)
         hops.write.mode("overwrite").parquet(str(out / "hops" / part))
-        if any(r["status"] == LATE for r in statuses):  # a replay brings the same rows
-            emitted.where(F.col("status") == LATE).select(*HOP_COLUMNS).write.mode(
+        if any(r["kind"] == HOP and r["status"] == LATE for r in statuses):
+            # a replay brings the same rows
+            emitted.where(is_hop & (F.col("status") == LATE)).select(*HOP_COLUMNS).write.mode(
                 "overwrite").parquet(str(out / "late" / part))
         hops = spark.read.parquet(str(out / "hops" / part))
-        tables = analyze(hops, config)
+        fetches = None
+        if config.fetch_topic:  # the finalised flows' observations: evidence, as in batch
+            fetches = emitted.where((F.col("kind") == FETCH)
+                                    & F.col("status").isin(FINAL, EVICTED)).select(
+                "topic", "partition", "offset", "consumer", "group",
+                F.col("event_ms").alias("fetched_ms"))
+        tables = analyze(hops, config, fetches=fetches, transit=False)
         tables.branches = tables.branches.cache()
         try:
             for name in ("links", "branches", "flows"):
                 getattr(tables, name).write.mode("overwrite").parquet(str(out / name / part))
             agg = _latest_aggregates(agg_dir, batch_id)
             merge_batch(agg, tables, statuses, config, sizes)
+            if any(r["status"] in (TRANSIT, DUPLICATE) for r in statuses):
+                merge_reads(agg, emitted, config)
         finally:
             tables.branches.unpersist()
             tables.unpersist()
@@ -503,9 +752,10 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
             (agg_dir / f"{old}.json").unlink(missing_ok=True)
         with (out / "batches.jsonl").open("a") as f:  # the hold's side of each micro-batch
             f.write(json.dumps({"batch_id": batch_id, **held_totals(agg), "emitted": {
-                r["status"]: r["n"] for r in statuses if r["status"] != STATE}}) + "\n")
+                f"{r['kind']}:{r['status']}": r["n"] for r in statuses
+                if r["status"] != STATE}}) + "\n")
         rows = aggregate_tables(agg)
-        write_aggregate_tables(spark, out, rows)
+        write_aggregate_tables(spark, out, rows, bool(config.fetch_topic))
         summary = summary_of(agg, rows, config, last_progress(out))
         (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
         write_report(summary, out / "report.html")
@@ -514,10 +764,16 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
 
 
 def write_aggregate_tables(spark: SparkSession, out: Path,
-                           rows: dict[str, list[dict[str, Any]]]) -> None:
+                           rows: dict[str, list[dict[str, Any]]], fetches: bool = False
+                           ) -> None:
+    """The merged tables as Parquet, with the batch job's columns; `transit/` and `lag/`
+    with `fetches` (a `fetch_topic`), as batch writes them."""
     from pyspark.sql import functions as F
 
-    for name, schema in (("edges", EDGE_SCHEMA), ("pathways", PATHWAY_SCHEMA)):
+    tables = [("edges", EDGE_SCHEMA), ("pathways", PATHWAY_SCHEMA)]
+    if fetches:
+        tables += [("transit", TRANSIT_SCHEMA), ("lag", LAG_SCHEMA)]
+    for name, schema in tables:
         spark.createDataFrame(rows[name], schema).coalesce(1).write.mode("overwrite").parquet(
             str(out / name))
     audit = spark.createDataFrame(rows["audit"], AUDIT_SCHEMA)

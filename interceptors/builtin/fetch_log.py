@@ -3,24 +3,29 @@
 
 For every record a consumer fetches through Herald, one compact JSON record goes to `topic`:
 
-    {"tr": trace id or null, "t": topic, "p": partition, "o": offset,
-     "c": consumer client id, "g": group or null, "f": fetch time, ms since the epoch}
+    {"tr": trace id or null, "o": offset, "h": record time or null, "t": topic,
+     "p": partition, "c": consumer client id, "g": group or null,
+     "f": fetch time, ms since the epoch}
 
 keyed by the trace id (the layout is `protocol.contracts.fetch_log`, which the pipeline reads
-back with). The analytics pipeline joins these to the hops (`pipeline.fetch_topic`)
-and reports transit latency (fetch time minus Herald's receive time on produce) per topic and
-consumer group. A Fetch request does not name the consumer group: Herald learns it from the
-group requests the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer
-that reads without a group (`assign()`). The `group` setting, when given, is stamped instead
-of what was learned (one application per Herald, as a sidecar).
+back with). The analytics pipeline joins these to the hops (`pipeline.fetch_topic`) and
+reports transit latency (fetch time minus Herald's receive time on produce) per topic and
+consumer group. `h` is the record's own Herald receive time, the value of its `time_header`
+(default `herald.time`, what `audit` writes; null without one), so that the stream can measure
+transit and lag from the observations alone, per partition, without looking each record up.
+A Fetch request does not name the consumer group: Herald learns it from the group requests
+the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer that reads without
+a group (`assign()`). The `group` setting, when given, is stamped instead of what was learned
+(one application per Herald, as a sidecar).
 
-Cost is bounded: `on_record` only appends a tuple to a bounded queue (no I/O, nothing that can
-block the event loop); a thread of its own drains the queue into a confluent-kafka producer
-and serves its delivery callbacks (`poll`). When the queue is full, observations are dropped
-and counted (``fetch_log_dropped``), never waited for; ``fetch_log_queued`` counts what was
-accepted. The publisher itself counts deliveries and delivery failures (`Publisher.delivered`,
-`Publisher.failed`); librdkafka reports failures only (`delivery.report.only.error`), so no
-Python callback runs per delivered observation.
+Cost is bounded: `on_record` looks up two headers and appends a tuple to a bounded queue (no
+I/O, nothing that can block the event loop; the time header's value is checked and written
+as text by the publisher's thread); a thread of its own drains the queue into a
+confluent-kafka producer and serves its delivery callbacks (`poll`). When the queue is full,
+observations are dropped and counted (``fetch_log_dropped``), never waited for;
+``fetch_log_queued`` counts what was accepted. The publisher itself counts deliveries and
+delivery failures (`Publisher.delivered`, `Publisher.failed`); librdkafka reports failures
+only (`delivery.report.only.error`), so no Python callback runs per delivered observation.
 
 The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
 observations are not themselves intercepted. Towards a secured cluster it takes `tls` and
@@ -48,7 +53,7 @@ from interceptors.headers import Headers
 from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS, KafkaClient
 from interceptors.tracing import parse_traceparent
 from protocol.contracts.fetch_log import DEFAULT_TOPIC, batch_tail, observation
-from protocol.contracts.headers import TRACEPARENT
+from protocol.contracts.headers import AUDIT_TIME, RESERVED_PREFIX, TRACEPARENT, audit_header
 
 
 @dataclass
@@ -56,6 +61,7 @@ class FetchLogConfig:
     bootstrap: str = ""             # the cluster the observations are written to
     topic: str = DEFAULT_TOPIC
     group: str = ""                 # stamped instead of the learned group when set
+    time_header: str = audit_header(AUDIT_TIME, RESERVED_PREFIX)  # the record time, `h`
     queue_size: int = 100_000       # observations waiting for the producer; more are dropped
     linger_ms: int = 50
     tls: Any = None                 # TLS towards `bootstrap`: the keys of `upstream.tls`
@@ -69,6 +75,8 @@ class FetchLogConfig:
             raise InvalidConfig("bootstrap", "required")
         if not self.topic:
             raise InvalidConfig("topic", "must not be empty")
+        if not self.time_header:
+            raise InvalidConfig("time_header", "must not be empty")
         if self.queue_size < 1:
             raise InvalidConfig("queue_size", "must be >= 1")
 
@@ -128,11 +136,11 @@ class Publisher:
             self._wake.wait(0.1)
             self._wake.clear()
             while queue:
-                trace, offset, batch = queue.popleft()
+                trace, offset, herald_time, batch = queue.popleft()
                 if batch is not where:  # once per fetched batch: what its records share
                     where = batch
                     suffix = batch_tail(*batch)
-                text = observation(trace, offset, suffix)
+                text = observation(trace, offset, suffix, herald_time)
                 while True:
                     try:
                         producer.produce(topic, text.encode(), trace.encode() if trace else None,
@@ -186,6 +194,7 @@ class FetchLog(Interceptor):
         if env.kafka is not None:  # checks `tls` and `sasl` now, naming a bad key
             config.cluster = env.kafka.client(config.bootstrap, config.tls, config.sasl)
         self._publisher: Publisher | None = None
+        self._time_header = config.time_header
         self._batch: tuple = ()  # (topic, partition, client id, group, fetch time)
         self._base = 0
         self._deltas: list[int] | None = None  # a batch's offset deltas when they have gaps
@@ -211,7 +220,8 @@ class FetchLog(Interceptor):
         offset = self._base + (record.offset_delta if record is not None
                                else ctx.index if deltas is None else deltas[ctx.index])
         assert self._publisher is not None
-        if self._publisher.offer((tp.trace_id if tp else None, offset, self._batch)):
+        item = (tp.trace_id if tp else None, offset, headers.first(self._time_header), self._batch)
+        if self._publisher.offer(item):
             self.stats.count("fetch_log_queued")
         else:
             self.stats.count("fetch_log_dropped")

@@ -5,10 +5,12 @@ measure produce-to-consume latency.
 Each is one compact JSON object, the record's value, keyed by the trace id (no key when the
 fetched record carried no valid trace context)::
 
-    {"tr": trace id or null, "t": topic, "p": partition, "o": offset,
-     "c": consumer client id, "g": group or null, "f": fetch time, ms since the epoch}
+    {"tr": trace id or null, "o": offset, "h": record time or null, "t": topic,
+     "p": partition, "c": consumer client id, "g": group or null,
+     "f": fetch time, ms since the epoch}
 
-The keys are one or two letters because there is one observation per fetched record.
+The keys are one or two letters because there is one observation per fetched record. ``h``
+came later: observations written before it parse with ``h`` null.
 """
 
 from __future__ import annotations
@@ -29,9 +31,15 @@ GROUP = "g"
 """The consumer's group, or null for a consumer that reads without one (``assign()``)."""
 FETCHED_MS = "f"
 """When Herald handed the record out, ms since the epoch."""
+RECORD_MS = "h"
+"""The fetched record's Herald receive time: its ``herald.time`` header (the fetch_log member's
+``time_header``) as an integer, ms since the epoch; null when the record has no such header or
+its value is not a decimal integer. With it, the stream measures transit and lag per partition
+from the observations alone, without looking the record up (``pipeline.fetch_clock``)."""
 
 FIELDS = ((TRACE_ID, "string"), (TOPIC, "string"), (PARTITION, "int"), (OFFSET, "long"),
-          (CONSUMER, "string"), (GROUP, "string"), (FETCHED_MS, "long"))
+          (CONSUMER, "string"), (GROUP, "string"), (FETCHED_MS, "long"),
+          (RECORD_MS, "long"))
 """Every key with its Spark SQL type."""
 
 SPARK_SCHEMA = ", ".join(f"{key} {kind}" for key, kind in FIELDS)
@@ -49,11 +57,25 @@ def batch_tail(topic: str, partition: int, consumer: str | None, group: str | No
 _TRACED = f'{{"{TRACE_ID}":"'
 _TRACED_OFFSET = f'","{OFFSET}":'
 _UNTRACED = f'{{"{TRACE_ID}":null,"{OFFSET}":'
+_RECORD_MS = f',"{RECORD_MS}":'
+_MAX_DIGITS = 18  # every value of this many decimal digits fits a signed 64-bit long
 
 
-def observation(trace_id: str | None, offset: int, tail: str) -> str:
-    """The JSON text of one observation; ``tail`` is its batch's ``batch_tail``. A trace id is
-    32 hex digits (``parse_traceparent`` checked it), so it needs no escaping."""
+def record_ms_text(value: bytes | None) -> str:
+    """The JSON text of ``h`` from the record's time header value: the value itself when it
+    is a decimal integer that fits a long (Herald writes ``str(ms)``), else ``null``. Nothing
+    is converted: the digits are already the JSON number."""
+    if value and len(value) <= _MAX_DIGITS and value.isdigit():
+        return value.decode()
+    return "null"
+
+
+def observation(trace_id: str | None, offset: int, tail: str, record_time: bytes | None = None
+                ) -> str:
+    """The JSON text of one observation; ``tail`` is its batch's ``batch_tail`` and
+    ``record_time`` the raw value of the record's time header (``h``). A trace id is 32 hex
+    digits (``parse_traceparent`` checked it), so it needs no escaping."""
+    h = record_ms_text(record_time)
     if trace_id:
-        return f"{_TRACED}{trace_id}{_TRACED_OFFSET}{offset}{tail}"
-    return f"{_UNTRACED}{offset}{tail}"
+        return f"{_TRACED}{trace_id}{_TRACED_OFFSET}{offset}{_RECORD_MS}{h}{tail}"
+    return f"{_UNTRACED}{offset}{_RECORD_MS}{h}{tail}"

@@ -47,6 +47,7 @@ def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
         assert o["c"] == "reader" and o["g"] == "billing"
         assert before - 1000 <= o["f"] <= after
         assert o["f"] >= int(dict(record.headers())["herald.time"])
+        assert o["h"] == int(dict(record.headers())["herald.time"])  # the record's own time
 
 
 def test_missing_bootstrap_names_its_path() -> None:
@@ -82,11 +83,13 @@ def test_the_publisher_counts_what_the_broker_acknowledged(kafka: KafkaCluster) 
     pub = Publisher(FetchLogConfig(bootstrap=kafka.bootstrap, topic=topic))
     batch = ("orders", 3, "reader", "billing", 1234)
     for i in range(50):
-        assert pub.offer(("0af7651916cd43dd8448eb211c80319c" if i % 2 else None, i, batch))
+        assert pub.offer(("0af7651916cd43dd8448eb211c80319c" if i % 2 else None, i,
+                          str(1000 + i).encode() if i % 3 else None, batch))
     pub.close()
     assert (pub.delivered, pub.failed, pub.dropped) == (50, 0, 0)
     seen = [json.loads(m.value()) for m in consume_all(kafka.bootstrap, topic, 50)]
     assert sorted(o["o"] for o in seen) == list(range(50))
+    assert {o["o"]: o["h"] for o in seen} == {i: 1000 + i if i % 3 else None for i in range(50)}
     assert {(o["t"], o["p"], o["c"], o["g"], o["f"]) for o in seen} == {batch}
     assert {o["tr"] for o in seen} == {None, "0af7651916cd43dd8448eb211c80319c"}
 
@@ -99,7 +102,7 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     pub = Publisher(FetchLogConfig(bootstrap=f"127.0.0.1:{port}", queue_size=10))
     try:
         started = time.monotonic()
-        accepted = sum(pub.offer((None, i, ("t", 0, "c", None, 0))) for i in range(5000))
+        accepted = sum(pub.offer((None, i, None, ("t", 0, "c", None, 0))) for i in range(5000))
         assert time.monotonic() - started < 1.0
         assert accepted + pub.dropped == 5000 and pub.dropped > 0 and accepted >= 10
     finally:

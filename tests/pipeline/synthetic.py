@@ -4,6 +4,10 @@ The stream's behaviour depends on event time (when a flow is final, which hop is
 these records carry a `herald.time` the test sets instead of the time they were written. Each
 topic has one partition and records are written in event-time order, so the offset of every
 record is known before it is written and a child can name its parent in `herald.parent`.
+
+`fetch` notes that a consumer fetched a record at a chosen time; `write` then publishes the
+observation to `fetch_topic` as Herald's `fetch_log` does (`protocol.contracts.fetch_log`,
+with the record's `herald.time` as `h`), once the record's offset is known.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
+from protocol.contracts import fetch_log
 from tests.support.clients import create_topic
 
 STOPPED, SLOW, FANOUT, RETRY = "stopped", "slow", "fanout", "retry"
@@ -28,6 +33,14 @@ class Hop:
 
 
 @dataclass
+class Fetched:
+    hop: int                # index into the traffic's hops
+    consumer: str
+    group: str | None
+    fetched_ms: int
+
+
+@dataclass
 class Traffic:
     """Hops to write, in any order; `write` sends them in event-time order."""
 
@@ -35,10 +48,18 @@ class Traffic:
     hops: list[Hop] = field(default_factory=list)
     offsets: dict[str, int] = field(default_factory=dict)  # next offset per topic
     keys: dict[int, tuple[str, int, int]] = field(default_factory=dict)  # hop index -> key
+    fetch_topic: str = ""   # where `write` publishes the observations of `fetches`
+    fetches: list[Fetched] = field(default_factory=list)
+    published: int = 0      # fetches already written
 
     def add(self, hop: Hop) -> int:
         self.hops.append(hop)
         return len(self.hops) - 1
+
+    def fetch(self, hop: int, consumer: str, group: str | None, delay_ms: int = 5) -> None:
+        """`consumer` (of `group`, None: without one) fetched hop `hop`, `delay_ms` after its
+        event time."""
+        self.fetches.append(Fetched(hop, consumer, group, self.hops[hop].event_ms + delay_ms))
 
     def flow(self, start_ms: int, kind: str = "", wait_ms: int = 20) -> list[int]:
         """orders > payments > shipments, `wait_ms` apart (`slow`: the payment waits 10 s;
@@ -67,6 +88,8 @@ class Traffic:
         if create:
             for name in self.topics.values():
                 create_topic(bootstrap, name, 1)
+            if self.fetch_topic:
+                create_topic(bootstrap, self.fetch_topic, 1)
         producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                              "linger.ms": 5})
         pending = sorted((i for i in range(len(self.hops)) if i not in self.keys),
@@ -89,5 +112,18 @@ class Traffic:
                 headers.append(("herald.parent", "{}:{}:{}".format(*self.keys[p]).encode()))
             producer.produce(hop.topic, b"v" * 20, headers=headers, partition=0)
             written.append(self.keys[i])
+        self._publish(producer)
         assert producer.flush(30) == 0
         return written
+
+    def _publish(self, producer: Producer) -> None:
+        """The observations not written yet, in fetch-time order, as fetch_log writes them."""
+        new = sorted(self.fetches[self.published:], key=lambda f: f.fetched_ms)
+        self.published = len(self.fetches)
+        for f in new:
+            hop = self.hops[f.hop]
+            topic, partition, offset = self.keys[f.hop]
+            tail = fetch_log.batch_tail(topic, partition, f.consumer, f.group, f.fetched_ms)
+            text = fetch_log.observation(hop.trace, offset, tail, str(hop.event_ms).encode())
+            producer.produce(self.fetch_topic, text.encode(),
+                             hop.trace.encode() if hop.trace else None, partition=0)

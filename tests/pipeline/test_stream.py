@@ -1,13 +1,15 @@
 """The continuous stream (`pipeline.stream`) over synthetic Herald traffic whose event times the
-test chooses: it equals the batch job over the same records (exactly for counts, within the
-sketch's bound for percentiles), a restart from the checkpoint (and a micro-batch run twice, as
-after a crash before its commit) neither loses nor counts twice, late hops and evicted flows
-are counted apart, and many micro-batches keep the state and each batch's work bounded by the
-records it brought."""
+test chooses, with the fetch_log observations of its consumers: it equals the batch job over
+the same records and observations (exactly for counts, within the sketch's bound for
+percentiles; fetch evidence, transit and lag included), a restart from the checkpoint (and a
+micro-batch run twice, as after a crash before its commit) neither loses nor counts twice,
+late hops and evicted flows are counted apart, and many micro-batches keep the state and each
+batch's work bounded by the records it brought."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +29,13 @@ TABLE_KEYS = {"links": ["key", "parent_key"], "branches": ["trace_id", "root", "
               "pathways": ["path"], "audit": ["hour", "client_id", "principal", "origin"],
               "transit": ["topic", "group"], "lag": ["topic", "group", "bucket_ms"]}
 EXACT = ("count", "max_ms", "linked", "inferred", "link", "broken")
+# The bound |stream - batch| <= accuracy * |batch| is reached exactly (a median between a
+# zero and a value of the lowest bucket), where floating point may round either way.
+ROUNDING = 1 + 1e-9
 SKETCHED = ("p50_ms", "p90_ms", "p99_ms")
+# (exact, sketched) columns of the tables measured from fetch_log observations
+MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
+            "lag": (("fetches", "max_s"), ("p50_s",))}
 
 
 def _rows(spark, path: str, keys: list[str]) -> list[dict]:
@@ -37,12 +45,13 @@ def _rows(spark, path: str, keys: list[str]) -> list[dict]:
     return [r.asDict(recursive=True) for r in df.orderBy(*keys).collect()]
 
 
-def _config(topics: dict[str, str], bootstrap: str, tmp: Path, **stream: object
-            ) -> PipelineConfig:
+def _config(topics: dict[str, str], bootstrap: str, tmp: Path, fetch_topic: str = "",
+            **stream: object) -> PipelineConfig:
     return PipelineConfig(
         bootstrap=bootstrap, topics=list(topics.values()),
         terminal_topics=[topics["shipments"], topics["fraud"]], max_wait_ms=4000,
         time_bucket_s=1, output=str(tmp / "stream"), shuffle_partitions=2,
+        fetch_topic=fetch_topic,
         stream=StreamConfig(checkpoint=str(tmp / "checkpoint"), trigger="available_now",
                             **stream))
 
@@ -74,6 +83,14 @@ def _batch_without(spark, config: PipelineConfig, skip: set, output: Path) -> di
     return write_outputs(spark, str(output / "hops"), batch, {"mode": "batch"})
 
 
+def _assert_within_bound(got: dict, want: dict, keys: tuple, accuracy: float, name: str
+                         ) -> None:
+    """The sketch's relative bound (docs/pipeline.md, "Percentiles: the bound")."""
+    for k in keys:
+        assert got[k] == pytest.approx(want[k], rel=accuracy * ROUNDING, abs=1e-12), \
+            (name, k, got, want)
+
+
 def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: float) -> None:
     """Counts and tables exactly equal; sketched percentiles within the relative bound."""
     summary = json.loads((out / "summary.json").read_text())
@@ -91,22 +108,62 @@ def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: floa
         for s, b in zip(streamed, batched, strict=True):
             assert {k: s[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b} == \
                 {k: b[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b}, name
-            for k in SKETCHED:
-                assert s[k] == pytest.approx(b[k], rel=accuracy, abs=1e-9), (name, k, s, b)
+            _assert_within_bound(s, b, SKETCHED, accuracy, name)
     for e in summary["edges"]:
         assert sum(e["histogram"]) == e["count"]
+    for name, (exact, sketched) in MEASURED.items():
+        keys = TABLE_KEYS[name]
+        streamed = _rows(spark, str(out / name), keys)
+        batched = _rows(spark, str(batch_out / name), keys)
+        assert len(streamed) == len(batched) > 2, name
+        for s, b in zip(streamed, batched, strict=True):
+            assert set(s) == set(b), name
+            assert {k: s[k] for k in [*keys, *exact]} == {k: b[k] for k in [*keys, *exact]}, name
+            _assert_within_bound(s, b, sketched, accuracy, name)
+        assert [[r[k] for k in [*keys, *exact]] for r in summary[name]] == \
+            [[r[k] for k in [*keys, *exact]] for r in batch[name]], name
+
+
+def _observe(traffic: Traffic, hops: list[int], n: int) -> None:
+    """The observations of the services reading a flow's hops: B (group payments-app) reads
+    the order, some time later for some flows, so that its lag grows; F (fraud-app) reads it
+    too when the flow has a fraud check, before writing it (the evidence its unlinked check is
+    inferred from); C (shipping-app) reads the payments; an auditor without a group reads the
+    rest. `n` numbers the flow."""
+    t = traffic.topics
+    fraud_checked = any(traffic.hops[i].topic == t["fraud"] for i in hops)
+    for i in hops:
+        topic = traffic.hops[i].topic
+        if topic == t["orders"]:
+            traffic.fetch(i, "svc-b", "payments-app", 5 + (n % 4) * 2000)
+            if fraud_checked:
+                traffic.fetch(i, "svc-f", "fraud-app", 5)
+        elif topic == t["payments"]:
+            traffic.fetch(i, "svc-c", "shipping-app", 5)
+        else:
+            traffic.fetch(i, "svc-audit", None, 5)
 
 
 def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
     topics = topic_names()
-    config = _config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=15.0,
-                     max_flow_hops=5, max_offsets_per_trigger=25)
-    traffic = Traffic(topics)
+    # The watermark covers the disorder between the two sources (records and observations
+    # are read at rates of their own, micro-batch by micro-batch).
+    config = _config(topics, kafka.bootstrap, tmp_path, f"fetches-{uuid.uuid4().hex[:8]}",
+                     watermark_s=20.0, flow_gap_s=15.0, max_flow_hops=5,
+                     max_offsets_per_trigger=25)
+    traffic = Traffic(topics, fetch_topic=config.fetch_topic)
     first = [traffic.flow(T0 + i * 3000, KINDS[i % len(KINDS)]) for i in range(12)]
+    for n, made in enumerate(first):
+        _observe(traffic, made, n)
     for i in range(3):  # written straight to the broker by a legacy client: no trace
-        traffic.add(Hop(topics["orders"], T0 + 500 + i, None, client="legacy"))
+        legacy = traffic.add(Hop(topics["orders"], T0 + 500 + i, None, client="legacy"))
+        traffic.fetch(legacy, "svc-b", "payments-app")
+    # Fetched again, after a rebalance: by another member of the group, and by the auditor.
+    traffic.fetch(first[0][0], "svc-b2", "payments-app", 60)
+    traffic.fetch(first[0][-1], "svc-audit", None, 10)
+    traffic.fetch(first[2][-1], "svc-audit-2", None, 7)  # a second reader without a group
     written = set(traffic.write(kafka.bootstrap))
     _run(spark, config)
     summary = json.loads((Path(config.output) / "summary.json").read_text())
@@ -122,19 +179,30 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
 
     # Written while the stream is stopped: more flows; a hop continuing the first flow long
     # after it was finalised (late); a hop older than the watermark (dropped by Spark,
-    # counted); and at last an untraced record far ahead, which moves the watermark past
-    # every flow.
+    # counted); and, once all of that was read, an untraced record far ahead, which moves the
+    # watermark past every flow and fetch (read with observations still to come, it would
+    # leave them behind the watermark).
     end = max(h.event_ms for h in traffic.hops)
     late = traffic.add(Hop(topics["shipments"], end + 1000, traffic.hops[first[0][0]].trace,
                            [first[0][1]]))
     behind = traffic.add(Hop(topics["orders"], T0 - 60_000, "ab" * 16))
     for i in range(12):
-        traffic.flow(end + 2000 + i * 700, KINDS[i % len(KINDS)])
+        _observe(traffic, traffic.flow(end + 2000 + i * 700, KINDS[i % len(KINDS)]), 12 + i)
+    # A fraud check written after the payment, unlinked: by time its parent would be the
+    # payment, but F fetched the order (and not the payment) before writing it.
+    trace = "ef" * 16
+    order = traffic.add(Hop(topics["orders"], end + 2500, trace, client="svc-a"))
+    paid = traffic.add(Hop(topics["payments"], end + 2520, trace, [order], "svc-b"))
+    check = traffic.add(Hop(topics["fraud"], end + 2530, trace, [], "svc-f"))
+    _observe(traffic, [order, paid, check], 1)
     # A flow of six hops, more than max_flow_hops: evicted (analysed at once, counted).
     trace = "cd" * 16
     chain = [traffic.add(Hop(topics["orders"], end + 3000, trace))]
     for n in range(5):
         chain.append(traffic.add(Hop(topics["payments"], end + 3010 + n, trace, [chain[-1]])))
+    _observe(traffic, chain, 0)
+    written |= set(traffic.write(kafka.bootstrap, create=False))
+    _run(spark, config)
     tick = traffic.add(Hop(topics["orders"], end + 120_000, None, client="clock"))
     written |= set(traffic.write(kafka.bootstrap, create=False))
     _run(spark, config)
@@ -153,15 +221,32 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     assert (summary["stream"]["evicted_flows"], summary["stream"]["evicted_hops"]) == (1, 6)
     dropped = sum((p["state"] or {}).get("numRowsDroppedByWatermark", 0)
                   for p in _progress(config.output))
-    assert dropped == 1
+    assert dropped == 2  # the hop behind the watermark and its partition clock's twin
+    assert summary["stream"]["no_record_time"] == 0
     assert [p["batch_id"] for p in _progress(config.output)].count(replayed) == 2
     assert traffic.keys[tick] in set(keys)
 
     batch = _batch_without(spark, config, skip, tmp_path / "batch")
-    assert summary["flows"]["total"] == batch["flows"]["total"] == 25
+    assert summary["flows"]["total"] == batch["flows"]["total"] == 26
     assert_stream_equals_batch(spark, out, tmp_path / "batch", config.stream.accuracy)
     inferred = [e for e in summary["edges"] if e["to_topic"] == topics["fraud"]]
     assert inferred and all(e["link"] == "inferred" for e in inferred)
+    # Every fraud check was inferred from F's fetch, the late one's from the order, not from
+    # the payment the time rule would pick.
+    fraud = sum(1 for h in traffic.hops if h.topic == topics["fraud"])
+    assert summary["links"]["inferred_by_fetch"] == fraud == 5
+    assert summary["links"]["inferred_by_time"] == 0
+    links = _rows(spark, str(out / "links"), TABLE_KEYS["links"])
+    (parent,) = [lk["parent_key"] for lk in links
+                 if tuple(lk["key"].values()) == traffic.keys[check]]
+    assert tuple(parent.values()) == traffic.keys[order]
+    # A record fetched twice by one reader counts once; each reader without a group apart.
+    transit = {(r["topic"], r["group"]): r for r in summary["transit"]}
+    assert transit[(topics["orders"], "payments-app")]["consumers"] == ["svc-b", "svc-b2"]
+    assert transit[(topics["orders"], "payments-app")]["count"] == \
+        sum(1 for h in traffic.hops if h.topic == topics["orders"]) - 2  # not: behind, tick
+    assert transit[(topics["shipments"], None)]["consumers"] == ["svc-audit", "svc-audit-2"]
+    assert any(r["max_s"] > 0 for r in summary["lag"])
 
 
 def test_many_micro_batches_keep_state_and_work_per_batch_bounded(

@@ -111,16 +111,32 @@ def test_header_names() -> None:
 
 def test_fetch_log_layout_round_trips() -> None:
     tail = fetch_log.batch_tail('or"ders', 3, "consumer-1", None, 1_700_000_000_000)
-    traced = json.loads(fetch_log.observation("ab" * 16, 42, tail))
+    traced = json.loads(fetch_log.observation("ab" * 16, 42, tail, b"1699999999990"))
     untraced = json.loads(fetch_log.observation(None, 43, tail))
     keys = [key for key, _ in fetch_log.FIELDS]
     assert sorted(traced) == sorted(untraced) == sorted(keys)
     assert traced == {fetch_log.TRACE_ID: "ab" * 16, fetch_log.TOPIC: 'or"ders',
                       fetch_log.PARTITION: 3, fetch_log.OFFSET: 42,
                       fetch_log.CONSUMER: "consumer-1", fetch_log.GROUP: None,
-                      fetch_log.FETCHED_MS: 1_700_000_000_000}
+                      fetch_log.FETCHED_MS: 1_700_000_000_000,
+                      fetch_log.RECORD_MS: 1_699_999_999_990}
     assert untraced[fetch_log.TRACE_ID] is None and untraced[fetch_log.OFFSET] == 43
+    assert untraced[fetch_log.RECORD_MS] is None
     assert fetch_log.SPARK_SCHEMA.split(", ") == [f"{k} {t}" for k, t in fetch_log.FIELDS]
+
+
+def test_fetch_log_record_time_is_a_long_or_null() -> None:
+    """`h` is the time header's digits when they are a decimal integer a long holds; anything
+    else (absent, empty, signed, spaced, fractional, too long, not ASCII) is null, never text
+    that would make the observation unreadable."""
+    tail = fetch_log.batch_tail("t", 0, "c", "g", 1)
+    for raw, want in ((b"0", 0), (b"1780000000000", 1_780_000_000_000),
+                      (b"9" * 18, int("9" * 18)), (None, None), (b"", None), (b"-5", None),
+                      (b" 12", None), (b"1.5", None), (b"12a", None), (b"9" * 19, None),
+                      ("١٢".encode(), None), (b'1,"x":2', None)):
+        obs = json.loads(fetch_log.observation(None, 7, tail, raw))
+        assert obs[fetch_log.RECORD_MS] == want, raw
+        assert obs[fetch_log.OFFSET] == 7 and obs[fetch_log.TOPIC] == "t"
 
 
 def test_protocol_imports_nothing_of_heralds() -> None:

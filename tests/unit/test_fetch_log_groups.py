@@ -128,7 +128,7 @@ def _observed(records: list, assign_offsets: bool, other_members: list[dict]) ->
     member._publisher = recorder = _Recorder()
     data = build_batch(records, base_offset=500, assign_offsets=assign_offsets)
     chains.fetch.process("orders", 2, split_batches(data), ConnectionInfo("reader", "10.0.0.9:7"))
-    return [(trace, offset, batch[:4]) for trace, offset, batch in recorder.offered]
+    return [(trace, offset, batch[:4]) for trace, offset, _time, batch in recorder.offered]
 
 
 def test_fetch_log_observes_exact_offsets_with_and_without_record_objects() -> None:
@@ -148,3 +148,24 @@ def test_fetch_log_observes_exact_offsets_with_and_without_record_objects() -> N
     assert _observed(records, True, []) == contiguous
     assert _observed(records, False, []) == gaps
     assert _observed(records, False, writer) == gaps
+
+
+def test_fetch_log_hands_each_records_time_header_to_the_publisher() -> None:
+    """The record time `h` is the raw value of the configured time header, per record (the
+    publisher's thread checks and writes it); absent, it is None."""
+    from interceptors import ConnectionInfo
+    from protocol.records import Record, build_batch, split_batches
+
+    def offered(member: dict) -> list:
+        chains = build_chains({"fetch": [{"type": "fetch_log", "bootstrap": "127.0.0.1:1",
+                                          **member}]}, ProxyInfo())
+        chains.fetch.members[-1].interceptor._publisher = recorder = _Recorder()
+        records = [Record(None, b"v", [("herald.time", b"1780000000123"), ("at", b"7")]),
+                   Record(None, b"v", [("x", b"1")]),
+                   Record(None, b"v", [("herald.time", b"junk"), ("at", b"8")])]
+        data = build_batch(records, base_offset=10, assign_offsets=True)
+        chains.fetch.process("orders", 0, split_batches(data), ConnectionInfo("r", "h:1"))
+        return [(offset, time) for _trace, offset, time, _batch in recorder.offered]
+
+    assert offered({}) == [(10, b"1780000000123"), (11, None), (12, b"junk")]
+    assert offered({"time_header": "at"}) == [(10, b"7"), (11, None), (12, b"8")]
