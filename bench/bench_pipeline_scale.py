@@ -12,7 +12,9 @@ branches, flows, edges, pathways, audit, summary and report) is timed on `local[
 Kafka is left out here (`bench/bench_pipeline.py` times the whole job from a broker).
 
 `stream`: a local broker; a producer writes flows of three linked hops at `--rate` records per
-second with Herald's headers (`herald.time` the write time) for `--minutes`, while the stream
+second with Herald's headers (`herald.time` the write time) for `--minutes`, and for each
+record the `fetch_log` observation of one consumer group reading it 2 ms later (the stream
+then computes transit and lag too; `--no-fetches` leaves them out), while the stream
 (`pipeline.stream`, processing-time trigger every `--interval-s`) runs. From Spark's progress
 of every micro-batch it reports records per second, the micro-batch time at the start and the
 end of the run (median of the first and last tenth) and its trend over the run (least-squares
@@ -103,10 +105,14 @@ def run_batch(args: argparse.Namespace) -> int:
 
 
 def produce_steadily(bootstrap: str, topics: list[str], rate: int, stop: threading.Event,
-                     sent: list[int]) -> None:
+                     sent: list[int], fetch_topic: str | None = None) -> None:
     """Flows of three linked hops at `rate` records per second, in ticks of 100 ms; the
-    topics have one partition, so each parent's offset is known before it is written."""
+    topics have one partition, so each parent's offset is known before it is written. With
+    `fetch_topic`, every record is also fetched once by one consumer group, 2 ms after it was
+    written: the observation `fetch_log` would publish (`protocol.contracts.fetch_log`)."""
     from confluent_kafka import Producer
+
+    from protocol.contracts.fetch_log import batch_tail, observation
 
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 20, "compression.type": "lz4"})
@@ -126,8 +132,12 @@ def produce_steadily(bootstrap: str, topics: list[str], rate: int, stop: threadi
                 if parent is not None:
                     headers.append(("herald.parent", parent.encode()))
                 parent = f"{topic}:0:{next_offset[topic]}"
-                next_offset[topic] += 1
                 producer.produce(topic, b"x" * 100, headers=headers, partition=0)
+                if fetch_topic:
+                    tail = batch_tail(topic, 0, "bench-consumer", "bench-group", now + hop + 2)
+                    seen = observation(trace, next_offset[topic], tail, str(now + hop).encode())
+                    producer.produce(fetch_topic, seen.encode(), trace.encode())
+                next_offset[topic] += 1
                 sent[0] += 1
         producer.poll(0)
         tick += 0.1
@@ -153,13 +163,15 @@ def run_stream(args: argparse.Namespace) -> int:
             KafkaCluster(size=1) as cluster:
         tag = os.urandom(3).hex()
         topics = [f"{r}-{tag}" for r in ROLES]
-        for t in topics:
+        fetch_topic = f"herald.fetches-{tag}" if args.fetches else ""
+        for t in [*topics, *([fetch_topic] if fetch_topic else [])]:
             create_topic(cluster.bootstrap, t, 1)
         spark = spark_session(SparkSettings(driver_memory=args.driver_memory,
                                             shuffle_partitions=args.shuffle_partitions))
         config = PipelineConfig(
             bootstrap=cluster.bootstrap, topics=topics, terminal_topics=[topics[-1]],
             output=f"{work}/out", shuffle_partitions=args.shuffle_partitions,
+            fetch_topic=fetch_topic,
             stream=StreamConfig(checkpoint=f"{work}/ckpt", trigger="processing_time",
                                 interval_s=args.interval_s, watermark_s=args.watermark_s,
                                 flow_gap_s=args.flow_gap_s,
@@ -167,7 +179,8 @@ def run_stream(args: argparse.Namespace) -> int:
         stop = threading.Event()
         sent = [0]
         writer = threading.Thread(target=produce_steadily,
-                                  args=(cluster.bootstrap, topics, args.rate, stop, sent))
+                                  args=(cluster.bootstrap, topics, args.rate, stop, sent,
+                                        fetch_topic))
         query = start_stream(spark, config)
         writer.start()
         started = time.monotonic()
@@ -204,6 +217,7 @@ def run_stream(args: argparse.Namespace) -> int:
     total_in = sum(p["input_rows"] for p in batches)
     print(json.dumps({
         "bench": "pipeline stream", "minutes": args.minutes, "rate": args.rate,
+        "fetches": args.fetches,
         "records_sent": sent[0], "records_read": total_in, "batches": len(batches),
         "records_per_s": round(total_in / (args.minutes * 60)),
         "batch_ms_start": median_of(batches[:tenth], "duration_ms") if batches else None,
@@ -240,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     stream.add_argument("--flow-gap-s", type=float, default=10)
     stream.add_argument("--late-retention-s", type=float, default=60)
     stream.add_argument("--shuffle-partitions", type=int, default=4)
+    stream.add_argument("--no-fetches", dest="fetches", action="store_false",
+                        help="no fetch_log observations (by default each record is fetched "
+                             "once: transit and lag are computed too)")
     args = parser.parse_args(argv)
     return run_batch(args) if args.mode == "batch" else run_stream(args)
 
