@@ -91,8 +91,10 @@ def _assert_within_bound(got: dict, want: dict, keys: tuple, accuracy: float, na
             (name, k, got, want)
 
 
-def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: float) -> None:
-    """Counts and tables exactly equal; sketched percentiles within the relative bound."""
+def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: float,
+                               measured: bool = True) -> None:
+    """Counts and tables exactly equal; sketched percentiles within the relative bound.
+    `measured`: the run had fetch observations, so transit and lag are compared too."""
     summary = json.loads((out / "summary.json").read_text())
     batch = json.loads((batch_out / "summary.json").read_text())
     for key in ("records", "offsets", "flows", "branches", "links", "broken_branches"):
@@ -111,7 +113,7 @@ def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: floa
             _assert_within_bound(s, b, SKETCHED, accuracy, name)
     for e in summary["edges"]:
         assert sum(e["histogram"]) == e["count"]
-    for name, (exact, sketched) in MEASURED.items():
+    for name, (exact, sketched) in MEASURED.items() if measured else ():
         keys = TABLE_KEYS[name]
         streamed = _rows(spark, str(out / name), keys)
         batched = _rows(spark, str(batch_out / name), keys)
