@@ -2,7 +2,7 @@
 a steady rate.
 
     python bench/bench_pipeline_scale.py batch  --hops 10000000 [--partitions 8]
-    python bench/bench_pipeline_scale.py stream --minutes 30 --rate 2000 [--interval-s 10]
+    python bench/bench_pipeline_scale.py stream --minutes 30 --rate 400 [--interval-s 10]
 
 `batch`: synthetic hops are generated directly as a Spark DataFrame (flows of three hops,
 orders → payments → shipments, each hop after the first naming its parent in `parents`, one
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     batch.add_argument("--partitions", type=int, default=8)
     stream = sub.add_parser("stream")
     stream.add_argument("--minutes", type=float, default=30)
-    stream.add_argument("--rate", type=int, default=2000, help="records per second")
+    stream.add_argument("--rate", type=int, default=400, help="records per second")
     stream.add_argument("--interval-s", type=float, default=10)
     stream.add_argument("--watermark-s", type=float, default=5)
     stream.add_argument("--flow-gap-s", type=float, default=10)
