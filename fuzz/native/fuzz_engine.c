@@ -28,7 +28,6 @@
  * released: the engine freed (LeakSanitizer), and as many descriptors open as before the
  * input (its splice pipes closed).
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -62,19 +61,6 @@ typedef struct {
     size_t app_rx_total; /* of all phases: the client's view of the broker's stream */
     uint8_t fill_byte; /* the next filler write's byte */
 } rig_t;
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (d == NULL) {
-        return -1;
-    }
-    while (readdir(d) != NULL) {
-        n++;
-    }
-    closedir(d);
-    return n;
-}
 
 static void nonblocking(int fd) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);

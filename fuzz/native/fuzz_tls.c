@@ -20,7 +20,6 @@
  * ends within its deadlines; then the engine, its memory, its references to the SSLs and its
  * descriptors are released.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -109,19 +108,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     X509_free(cert);
     EVP_PKEY_free(key);
     return 0;
-}
-
-static int open_fds(void) {
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (d == NULL) {
-        return -1;
-    }
-    while (readdir(d) != NULL) {
-        n++;
-    }
-    closedir(d);
-    return n;
 }
 
 static void small_buffers(int fd) {
