@@ -22,14 +22,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from proxy.devtools.embedded_kafka import free_port
 from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.integration.test_native_stamp import _by_labels
 from tests.support.clients import consume_all, create_topic
-from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
-from tests.support.secure_cluster import USERS, SecureCluster
+from tests.support.secure_cluster import USERS, SecureCluster, tls_herald_config
 
 pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
                                 reason="native relay not built with TLS")
@@ -48,14 +47,10 @@ ROUNDS, PER_ROUND = 16, 10
 
 
 def _herald(secure: SecureCluster, mode: str) -> HeraldProcess:
-    served = secure.ca.issue(f"herald-prod-{mode}", "herald", hosts=("127.0.0.1", "localhost"))
-    config = herald_config(
-        secure.plaintext, admin={"bind": f"127.0.0.1:{free_port()}"},
-        performance={"native_relay": mode}, interceptors=CHAINS,
-        listen={"tls": {"cert_file": str(served.cert), "key_file": str(served.key)}})
     # Passthrough: the client's SCRAM exchange goes to the broker's SASL_SSL listener.
-    config["upstream"] = {"bootstrap": secure.sasl_address, "tls": {"ca_file": str(secure.ca.pem)}}
-    return HeraldProcess(config)
+    upstream = {"bootstrap": secure.sasl_address, "tls": {"ca_file": str(secure.ca.pem)}}
+    return HeraldProcess(tls_herald_config(secure, f"herald-prod-{mode}", mode, upstream,
+                                           interceptors=CHAINS))
 
 
 @pytest.fixture(scope="module")

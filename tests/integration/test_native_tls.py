@@ -17,12 +17,11 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from proxy.devtools.embedded_kafka import free_port
 from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
-from tests.support.herald_process import HeraldProcess, herald_config
-from tests.support.secure_cluster import SecureCluster
+from tests.support.herald_process import HeraldProcess
+from tests.support.secure_cluster import SecureCluster, tls_herald_config
 
 pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
                                 reason="native relay not built with TLS")
@@ -34,17 +33,11 @@ STAMPING = {"produce": [{"type": "trace_context"}, {"type": "audit"}]}
 
 def _herald(secure: SecureCluster, mode: str, **overrides: Any) -> HeraldProcess:
     """TLS on both sides: Herald serves TLS and speaks mTLS to the broker's SSL listener."""
-    ca = secure.ca
-    served = ca.issue(f"herald-{mode}", "herald", hosts=("127.0.0.1", "localhost"))
-    own = ca.issue(f"herald-up-{mode}", "herald-proxy")
-    config = herald_config(
-        secure.plaintext, admin={"bind": f"127.0.0.1:{free_port()}"},
-        performance={"native_relay": mode},
-        listen={"tls": {"cert_file": str(served.cert), "key_file": str(served.key)}},
-        **overrides)
-    config["upstream"] = {"bootstrap": secure.ssl_address, "tls": {
-        "ca_file": str(ca.pem), "cert_file": str(own.cert), "key_file": str(own.key)}}
-    return HeraldProcess(config)
+    own = secure.ca.issue(f"herald-up-{mode}", "herald-proxy")
+    upstream = {"bootstrap": secure.ssl_address, "tls": {
+        "ca_file": str(secure.ca.pem), "cert_file": str(own.cert), "key_file": str(own.key)}}
+    return HeraldProcess(tls_herald_config(secure, f"herald-{mode}", mode, upstream,
+                                           **overrides))
 
 
 @pytest.fixture(scope="module")

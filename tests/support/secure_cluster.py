@@ -13,9 +13,11 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port
 from tests.support.certs import CertificateAuthority, Issued
+from tests.support.herald_process import herald_config
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "herald": "herald-secret"}
 REAUTH_MS = 8000
@@ -105,3 +107,18 @@ def start_secure_cluster(
         raise
     return SecureCluster(folder, ca, broker, kafka, ssl_port, sasl_port, sasl_plain_port)
 
+
+
+def tls_herald_config(secure: SecureCluster, name: str, mode: str, upstream: dict[str, Any],
+                      **overrides: Any) -> dict[str, Any]:
+    """A Herald serving TLS to its clients (a certificate `name` for 127.0.0.1 and localhost
+    from the cluster's CA), its native relay in `mode`, in front of `upstream` (the config's
+    `upstream` section: which of the cluster's listeners, with what TLS)."""
+    served = secure.ca.issue(name, "herald", hosts=("127.0.0.1", "localhost"))
+    config = herald_config(
+        secure.plaintext, admin={"bind": f"127.0.0.1:{free_port()}"},
+        performance={"native_relay": mode},
+        listen={"tls": {"cert_file": str(served.cert), "key_file": str(served.key)}},
+        **overrides)
+    config["upstream"] = upstream
+    return config
