@@ -1,7 +1,8 @@
 /* The bounded memory of fetched traces: see link_memory.h, and interceptors/trace_links.py,
  * the reference whose every step this follows (tests/unit/test_link_memory.py drives both
  * with the same operations). Two hash tables with an order list each: the entries, least
- * recently fetched first, and the keys gone (evicted or expired), oldest first. */
+ * recently fetched first, and the keys gone (evicted or expired), oldest first. An entry's
+ * parents are allocated as they come (most traces have one), up to max_parents. */
 #include "link_memory.h"
 
 #include <pthread.h>
@@ -22,8 +23,9 @@ typedef struct node {
     struct node *chain, *prev, *next;
     double seen;
     int spent, reason;
-    int64_t nparents;
-    parent_t *parents; /* entries: max_parents of them */
+    int64_t nparents, room;
+    parent_t *parents; /* entries: room for `room` of them */
+    uint32_t lost[3];  /* the round's parents not named, by LM_LOST_* (gone: its parents too) */
 } node;
 
 typedef struct {
@@ -216,13 +218,22 @@ static int same_parent(const parent_t *p, const uint8_t *topic, size_t topic_len
            (topic_len == 0 || memcmp(p->topic, topic, topic_len) == 0);
 }
 
-/* An entry evicted or expired leaves its key in `gone`, with why: a key already there keeps
- * its place and takes the new reason (as an ordered dict's assignment does). */
+static void lose(uint32_t lost[3], int why, int64_t n) {
+    lost[why] = (uint64_t)lost[why] + (uint64_t)n > LM_LOST_MAX ? LM_LOST_MAX
+                                                                 : lost[why] + (uint32_t)n;
+}
+
+/* An entry evicted or expired leaves its key in `gone`, with why, whether it was spent and
+ * the round's losses, its parents now among them: a key already there keeps its place and
+ * takes the new ones (as an ordered dict's assignment does). */
 static void bury(lm_memory *m, node *e, int reason) {
     table *gone = &m->gone;
+    lose(e->lost, reason == LM_EXPIRED ? LM_LOST_EXPIRED : LM_LOST_EVICTED, e->nparents);
     node *g = find(gone, e->key, e->key_len, e->hash);
     if (g != NULL) {
         g->reason = reason;
+        g->spent = e->spent;
+        memcpy(g->lost, e->lost, sizeof g->lost);
         free_node(e);
     } else {
         free_parents(e);
@@ -253,7 +264,7 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
     node *e = find(entries, key, len, h);
     if (e == NULL) {
         e = calloc(1, sizeof *e);
-        parent_t *parents = calloc((size_t)m->max_parents, sizeof(parent_t));
+        parent_t *parents = calloc(1, sizeof(parent_t));
         if (e == NULL || parents == NULL ||
             !set_parent(&parents[0], topic, topic_len, partition, offset)) {
             free(e);
@@ -268,10 +279,13 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
         e->hash = h;
         e->seen = now;
         e->parents = parents;
-        e->nparents = 1;
+        e->nparents = e->room = 1;
         insert(entries, e);
         node *g = find(&m->gone, e->key, len, h);
         if (g != NULL) {
+            if (!g->spent) { /* the round goes on, its losses too */
+                memcpy(e->lost, g->lost, sizeof e->lost);
+            }
             take(&m->gone, g);
             free_node(g);
         }
@@ -279,6 +293,16 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
         free(key);
         key = NULL;
         parent_t fresh;
+        if (e->nparents == e->room && e->room < m->max_parents) { /* room for one more */
+            int64_t room = 2 * e->room < m->max_parents ? 2 * e->room : m->max_parents;
+            parent_t *grown = realloc(e->parents, (size_t)room * sizeof(parent_t));
+            if (grown == NULL) {
+                pthread_mutex_unlock(&m->lock);
+                return 0;
+            }
+            e->parents = grown;
+            e->room = room;
+        }
         if (!set_parent(&fresh, topic, topic_len, partition, offset)) {
             pthread_mutex_unlock(&m->lock);
             return 0;
@@ -286,9 +310,13 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
         unlink_order(entries, e);
         link_last(entries, e);
         parent_t *parents = e->parents;
-        if (e->spent || now - e->seen > m->ttl) {
+        if (e->spent) { /* a new round */
             free_parents(e);
             e->spent = 0;
+            memset(e->lost, 0, sizeof e->lost);
+        } else if (now - e->seen > m->ttl) {
+            lose(e->lost, LM_LOST_EXPIRED, e->nparents);
+            free_parents(e);
         } else {
             int64_t at = -1;
             for (int64_t i = 0; i < e->nparents; i++) {
@@ -299,6 +327,7 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
             }
             if (at < 0 && e->nparents >= m->max_parents) {
                 at = 0; /* the oldest goes */
+                lose(e->lost, LM_LOST_OVERFLOW, 1);
             }
             if (at >= 0) { /* fetched again it becomes the newest */
                 free(parents[at].topic);
@@ -335,7 +364,8 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
 }
 
 int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
-                   double now, lm_parent *out) {
+                   double now, lm_parent *out, uint32_t lost[3]) {
+    memset(lost, 0, 3 * sizeof *lost);
     uint8_t *key = make_key(scope, scope_len, trace);
     if (key == NULL) {
         return -100;
@@ -348,8 +378,13 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
     if (e == NULL) {
         node *g = find(&m->gone, key, len, h);
         n = -1 - (g != NULL ? g->reason : LM_UNSEEN);
+        if (g != NULL) {
+            memcpy(lost, g->lost, 3 * sizeof *lost);
+        }
     } else if (now - e->seen > m->ttl) {
         n = -1 - LM_EXPIRED;
+        memcpy(lost, e->lost, 3 * sizeof *lost);
+        lose(lost, LM_LOST_EXPIRED, e->nparents);
     } else {
         for (n = 0; n < e->nparents; n++) {
             const parent_t *p = &e->parents[n];
@@ -364,6 +399,7 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
         }
         if (n > 0) {
             e->spent = 1;
+            memcpy(lost, e->lost, 3 * sizeof *lost);
         }
     }
     pthread_mutex_unlock(&m->lock);
@@ -398,6 +434,7 @@ void lm_count(lm_memory *m, const lm_counts *more) {
     c->parents += more->parents;
     for (int i = 0; i < 3; i++) {
         c->missed[i] += more->missed[i];
+        c->lost[i] += more->lost[i];
     }
     pthread_mutex_unlock(&m->lock);
 }

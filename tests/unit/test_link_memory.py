@@ -70,9 +70,9 @@ def test_client_id_scopes_are_told_apart() -> None:
     native = NativeFetchedTraces(LinkConfig(scope="client_id"))
     a, b, none = (ConnectionInfo(cid, "10.0.0.1:1") for cid in ("svc", "other", None))
     native.remember(native.scope(a), TRACES[0], ("t", 0, 1))
-    assert native.parents(native.scope(a), TRACES[0]) == (("t", 0, 1),)
-    assert native.parents(native.scope(b), TRACES[0]) == "unseen"
-    assert native.parents(native.scope(none), TRACES[0]) == "unseen"
+    assert native.parents(native.scope(a), TRACES[0]) == ((("t", 0, 1),), None)
+    assert native.parents(native.scope(b), TRACES[0]) == ("unseen", None)
+    assert native.parents(native.scope(none), TRACES[0]) == ("unseen", None)
 
 
 def test_bad_arguments_are_refused() -> None:

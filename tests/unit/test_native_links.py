@@ -252,7 +252,7 @@ def test_records_without_trace_context_never_look_up() -> None:
     data = frame(9, msg)
     trace_draws, msg_draws = draws_of(msg, 1, False, True, False)
     got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
-    assert got[0] is not None and got[1][5] == (0,) * 9
+    assert got[0] is not None and got[1][5] == (0,) * 14
     assert memory_of(filt).native_counters()["link_made"] == 0
 
 

@@ -203,7 +203,7 @@ def test_native_stamping_equals_the_python_chain(version: int, case: int, traced
                for b in batches] if trace is not None else [0] * len(batches)
         all_own = sum(n == b.record_count for n, b in zip(own, batches, strict=True))
         assert got[1] == (len(filled) * (1 + round_ % 3), sum(b.record_count for b in batches),
-                          sum(own), all_own, (0,) * 8, (0,) * 9)
+                          sum(own), all_own, (0,) * 8, (0,) * 14)
         engine, _ = setup(trace, audit)
         plan_of(engine).count(*got[1])
         assert engine.chains.produce.stats.snapshot() == filt.chains.produce.stats.snapshot()
