@@ -38,9 +38,9 @@ and an entry not refreshed for `ttl_s` is not believed (the time that counts run
 relaying the fetch to the produce: the record's wait in the client's prefetch queue and the
 service's work on it, not how far behind its consumer is). The defaults (`LinkConfig`) are
 sized by memory, not by a clock: an hour, so that joins and slow services of minutes to an
-hour are linked, and 200,000 entries, about 80 MB for this reference and 60 MB for the C
-memory when entries and dropped keys are both full (bench/bench_link_memory.py measures the
-bytes per entry). A record that continues a trace
+hour are linked, and 100,000 entries, about 45 MB for the C memory and 72 MB for this
+reference when entries and dropped keys are both full (bench/bench_link_memory.py measures
+the bytes per entry: in C about 280 with one parent, 180 per dropped key). A record that continues a trace
 with no entry is counted by reason, ``unseen`` (never fetched through this Herald: also the
 first hop of every trace whose producer started it itself), ``expired`` or ``evicted`` (a
 bounded set of recently evicted keys tells those apart from ``unseen``).
@@ -108,7 +108,7 @@ Lost = tuple[int, int, int]  # parents not named, by `LOST_REASONS`; None when t
 @dataclass
 class LinkConfig:
     scope: Literal["host", "client_id"] = "host"
-    capacity: int = 200_000         # (scope, trace) entries: ~60 MB in C when full
+    capacity: int = 100_000         # (scope, trace) entries: ~45 MB in C when full
     ttl_s: float = 3600.0           # an entry not refreshed for this long is not believed
     max_parents: int = 8            # records kept per (scope, trace): fan-in
     header: str = RESERVED_PREFIX + PARENT
@@ -163,9 +163,9 @@ _EXPIRED, _EVICTED, _OVERFLOW = range(3)  # indexes in `Lost`
 class FetchedTraces:
     """The bounded memory (scope, trace id) → records fetched; see the module docstring.
 
-    About 0.26 KB an entry with one record (the key, the trace id, the entry, its record and
-    the ordered dict's links) and 0.14 KB for the key of a dropped one: about 80 MB at the
-    default capacity when both are full (measured with tracemalloc,
+    About 0.41 KB an entry with one record (the key, the trace id, the entry, its record and
+    the ordered dict's links) and 0.32 KB for the key of a dropped one with its losses: about
+    72 MB at the default capacity when both are full (measured with tracemalloc,
     bench/bench_link_memory.py)."""
 
     def __init__(self, config: LinkConfig, clock: Callable[[], float] = time.monotonic
@@ -176,8 +176,9 @@ class FetchedTraces:
         self.clock = clock
         self._by_host = config.scope == "host"
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
-        # Evicted or expired: (why, whether spent, the round's losses, its parents included).
-        self._gone: OrderedDict[tuple, tuple[str, bool, Lost]] = OrderedDict()
+        # Evicted or expired: (why, whether spent, *the round's losses, its parents included),
+        # one flat tuple: the smallest.
+        self._gone: OrderedDict[tuple, tuple[str, bool, int, int, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -202,7 +203,7 @@ class FetchedTraces:
                 if self._gone:
                     gone = self._gone.pop(k, None)
                     if gone is not None and not gone[1]:  # the round goes on, its losses too
-                        entry.lost = list(gone[2])
+                        entry.lost = list(gone[2:])
             else:
                 entries.move_to_end(k)
                 parents = entry.parents
@@ -235,7 +236,7 @@ class FetchedTraces:
                     break
                 del entries[oldest_key]
                 gone = self._gone
-                gone[oldest_key] = (reason, oldest.spent, lost)
+                gone[oldest_key] = (reason, oldest.spent, *lost)
                 if len(gone) > self.capacity:
                     gone.popitem(last=False)
         return evicted, expired
@@ -250,7 +251,7 @@ class FetchedTraces:
             entry = self._entries.get(k)
             if entry is None:
                 gone = self._gone.get(k)
-                return (UNSEEN, None) if gone is None else (gone[0], gone[2])
+                return (UNSEEN, None) if gone is None else (gone[0], gone[2:])
             if self.clock() - entry.seen > self.ttl_s:
                 return EXPIRED, entry.lost_with(_EXPIRED)
             entry.spent = True

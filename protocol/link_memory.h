@@ -4,8 +4,9 @@
  * an entry not refreshed for ttl_s not believed, and a bounded set of the keys evicted or
  * expired that tells a miss's reason; per (scope, trace) round, the parents it knew of but
  * cannot name, by reason (expired, evicted, over max_parents), kept with a dropped key too.
- * An entry costs about 0.2 KB with one parent (its parents are allocated as they come), a
- * dropped key about 0.1 KB (bench/bench_link_memory.py measures them). No Python objects: the record stamper's module
+ * An entry costs about 280 bytes with one parent (its parents are allocated as they come,
+ * about 440 with three), a dropped key about 180 (bench/bench_link_memory.py measures them):
+ * about 45 MB for the default 100,000 entries when both are full. No Python objects: the record stamper's module
  * (protocol/_stamp.c) owns one for Python, the native relay (proxy/native/) uses the same
  * one from its own thread, so every call takes the memory's mutex. Compiled into both
  * extensions, like stamp_core.c; lm_retain/lm_release count who holds it. */
