@@ -40,10 +40,10 @@ service's work on it, not how far behind its consumer is). The defaults (`LinkCo
 sized by memory, not by a clock: an hour, so that joins and slow services of minutes to an
 hour are linked, and 100,000 entries, about 45 MB for the C memory and 72 MB for this
 reference when entries and dropped keys are both full (bench/bench_link_memory.py measures
-the bytes per entry: in C about 280 with one parent, 180 per dropped key). A record that continues a trace
-with no entry is counted by reason, ``unseen`` (never fetched through this Herald: also the
-first hop of every trace whose producer started it itself), ``expired`` or ``evicted`` (a
-bounded set of recently evicted keys tells those apart from ``unseen``).
+the bytes per entry: in C about 280 with one parent, 180 per dropped key). A record that
+continues a trace with no entry is counted by reason, ``unseen`` (never fetched through this
+Herald: also the first hop of every trace whose producer started it itself), ``expired`` or
+``evicted`` (a bounded set of recently evicted keys tells those apart from ``unseen``).
 
 The memory is shared by a produce-chain member and a fetch-chain member that may run on the
 event loop and in worker threads at once, so every access holds a lock (uncontended it costs
