@@ -14,6 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
+from interceptors.tracing import parse_traceparent
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all
 from tests.support.herald_process import REPO, HeraldProcess, shipped_config
@@ -40,6 +41,11 @@ def _parents(msg: object) -> list[tuple[str, int, int]]:
     return out
 
 
+def _trace(msg: object) -> str | None:
+    tp = parse_traceparent(dict(msg.headers() or []).get("traceparent"))
+    return tp.trace_id if tp else None
+
+
 def test_the_demo_on_the_shipped_config_gives_a_graph_of_herald_s_links(
     kafka: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -55,9 +61,10 @@ def test_the_demo_on_the_shipped_config_gives_a_graph_of_herald_s_links(
     topics = dict(zip(("orders", "payments", "shipments", "fraud"),
                       args[args.index("--topics") + 1].split(","), strict=True))
 
-    # What Herald wrote: each record a service produced names the one record it continued.
+    # What Herald wrote: each record a service produced names one record of its own trace,
+    # the same order number (a fraud check its order, not the payment B made of it).
     records = {t: _records(kafka.bootstrap, name) for t, name in topics.items()}
-    keys = {(m.topic(), m.partition(), m.offset()) for ms in records.values() for m in ms}
+    by_key = {(m.topic(), m.partition(), m.offset()): m for ms in records.values() for m in ms}
     continued = Counter()
     for role, msgs in records.items():
         for m in msgs:
@@ -65,7 +72,10 @@ def test_the_demo_on_the_shipped_config_gives_a_graph_of_herald_s_links(
             if role == "orders":  # A starts each trace; the legacy records have none
                 assert parents == []
                 continue
-            assert len(parents) == 1 and parents[0] in keys, (m.topic(), m.offset(), parents)
+            assert len(parents) == 1 and parents[0] in by_key, (m.topic(), m.offset(), parents)
+            parent = by_key[parents[0]]
+            assert _trace(parent) == _trace(m) is not None
+            assert parent.value().split()[1] == m.value().split()[1]
             continued[(parents[0][0], m.topic())] += 1
     assert set(continued) == {(topics["orders"], topics["payments"]),
                               (topics["orders"], topics["fraud"]),
