@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_batch(spark, config)
             print(json.dumps({"output": config.output, "records": summary["records"]["total"],
                               "untraced": summary["records"]["untraced"],
-                              "flows": summary["flows"]}))
+                              "flows": summary["flows"], "links": summary["links"]}))
         else:
             query = start_stream(spark, config)
             try:

@@ -58,7 +58,8 @@ def test_hops_are_every_record_with_its_headers(spark, played: Played, batch_run
     assert {h["principal"] for h in traced} == {"User:ANONYMOUS"}
     assert len({h["origin"] for h in traced}) == 1 and traced[0]["origin"]
     assert len({h["message_id"] for h in traced}) == len(traced)
-    # B and C name what they continue; A and F do not.
+    # Herald named what B and C continued; A starts each trace, and F is the service the
+    # test's Herald leaves out of the links (conftest.UNLINKED).
     linked = {h["client_id"]: bool(h["parents"]) for h in traced}
     assert linked == {"svc-a": False, "svc-b": True, "svc-c": True, "svc-f": False}
 
