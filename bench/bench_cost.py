@@ -439,7 +439,8 @@ def _cpu(clock: CpuClock | None, before: tuple[float, float]) -> float:
 def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
               clock: CpuClock | None, into: Figures, load_pids: list[int],
               proxy_pid: int | None) -> None:
-    topic = f"cost-{name}-{uuid.uuid4().hex[:6]}"
+    label = name.replace("/", "-")  # a topic name's characters
+    topic = f"cost-{label}-{uuid.uuid4().hex[:6]}"
     create_topic(broker, topic, args.partitions)
     mb = args.records * 1024 / 1e6
     before = clock.read() if clock else (0.0, 0.0)
@@ -463,7 +464,7 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
     log(line)
     for rate in args.rate_list:
         for attempt in range(1, args.attempts + 1):
-            rate_topic = f"cost-{name}-rate-{uuid.uuid4().hex[:6]}"
+            rate_topic = f"cost-{label}-rate-{uuid.uuid4().hex[:6]}"
             create_topic(broker, rate_topic, 1)
             before = clock.read() if clock else (0.0, 0.0)
             load_wait = RunQueueWait(load_pids)
