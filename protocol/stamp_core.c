@@ -264,14 +264,15 @@ static void crc_shift_init(void) {
             crc_shift_table[i][b] = (uint32_t)crc_words(b << (8 * i), zeros, CRC_BLOCK);
         }
     }
-    crc_shift_ready = 1; /* idempotent: a race writes the same values */
+    /* idempotent: a race writes the same values; the flag after the tables */
+    __atomic_store_n(&crc_shift_ready, 1, __ATOMIC_RELEASE);
 }
 
 __attribute__((target("sse4.2"))) static uint32_t crc_instruction(uint32_t crc,
                                                                    const uint8_t *data,
                                                                    size_t len) {
     uint64_t c = (uint32_t)~crc;
-    if (len >= 3 * CRC_BLOCK && !crc_shift_ready) {
+    if (len >= 3 * CRC_BLOCK && !__atomic_load_n(&crc_shift_ready, __ATOMIC_ACQUIRE)) {
         crc_shift_init();
     }
     for (; len >= 3 * CRC_BLOCK; data += 3 * CRC_BLOCK, len -= 3 * CRC_BLOCK) {
