@@ -52,6 +52,20 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
                 const uint8_t *topic, size_t topic_len, int32_t partition, int64_t offset,
                 double now, int64_t *evicted, int64_t *expired);
 
+/* lm_remember for n records of one scope at `now`, in order, under one lock: how many were
+ * remembered (a record out of memory changes nothing, the next are tried), with the entries
+ * evicted and expired on the way. */
+typedef struct {
+    uint8_t trace[LM_TRACE];
+    const uint8_t *topic;
+    size_t topic_len;
+    int32_t partition;
+    int64_t offset;
+} lm_record;
+int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
+                         const lm_record *records, size_t n, double now, int64_t *evicted,
+                         int64_t *expired);
+
 /* The records `scope` fetched of `trace` that a record it produces at `now` continues:
  * their number (> 0), copied into out (room for max_parents; topics point into the
  * memory's copy of them, held until the caller's lm_parents_free), the entry marked spent;

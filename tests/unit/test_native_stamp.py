@@ -399,9 +399,12 @@ def assert_batches_valid(data: bytes) -> None:
 
 def test_the_crc32c_is_castagnolis() -> None:
     rng = random.Random(3)
-    for n in (0, 1, 7, 8, 9, 15, 16, 17, 1000, 65_537):
+    # the lengths around the three interleaved 1 KiB streams of the instruction's loop too
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 1000, 3071, 3072, 3073, 3080, 6149, 16_391, 65_537):
         data = rng.randbytes(n)
         assert _relay.crc32c(data) == _relay.crc32c(data, True) == crc32c.crc32c(data)
+        # from an odd address
+        assert _relay.crc32c(memoryview(b"x" + data)[1:]) == crc32c.crc32c(data)
     _, plan = setup(None, {"fields": ["proxy"]})
     for n in (1, 7, 8, 9, 64, 1000):
         chunk = build_batch([Record(None, rng.randbytes(n))])
