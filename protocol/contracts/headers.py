@@ -56,6 +56,8 @@ PARENT = "parent"
 """``<prefix>parent``: a record this one continues, as ``<topic>:<partition>:<offset>`` (topic
 names hold no ':', so the value splits from the right); one header per parent."""
 PARENT_VALUE_RE = r"^(.+):([0-9]{1,10}):([0-9]{1,19})$"
+PARENTS_LOST = "parents_lost"
+PARENTS_LOST_VALUE_RE = r"^(expired|evicted|overflow):([0-9]{1,10})$"
 
 # Routing (``proxy/routing``).
 ROUTE_ORIGIN = RESERVED_PREFIX + "route.origin"

@@ -173,6 +173,9 @@ def _hops_df(spark, hops: list[dict[str, Any]]):
             .withColumn("principal", F.lit("User:ANONYMOUS"))
             .withColumn("origin", F.lit("c1"))
             .withColumn("size", F.lit(100).cast("long"))
+            .withColumn("parents_lost", F.lit(0).cast("long"))
+            .withColumn("lost_reasons", F.array().cast("array<string>"))
+            .withColumn("source_host", F.lit(None).cast("string"))
             .withColumn("event_time", F.timestamp_millis("event_ms")))
 
 
@@ -330,7 +333,7 @@ def test_missing_links_are_inferred_and_marked(analysed) -> None:
     evidence = Counter((lk["parent_topic"], lk["topic"], lk["evidence"]) for lk in links)
     assert evidence == {("ms.orders", "ms.pay", "header"): 3,
                         ("ms.orders", "ms.pay", "time"): 1,
-                        ("ms.orders", "ms.fraud", "fetch"): 3,
+                        ("ms.orders", "ms.fraud", "fetch_client_id"): 3,
                         ("ms.pay", "ms.fraud", "time"): 1,
                         ("ms.pay", "ms.audit", "time"): 1}
     # The record naming a parent that was not read is a root, counted as unresolved.
