@@ -19,6 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pipeline.graph import LOST_REASONS
 from pipeline.layout import layout
 
 _CSS = """
@@ -338,8 +339,14 @@ def _incomplete_count(value: int | None) -> str:
             else fmt_count(value))
 
 
+def _by_reason(by_reason: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+    """The reasons in the header's order (`summary.json` is written with sorted keys)."""
+    rank = {r: i for i, r in enumerate(LOST_REASONS)}
+    return sorted(by_reason.items(), key=lambda rc: (rank.get(rc[0], len(rank)), rc[0]))
+
+
 def _reasons(by_reason: dict[str, dict[str, int]], key: str) -> str:
-    return ", ".join(f"{reason} {fmt_count(c[key])}" for reason, c in by_reason.items()
+    return ", ".join(f"{reason} {fmt_count(c[key])}" for reason, c in _by_reason(by_reason)
                      if c.get(key))
 
 
@@ -381,7 +388,7 @@ def incomplete_table(summary: dict[str, Any]) -> str:
     out = ["<h2>Incomplete: parents Herald could not name</h2><div class='panel'><table><tr>"
            "<th>reason</th><th>hops</th><th>links into them</th><th>branches through them"
            "</th></tr>"]
-    for reason, c in lost.get("by_reason", {}).items():
+    for reason, c in _by_reason(lost.get("by_reason", {})):
         out.append(f"<tr><td>{escape(reason)}</td><td class='n'>{fmt_count(c['hops'])}</td>"
                    f"<td class='n'>{fmt_count(c['links'])}</td>"
                    f"<td class='n'>{fmt_count(c['branches'])}</td></tr>")

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.hops import to_hops
@@ -22,6 +23,7 @@ from pipeline.jobs import read_batch, start_stream, write_outputs
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import topic_names
 from tests.pipeline.synthetic import FANOUT, RETRY, SLOW, STOPPED, Hop, Traffic
+from tests.pipeline.test_report import screenshot
 
 T0 = 1_780_000_000_000
 KINDS = ["", FANOUT, "", STOPPED, RETRY, SLOW]
@@ -35,6 +37,7 @@ EXACT = ("count", "max_ms", "linked", "inferred", "link", "broken", "incomplete"
 ROUNDING = 1 + 1e-9
 SKETCHED = ("p50_ms", "p90_ms", "p99_ms")
 # (exact, sketched) columns of the tables measured from fetch_log observations
+LOSSY_BAND = (0xFD, 0xF2, 0xE9)  # the report's background of the line on lost parents
 MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
             "lag": (("fetches", "max_s"), ("p50_s",))}
 
@@ -359,6 +362,13 @@ def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, lis
     assert "1 of these hops start their branches with no parent named" in line
     assert "Incomplete: parents Herald could not name" in html
     assert "1 incomplete (parents lost)</text>" in html  # on the edge in the graph
+    # Drawn: the line stands out (its tinted band spans the page under the cards).
+    png = out / "report.png"
+    screenshot(out / "report.html", png, out / "profile", (1400, 1600))
+    top = Image.open(png).convert("RGB").crop((0, 0, 1400, 700))
+    tinted = sum(1 for p in top.get_flattened_data()
+                 if all(abs(a - b) <= 3 for a, b in zip(p, LOSSY_BAND, strict=True)))
+    assert tinted > 1000 * 30, tinted
 
 
 def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
