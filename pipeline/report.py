@@ -350,6 +350,10 @@ def _reasons(by_reason: dict[str, dict[str, int]], key: str) -> str:
                      if c.get(key))
 
 
+def _n(count: int | None, one: str, many: str = "") -> str:
+    return f"{fmt_count(count)} {one if count == 1 else many or one + 's'}"
+
+
 def links_line(summary: dict[str, Any]) -> str:
     """One sentence on how the graph was joined, and what it cannot see: the first thing to
     read before trusting any figure below it. A summary without `incomplete` (written before
@@ -367,10 +371,10 @@ def links_line(summary: dict[str, Any]) -> str:
     parts = [f"{fmt_count(lost['hops'])} hops are incomplete: they declared "
              f"{fmt_count(lost['parents_lost'])} parents Herald knew of but could not name "
              f"({_reasons(lost.get('by_reason', {}), 'hops')} hops)",
-             f"{fmt_count(lost.get('links'))} links into them on {fmt_count(lost.get('edges'))}"
-             f" edges, {fmt_count(lost.get('branches'))} branches on "
-             f"{fmt_count(lost.get('pathways'))} pathways and {fmt_count(lost.get('flows'))}"
-             " flows are incomplete"]
+             f"{_n(lost.get('links'), 'link')} into them on {_n(lost.get('edges'), 'edge')}, "
+             f"{_n(lost.get('branches'), 'branch', 'branches')} on "
+             f"{_n(lost.get('pathways'), 'pathway')} and {_n(lost.get('flows'), 'flow')}"
+             " are incomplete"]
     if roots:
         parts.append(f"{fmt_count(roots)} of these hops start their branches with no parent "
                      "named: their real start is upstream, unseen")

@@ -189,7 +189,7 @@ def _fraud_by_host(traffic: Traffic, start_ms: int) -> dict[str, int]:
     check = traffic.add(Hop(t["fraud"], start_ms + 30, trace, [], "producer-1",
                             source="10.1.0.6:42311"))
     traffic.fetch(order, "consumer-fraud-1", "fraud-app", 5, host="10.1.0.6")
-    traffic.fetch(order, "consumer-b", "payments-app", 5, host="10.1.0.2")
+    traffic.fetch(order, "svc-b", "payments-app", 5, host="10.1.0.2")
     traffic.fetch(pay, "consumer-x", "shipping-app", 5, host="10.1.0.9")
     return {"order": order, "pay": pay, "check": check}
 
