@@ -104,7 +104,10 @@ def _observations(bootstrap: str, topics: set[str], count: int,
 def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
                     ) -> PipelineConfig:
     """The pipeline over the services' topics, with the scenario's threshold; one-second
-    buckets, so that the few seconds the services run make a trend."""
+    buckets, so that the few seconds the services run make a trend. Every service runs on this
+    host, so an inferred parent's fetch is matched by host and client id (`client_id`), as
+    Herald's link memory would have to key them."""
+    more.setdefault("inference_scope", "client_id")
     return PipelineConfig(bootstrap=bootstrap, topics=[topics[r] for r in ROLES],
                           terminal_topics=[topics[r] for r in TERMINAL_ROLES],
                           max_wait_ms=MAX_WAIT_MS, time_bucket_s=1,

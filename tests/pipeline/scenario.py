@@ -249,11 +249,16 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
             ts_type, ts = m.timestamp()
             herald_time = _text(m, "herald.time")
             parents = []
+            lost: dict[str, int] = {}
             for k, v in m.headers() or []:
                 if k == "herald.parent":
                     topic, partition, offset = v.decode().rsplit(":", 2)
                     parents.append({"topic": topic, "partition": int(partition),
                                     "offset": int(offset)})
+                elif k == "herald.parents_lost":
+                    reason, count = v.decode().split(":")
+                    lost[reason] = lost.get(reason, 0) + int(count)
+            source = _text(m, "herald.source")
             hops.append({
                 "trace_id": tp.trace_id if tp else None,
                 "parent_span": tp.parent_id if tp else None,
@@ -264,6 +269,8 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
                 "principal": _text(m, "herald.principal"),
                 "origin": _text(m, "herald.origin"), "message_id": _text(m, "herald.msg_id"),
                 "size": size, "parents": parents,
+                "parents_lost": sum(lost.values()), "lost_reasons": sorted(lost),
+                "source_host": source.rpartition(":")[0] if source else None,
             })
             if tp and m.topic() == topics["orders"]:
                 _, number, plan = m.value().decode().split()
