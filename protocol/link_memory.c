@@ -63,6 +63,8 @@ struct lm_memory {
     int64_t spare_room;
 };
 
+#define LM_AHEAD 8 /* lm_remember_many: how many records ahead it hashes and prefetches */
+
 /* A word at a time: keys are a scope and a 32-byte trace id. */
 static uint64_t hash_key(const uint8_t *p, size_t n) {
     uint64_t h = 1469598103934665603ULL ^ n;
@@ -403,11 +405,10 @@ static node *new_node(lm_memory *m, const uint8_t *key, size_t len) {
 }
 
 /* lm_remember with the memory locked, the key (scope, trace) made by the caller. */
-static int remember(lm_memory *m, const uint8_t *key, size_t len, const uint8_t *topic,
-                    size_t topic_len, int32_t partition, int64_t offset, double now,
-                    int64_t *evicted, int64_t *expired) {
+static int remember(lm_memory *m, const uint8_t *key, size_t len, uint64_t h,
+                    const uint8_t *topic, size_t topic_len, int32_t partition, int64_t offset,
+                    double now, int64_t *evicted, int64_t *expired) {
     *evicted = *expired = 0;
-    uint64_t h = hash_key(key, len);
     table *entries = &m->entries;
     node *e = find(entries, key, len, h);
     if (e == NULL) {
@@ -540,13 +541,36 @@ int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
     }
     size_t len = scope_len + LM_TRACE;
     int64_t done = 0;
+    /* The hashes LM_AHEAD records ahead, their buckets fetched into the cache meanwhile: a
+     * memory of many entries is mostly out of the cache, and a lookup after a lookup waited
+     * on each miss in turn. */
+    uint64_t ahead[LM_AHEAD];
+    for (size_t i = 0; i < n && i < LM_AHEAD; i++) {
+        memcpy(key + scope_len, records[i].trace, LM_TRACE);
+        ahead[i] = hash_key(key, len);
+    }
     pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < n && i < LM_AHEAD; i++) {
+        __builtin_prefetch(&m->entries.buckets[ahead[i] & m->entries.mask]);
+    }
     for (size_t i = 0; i < n; i++) {
         const lm_record *r = &records[i];
         int64_t ev, ex;
+        uint64_t h = ahead[i % LM_AHEAD];
+        if (i + LM_AHEAD < n) {
+            memcpy(key + scope_len, records[i + LM_AHEAD].trace, LM_TRACE);
+            uint64_t next = ahead[i % LM_AHEAD] = hash_key(key, len);
+            __builtin_prefetch(&m->entries.buckets[next & m->entries.mask]);
+        }
+        if (i + 1 < n) { /* the next one's first node: its bucket came in a while ago */
+            node *first = m->entries.buckets[ahead[(i + 1) % LM_AHEAD] & m->entries.mask];
+            if (first != NULL) {
+                __builtin_prefetch(first);
+            }
+        }
         memcpy(key + scope_len, r->trace, LM_TRACE);
-        if (remember(m, key, len, r->topic, r->topic_len, r->partition, r->offset, now, &ev,
-                     &ex)) {
+        if (remember(m, key, len, h, r->topic, r->topic_len, r->partition, r->offset, now,
+                     &ev, &ex)) {
             done++;
             *evicted += ev;
             *expired += ex;

@@ -2,7 +2,7 @@
  * length is checked against the bytes present before it is used. */
 #include "stamp_core.h"
 
-int sc_uvarint(const uint8_t *buf, size_t *pos, size_t limit, uint64_t *out) {
+int sc_uvarint_long(const uint8_t *buf, size_t *pos, size_t limit, uint64_t *out) {
     uint64_t result = 0;
     size_t p = *pos;
     for (int shift = 0; shift < 70; shift += 7) {

@@ -14,7 +14,11 @@
  * tests/unit/test_native_fetch.py and test_native_links.py hold the verdicts and what is
  * remembered to the Python fetch chain; here the scan must read nothing outside the frame,
  * what it counts must fit what the frame holds, and it remembers no more records than it
- * passes (none when it does not pass). */
+ * passes (none when it does not pass). The same frame is also scanned as the engine scans a
+ * response that arrived in pieces: nf_verify_prefix over two prefixes (cut where the input's
+ * second and last bytes say, each an exact-size copy: it must read nothing past what is
+ * here), then nf_scan_fetch_verified, whose verdict, reason and counts must be the whole
+ * scan's. */
 #include "common.h"
 #include "relay_fetch.h"
 #include "stamp_core.h"
@@ -185,9 +189,48 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         must(nc_plan_links(&plan, memory, (const uint8_t *)"h", 1, (const uint8_t *)"", 0));
         must(nc_plan_id_names(&plan, (const uint8_t *)"\0\1a\0\2bb", 7));
     }
+    /* As the engine scans it: CRCs checked over two prefixes first. */
+    nc_plan plan2;
+    fetch_plan(&plan2);
+    lm_memory *memory2 = NULL;
+    if (memory != NULL) {
+        memory2 = lm_new(16, 1e9, 2);
+        must(memory2 != NULL);
+        must(nc_plan_links(&plan2, memory2, (const uint8_t *)"h", 1, (const uint8_t *)"", 0));
+        must(nc_plan_id_names(&plan2, (const uint8_t *)"\0\1a\0\2bb", 7));
+    }
+    size_t cuts[2] = {o.len * (size > 1 ? data[1] : 0) / 256, o.len * data[size - 1] / 255};
+    if (cuts[1] < cuts[0]) {
+        cuts[1] = cuts[0];
+    }
+    size_t verified = 0;
+    for (int c = 0; c < 2; c++) {
+        uint8_t *here = malloc(cuts[c] ? cuts[c] : 1);
+        if (cuts[c] > 0) {
+            memcpy(here, frame, cuts[c]);
+        }
+        size_t before = verified;
+        verified = nf_verify_prefix(here, cuts[c], o.len, ver, &plan2, verified);
+        FUZZ_CHECK(verified == before || (verified > before && verified <= cuts[c]),
+                   "verified %zu after %zu, %zu here", verified, before, cuts[c]);
+        free(here);
+    }
+    nc_counts counts2;
+    const char *why2 = NULL;
+    int r2 = nf_scan_fetch_verified(frame, o.len, ver, &plan2, check_tags, verified, &counts2,
+                                    &why2);
     nc_counts counts;
     const char *why = NULL;
     int r = nf_scan_fetch(frame, o.len, ver, &plan, check_tags, &counts, &why);
+    FUZZ_CHECK(r2 == r && (r == NC_OK || strcmp(why, why2) == 0) &&
+                   counts2.batches == counts.batches && counts2.records == counts.records &&
+                   counts2.remembered == counts.remembered,
+               "prefix-verified scan: %d (%s) against %d (%s)", r2, r2 == NC_OK ? "" : why2, r,
+               r == NC_OK ? "" : why);
+    if (memory2 != NULL) {
+        lm_release(memory2);
+    }
+    nc_plan_free(&plan2);
     FUZZ_CHECK(r == NC_OK || r == NC_PYTHON, "result %d", r);
     if (r == NC_OK) {
         FUZZ_CHECK(counts.records >= counts.batches, "%llu records in %llu batches",

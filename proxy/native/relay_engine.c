@@ -162,6 +162,10 @@ typedef struct session {
     nc_counts stamped_counts;
     int scanning;        /* has a fetch plan */
     size_t fetch_cap;    /* the response buffer may grow to this for a response to scan */
+    uint64_t verified_at; /* the response being read to scan (stream offset of its first byte
+                           * plus one; 0: none), and how far its batch CRCs were checked as it
+                           * arrived (nf_verify_prefix) */
+    size_t verified, verified_here; /* and over how many of its bytes */
     nc_plan fetch_plan;
     long long fetch_key; /* whose counters its scans add to (proxy/native/fetch_plan.py) */
     struct ssl_st *tls[2];  /* NULL: plaintext side; else its TLS connection (relay_tls.c) */
@@ -641,15 +645,34 @@ static int scan_response(ne_engine *e, session_t *s, const pending_t *entry, uin
     if (whole > d->cap && (whole > s->fetch_cap || !grow_to(d, s->fetch_cap))) {
         return S_PYTHON;
     }
-    if (d->len - d->parsed < whole) {
+    uint64_t frame_at = d->off + d->parsed + 1;
+    if (s->verified_at != frame_at) {
+        s->verified_at = frame_at;
+        s->verified = s->verified_here = 0;
+    }
+    const uint8_t *frame = d->buf + d->parsed; /* after any growth above */
+    int ver = entry->ver, check = entry->check;
+    size_t here = d->len - d->parsed;
+    if (here < whole) {
+        /* Its batches' CRCs now, while what was just read is in the CPU's cache: checked
+         * once the response is whole, megabytes of it are not, and the check read it from
+         * memory again. */
+        if (here > s->verified_here) {
+            s->verified_here = here;
+            unlock_for_work(e, s);
+            s->verified = nf_verify_prefix(frame, here, (size_t)whole, ver, &s->fetch_plan,
+                                           s->verified);
+            relock_after_work(e, s);
+        }
         return S_WAIT; /* room is made once what precedes it is written */
     }
     nc_counts counts;
     const char *why;
-    const uint8_t *frame = d->buf + d->parsed; /* after any growth above */
-    int ver = entry->ver, check = entry->check;
+    size_t verified = s->verified;
+    s->verified_at = 0;
     unlock_for_work(e, s);
-    int r = nf_scan_fetch(frame, (size_t)whole, ver, &s->fetch_plan, check, &counts, &why);
+    int r = nf_scan_fetch_verified(frame, (size_t)whole, ver, &s->fetch_plan, check, verified,
+                                   &counts, &why);
     relock_after_work(e, s);
     if (r != NC_OK) {
         return S_PYTHON;

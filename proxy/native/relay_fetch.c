@@ -52,6 +52,9 @@ typedef struct {
     const uint8_t *topic; /* the partition being read: its topic's name, its index */
     size_t topic_len;
     int32_t partition;
+    const uint8_t *frame; /* the response's first byte: batches are placed by offset in it */
+    size_t verified;      /* every batch ending at or before this offset has a valid CRC */
+    int prefix;           /* nf_verify_prefix: only CRCs, over the bytes here so far */
 } scan_room;
 
 #define TRACEPARENT_KEY "traceparent"
@@ -182,11 +185,18 @@ static const char *scan_records(const uint8_t *f, size_t n, const nc_plan *plan,
             return "a record batch shorter than its header";
         }
         unsigned attributes = (unsigned)b[21] << 8 | b[22];
-        if (!(attributes & 0x20)) { /* control batches are never touched */
-            /* As the Python path, which checks it before it reads any record. */
-            if (sc_crc32c(0, b + 21, size - 21) != be32at(b + 17)) {
-                return "a record batch CRC mismatch";
+        size_t batch_end = (size_t)(b - scratch->frame) + size;
+        /* As the Python path, which checks it before it reads any record; once per batch,
+         * whether by nf_verify_prefix as the response arrived or now. */
+        if (!(attributes & 0x20) && batch_end > scratch->verified &&
+            sc_crc32c(0, b + 21, size - 21) != be32at(b + 17)) {
+            return "a record batch CRC mismatch";
+        }
+        if (scratch->prefix) {
+            if (batch_end > scratch->verified) {
+                scratch->verified = batch_end;
             }
+        } else if (!(attributes & 0x20)) { /* control batches are never touched */
             int64_t count = (int32_t)be32at(b + 57);
             if (count <= 0) {
                 return "an empty batch";
@@ -247,9 +257,28 @@ static int64_t read_length(sc_reader *r, int compact, int width) {
 static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                       int check_tags, nc_counts *counts, const char **why, scan_room *room);
 
+size_t nf_verify_prefix(const uint8_t *frame, size_t here, size_t len, int ver,
+                        const nc_plan *plan, size_t verified) {
+    scan_room room = {{NULL, 0, 0}, 0, 0, NULL, 0, 0, NULL, 0, 0, frame, verified, 1};
+    nc_counts counts;
+    const char *why;
+    if (here > len) {
+        return verified;
+    }
+    (void)scan_fetch(frame, here, ver, plan, 0, &counts, &why, &room);
+    return room.verified;
+}
+
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why) {
-    scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0, NULL, 0, 0, NULL, 0, 0};
+    return nf_scan_fetch_verified(frame, len, ver, plan, check_tags, 0, counts, why);
+}
+
+int nf_scan_fetch_verified(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+                           int check_tags, size_t verified, nc_counts *counts,
+                           const char **why) {
+    scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0, NULL, 0, 0, NULL, 0, 0,
+                      frame, verified, 0};
     int r = scan_fetch(frame, len, ver, plan, check_tags, counts, why, &room);
     if (r == NC_OK && room.npending > 0) { /* it passes: what it carried is remembered */
         struct timespec ts;
@@ -276,7 +305,7 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
         *why = "a Fetch version the scan does not read";
         return NC_PYTHON;
     }
-    if (len < 8 || (uint64_t)be32at(frame) + 4 != len) {
+    if (len < 8 || (!room->prefix && (uint64_t)be32at(frame) + 4 != len)) {
         return NC_PYTHON;
     }
     int flexible = ver >= FETCH_FLEXIBLE_VERSION;
@@ -341,6 +370,12 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
                 sc_read_skip(&r, 4); /* preferred read replica */
             }
             int64_t n = read_length(&r, flexible, 4);
+            if (!r.bad && room->prefix && n > 0 && (uint64_t)n > r.end - r.pos) {
+                /* the records field goes on past the bytes here: its whole batches, then
+                 * the prefix ends */
+                (void)scan_records(frame + r.pos, r.end - r.pos, plan, counts, room);
+                return NC_PYTHON;
+            }
             if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
                 return NC_PYTHON;
             }

@@ -17,4 +17,21 @@
 int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why);
 
+/* The batch CRCs of a response as it arrives, while its bytes are still in the CPU's cache
+ * (a whole response of megabytes is not by the time it is here whole): `here` of its `len`
+ * bytes are read. The response is walked as nf_scan_fetch walks it, over those bytes only,
+ * and every whole batch from the first on whose CRC is valid is passed; it stops at the
+ * first one that is not (nf_scan_fetch finds it again) or at the first byte not here.
+ * Returns the offset where the last batch so passed ends, at least `verified` (the last
+ * call's answer for this response: those batches are not checked again): every batch that
+ * ends at or before it was checked. */
+size_t nf_verify_prefix(const uint8_t *frame, size_t here, size_t len, int ver,
+                        const nc_plan *plan, size_t verified);
+
+/* nf_scan_fetch for a response whose batches ending at or before `verified` (from
+ * nf_verify_prefix over the same bytes) have valid CRCs: those are not checked again. */
+int nf_scan_fetch_verified(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+                           int check_tags, size_t verified, nc_counts *counts,
+                           const char **why);
+
 #endif
