@@ -73,6 +73,9 @@ PLAIN_COUNTERS = (
     ("herald_stream_branches_broken",
      "Branches that stopped before a terminal topic or waited longer than max_wait_ms",
      ("branches", "broken")),
+    ("herald_stream_branches_incomplete",
+     "Branches through a hop with parents Herald knew of but could not name (parents_lost)",
+     ("branches", "incomplete")),
     ("herald_stream_links_unresolved", "Hops whose parent headers name only records not read",
      ("links", "unresolved")),
     ("herald_stream_flows_evicted", "Flows finalised early: over max_flow_hops or max_flow_age_s",
@@ -101,12 +104,16 @@ EDGE_COUNTERS = (
      "the server topic (edges of finalised flows)", None),
     ("herald_stream_edge_inferred", "Hops of the edge whose parent was inferred, not linked",
      "inferred"),
+    ("herald_stream_edge_incomplete", "Hops of the edge into a hop with lost parents",
+     "incomplete"),
 )
 PATHWAY_COUNTERS = (
     ("herald_stream_pathway_branches", "Branches of finalised flows along the path", None),
     ("herald_stream_pathway_branches_broken", "Broken branches along the path", "broken"),
     ("herald_stream_pathway_branches_inferred",
      "Branches along the path with an inferred edge", "inferred"),
+    ("herald_stream_pathway_branches_incomplete",
+     "Branches along the path through a hop with lost parents", "incomplete"),
 )
 STATE_GAUGES = (("herald_stream_held_hops", "Hops held in the state, waiting for their flow"),
                 ("herald_stream_held_flows", "Open flows held in the state"),
@@ -174,13 +181,14 @@ class Folded:
     """One exported series: entries of the aggregates added up under one label set."""
 
     count: int = 0
-    sums: dict[str, int] = field(default_factory=dict)
+    sums: dict[str, int | None] = field(default_factory=dict)  # None: some entry lacks it
     histogram: Histogram | None = field(default_factory=Histogram)
 
     def add(self, entry: dict[str, Any], keys: Iterable[str]) -> None:
         self.count += entry["sketch"]["count"]
         for k in keys:
-            self.sums[k] = self.sums.get(k, 0) + int(entry.get(k) or 0)
+            was = self.sums.get(k, 0)
+            self.sums[k] = None if was is None or k not in entry else was + int(entry[k] or 0)
         if self.histogram is not None:
             if _complete(entry):
                 self.histogram.add(entry)
@@ -217,12 +225,21 @@ def edge_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
     for key, f in sorted(folded.items(), key=lambda kv: kv[0] is None):
         labels = [*(key or (OTHER, OTHER)), CONNECTION_TYPE]
         for name, _, k in EDGE_COUNTERS:
-            counters[name].add_metric(labels, f.count if k is None else f.sums[k])
+            _add_count(counters[name], labels, f, k)
         if f.histogram is not None:
             sum_s = None if f.histogram.sum_ms is None else f.histogram.sum_ms / 1000
             hist.add_metric(labels, f.histogram.buckets(), sum_s)
-    yield from counters.values()
+    yield from (c for c in counters.values() if c.samples)
     yield hist
+
+
+def _add_count(family: CounterMetricFamily, labels: list[str], f: Folded, key: str | None
+               ) -> None:
+    """The series' count (`key` None) or sum of `key`, unless some entry lacks it (aggregates
+    written before that figure existed): left out rather than shown as 0."""
+    value = f.count if key is None else f.sums[key]
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 def pathway_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
@@ -236,11 +253,11 @@ def pathway_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
     for key, f in sorted(folded.items(), key=lambda kv: kv[0] is None):
         labels = [key if key is not None else OTHER]
         for name, _, k in PATHWAY_COUNTERS:
-            counters[name].add_metric(labels, f.count if k is None else f.sums[k])
+            _add_count(counters[name], labels, f, k)
         if f.histogram is not None:
             sum_s = None if f.histogram.sum_ms is None else f.histogram.sum_ms / 1000
             hist.add_metric(labels, f.histogram.buckets(), sum_s)
-    yield from counters.values()
+    yield from (c for c in counters.values() if c.samples)
     yield hist
 
 

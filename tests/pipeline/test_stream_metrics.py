@@ -37,10 +37,10 @@ def _aggregates() -> dict:
     agg = _empty_aggregates()
     agg["batch_id"] = 7
     agg["edges"] = {
-        "orders\0payments": _entry([3, 20, 20, 700], linked=4, inferred=0),
-        "payments\0shipments": _entry([20, 40, 90], linked=2, inferred=1),
-        "orders\0fraud": _entry([1], linked=0, inferred=1),
-        "fraud\0alerts": _entry([60_001, 5], linked=2, inferred=0),
+        "orders\0payments": _entry([3, 20, 20, 700], linked=4, inferred=0, incomplete=1),
+        "payments\0shipments": _entry([20, 40, 90], linked=2, inferred=1, incomplete=0),
+        "orders\0fraud": _entry([1], linked=0, inferred=1, incomplete=0),
+        "fraud\0alerts": _entry([60_001, 5], linked=2, inferred=0, incomplete=0),
     }
     old = _entry([10, 10], linked=2, inferred=0)  # merged by a version without sums
     del old["sum_ms"]
@@ -49,7 +49,8 @@ def _aggregates() -> dict:
     partial["histogram"] = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
     agg["pathways"] = {"orders > payments": _entry([25, 30], broken=1, inferred=0),
                        "orders > fraud": partial}
-    agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0}
+    agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0,
+                       "incomplete": 1}
     agg["offsets"] = {"orders\x000": {"topic": "orders", "partition": 0, "first": 0,
                                       "last": 9, "records": 10, "untraced": 3, "bytes": 100},
                       "fraud\x000": {"topic": "fraud", "partition": 0, "first": 0, "last": 0,
@@ -138,6 +139,12 @@ def test_labels_over_the_budget_are_added_up_under_other(served) -> None:
     alerts = {"client": "fraud", "server": "alerts"}
     assert _value(m, f"{EDGE}_server_seconds_bucket", le="60.0", **alerts) == 1
     assert _value(m, f"{EDGE}_server_seconds_bucket", le="+Inf", **alerts) == 2
+    # Incomplete hops: counted where every entry folded in says; the older one does not.
+    assert _value(m, "herald_stream_edge_incomplete_total", client="orders",
+                  server="payments") == 1
+    assert _value(m, "herald_stream_edge_incomplete_total", client="fraud",
+                  server="alerts") == 0
+    assert _value(m, "herald_stream_edge_incomplete_total", **other) is None
 
 
 def test_pathways_lag_branches_records_and_health(served) -> None:
@@ -161,6 +168,10 @@ def test_pathways_lag_branches_records_and_health(served) -> None:
                   group="ship") == 10
     assert _value(m, "herald_stream_branches_broken_total") == 2
     assert _value(m, "herald_stream_branch_breaks_total", reason="slow") == 2
+    assert _value(m, "herald_stream_branches_incomplete_total") == 1
+    # Figures the aggregates do not carry are left out, not shown as 0.
+    assert "herald_stream_pathway_branches_incomplete_total" not in m
+    assert "herald_stream_links_unresolved_total" not in m
     assert _value(m, "herald_stream_records_untraced_total", topic="orders") == 3
     assert _value(m, "herald_stream_records_total", topic="fraud") == 1
     assert _value(m, "herald_stream_hops_late_total") == 4
