@@ -47,6 +47,9 @@ arrive; recomputing everything after each micro-batch costs O(all hops) per batc
    adding twice. Edges, pathways, audit, transit, lag, the summary and the report are redrawn
    from it.
 
+6. **Serve.** The merged aggregates of each micro-batch also go to the Prometheus exporter
+   (`pipeline.stream_metrics`), which serves them from the driver when scraped.
+
 A micro-batch therefore costs time proportional to the records and observations it brought
 and the flows it finalised, plus the small aggregates; never to all hops so far.
 """
