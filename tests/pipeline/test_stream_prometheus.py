@@ -68,7 +68,7 @@ def _edge(client: str, server: str) -> str:
     return f'client="{client}",server="{server}",connection_type="messaging_system"'
 
 
-def _wait_for(what: str, check, timeout_s: float = 180) -> None:
+def _wait_for(what: str, check, timeout_s: float = 480) -> None:
     deadline = time.monotonic() + timeout_s
     last = None
     while time.monotonic() < deadline:
