@@ -73,9 +73,16 @@ PLAIN_COUNTERS = (
     ("herald_stream_branches_broken",
      "Branches that stopped before a terminal topic or waited longer than max_wait_ms",
      ("branches", "broken")),
+    # Lost parents (`herald.parents_lost`): where the aggregates count them.
     ("herald_stream_branches_incomplete",
      "Branches through a hop with parents Herald knew of but could not name (parents_lost)",
-     ("branches", "incomplete")),
+     ("incomplete", "branches")),
+    ("herald_stream_flows_incomplete", "Flows with an incomplete branch",
+     ("incomplete", "flows")),
+    ("herald_stream_hops_incomplete", "Traced hops declaring lost parents",
+     ("incomplete", "hops")),
+    ("herald_stream_parents_lost", "Parents declared lost by the hops (their counts summed)",
+     ("incomplete", "parents_lost")),
     ("herald_stream_links_unresolved", "Hops whose parent headers name only records not read",
      ("links", "unresolved")),
     ("herald_stream_flows_evicted", "Flows finalised early: over max_flow_hops or max_flow_age_s",
@@ -89,13 +96,19 @@ PLAIN_COUNTERS = (
      "Fetch observations without the record's time: counted, left to batch",
      ("stream", "no_record_time")),
 )
-# Counters by one label: (metric, help, label, where, {label value: key there}).
+# Counters by one label: (metric, help, label, where, {label value: path under `where`}).
+# Without `where` in the aggregates the family is left out; a value not there yet is 0.
 LABELLED_COUNTERS = (
     ("herald_stream_branch_breaks", "Broken branches by reason (a branch both stopped and slow "
-     "counts under each)", "reason", ("branches",), {"stopped": "stopped", "slow": "slow"}),
+     "counts under each)", "reason", ("branches",), {"stopped": ("stopped",),
+                                                     "slow": ("slow",)}),
+    ("herald_stream_branch_losses", "Incomplete branches by the reason their parents were "
+     "lost (a branch with several reasons counts under each)", "reason",
+     ("incomplete", "by_reason"), {r: (r, "branches") for r in ("expired", "evicted",
+                                                                 "overflow")}),
     ("herald_stream_links", "Parent links of hops by evidence: header (herald.parent), "
      "inferred from a fetch, inferred by time", "evidence", ("links",),
-     {"header": "header", "fetch": "fetch", "time": "time"}),
+     {"header": ("header",), "fetch": ("fetch",), "time": ("time",)}),
 )
 # Per edge and per pathway: (metric, help, key in the entry). The service graph's request
 # count is the edge's hops.
@@ -267,10 +280,12 @@ def count_families(agg: dict[str, Any]) -> Iterator[Metric]:
         if value is not None:
             yield CounterMetricFamily(name, doc, value=value)
     for name, doc, label, where, values in LABELLED_COUNTERS:
-        found = _path(agg, where) or {}
+        found = _path(agg, where)
+        if found is None:
+            continue
         family = CounterMetricFamily(name, doc, labels=[label])
-        for value, key in values.items():
-            family.add_metric([value], found.get(key, 0))
+        for value, inner in values.items():
+            family.add_metric([value], _path(found, inner) or 0)
         yield family
 
 

@@ -47,9 +47,9 @@ def _rule_exprs() -> list[str]:
 def _exported() -> set[str]:
     """Every series name the exporter serves over aggregates with each kind of figure."""
     collector = StreamCollector(PipelineConfig(topics=["orders"], stream=StreamConfig()))
-    agg = _aggregates()
+    agg = _aggregates()  # with the lost-parents counts (docs/pipeline.md)
     for entry in [*agg["pathways"].values(), *agg["edges"].values()]:
-        entry.setdefault("incomplete", 0)  # the lost-parents counts (docs/pipeline.md)
+        entry.setdefault("incomplete", 0)
     collector.publish(agg)
     collector.on_progress({"batch_id": 1, "input_rows": 5, "duration_ms": 10,
                            "state": {"numRowsTotal": 1, "memoryUsedBytes": 1}})

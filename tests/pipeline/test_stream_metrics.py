@@ -49,8 +49,10 @@ def _aggregates() -> dict:
     partial["histogram"] = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
     agg["pathways"] = {"orders > payments": _entry([25, 30], broken=1, inferred=0),
                        "orders > fraud": partial}
-    agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0,
-                       "incomplete": 1}
+    agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0}
+    agg["incomplete"] = {"hops": 2, "parents_lost": 3, "roots": 0, "links": 2, "branches": 1,
+                         "flows": 1, "by_reason": {"expired": {"hops": 1, "links": 1,
+                                                               "branches": 1}}}
     agg["offsets"] = {"orders\x000": {"topic": "orders", "partition": 0, "first": 0,
                                       "last": 9, "records": 10, "untraced": 3, "bytes": 100},
                       "fraud\x000": {"topic": "fraud", "partition": 0, "first": 0, "last": 0,
@@ -169,6 +171,9 @@ def test_pathways_lag_branches_records_and_health(served) -> None:
     assert _value(m, "herald_stream_branches_broken_total") == 2
     assert _value(m, "herald_stream_branch_breaks_total", reason="slow") == 2
     assert _value(m, "herald_stream_branches_incomplete_total") == 1
+    assert _value(m, "herald_stream_parents_lost_total") == 3
+    assert _value(m, "herald_stream_branch_losses_total", reason="expired") == 1
+    assert _value(m, "herald_stream_branch_losses_total", reason="overflow") == 0
     # Figures the aggregates do not carry are left out, not shown as 0.
     assert "herald_stream_pathway_branches_incomplete_total" not in m
     assert "herald_stream_links_unresolved_total" not in m
@@ -222,3 +227,20 @@ def test_a_taken_port_leaves_the_stream_without_metrics(caplog) -> None:
     assert f"127.0.0.1:{port}" in caplog.text and "without metrics" in caplog.text
     off = PipelineConfig(topics=["orders"], stream=StreamConfig(metrics_bind=""))
     assert exporter_for(off) is None
+
+
+def test_aggregates_without_lost_parents_counts_export_none() -> None:
+    """Aggregates written before lost parents were counted: no incomplete series at all
+    (an absent figure, not a confident 0)."""
+    port = free_port("127.0.0.1")
+    exporter = exporter_for(_config(port, top=3))
+    assert exporter is not None
+    agg = _aggregates()
+    del agg["incomplete"]
+    for entry in agg["edges"].values():
+        entry.pop("incomplete", None)
+    exporter.collector.publish(agg)
+    m = _scrape(port)
+    assert not [name for name in m if "incomplete" in name or "losses" in name
+                or "parents_lost" in name]
+    assert _value(m, "herald_stream_branch_breaks_total", reason="stopped") == 1
