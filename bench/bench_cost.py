@@ -1,7 +1,7 @@
 """What a proxy costs per megabyte it moves and at low steady rates: Herald beside a native relay.
 
     python bench/bench_cost.py [--interceptors none|trace_audit|trace_audit_link|audit_trace_link|
-                                               drop_headers]
+                                               drop_headers[,...]]
                                [--rounds 3] [--client-traces]
 
 A ratio of throughputs with the broker, the load tools and the proxy sharing two cores
@@ -40,6 +40,12 @@ scope) every later produce finds parents, and the engine links them itself (with
 after `trace_context`, as here, its forgery check keeps Herald's own links: the engine knows
 which it wrote). `--interceptors audit_trace_link` puts `audit` first, which should cost the
 same.
+
+Several chains, comma-separated (`--interceptors trace_audit,trace_audit_link`), are one Herald
+each, named `herald/<chain>`, measured in the same rounds beside the relay: what links cost,
+produce and consume, without a second run's drift. After the rounds each Herald's link
+counters are printed (`link_remembered` and the rest, from its /metrics): a chain with `link`
+whose consume remembered nothing did not measure the memory, and the run says so.
 """
 
 from __future__ import annotations
@@ -47,10 +53,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -98,7 +106,7 @@ CHAINS: dict[str, dict[str, Any]] = {
     "drop_headers": {"produce": [], "fetch": [{"type": "drop_headers",
                                                "headers": ["prefix:internal."]}]},
 }
-PROXIES = ("relay", "herald")
+RELAY = "relay"
 FLOORS = ("py-epoll", "py-trio")  # bench/relay_floor.py, with --floors
 
 
@@ -114,6 +122,7 @@ class Figures:
     p50_us: dict[int, list[float]] = field(default_factory=dict)
     p99_us: dict[int, list[float]] = field(default_factory=dict)
     behind: dict[int, list[bool]] = field(default_factory=dict)
+    links: dict[str, float] = field(default_factory=dict)  # a Herald's link counters
 
 
 @dataclass
@@ -249,7 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempts", type=int, default=3,
                         help="fixed-rate windows tried per rate and round until the producer "
                              "keeps its rate")
-    parser.add_argument("--interceptors", choices=sorted(CHAINS), default="none")
+    parser.add_argument("--interceptors", type=_chains, default=["none"],
+                        help="Herald's chains, comma-separated: one Herald each, in the same "
+                             f"rounds ({', '.join(sorted(CHAINS))})")
     parser.add_argument("--warmup-records", type=int, default=200_000)
     parser.add_argument("--unpinned", action="store_true")
     parser.add_argument("--baseline", metavar="CHECKOUT", default=None,
@@ -284,6 +295,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _chains(text: str) -> list[str]:
+    chains = [c for c in text.split(",") if c]
+    unknown = [c for c in chains if c not in CHAINS]
+    if not chains or unknown or len(set(chains)) != len(chains):
+        raise argparse.ArgumentTypeError(
+            f"one or more of {', '.join(sorted(CHAINS))}, comma-separated, each once")
+    return chains
+
+
+def heralds(args: argparse.Namespace) -> dict[str, str]:
+    """Each Herald target's name and its chain: `herald` alone, `herald/<chain>` for several."""
+    if len(args.interceptors) == 1:
+        return {"herald": args.interceptors[0]}
+    return {f"herald/{chain}": chain for chain in args.interceptors}
+
+
 def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: bool
         ) -> dict[str, Figures]:
     relays = ["relay", *(FLOORS if args.floors else ())]
@@ -293,20 +320,26 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
     figures = {name: Figures() for name in ("direct", *proxies(args))}
     with KafkaCluster(size=1, workdir=workdir, extra_listeners=extra) as cluster, \
             ExitStack() as more:
-        config, baseline_config = (
-            herald_config(cluster.bootstrap, interceptors=CHAINS[args.interceptors],
-                          logging={"level": "warning"})
-            for _ in range(2))  # each on ports of its own; the baseline keeps its defaults
-        config["performance"] = {"native_relay": args.native}
         pids: dict[str, int] = {}
         targets = {"direct": cluster.bootstrap}
         for name, (outer, inner) in ports.items():
             pids[name] = more.enter_context(_relay(name, relay_binary, outer, inner))
             targets[name] = f"127.0.0.1:{outer}"
-        herald = more.enter_context(HeraldProcess(config))
-        assert herald.process is not None
-        pids["herald"] = herald.process.pid
-        targets["herald"] = herald.bootstrap
+        processes: dict[str, HeraldProcess] = {}
+        for name, chain in heralds(args).items():
+            # each on ports of its own
+            config = herald_config(cluster.bootstrap, interceptors=CHAINS[chain],
+                                   logging={"level": "warning"},
+                                   admin={"bind": f"127.0.0.1:{free_port()}"})
+            config["performance"] = {"native_relay": args.native}
+            herald = processes[name] = more.enter_context(HeraldProcess(config))
+            assert herald.process is not None
+            pids[name] = herald.process.pid
+            targets[name] = herald.bootstrap
+        # the baseline keeps its defaults, with the first chain
+        baseline_config = herald_config(cluster.bootstrap,
+                                        interceptors=CHAINS[args.interceptors[0]],
+                                        logging={"level": "warning"})
         if args.baseline:
             base = more.enter_context(herald_from(args.baseline, baseline_config))
             assert base.process is not None
@@ -333,7 +366,25 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
                     one_round(name, targets[name], cluster.bootstrap, args,
                               CpuClock(pid) if pid else None, figures[name],
                               load_pids, pid)
+        for name, herald in processes.items():
+            figures[name].links = _link_counters(herald)
     return figures
+
+
+LINK_EVENT = re.compile(r'^herald_interceptor_events_total\{.*event="(link_[a-z_]+)".*\} (\S+)$')
+
+
+def _link_counters(herald: HeraldProcess) -> dict[str, float]:
+    """The link events Herald's members counted (remembered, evicted, expired on the fetch
+    path; made, parents and missed on the produce path), summed over members."""
+    with urllib.request.urlopen(f"{herald.admin_url}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        hit = LINK_EVENT.match(line)
+        if hit:
+            counts[hit.group(1)] = counts.get(hit.group(1), 0.0) + float(hit.group(2))
+    return counts
 
 
 @contextmanager
@@ -357,7 +408,7 @@ def _relay(name: str, binary: Path, port: int, broker_port: int) -> Iterator[int
 
 
 def proxies(args: argparse.Namespace) -> tuple[str, ...]:
-    return (*PROXIES, *(FLOORS if args.floors else ()),
+    return (RELAY, *heralds(args), *(FLOORS if args.floors else ()),
             *(("baseline",) if args.baseline else ()))
 
 
@@ -388,7 +439,8 @@ def _cpu(clock: CpuClock | None, before: tuple[float, float]) -> float:
 def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
               clock: CpuClock | None, into: Figures, load_pids: list[int],
               proxy_pid: int | None) -> None:
-    topic = f"cost-{name}-{uuid.uuid4().hex[:6]}"
+    label = name.replace("/", "-")  # a topic name's characters
+    topic = f"cost-{label}-{uuid.uuid4().hex[:6]}"
     create_topic(broker, topic, args.partitions)
     mb = args.records * 1024 / 1e6
     before = clock.read() if clock else (0.0, 0.0)
@@ -412,7 +464,7 @@ def one_round(name: str, bootstrap: str, broker: str, args: argparse.Namespace,
     log(line)
     for rate in args.rate_list:
         for attempt in range(1, args.attempts + 1):
-            rate_topic = f"cost-{name}-rate-{uuid.uuid4().hex[:6]}"
+            rate_topic = f"cost-{label}-rate-{uuid.uuid4().hex[:6]}"
             create_topic(broker, rate_topic, 1)
             before = clock.read() if clock else (0.0, 0.0)
             load_wait = RunQueueWait(load_pids)
@@ -448,24 +500,26 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
     traces = ("; every record with its own traceparent (librdkafka at full speed)"
               if args.client_traces else "")
     print(f"\n{args.records:,} x 1 KiB records, acks=all, Herald interceptors: "
-          f"{args.interceptors}{traces}; medians of {args.rounds} rounds; {layout}; "
+          f"{','.join(args.interceptors)}{traces}; medians of {args.rounds} rounds; {layout}; "
           f"load average at the end {_loadavg()}\n")
+    w = max(8, *(len(n) + 1 for n in proxies(args)))
     print("Proxy CPU per MB of client payload (ms per MB = millicores per MB/s)")
-    print(f"  {'':8}{'produce':>10}{'consume':>10}")
+    print(f"  {'':{w}}{'produce':>10}{'consume':>10}")
     for name in proxies(args):
         f = figures[name]
-        print(f"  {name:8}{_med(f.produce_ms_per_mb):10.2f}{_med(f.consume_ms_per_mb):10.2f}")
+        print(f"  {name:{w}}{_med(f.produce_ms_per_mb):10.2f}{_med(f.consume_ms_per_mb):10.2f}")
+    _report_links(figures, args)
     print("\nProxy CPU at a steady produce rate (millicores)")
-    print("  " + " " * 8 + "".join(f"{str(r) + '/s':>12}" for r in args.rate_list))
+    print("  " + " " * w + "".join(f"{str(r) + '/s':>12}" for r in args.rate_list))
     for name in proxies(args):
         f = figures[name]
-        print(f"  {name:8}" + "".join(f"{_med(f.millicores[r]):12.1f}" for r in args.rate_list))
+        print(f"  {name:{w}}" + "".join(f"{_med(f.millicores[r]):12.1f}" for r in args.rate_list))
     print("\nThroughput against direct, same rounds (median of per-round ratios)")
     for name in proxies(args):
         f = figures[name]
         prod = _med([a / b for a, b in zip(f.produce_rps, direct.produce_rps, strict=True)])
         cons = _med([a / b for a, b in zip(f.consume_mbps, direct.consume_mbps, strict=True)])
-        print(f"  {name:8} produce {prod:7.1%}   consume (fetch MB/s) {cons:7.1%}")
+        print(f"  {name:{w}} produce {prod:7.1%}   consume (fetch MB/s) {cons:7.1%}")
     print(f"\nLatency from produce() to delivery report (linger.ms {args.linger_ms:g}), "
           "microseconds: p50 / p99, and the p99 added over direct (median of per-round "
           "differences); * = a round where the producer fell behind even after "
@@ -478,8 +532,30 @@ def report(figures: dict[str, Figures], args: argparse.Namespace, pinned: bool) 
             extra = f" ({added:+.0f})" if name != "direct" else ""
             star = "*" if any(f.behind[r]) else ""
             cells.append(f"{_med(f.p50_us[r]):.0f} / {_med(f.p99_us[r]):.0f}{extra}{star}")
-        print(f"  {name:8}" + "".join(f"{c:>30}" for c in cells))
-    print("  " + " " * 8 + "".join(f"{'at ' + str(r) + '/s':>30}" for r in args.rate_list))
+        print(f"  {name:{w}}" + "".join(f"{c:>30}" for c in cells))
+    print("  " + " " * w + "".join(f"{'at ' + str(r) + '/s':>30}" for r in args.rate_list))
+
+
+def _report_links(figures: dict[str, Figures], args: argparse.Namespace) -> None:
+    """Each Herald's link counters and, for a chain run beside the same chain with `link`
+    (`trace_audit` and `trace_audit_link`), what links cost as a ratio."""
+    names = heralds(args)
+    print()
+    for name, chain in names.items():
+        if any("link" in member for member in CHAINS[chain]["produce"]):
+            links = figures[name].links
+            counted = ", ".join(f"{k} {v:.0f}" for k, v in sorted(links.items())) or "none"
+            unused = "" if links.get("link_remembered", 0) > 0 else (
+                "  NOT EXERCISED: the consume remembered no traced record")
+            print(f"  {name} link counters: {counted}{unused}")
+    for without, chain in names.items():
+        with_links = next((n for n, c in names.items() if c == chain + "_link"), None)
+        if with_links is None:
+            continue
+        f, g = figures[without], figures[with_links]
+        print(f"  links cost (same rounds, {with_links} over {without}): produce "
+              f"{_med(g.produce_ms_per_mb) / _med(f.produce_ms_per_mb):.2f}x, consume "
+              f"{_med(g.consume_ms_per_mb) / _med(f.consume_ms_per_mb):.2f}x")
 
 
 if __name__ == "__main__":

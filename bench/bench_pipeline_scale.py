@@ -78,6 +78,9 @@ def synthetic_hops(spark: object, hops: int, partitions: int) -> object:
         F.lit("User:ANONYMOUS").alias("principal"), F.lit("bench-cluster").alias("origin"),
         F.md5(F.concat_ws("-", "flow", "hop")).alias("message_id"),
         F.lit(480).cast("long").alias("size"), parents.alias("parents"),
+        F.lit(0).cast("long").alias("parents_lost"),
+        F.array().cast("array<string>").alias("lost_reasons"),
+        F.lit("10.0.0.1").alias("source_host"),
         event_ms.alias("event_ms"), F.timestamp_millis(event_ms).alias("event_time"))
 
 

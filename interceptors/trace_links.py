@@ -21,14 +21,29 @@ wrote itself (a retry loop through its own topic) links the next write to that r
 because its own write marked the older ones as spent and the next fetch replaced them. At most
 `max_parents` records per trace are kept (the oldest goes first).
 
+*No silent loss*: the records a (scope, trace) fetched since it last produced one of the trace
+are its *round*. Every parent of the round Herald knew of but cannot name is counted by why:
+``expired`` (the entry went unrefreshed for `ttl_s`: the older input of a join, or all of them
+when the service writes later than that), ``evicted`` (the memory was full) and ``overflow``
+(beyond `max_parents`); each produced traced record of the round says so in
+``herald.parents_lost`` headers (`LOST_HEADER`, ``<reason>:<count>``), beside the parents it
+names, also when it can name none. A fetch after a produce starts a new round with no losses.
+The count of a dropped entry is kept with its key in the bounded set of keys gone, so a join
+whose older input expired and was swept out declares it when the younger arrives. Only a
+round whose key has left that set too (older than `capacity` other drops) is forgotten: its
+next record counts as ``unseen``.
+
 *Bound*: at most `capacity` (scope, trace) entries, the least recently fetched evicted first,
 and an entry not refreshed for `ttl_s` is not believed (the time that counts runs from Herald
 relaying the fetch to the produce: the record's wait in the client's prefetch queue and the
-service's work on it, not how far behind its consumer is; a link made from a stale fetch would
-be a guess). A record that continues a trace
-with no entry is counted by reason, ``unseen`` (never fetched through this Herald: also the
-first hop of every trace whose producer started it itself), ``expired`` or ``evicted`` (a
-bounded set of recently evicted keys tells those apart from ``unseen``).
+service's work on it, not how far behind its consumer is). The defaults (`LinkConfig`) are
+sized by memory, not by a clock: an hour, so that joins and slow services of minutes to an
+hour are linked, and 100,000 entries, about 45 MB for the C memory and 72 MB for this
+reference when entries and dropped keys are both full (bench/bench_link_memory.py measures
+the bytes per entry: in C about 280 with one parent, 180 per dropped key). A record that
+continues a trace with no entry is counted by reason, ``unseen`` (never fetched through this
+Herald: also the first hop of every trace whose producer started it itself), ``expired`` or
+``evicted`` (a bounded set of recently evicted keys tells those apart from ``unseen``).
 
 The memory is shared by a produce-chain member and a fetch-chain member that may run on the
 event loop and in worker threads at once, so every access holds a lock (uncontended it costs
@@ -55,33 +70,46 @@ from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.tracing import valid_traceparent
-from protocol.contracts.headers import PARENT, RESERVED_PREFIX, TRACEPARENT
+from protocol.contracts.headers import PARENT, PARENTS_LOST, RESERVED_PREFIX, TRACEPARENT
 
 try:
     from protocol._stamp import LinkMemory
 except ImportError:  # the extension is not built: the reference serves
     LinkMemory = None
 
-UNSEEN, EXPIRED, EVICTED = "unseen", "expired", "evicted"
+UNSEEN, EXPIRED, EVICTED, OVERFLOW = "unseen", "expired", "evicted", "overflow"
 MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
+LOST_REASONS = (EXPIRED, EVICTED, OVERFLOW)
+"""Why a parent Herald knew of is not named, in the order the headers are written."""
+LOST_HEADER = RESERVED_PREFIX + PARENTS_LOST
+LOST_MAX = 4_294_967_295  # a count saturates there, as in C (10 digits: `PARENTS_LOST_VALUE_RE`)
+
+# The links' counters, by name: the C memory (protocol/_stamp.c `counters`) and the native
+# relay's counts (proxy/native/stamp_plan.py, fetch_plan.py) give theirs in this order.
+FETCH_COUNTERS = ("link_remembered", "link_evicted", "link_expired")
+MISSED_COUNTERS = tuple("link_missed_" + reason for reason in MISS_REASONS)
+LOST_COUNTERS = tuple("link_lost_" + reason for reason in LOST_REASONS)
+PRODUCE_COUNTERS = ("link_made", "link_parents", *MISSED_COUNTERS, *LOST_COUNTERS)
 
 LINKED_MEMO = "herald.links"
 """``RecordContext.memo`` key under which the linking member notes, for the record it is on,
-``(headers, header key, count)``: the last `count` headers with that key in that very
-`Headers` object were made by Herald, so `audit` (whatever its place in the chain) keeps them
-and treats any other header under its prefix as forged. The object, not the record's index,
+``(headers, ((header key, count), ...))``: per key it wrote (the link header, `LOST_HEADER`),
+the last `count` headers with that key in that very `Headers` object were made by Herald, so
+`audit` (whatever its place in the chain) keeps them and treats any other header under its
+prefix as forged. The object, not the record's index,
 is what ties the note to the record: members of one record share it, and a shadow member runs
 on a copy, so what a shadow `trace_context` would have written never shields a client's
 header from a live `audit`."""
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
+Lost = tuple[int, int, int]  # parents not named, by `LOST_REASONS`; None when there are none
 
 
 @dataclass
 class LinkConfig:
     scope: Literal["host", "client_id"] = "host"
-    capacity: int = 50_000          # (scope, trace) entries
-    ttl_s: float = 60.0             # an entry not refreshed for this long is not believed
+    capacity: int = 100_000         # (scope, trace) entries: ~45 MB in C when full
+    ttl_s: float = 3600.0           # an entry not refreshed for this long is not believed
     max_parents: int = 8            # records kept per (scope, trace): fan-in
     header: str = RESERVED_PREFIX + PARENT
 
@@ -92,7 +120,7 @@ class LinkConfig:
             raise InvalidConfig("ttl_s", "must be > 0")
         if self.max_parents < 1:
             raise InvalidConfig("max_parents", "must be >= 1")
-        if not self.header or self.header == TRACEPARENT:
+        if not self.header or self.header in (TRACEPARENT, LOST_HEADER):
             raise InvalidConfig("header", f"cannot use {self.header!r}")
 
 
@@ -104,23 +132,41 @@ def source_host(address: str) -> str:
 
 
 class _Entry:
-    """One (scope, trace): the records fetched, oldest first, and whether the scope has
-    produced a record of the trace since (then the next fetch replaces them)."""
+    """One (scope, trace): the records fetched, oldest first, whether the scope has
+    produced a record of the trace since (then the next fetch replaces them: a new round),
+    and the round's parents it cannot name, by `LOST_REASONS` (None: none)."""
 
-    __slots__ = ("seen", "spent", "parents")
+    __slots__ = ("seen", "spent", "parents", "lost")
 
     def __init__(self, seen: float, first: Key) -> None:
         self.seen = seen
         self.spent = False
         self.parents: list[Key] = [first]  # a few at most (`max_parents`): a list is smallest
+        self.lost: list[int] | None = None
+
+    def lose(self, reason: int, n: int) -> None:
+        if n:
+            if self.lost is None:
+                self.lost = [0, 0, 0]
+            self.lost[reason] += n
+
+    def lost_with(self, reason: int) -> Lost:
+        """The round's losses should its parents be lost too, for `reason`."""
+        lost = list(self.lost or (0, 0, 0))
+        lost[reason] += len(self.parents)
+        return lost[0], lost[1], lost[2]
+
+
+_EXPIRED, _EVICTED, _OVERFLOW = range(3)  # indexes in `Lost`
 
 
 class FetchedTraces:
     """The bounded memory (scope, trace id) → records fetched; see the module docstring.
 
-    About 0.4 KB an entry with one record (the key, the trace id, the entry, its record and
-    the ordered dict's links) and 0.25 KB for the key of a dropped one: about 32 MB at the
-    default capacity when both are full (measured with tracemalloc)."""
+    About 0.41 KB an entry with one record (the key, the trace id, the entry, its record and
+    the ordered dict's links) and 0.32 KB for the key of a dropped one with its losses: about
+    72 MB at the default capacity when both are full (measured with tracemalloc,
+    bench/bench_link_memory.py)."""
 
     def __init__(self, config: LinkConfig, clock: Callable[[], float] = time.monotonic
                  ) -> None:
@@ -130,7 +176,9 @@ class FetchedTraces:
         self.clock = clock
         self._by_host = config.scope == "host"
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
-        self._gone: OrderedDict[tuple, str] = OrderedDict()  # evicted or expired: why
+        # Evicted or expired: (why, whether spent, *the round's losses, its parents included),
+        # one flat tuple: the smallest.
+        self._gone: OrderedDict[tuple, tuple[str, bool, int, int, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -151,19 +199,26 @@ class FetchedTraces:
             k = (scope, trace)
             entry = entries.get(k)
             if entry is None:
-                entries[k] = _Entry(now, key)
+                entry = entries[k] = _Entry(now, key)
                 if self._gone:
-                    self._gone.pop(k, None)
+                    gone = self._gone.pop(k, None)
+                    if gone is not None and not gone[1]:  # the round goes on, its losses too
+                        entry.lost = list(gone[2:])
             else:
                 entries.move_to_end(k)
                 parents = entry.parents
-                if entry.spent or now - entry.seen > self.ttl_s:
+                if entry.spent:  # a new round
                     parents.clear()
                     entry.spent = False
+                    entry.lost = None
+                elif now - entry.seen > self.ttl_s:
+                    entry.lose(_EXPIRED, len(parents))
+                    parents.clear()
                 elif key in parents:
                     parents.remove(key)  # fetched again: it becomes the newest
                 elif len(parents) >= self.max_parents:
                     del parents[0]
+                    entry.lose(_OVERFLOW, 1)
                 parents.append(key)
                 entry.seen = now
             # The oldest entries first: expired ones, then any beyond the capacity.
@@ -172,36 +227,36 @@ class FetchedTraces:
                 oldest_key = next(iter(entries))
                 oldest = entries[oldest_key]
                 if oldest.seen < limit:
-                    reason = EXPIRED
+                    reason, lost = EXPIRED, oldest.lost_with(_EXPIRED)
                     expired += 1
                 elif len(entries) > self.capacity:
-                    reason = EVICTED
+                    reason, lost = EVICTED, oldest.lost_with(_EVICTED)
                     evicted += 1
                 else:
                     break
                 del entries[oldest_key]
-                self._bury(oldest_key, reason)
+                gone = self._gone
+                gone[oldest_key] = (reason, oldest.spent, *lost)
+                if len(gone) > self.capacity:
+                    gone.popitem(last=False)
         return evicted, expired
 
-    def _bury(self, k: tuple, reason: str) -> None:
-        gone = self._gone
-        gone[k] = reason
-        if len(gone) > self.capacity:
-            gone.popitem(last=False)
-
-    def parents(self, scope: tuple, trace: bytes) -> tuple[Key, ...] | str:
+    def parents(self, scope: tuple, trace: bytes) -> tuple[tuple[Key, ...] | str, Lost | None]:
         """The records `scope` fetched of `trace` that a record it produces now continues,
-        or why there are none (`MISS_REASONS`). Marks them spent: the scope's next fetch of
-        the trace replaces them, while further records produced before it link to them too."""
+        or why there are none (`MISS_REASONS`); and the round's parents it cannot name (None:
+        none). Marks them spent: the scope's next fetch of the trace replaces them, while
+        further records produced before it link to them too."""
         k = (scope, trace)
         with self._lock:
             entry = self._entries.get(k)
             if entry is None:
-                return self._gone.get(k, UNSEEN)
+                gone = self._gone.get(k)
+                return (UNSEEN, None) if gone is None else (gone[0], gone[2:])
             if self.clock() - entry.seen > self.ttl_s:
-                return EXPIRED
+                return EXPIRED, entry.lost_with(_EXPIRED)
             entry.spent = True
-            return tuple(entry.parents)
+            lost = entry.lost
+            return tuple(entry.parents), None if lost is None else (lost[0], lost[1], lost[2])
 
 
 class NativeFetchedTraces(FetchedTraces):
@@ -229,11 +284,11 @@ class NativeFetchedTraces(FetchedTraces):
         return self.native.remember(scope, trace, key[0], key[1], key[2], self.clock())
 
     def parents(self, scope: bytes, trace: bytes  # type: ignore[override]
-                ) -> tuple[Key, ...] | str:
+                ) -> tuple[tuple[Key, ...] | str, Lost | None]:
         return self.native.parents(scope, trace, self.clock())
 
     def native_counters(self) -> dict[str, int]:
-        return self.native.counters()
+        return dict(zip(FETCH_COUNTERS + PRODUCE_COUNTERS, self.native.counters(), strict=True))
 
 
 def fetched_traces(config: LinkConfig) -> FetchedTraces | NativeFetchedTraces:
@@ -244,6 +299,14 @@ def fetched_traces(config: LinkConfig) -> FetchedTraces | NativeFetchedTraces:
 def parent_value(key: Key) -> bytes:
     """The header value naming `key` (`protocol.contracts.headers.PARENT`)."""
     return f"{key[0]}:{key[1]}:{key[2]}".encode()
+
+
+def lost_values(lost: Lost) -> list[tuple[str, int, bytes]]:
+    """(reason, count, header value) per reason with parents lost, in `LOST_REASONS` order
+    (`protocol.contracts.headers.PARENTS_LOST`)."""
+    return [(reason, n, b"%s:%d" % (reason.encode(), n))
+            for reason, n in zip(LOST_REASONS, (min(n, LOST_MAX) for n in lost), strict=True)
+            if n]
 
 
 _NO_COLUMNS: tuple[ColumnValue, ...] = ()
@@ -292,11 +355,12 @@ class RememberFetched(Interceptor):
         evicted, expired = memory.remember(memory.scope(ctx.conn), tp[3:35],  # type: ignore
                                            (ctx.topic, ctx.partition, self._offset(ctx)))
         stats = self.stats
-        stats.count("link_remembered")
+        remembered, evicted_name, expired_name = FETCH_COUNTERS
+        stats.count(remembered)
         if evicted:
-            stats.count("link_evicted", evicted)
+            stats.count(evicted_name, evicted)
         if expired:
-            stats.count("link_expired", expired)
+            stats.count(expired_name, expired)
 
     def gauges(self) -> dict[str, float]:
         return {"link_memory_entries": len(self.memory)}

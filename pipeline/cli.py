@@ -39,6 +39,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starting-offsets", help="earliest (default), latest, or Spark's JSON form")
     p.add_argument("--fetch-topic",
                    help="fetch_log observations topic: inference, transit latency and lag")
+    p.add_argument("--inference-scope",
+                   help="how an inferred parent's fetch observation is matched to the hop's "
+                        "producer: host (default; the consumer's host is the producer's) or "
+                        "client_id (host and client id), as trace_context's link.scope")
     p.add_argument("--time-bucket-s", type=int,
                    help="width of the time buckets of percentiles and lag over time (default 60)")
     p.add_argument("--output", "-o", help="output folder (default pipeline-out)")
@@ -96,6 +100,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "time_source": args.time_source, "starting_offsets": args.starting_offsets,
         "output": args.output, "fetch_topic": args.fetch_topic, "master": args.master,
         "driver_memory": args.driver_memory, "time_bucket_s": args.time_bucket_s,
+        "inference_scope": args.inference_scope,
     }
     if args.command == "batch":
         out["ending_offsets"] = args.ending_offsets
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             summary = run_batch(spark, config)
             print(json.dumps({"output": config.output, "records": summary["records"]["total"],
                               "untraced": summary["records"]["untraced"],
-                              "flows": summary["flows"]}))
+                              "flows": summary["flows"], "links": summary["links"]}))
         else:
             query = start_stream(spark, config)
             try:

@@ -80,6 +80,10 @@ class PipelineConfig:
     top: int = 20                       # rows of the report's lists (broken flows, producers)
     kafka: dict[str, str] = field(default_factory=dict)  # extra kafka.* source options
     fetch_topic: str = ""               # fetch_log observations: produce-to-consume latency
+    # How an inferred parent's fetch is matched to the hop's producer, as `trace_context`'s
+    # `link.scope` keys a service: the consumer's host is the producer's (`host`), or host and
+    # client id both (`client_id`). Observations without a host match by client id.
+    inference_scope: Literal["host", "client_id"] = "host"
     stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:

@@ -16,7 +16,12 @@ Definitions (docs/pipeline.md):
   With no terminal topics configured, nothing is `stopped`;
 * in a stream, a branch that has not reached a terminal topic but whose leaf is later than
   the event-time *watermark* (the latest hop time seen minus `stream.watermark_s`) is `open`,
-  not stopped: it may still move on. A batch has no watermark: every branch is settled.
+  not stopped: it may still move on. A batch has no watermark: every branch is settled;
+* a hop is *incomplete* when it declares parents Herald knew of but could not name
+  (`parents_lost`); the links into it, and so the edges they count in (`incomplete`, a count),
+  and every branch through it (`incomplete`, a flag; a pathway's `incomplete` counts them) are
+  incomplete too: their figures leave out an input nobody can see. Incomplete is not broken:
+  it says what the graph cannot know, not what the flow did.
 
 Percentiles are exact (Spark's `percentile`, linear interpolation between ranks), so results
 can be checked to the millisecond.
@@ -158,7 +163,8 @@ def flows_of(nodes: DataFrame, links: DataFrame, branches: DataFrame) -> DataFra
         F.col("parent_key.topic").alias("topic"), F.col("parent_key.partition").alias("partition"),
         F.col("parent_key.offset").alias("offset"), "wait_ms", "link", "evidence"))
     ).alias("parents"))
-    hop = F.struct("event_ms", "topic", "partition", "offset", "client_id", "parents")
+    hop = F.struct("event_ms", "topic", "partition", "offset", "client_id", "parents",
+                   "parents_lost", "lost_reasons")
     per_trace = (nodes.drop("parents").join(parents, "key", "left")
                  .withColumn("parents", F.coalesce("parents", F.array()))
                  .groupBy("trace_id").agg(
@@ -168,10 +174,13 @@ def flows_of(nodes: DataFrame, links: DataFrame, branches: DataFrame) -> DataFra
         F.sum(F.size("parents")).alias("edges"),
         F.sum(F.size(F.filter("parents", lambda p: p["link"] == INFERRED)))
         .alias("inferred_edges"),
+        F.sum("parents_lost").alias("parents_lost"),
+        F.sum((F.col("parents_lost") > 0).cast("long")).alias("incomplete_hops"),
     ).withColumn("hops", F.expr("transform(s, x -> x.hop)")).drop("s"))
     per_branch = branches.groupBy("trace_id").agg(
         F.count(F.lit(1)).alias("branches"),
         F.sum(F.col("broken").cast("long")).alias("broken_branches"),
+        F.sum(F.col("incomplete").cast("long")).alias("incomplete_branches"),
         F.array_sort(F.collect_set("path")).alias("pathways"),
         F.max("max_wait_ms").alias("max_wait_ms"),
         F.max("stopped").alias("stopped"), F.max("slow").alias("slow"),
@@ -183,6 +192,8 @@ def flows_of(nodes: DataFrame, links: DataFrame, branches: DataFrame) -> DataFra
             .withColumn("broken_branches", F.coalesce("broken_branches", F.lit(0)))
             .withColumn("edges", F.coalesce("edges", F.lit(0)))
             .withColumn("inferred_edges", F.coalesce("inferred_edges", F.lit(0)))
+            .withColumn("incomplete_branches", F.coalesce("incomplete_branches", F.lit(0)))
+            .withColumn("incomplete", F.col("incomplete_hops") > 0)
             .withColumn("stopped", flag("stopped")).withColumn("slow", flag("slow"))
             .withColumn("broken", F.col("stopped") | F.col("slow"))
             .withColumn("open", flag("any_open") & ~F.col("broken")).drop("any_open"))
@@ -202,23 +213,27 @@ def _link_kind() -> list[Column]:
 
 def edges_of(links: DataFrame) -> DataFrame:
     """Per parent topic → child topic: count and exact wait percentiles of the parent → child
-    pairs of hops, and how many were linked and inferred."""
+    pairs of hops, how many were linked and inferred, and how many led into an incomplete hop
+    (`incomplete`)."""
     from pyspark.sql import functions as F
 
     return (links.groupBy(F.col("parent_topic").alias("from_topic"),
                           F.col("topic").alias("to_topic"))
-            .agg(*_latency_stats("wait_ms"), *_link_kind()))
+            .agg(*_latency_stats("wait_ms"), *_link_kind(),
+                 F.sum(F.col("incomplete").cast("long")).alias("incomplete")))
 
 
 def pathways_of(branches: DataFrame) -> DataFrame:
     """Per pathway (a branch's topics): count and exact percentiles of the branches'
-    durations, how many broke, and how many rest on at least one inferred edge."""
+    durations, how many broke, how many rest on at least one inferred edge, and how many
+    passed a hop with lost parents (`incomplete`)."""
     from pyspark.sql import functions as F
 
     return branches.groupBy("path").agg(
         *_latency_stats("duration_ms"),
         F.sum(F.col("broken").cast("long")).alias("broken"),
         F.sum((F.col("inferred_edges") > 0).cast("long")).alias("inferred"),
+        F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
     )
 
 
@@ -247,7 +262,7 @@ def analyze(hops: DataFrame, config: PipelineConfig, watermark_ms: int | None = 
     every fetch of their partitions; it measures transit and lag per partition instead
     (`pipeline.fetch_clock`)."""
     nodes = nodes_of(hops).cache()
-    links, unresolved = links_of(nodes, fetches)
+    links, unresolved = links_of(nodes, fetches, config.inference_scope)
     links = links.cache()
     branches = flag_branches(branches_of(nodes, links), config, watermark_ms)
     tables = Tables(hops=hops, nodes=nodes, links=links, unresolved=unresolved,

@@ -10,15 +10,27 @@ misses the real ones, so the graph is built from evidence instead:
 * **inferred**, for a traced hop without a parent header (written straight to the broker, or
   before links existed): one parent, the best guess, marked so that nobody mistakes it for
   evidence. With `fetch_log` observations (`pipeline.fetch_topic`), the latest earlier hop of
-  the same trace whose record a consumer *with this hop's producer's client id* fetched before
-  this hop was produced (`evidence` `fetch`): a service read it, then wrote this. The
-  observations carry the consumer's client id but not its host, so the client id is the match;
-  a service whose consumer and producer use different ids falls to the next rule. Otherwise the
-  latest earlier hop of the trace (`evidence` `time`), the old time-order rule.
+  the same trace whose record *the same service* fetched before this hop was produced: a
+  service read it, then wrote this. "The same service" is matched as Herald's link memory
+  keys a service (`pipeline.inference_scope`, like `trace_context`'s `link.scope`): by default
+  the consumer's host (the observation's `s`) equals the host of the hop's `<prefix>source`
+  (`evidence` `fetch_host`), which holds where a service's consumer and producer have
+  different client ids (Java's and librdkafka's defaults); with `client_id`, host and client
+  id both (`fetch_host_client_id`). An observation without a host (written before `fetch_log`
+  recorded it), or a hop without a source, is matched by equal client ids alone, as it always
+  was (`fetch_client_id`). Otherwise the latest earlier hop of the trace (`evidence` `time`),
+  the old time-order rule.
 * a hop with no parent is a root. A hop whose every parent header names a record that is not a
   node (not read: another topic, outside the offset range; or without trace context) is a root
   too, counted as `unresolved`: its link is evidence of a parent we cannot see, so nothing is
   guessed in its place.
+* a hop that declares *lost* parents (`<prefix>parents_lost`: Herald knew it continued records
+  it could not name) is *incomplete*. Its named parents are linked as usual; nothing is
+  inferred in place of the lost ones (the header says a parent existed and Herald could not
+  tell which: any guess would be a confident wrong answer). So a hop whose only parents are
+  lost is a root of its branches, but a `lost_root`: its branches start at a record nobody can
+  name. Links into an incomplete hop carry `incomplete`, and every branch through one is
+  `incomplete`, with the lost count and reasons it passed.
 
 "Earlier" is the order (event time, topic, partition, offset), a total order, so inferred edges
 never close a cycle; linked edges name records written before the child, so they cannot either
@@ -39,6 +51,13 @@ if TYPE_CHECKING:
 
 KEY = ("topic", "partition", "offset")
 LINKED, INFERRED = "linked", "inferred"
+# `evidence` of a link: a parent header; an observation of the same service's fetch, matched
+# by host, by host and client id, or (without a host on either side) by client id; time order.
+HEADER, TIME = "header", "time"
+FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID = (
+    "fetch_host", "fetch_host_client_id", "fetch_client_id")
+FETCH_EVIDENCE = (FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID)
+LOST_REASONS = ("expired", "evicted", "overflow")  # `PARENTS_LOST_VALUE_RE`'s, in its order
 
 
 def _key(prefix: str = "") -> Column:
@@ -60,18 +79,40 @@ def nodes_of(hops: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return (hops.where(F.col("trace_id").isNotNull())
-            .select("trace_id", *KEY, "event_ms", "client_id",
-                    F.coalesce("parents", F.array()).alias("parents"))
+            .select("trace_id", *KEY, "event_ms", "client_id", "source_host",
+                    F.coalesce("parents", F.array()).alias("parents"),
+                    F.coalesce("parents_lost", F.lit(0).cast("long")).alias("parents_lost"),
+                    F.coalesce("lost_reasons", F.array().cast("array<string>"))
+                    .alias("lost_reasons"))
             .withColumn("key", _key()).withColumn("order", _order()))
 
 
-def links_of(nodes: DataFrame, fetches: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
-    """Every parent → child pair of hops, and the hops whose parent headers named only records
-    that were not read (`unresolved`).
+def _fetch_match(scope: str) -> tuple[Column, Column]:
+    """(whether an observation shows this hop's service fetching, the `evidence` it gives),
+    over an orphan hop joined to observations of its trace (`pipeline.inference_scope`)."""
+    from pyspark.sql import functions as F
 
-    Columns of the links: the child's `trace_id`, `key`, `topic`, `event_ms`; the parent's
-    `parent_key`, `parent_topic`, `parent_ms`; `wait_ms` (child minus parent), `link`
-    (`linked` | `inferred`) and `evidence` (`header` | `fetch` | `time`).
+    by_host = F.col("consumer_host").isNotNull() & F.col("source_host").isNotNull()
+    same_host = F.col("consumer_host") == F.col("source_host")
+    same_client = F.col("client_id") == F.col("consumer")
+    if scope == "host":
+        host_match, evidence = same_host, FETCH_HOST
+    else:
+        host_match, evidence = same_host & same_client, FETCH_HOST_CLIENT_ID
+    match = F.when(by_host, host_match).otherwise(same_client)
+    return match, F.when(by_host, F.lit(evidence)).otherwise(F.lit(FETCH_CLIENT_ID))
+
+
+def links_of(nodes: DataFrame, fetches: DataFrame | None = None, scope: str = "host"
+             ) -> tuple[DataFrame, DataFrame]:
+    """Every parent → child pair of hops, and the hops whose parent headers named only records
+    that were not read (`unresolved`). `scope`: how an observation's consumer is matched to a
+    hop's producer (`host` | `client_id`, see the module).
+
+    Columns of the links: the child's `trace_id`, `key`, `topic`, `event_ms`, `parents_lost`,
+    `lost_reasons`; the parent's `parent_key`, `parent_topic`, `parent_ms`; `wait_ms` (child
+    minus parent), `link` (`linked` | `inferred`), `evidence` (`header`, one of
+    `FETCH_EVIDENCE`, `time`) and `incomplete` (the child declared lost parents).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -80,68 +121,82 @@ def links_of(nodes: DataFrame, fetches: DataFrame | None = None) -> tuple[DataFr
                           F.col("event_ms").alias("parent_ms"),
                           F.col("order").alias("parent_order"),
                           F.col("trace_id").alias("parent_trace"))
-    child_cols = ["trace_id", "key", "topic", "event_ms"]
+    child_cols = ["trace_id", "key", "topic", "event_ms", "parents_lost", "lost_reasons"]
 
     named = (nodes.where(F.size("parents") > 0)
              .select(*child_cols, F.explode("parents").alias("parent_key")))
     named = named.join(parent, "parent_key", "left")
     linked = (named.where(F.col("parent_ms").isNotNull())
               .select(*child_cols, "parent_key", "parent_topic", "parent_ms",
-                      F.lit(LINKED).alias("link"), F.lit("header").alias("evidence")))
+                      F.lit(LINKED).alias("link"), F.lit(HEADER).alias("evidence")))
     unresolved = (named.groupBy("key").agg(F.max(F.col("parent_ms").isNotNull()).alias("seen"))
                   .where(~F.col("seen")).select("key"))
 
     # Unlinked hops: the latest earlier hop of the trace, and (with observations) the latest
-    # earlier hop that this hop's producer's client id fetched before producing it.
+    # earlier hop that this hop's service fetched before producing it. A hop that declares
+    # lost parents is not one: it had parents, which no guess may stand in for.
     by_time = Window.partitionBy("trace_id").orderBy("order")
-    timed = nodes.select(*child_cols, "order", "client_id", "parents",
+    timed = nodes.select(*child_cols, "order", "client_id", "source_host", "parents",
                          F.lag("key").over(by_time).alias("prev_key"))
-    orphans = timed.where(F.size("parents") == 0).drop("parents")
+    orphans = timed.where((F.size("parents") == 0) & (F.col("parents_lost") == 0)
+                          ).drop("parents")
     choice = orphans.select(*child_cols, F.col("prev_key").alias("parent_key"),
-                            F.lit("time").alias("evidence"))
+                            F.lit(TIME).alias("evidence"))
     if fetches is not None:
-        fetched = (fetches.groupBy(*KEY, "consumer").agg(F.min("fetched_ms").alias("fetched_ms"))
-                   .select(_key().alias("parent_key"), "consumer", "fetched_ms")
+        if "consumer_host" not in fetches.columns:  # observations of before `s`
+            fetches = fetches.withColumn("consumer_host", F.lit(None).cast("string"))
+        fetched = (fetches.groupBy(*KEY, "consumer", "consumer_host")
+                   .agg(F.min("fetched_ms").alias("fetched_ms"))
+                   .select(_key().alias("parent_key"), "consumer", "consumer_host", "fetched_ms")
                    .join(parent, "parent_key"))
+        match, evidence = _fetch_match(scope)
         seen = orphans.join(
             fetched,
             (F.col("trace_id") == F.col("parent_trace"))
-            & (F.col("client_id") == F.col("consumer"))
             & (F.col("fetched_ms") <= F.col("event_ms"))
             & (F.col("parent_order") < F.col("order")))
-        latest = Window.partitionBy("key").orderBy(F.desc("parent_order"))
+        seen = seen.where(match).withColumn("fetch_evidence", evidence)
+        # The latest parent; of the observations of one parent, a match by host first.
+        latest = Window.partitionBy("key").orderBy(
+            F.desc("parent_order"), (F.col("fetch_evidence") == FETCH_CLIENT_ID).cast("int"))
         seen = (seen.withColumn("rank", F.row_number().over(latest)).where("rank = 1")
-                .select("key", F.col("parent_key").alias("fetched_key")))
+                .select("key", F.col("parent_key").alias("fetched_key"), "fetch_evidence"))
         choice = (choice.join(seen, "key", "left")
-                  .withColumn("evidence", F.when(F.col("fetched_key").isNotNull(), "fetch")
-                              .otherwise(F.col("evidence")))
+                  .withColumn("evidence", F.coalesce("fetch_evidence", "evidence"))
                   .withColumn("parent_key", F.coalesce("fetched_key", "parent_key"))
-                  .drop("fetched_key"))
+                  .drop("fetched_key", "fetch_evidence"))
     inferred = (choice.where(F.col("parent_key").isNotNull())
                 .join(parent.drop("parent_order", "parent_trace"), "parent_key")
                 .select(*child_cols, "parent_key", "parent_topic", "parent_ms",
                         F.lit(INFERRED).alias("link"), "evidence"))
-    links = linked.unionByName(inferred).withColumn(
-        "wait_ms", F.col("event_ms") - F.col("parent_ms"))
+    links = (linked.unionByName(inferred)
+             .withColumn("wait_ms", F.col("event_ms") - F.col("parent_ms"))
+             .withColumn("incomplete", F.col("parents_lost") > 0))
     return links, unresolved
 
 
 def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
     """Every root-to-leaf path of hops: `trace_id` (the root's), `root`, `leaf`, `start_ms`,
     `end_ms`, `duration_ms` (leaf minus root), `topics`, `path` (`a > b > c`), `hop_count`,
-    `max_wait_ms` (longest single wait on it, null for a lone root) and `inferred_edges`."""
+    `max_wait_ms` (longest single wait on it, null for a lone root), `inferred_edges`, and what
+    lost parents did to it: `parents_lost` (the lost parents its hops declared), `lost_reasons`
+    (theirs, sorted), `incomplete` (it passed a hop with lost parents) and `lost_root` (its root
+    itself declared lost parents: the branch starts at a record nobody can name)."""
     from pyspark.sql import functions as F
 
     children = links.select(F.col("parent_key").alias("from"), F.col("key").alias("next"),
                             F.col("topic").alias("next_topic"),
                             F.col("event_ms").alias("next_ms"), "wait_ms",
-                            (F.col("link") == INFERRED).cast("int").alias("guessed"))
+                            (F.col("link") == INFERRED).cast("int").alias("guessed"),
+                            F.col("parents_lost").alias("next_lost"),
+                            F.col("lost_reasons").alias("next_reasons"))
     has_parent = links.select("key").distinct()
     frontier = (nodes.join(has_parent, "key", "left_anti").select(
         "trace_id", F.col("key").alias("root"), F.col("key").alias("cur"),
         F.col("event_ms").alias("start_ms"), F.col("event_ms").alias("end_ms"),
         F.array("topic").alias("topics"), F.array("key").alias("visited"),
-        F.lit(None).cast("long").alias("max_wait_ms"), F.lit(0).alias("inferred_edges"))
+        F.lit(None).cast("long").alias("max_wait_ms"), F.lit(0).alias("inferred_edges"),
+        "parents_lost", "lost_reasons", (F.col("parents_lost") > 0).alias("lost_root"))
     ).localCheckpoint()
     done: list[DataFrame] = []
     while not frontier.isEmpty():
@@ -156,7 +211,10 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
             F.concat("topics", F.array("next_topic")).alias("topics"),
             F.concat("visited", F.array("next")).alias("visited"),
             F.greatest("max_wait_ms", "wait_ms").alias("max_wait_ms"),
-            (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges")
+            (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges"),
+            (F.col("parents_lost") + F.col("next_lost")).alias("parents_lost"),
+            F.array_union("lost_reasons", "next_reasons").alias("lost_reasons"),
+            "lost_root"
         ).localCheckpoint()
     if not done:  # no traced hop at all: no branch, but the table keeps its columns
         done.append(frontier)
@@ -167,4 +225,6 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
         "trace_id", "root", F.col("cur").alias("leaf"), "start_ms", "end_ms",
         (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"), "topics",
         F.array_join("topics", " > ").alias("path"), F.size("topics").alias("hop_count"),
-        "max_wait_ms", "inferred_edges")
+        "max_wait_ms", "inferred_edges", "parents_lost",
+        F.array_sort("lost_reasons").alias("lost_reasons"),
+        (F.col("parents_lost") > 0).alias("incomplete"), "lost_root")

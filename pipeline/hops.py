@@ -9,7 +9,11 @@ lowercase hex fields at the version-00 positions, not version ff, with non-zero 
 without a valid one keeps its row with a null `trace_id`: it is counted, never dropped.
 
 `parents` are the records this one continues, from its `<prefix>parent` headers (see
-`PARENT`): the evidence `pipeline.graph` builds the causal graph from.
+`PARENT`): the evidence `pipeline.graph` builds the causal graph from. `parents_lost` and
+`lost_reasons` are what its `<prefix>parents_lost` headers declare (see `PARENTS_LOST`): parents
+Herald knew of but could not name, which make the hop *incomplete*. `source_host` is the host
+of its `<prefix>source` (the producer's address): how an inferred parent is matched to the
+consumer that fetched it (`pipeline.graph`).
 """
 
 from __future__ import annotations
@@ -22,12 +26,15 @@ from protocol.contracts.headers import (
     AUDIT_MSG_ID,
     AUDIT_ORIGIN,
     AUDIT_PRINCIPAL,
+    AUDIT_SOURCE,
     AUDIT_TIME,
     PARENT,
+    PARENTS_LOST,
     TRACEPARENT,
     audit_header,
 )
 from protocol.contracts.headers import PARENT_VALUE_RE as PARENT_RE
+from protocol.contracts.headers import PARENTS_LOST_VALUE_RE as LOST_RE
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -37,8 +44,9 @@ TRACEPARENT_RE = r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.
 HOP_COLUMNS = [
     "trace_id", "parent_span", "topic", "partition", "offset", "timestamp_ms",
     "timestamp_type", "herald_time_ms", "client_id", "principal", "origin", "message_id",
-    "size", "parents", "event_ms", "event_time",
+    "size", "parents", "parents_lost", "lost_reasons", "source_host", "event_ms", "event_time",
 ]
+HOST_RE = r"^(.*):[^:]*$"  # `host:port` (`[v6]:port`): the host, cut as `source_host` cuts it
 
 
 def _header(name: str) -> Column:
@@ -49,21 +57,55 @@ def _header(name: str) -> Column:
     return F.expr(f"try_element_at(filter(headers, h -> h.key = '{escaped}'), 1).value")
 
 
+def _values(name: str) -> Column:
+    """The values of every `name` header, as strings (empty when there is none)."""
+    from pyspark.sql import functions as F
+
+    escaped = name.replace("'", "\\'")
+    return F.expr(f"transform(filter(coalesce(headers, array()), h -> h.key = '{escaped}'"
+                  " and h.value is not null), h -> cast(h.value as string))")
+
+
 def _parents(name: str) -> Column:
     """Every `name` header parsed as a record key (array of topic, partition, offset; empty
     when there is none). A value that does not parse names no record and is left out, so the
     hop falls back to inference rather than pointing at a record that cannot exist."""
     from pyspark.sql import functions as F
 
-    escaped = name.replace("'", "\\'")
-    values = F.expr(f"transform(filter(coalesce(headers, array()), h -> h.key = '{escaped}'"
-                    " and h.value is not null), h -> cast(h.value as string))")
+    values = _values(name)
     parsed = F.transform(values, lambda v: F.struct(
         F.regexp_extract(v, PARENT_RE, 1).alias("topic"),
         F.regexp_extract(v, PARENT_RE, 2).try_cast("int").alias("partition"),
         F.regexp_extract(v, PARENT_RE, 3).try_cast("long").alias("offset")))
     return F.array_distinct(F.filter(parsed, lambda k: (k["topic"] != "")
                                      & k["partition"].isNotNull() & k["offset"].isNotNull()))
+
+
+def _lost(name: str) -> list[Column]:
+    """`parents_lost` (the sum of the counts of every `name` header, 0 when there is none)
+    and `lost_reasons` (their reasons with a count above zero, sorted, once each). A value
+    that does not parse declares nothing and is left out, like a parent value that does not
+    parse: it is counted nowhere as a loss."""
+    from pyspark.sql import functions as F
+
+    parsed = F.transform(_values(name), lambda v: F.struct(
+        F.regexp_extract(v, LOST_RE, 1).alias("reason"),
+        F.regexp_extract(v, LOST_RE, 2).try_cast("long").alias("count")))
+    lost = F.filter(parsed, lambda x: (x["reason"] != "") & (x["count"] > 0))
+    total = F.aggregate(lost, F.lit(0).cast("long"), lambda acc, x: acc + x["count"])
+    reasons = F.array_sort(F.array_distinct(F.transform(lost, lambda x: x["reason"])))
+    return [total.alias("parents_lost"), reasons.alias("lost_reasons")]
+
+
+def _source_host(name: str) -> Column:
+    """The host of the first `name` header (`host:port`): the value up to its last `:`, or
+    all of it when it has none, as `interceptors.trace_links.source_host` cuts an address
+    (null without the header, or when the host is empty, as `fetch_log` writes it)."""
+    from pyspark.sql import functions as F
+
+    source = _header(name).cast("string")
+    host = F.when(source.contains(":"), F.regexp_extract(source, HOST_RE, 1)).otherwise(source)
+    return F.when(host != "", host)
 
 
 def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
@@ -106,6 +148,8 @@ def to_hops(records: DataFrame, config: PipelineConfig) -> DataFrame:
         _header(audit_header(AUDIT_MSG_ID, p)).cast("string").alias("message_id"),
         size.cast("long").alias("size"),
         _parents(p + PARENT).alias("parents"),
+        *_lost(p + PARENTS_LOST),
+        _source_host(p + AUDIT_SOURCE).alias("source_host"),
         event_ms.alias("event_ms"),
     )
     return hops.withColumn("event_time", F.timestamp_millis(F.col("event_ms")))

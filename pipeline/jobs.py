@@ -47,7 +47,7 @@ def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
     """The `fetch_log` observations (compact JSON records, `protocol.contracts.fetch_log`), one
-    row per fetched record."""
+    row per fetched record; `consumer_host` is null in observations written before `s`."""
     from pyspark.sql import functions as F
 
     raw = (spark.read.format("kafka").options(**config.source_options([config.fetch_topic]))
@@ -57,6 +57,7 @@ def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
     return obs.where(F.col(fetch_log.TOPIC).isNotNull()).select(
         F.col(fetch_log.TOPIC).alias("topic"), F.col(fetch_log.PARTITION).alias("partition"),
         F.col(fetch_log.OFFSET).alias("offset"), F.col(fetch_log.CONSUMER).alias("consumer"),
+        F.col(fetch_log.CONSUMER_HOST).alias("consumer_host"),
         F.col(fetch_log.GROUP).alias("group"), F.col(fetch_log.FETCHED_MS).alias("fetched_ms"))
 
 

@@ -5,7 +5,10 @@ What a person looks at first is the flow graph: topics as boxes in a layered lay
 (`pipeline.layout`), fan-out drawn as branches, retries as loops, each edge labelled with its
 count, p50 and p99 and dashed where its hops were inferred rather than linked; then the
 pathways, the latency distribution and its trend per edge, the broken branches, transit and
-lag over time per consumer group, and who produced what.
+lag over time per consumer group, and who produced what. Where records declared parents
+Herald could not name, the report says so before anything else (a line under the cards, the
+edges and pathways they touch marked *incomplete*, a table by reason): figures that leave out
+an input nobody can see must not look complete.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pipeline.graph import LOST_REASONS
 from pipeline.layout import layout
 
 _CSS = """
@@ -37,7 +41,10 @@ font-variant-numeric:tabular-nums}
 .mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}
 .tag{display:inline-block;border-radius:4px;padding:0 6px;font-size:11px;color:#fff}
 .stopped{background:#c0392b}.slow{background:#d68910}.inferred{background:#7d5ba6}
-.warn .v{color:#7d5ba6}
+.incomplete{background:#a04000}
+.warn .v{color:#7d5ba6}.lost .v{color:#a04000}
+.links{margin-top:14px;font-size:14px;padding:8px 14px;border-radius:8px;background:#fff;
+box-shadow:0 1px 2px rgba(0,0,0,.08)}.links.lossy{border-left:6px solid #a04000;background:#fdf2e9}
 """
 _GOOD, _WARN, _BAD = "#27ae60", "#e59400", "#c0392b"
 _PALETTE = ("#2e86c1", "#c0392b", "#27ae60", "#8e44ad", "#e59400", "#16a085", "#7f8c8d")
@@ -86,7 +93,8 @@ def _latency_colour(value: float | None, limit: float) -> str:
 
 
 def _edge_label(parts: list[str], e: dict[str, Any], x: float, y: float, colour: str) -> None:
-    """The label on an edge: p50 and p99, then how many hops, and whether any was inferred."""
+    """The label on an edge: p50 and p99, then how many hops, and whether any was inferred;
+    a third line when some led into hops with lost parents."""
     label = f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}"
     if e.get("link") == "inferred":
         second = f"{fmt_count(e['count'])} hops · inferred"
@@ -95,12 +103,18 @@ def _edge_label(parts: list[str], e: dict[str, Any], x: float, y: float, colour:
     else:
         second = f"{fmt_count(e['count'])} hops · max {fmt_ms(e['max_ms'])}"
     dash = "" if e.get("link", "linked") == "linked" else " stroke-dasharray='4 3'"
-    parts.append(f"<rect x='{x - 86:.1f}' y='{y - 20:.1f}' width='172' height='36' rx='5' "
-                 f"fill='#fff' stroke='{colour}'{dash}/>")
+    incomplete = e.get("incomplete") or 0
+    parts.append(f"<rect x='{x - 86:.1f}' y='{y - 20:.1f}' width='172' "
+                 f"height='{50 if incomplete else 36}' rx='5' fill='#fff' stroke='{colour}'"
+                 f"{dash}/>")
     parts.append(f"<text x='{x:.1f}' y='{y - 5:.1f}' text-anchor='middle' font-size='12' "
                  f"font-weight='bold' fill='#1d2733'>{escape(label)}</text>")
     parts.append(f"<text x='{x:.1f}' y='{y + 10:.1f}' text-anchor='middle' font-size='11' "
                  f"fill='#5b6775'>{escape(second)}</text>")
+    if incomplete:
+        parts.append(f"<text x='{x:.1f}' y='{y + 24:.1f}' text-anchor='middle' font-size='11' "
+                     f"font-weight='bold' fill='#a04000'>{fmt_count(incomplete)} incomplete "
+                     "(parents lost)</text>")
 
 
 def pathway_graph(summary: dict[str, Any]) -> str:
@@ -320,6 +334,75 @@ def _inferred_count(value: int | None) -> str:
             else fmt_count(value))
 
 
+def _incomplete_count(value: int | None) -> str:
+    return (f"<span class='tag incomplete'>{fmt_count(value)}</span>" if value
+            else fmt_count(value))
+
+
+def _by_reason(by_reason: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+    """The reasons in the header's order (`summary.json` is written with sorted keys)."""
+    rank = {r: i for i, r in enumerate(LOST_REASONS)}
+    return sorted(by_reason.items(), key=lambda rc: (rank.get(rc[0], len(rank)), rc[0]))
+
+
+def _reasons(by_reason: dict[str, dict[str, int]], key: str) -> str:
+    return ", ".join(f"{reason} {fmt_count(c[key])}" for reason, c in _by_reason(by_reason)
+                     if c.get(key))
+
+
+def _n(count: int | None, one: str, many: str = "") -> str:
+    return f"{fmt_count(count)} {one if count == 1 else many or one + 's'}"
+
+
+def links_line(summary: dict[str, Any]) -> str:
+    """One sentence on how the graph was joined, and what it cannot see: the first thing to
+    read before trusting any figure below it. A summary without `incomplete` (written before
+    lost parents were declared) says nothing about them."""
+    links = summary.get("links", {})
+    text = (f"Links: {fmt_count(links.get('linked'))} linked (herald.parent), "
+            f"{fmt_count(links.get('inferred'))} inferred, "
+            f"{fmt_count(links.get('unresolved'))} unresolved")
+    lost = summary.get("incomplete")
+    if lost is None:
+        return f"<div class='links'>{escape(text)}.</div>"
+    if not lost.get("hops"):
+        return f"<div class='links'>{escape(text)}; no record declared lost parents.</div>"
+    roots = lost.get("roots") or 0
+    parts = [f"{fmt_count(lost['hops'])} hops are incomplete: they declared "
+             f"{fmt_count(lost['parents_lost'])} parents Herald knew of but could not name "
+             f"({_reasons(lost.get('by_reason', {}), 'hops')} hops)",
+             f"{_n(lost.get('links'), 'link')} into them on {_n(lost.get('edges'), 'edge')}, "
+             f"{_n(lost.get('branches'), 'branch', 'branches')} on "
+             f"{_n(lost.get('pathways'), 'pathway')} and {_n(lost.get('flows'), 'flow')}"
+             " are incomplete"]
+    if roots:
+        parts.append(f"{fmt_count(roots)} of these hops start their branches with no parent "
+                     "named: their real start is upstream, unseen")
+    return (f"<div class='links lossy'><b>{escape(text)}; incomplete.</b> "
+            f"{escape('; '.join(parts))}. Latencies and counts of what they touch leave "
+            "those inputs out.</div>")
+
+
+def incomplete_table(summary: dict[str, Any]) -> str:
+    """Per reason a parent was lost: the hops that declared it, the links into them and the
+    branches through them (empty when nothing was lost)."""
+    lost = summary.get("incomplete") or {}
+    if not lost.get("hops"):
+        return ""
+    out = ["<h2>Incomplete: parents Herald could not name</h2><div class='panel'><table><tr>"
+           "<th>reason</th><th>hops</th><th>links into them</th><th>branches through them"
+           "</th></tr>"]
+    for reason, c in _by_reason(lost.get("by_reason", {})):
+        out.append(f"<tr><td>{escape(reason)}</td><td class='n'>{fmt_count(c['hops'])}</td>"
+                   f"<td class='n'>{fmt_count(c['links'])}</td>"
+                   f"<td class='n'>{fmt_count(c['branches'])}</td></tr>")
+    out.append("</table><p class='sub'>expired: remembered longer than Herald's link memory "
+               "keeps a fetch; evicted: pushed out of a full memory; overflow: more inputs "
+               "than it names per record. A hop may carry several reasons. Nothing is guessed "
+               "in place of a lost parent.</p></div>")
+    return "".join(out)
+
+
 def lag_chart(rows: list[dict[str, Any]]) -> str:
     """One topic's lag over time: a line per consumer group (worst lag per bucket)."""
     w, h, left = 380, 150, 52
@@ -376,33 +459,45 @@ def render(summary: dict[str, Any]) -> str:
                      "warn" if links.get("inferred") else ""))
     if links.get("unresolved"):
         out.append(_card(fmt_count(links["unresolved"]), "links to records not read", "warn"))
+    lost = summary.get("incomplete") or {}
+    if lost.get("hops"):
+        out.append(_card(fmt_count(lost["hops"]), "hops with lost parents", "lost"))
+        out.append(_card(fmt_count(lost.get("branches")), "branches incomplete", "lost"))
     out.append("</div>")
+    out.append(links_line(summary))
 
     out.append("<h2>Flow graph</h2><div class='panel'>")
     out.append(pathway_graph(summary))
     out.append("<p class='sub'>Topics left to right in causal order; fan-out branches, "
                "retries loop back. Dashed: some or all of the edge's hops were inferred "
-               "(the record named no parent), not linked. Dark boxes are terminal topics."
+               "(the record named no parent), not linked. A brown third line counts the hops the "
+               "edge leads into that declared parents Herald could not name (incomplete). "
+               "Dark boxes are terminal topics."
                "</p>")
-    out.append("<table><tr><th>edge</th><th>hops</th><th>link</th><th>p50</th><th>p90</th>"
-               "<th>p99</th><th>max</th></tr>")
+    out.append("<table><tr><th>edge</th><th>hops</th><th>link</th><th>incomplete</th>"
+               "<th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>")
     for e in summary["edges"]:
         out.append(f"<tr><td>{escape(e['from_topic'])} → {escape(e['to_topic'])}</td>"
                    f"<td class='n'>{fmt_count(e['count'])}</td><td>{_link_tag(e)}</td>"
+                   f"<td class='n'>{_incomplete_count(e.get('incomplete'))}</td>"
                    + "".join(f"<td class='n'>{fmt_ms(e[k])}</td>"
                              for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
     out.append("</table></div>")
     out.append("<h2>Pathways</h2><div class='panel'>")
     out.append("<table><tr><th>pathway (root to leaf)</th><th>branches</th><th>broken</th>"
-               "<th>inferred</th><th>p50</th><th>p90</th><th>p99</th><th>max</th></tr>")
+               "<th>inferred</th><th>incomplete</th><th>p50</th><th>p90</th><th>p99</th>"
+               "<th>max</th></tr>")
     for p in sorted(summary["pathways"], key=lambda p: (-p["count"], p["path"])):
         out.append(f"<tr><td>{escape(p['path'])}</td><td class='n'>{fmt_count(p['count'])}</td>"
                    f"<td class='n'>{fmt_count(p['broken'])}</td>"
                    f"<td class='n'>{_inferred_count(p.get('inferred'))}</td>"
+                   f"<td class='n'>{_incomplete_count(p.get('incomplete'))}</td>"
                    + "".join(f"<td class='n'>{fmt_ms(p[k])}</td>"
                              for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms")) + "</tr>")
     out.append("</table><p class='sub'>inferred: branches resting on at least one inferred "
-               "edge.</p></div>")
+               "edge; incomplete: branches through a hop with parents Herald could not name."
+               "</p></div>")
+    out.append(incomplete_table(summary))
 
     over_time: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for p in summary["over_time"]:
@@ -433,7 +528,9 @@ def render(summary: dict[str, Any]) -> str:
             why = "".join(f"<span class='tag {k}'>{k}</span> " for k in ("stopped", "slow")
                           if f[k])
             if f.get("inferred_edges"):
-                why += "<span class='tag inferred'>inferred</span>"
+                why += "<span class='tag inferred'>inferred</span> "
+            if f.get("incomplete"):
+                why += "<span class='tag incomplete'>incomplete</span>"
             out.append(f"<tr><td class='mono'>{escape(f['trace_id'])}</td>"
                        f"<td>{escape(f['path'])}</td><td>{why}</td>"
                        f"<td>{_utc(f['start_ms'])}</td>"

@@ -81,6 +81,7 @@ from pipeline.hops import HOP_COLUMNS, to_hops
 from pipeline.report import write_report
 from pipeline.sketch import Sketch, bucket_column, sign_column
 from pipeline.stream_metrics import StreamCollector, exporter_for
+from pipeline.summary import BROKEN_COLUMNS, incomplete_counts
 from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
@@ -95,12 +96,14 @@ TRANSIT, DUPLICATE, NO_RECORD_TIME = "transit", "duplicate", "no_record_time"
 FETCH, CLOCK = "fetch", "clock"  # kinds of the operator's rows, besides `hop`
 PARTITION_KEY = "\x00"  # starts every partition clock's key; no trace id (hex) can
 HELD_COLUMNS = [c for c in HOP_COLUMNS if c != "event_time"] + [
-    "kind", "consumer", "group", "record_ms"]
+    "kind", "consumer", "consumer_host", "group", "record_ms"]
 EMITTED_SCHEMA = (
     "trace_id string, parent_span string, topic string, partition int, offset long, "
     "timestamp_ms long, timestamp_type string, herald_time_ms long, client_id string, "
     "principal string, origin string, message_id string, size long, parents string, "
-    "event_ms long, kind string, consumer string, `group` string, record_ms long, "
+    "parents_lost long, lost_reasons string, source_host string, "
+    "event_ms long, kind string, consumer string, consumer_host string, `group` string, "
+    "record_ms long, "
     "transit_ms long, lag_ms long, status string, watermark_ms long, "
     "bucket int, held_hops long, held_flows long, tombstones long")
 EMITTED_TYPES = {c.split()[0].strip("`"): c.split()[1] for c in EMITTED_SCHEMA.split(", ")}
@@ -109,6 +112,7 @@ STATE_SCHEMA = "blob binary"  # a bucket (`flow_hold.Bucket`) or a partition's c
 STATE = "state"  # one row per bucket call: the bucket's size after it
 
 PARENTS_SCHEMA = "array<struct<topic:string,partition:int,offset:long>>"
+JSON_COLUMNS = {"parents": PARENTS_SCHEMA, "lost_reasons": "array<string>"}  # arrays held as JSON
 TRACE_ID_RE = "^[0-9a-f]{32}$"
 KEEP_AGGREGATES = 3  # files of merged aggregates kept (the newest is the one that counts)
 
@@ -246,6 +250,7 @@ def hop_rows(hops: DataFrame, clocks: bool) -> DataFrame:
 
     rows = hops.select(F.col("trace_id").alias("key"), *HOP_COLUMNS, F.lit(HOP).alias("kind"),
                        F.lit(None).cast("string").alias("consumer"),
+                       F.lit(None).cast("string").alias("consumer_host"),
                        F.lit(None).cast("string").alias("group"),
                        F.lit(None).cast("long").alias("record_ms"))
     if not clocks:
@@ -256,7 +261,7 @@ def hop_rows(hops: DataFrame, clocks: bool) -> DataFrame:
         F.when(twin, _partition_key()).otherwise(F.col("key")).alias("key"),
         *[F.col(c) if c in kept else F.when(~twin, F.col(c)).alias(c) for c in HOP_COLUMNS],
         F.when(twin, F.lit(CLOCK)).otherwise(F.lit(HOP)).alias("kind"),
-        "consumer", "group", "record_ms")
+        "consumer", "consumer_host", "group", "record_ms")
 
 
 def fetch_rows(raw: DataFrame, config: PipelineConfig, like: DataFrame) -> DataFrame:
@@ -285,6 +290,7 @@ def fetch_rows(raw: DataFrame, config: PipelineConfig, like: DataFrame) -> DataF
         "event_ms": F.col(fetch_log.FETCHED_MS),
         "event_time": F.timestamp_millis(F.col(fetch_log.FETCHED_MS)),
         "kind": F.lit(FETCH), "consumer": F.col(fetch_log.CONSUMER),
+        "consumer_host": F.col(fetch_log.CONSUMER_HOST),
         "group": F.col(fetch_log.GROUP), "record_ms": record_ms}
     types = {f.name: f.dataType for f in like.schema.fields}
     both = obs.withColumn("_per_partition", F.explode(F.array(F.lit(False), F.lit(True))))
@@ -309,7 +315,9 @@ def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame)
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    hops = to_hops(records, config).withColumn("parents", F.to_json("parents"))
+    hops = to_hops(records, config)
+    for name in JSON_COLUMNS:  # arrays cross into pandas as JSON text
+        hops = hops.withColumn(name, F.to_json(name))
     measured = bool(config.fetch_topic) and config.time_source == "herald"
     rows = hop_rows(hops, clocks=measured)
     if config.fetch_topic:  # one union, then one watermark over both sources
@@ -331,17 +339,22 @@ def held_stream(spark: SparkSession, config: PipelineConfig, records: DataFrame)
 
 def _empty_aggregates() -> dict[str, Any]:
     return {"batch_id": -1, "offsets": {}, "flows": {}, "branches": {}, "links": {},
-            "edges": {}, "pathways": {}, "over_time": {}, "broken_branches": [], "audit": {},
+            "incomplete": {}, "edges": {}, "pathways": {}, "over_time": {},
+            "broken_branches": [], "audit": {},
             "transit": {}, "lag": {},
             "stream": {"finalized_flows": 0, "evicted_flows": 0, "evicted_hops": 0,
                        "late_hops": 0, "untraced": 0, "late_fetches": 0,
                        "no_record_time": 0, "watermark_ms": None, "buckets": {}}}
 
 
-def _add(into: dict[str, Any], key: str, counts: dict[str, int]) -> None:
+def _add(into: dict[str, Any], key: str, counts: dict[str, Any]) -> None:
+    """Add `counts` (numbers, or dicts of them, nested) to `into[key]`."""
     row = into.setdefault(key, {})
     for k, v in counts.items():
-        row[k] = row.get(k, 0) + int(v or 0)
+        if isinstance(v, dict):
+            _add(row, k, v)
+        else:
+            row[k] = row.get(k, 0) + int(v or 0)
 
 
 def _sketch_of(entry: dict[str, Any], accuracy: float) -> Sketch:
@@ -428,6 +441,7 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
     for r in tables.links.groupBy("evidence").count().collect():
         _add(agg, "links", {r["evidence"]: r["count"]})
     _add(agg, "links", {"unresolved": tables.unresolved.count()})
+    _add(agg, "incomplete", incomplete_counts(tables))
 
     bucket_ms = config.time_bucket_s * 1000
     edge_rows = tables.links.groupBy(
@@ -436,11 +450,13 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
         histogram_index("wait_ms").alias("h"), sign_column("wait_ms").alias("s"),
         bucket_column("wait_ms", acc).alias("b"),
     ).agg(F.count(F.lit(1)).alias("n"), F.min("wait_ms").alias("lo"),
-          F.max("wait_ms").alias("hi"), F.sum("wait_ms").alias("total")).collect()
+          F.max("wait_ms").alias("hi"), F.sum("wait_ms").alias("total"),
+          F.sum(F.col("incomplete").cast("long")).alias("incomplete")).collect()
     for r in edge_rows:
         key = f"{r['parent_topic']}\0{r['topic']}"
         e = agg["edges"].setdefault(key, {"linked": 0, "inferred": 0})
         e[r["link"]] += r["n"]
+        e["incomplete"] = e.get("incomplete", 0) + r["incomplete"]
         _add_histogram(e, r)
         for entry in (e, agg["over_time"].setdefault(f"{key}\0{r['t']}", {})):
             sk = _sketch_of(entry, acc)
@@ -453,10 +469,11 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
     ).agg(F.count(F.lit(1)).alias("n"), F.min("duration_ms").alias("lo"),
           F.max("duration_ms").alias("hi"), F.sum(F.col("broken").cast("long")).alias("broken"),
           F.sum((F.col("inferred_edges") > 0).cast("long")).alias("inferred"),
+          F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
           F.sum("duration_ms").alias("total")).collect():
         p = agg["pathways"].setdefault(r["path"], {"broken": 0, "inferred": 0})
-        p["broken"] += r["broken"]
-        p["inferred"] += r["inferred"]
+        for k in ("broken", "inferred", "incomplete"):
+            p[k] = p.get(k, 0) + r[k]
         _add_histogram(p, r)
         sk = _sketch_of(p, acc)
         sk.add_bucket(r["s"], r["b"], r["n"], r["lo"], r["hi"])
@@ -464,8 +481,7 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
 
     broken = [r.asDict(recursive=True) for r in tables.branches.where("broken").orderBy(
         F.desc("start_ms"), "trace_id", "path", "leaf").limit(config.top).select(
-        "trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms", "stopped",
-        "slow", "inferred_edges", "leaf").collect()]
+        *BROKEN_COLUMNS, "leaf").collect()]
     both = agg["broken_branches"] + broken
     both.sort(key=lambda b: (-b["start_ms"], b["trace_id"], b["path"], _leaf_key(b["leaf"])))
     agg["broken_branches"] = both[:config.top]
@@ -545,9 +561,11 @@ def aggregate_tables(agg: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         a, b = key.split("\0")
         edges.append({"from_topic": a, "to_topic": b, **_stats(Sketch.from_json(e["sketch"])),
                       "linked": e["linked"], "inferred": e["inferred"],
-                      "link": _link_kind(e["linked"], e["inferred"])})
+                      "link": _link_kind(e["linked"], e["inferred"]),
+                      "incomplete": e.get("incomplete", 0)})
     pathways = [{"path": path, **_stats(Sketch.from_json(p["sketch"])), "broken": p["broken"],
-                 "inferred": p["inferred"]} for path, p in sorted(agg["pathways"].items())]
+                 "inferred": p["inferred"], "incomplete": p.get("incomplete", 0)}
+                for path, p in sorted(agg["pathways"].items())]
     audit = []
     for key, a in agg["audit"].items():
         hour_ms, client, principal, origin = json.loads(key)
@@ -583,9 +601,10 @@ def fetch_tables(agg: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 EDGE_SCHEMA = ("from_topic string, to_topic string, count long, p50_ms double, p90_ms double, "
-               "p99_ms double, max_ms long, linked long, inferred long, link string")
+               "p99_ms double, max_ms long, linked long, inferred long, link string, "
+               "incomplete long")
 PATHWAY_SCHEMA = ("path string, count long, p50_ms double, p90_ms double, p99_ms double, "
-                  "max_ms long, broken long, inferred long")
+                  "max_ms long, broken long, inferred long, incomplete long")
 AUDIT_SCHEMA = ("hour_ms long, client_id string, principal string, origin string, "
                 "records long, bytes long, untraced long")
 TRANSIT_SCHEMA = ("topic string, `group` string, count long, p50_ms double, p90_ms double, "
@@ -599,7 +618,7 @@ def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
     """The summary (same keys as the batch job's) from the merged aggregates."""
     import time
 
-    from pipeline.summary import _rollup
+    from pipeline.summary import _rollup, incomplete_of, link_counts
 
     offsets = sorted(({k: v for k, v in o.items() if k not in ("untraced", "bytes")}
                       for o in agg["offsets"].values()),
@@ -617,9 +636,8 @@ def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
     branches = {k: agg["branches"].get(k, 0)
                 for k in ("total", "broken", "stopped", "slow", "open")}
     ev = agg["links"]
-    links = {"linked": ev.get("header", 0), "inferred": ev.get("fetch", 0) + ev.get("time", 0),
-             "inferred_by_fetch": ev.get("fetch", 0), "inferred_by_time": ev.get("time", 0),
-             "unresolved": ev.get("unresolved", 0)}
+    links = link_counts(ev, ev.get("unresolved", 0))
+    incomplete = incomplete_of(agg.get("incomplete", {}), rows["edges"], rows["pathways"])
     edges = []
     for e in rows["edges"]:
         key = f"{e['from_topic']}\0{e['to_topic']}"
@@ -646,6 +664,7 @@ def summary_of(agg: dict[str, Any], rows: dict[str, list[dict[str, Any]]],
         "records": {"total": total, "traced": total - untraced, "untraced": untraced,
                     "by_topic": [by_topic[t] for t in sorted(by_topic)]},
         "offsets": offsets, "flows": flows, "branches": branches, "links": links,
+        "incomplete": incomplete,
         "edges": edges, "histogram_bounds_ms": list(HISTOGRAM_BOUNDS_MS),
         "pathways": rows["pathways"], "over_time": over_time, "broken_branches": broken,
         "transit": rows["transit"], "lag": rows["lag"],
@@ -731,8 +750,10 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
     agg_dir.mkdir(parents=True, exist_ok=True)
 
     def run(emitted: DataFrame, batch_id: int) -> None:
-        emitted = (emitted.withColumn("parents", F.from_json("parents", PARENTS_SCHEMA))
-                   .withColumn("event_time", F.timestamp_millis("event_ms"))).localCheckpoint()
+        for name, schema in JSON_COLUMNS.items():
+            emitted = emitted.withColumn(name, F.from_json(name, schema))
+        emitted = emitted.withColumn("event_time", F.timestamp_millis("event_ms")
+                                     ).localCheckpoint()
         part = f"batch_id={batch_id}"
         statuses = status_counts(emitted)
         sizes = state_sizes(emitted)
@@ -748,7 +769,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
         if config.fetch_topic:  # the finalised flows' observations: evidence, as in batch
             fetches = emitted.where((F.col("kind") == FETCH)
                                     & F.col("status").isin(FINAL, EVICTED)).select(
-                "topic", "partition", "offset", "consumer", "group",
+                "topic", "partition", "offset", "consumer", "consumer_host", "group",
                 F.col("event_ms").alias("fetched_ms"))
         tables = analyze(hops, config, fetches=fetches, transit=False)
         tables.branches = tables.branches.cache()

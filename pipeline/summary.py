@@ -17,9 +17,15 @@ from pipeline.flows import (
     edge_histograms,
     edge_percentiles_over_time,
 )
+from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+
+BROKEN_COLUMNS = ("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
+                  "stopped", "slow", "inferred_edges", "incomplete", "lost_reasons")
+"""What the summary lists of each broken branch."""
 
 
 def _rows(df: DataFrame, order: list[str] | None = None) -> list[dict[str, Any]]:
@@ -46,6 +52,55 @@ def _flag_counts(df: DataFrame) -> dict[str, int]:
     row = df.agg(F.count(F.lit(1)).alias("total"),
                  *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).first().asDict()
     return {k: int(v or 0) for k, v in row.items()}
+
+
+def link_counts(evidence: dict[str, int], unresolved: int) -> dict[str, Any]:
+    """The summary's `links` from the number of links per `evidence` and the unresolved
+    hops: linked, inferred, inferred by fetch (and by which match, `by_evidence`), by time."""
+    fetched = sum(evidence.get(e, 0) for e in FETCH_EVIDENCE)
+    return {"linked": evidence.get(HEADER, 0),
+            "inferred": fetched + evidence.get(TIME, 0),
+            "inferred_by_fetch": fetched, "inferred_by_time": evidence.get(TIME, 0),
+            "by_evidence": {e: evidence.get(e, 0) for e in (HEADER, *FETCH_EVIDENCE, TIME)},
+            "unresolved": unresolved}
+
+
+def incomplete_counts(tables: Tables) -> dict[str, Any]:
+    """What lost parents touched, in counts that add up across runs over disjoint flows (the
+    stream adds them micro-batch by micro-batch): incomplete `hops` (traced hops that declare
+    lost parents), `parents_lost` (their sum), `roots` (incomplete hops with no parent link:
+    branches start there), `links` into incomplete hops, incomplete `branches` and `flows`;
+    and `by_reason`, per reason, the hops, links and branches that carry it."""
+    from pyspark.sql import functions as F
+
+    lost = tables.nodes.where(F.col("parents_lost") > 0)
+    hops = lost.agg(F.count(F.lit(1)).alias("hops"),
+                    F.sum("parents_lost").alias("parents_lost")).first()
+    roots = lost.join(tables.links.select("key").distinct(), "key", "left_anti").count()
+    links = tables.links.where("incomplete")
+    branches = tables.branches.where("incomplete")
+    by_reason = {r: {"hops": 0, "links": 0, "branches": 0} for r in LOST_REASONS}
+    for name, df in (("hops", lost), ("links", links), ("branches", branches)):
+        for row in df.select(F.explode("lost_reasons").alias("r")).groupBy("r").count().collect():
+            by_reason.setdefault(row["r"], {"hops": 0, "links": 0, "branches": 0})[name] = \
+                row["count"]
+    return {"hops": int(hops["hops"] or 0), "parents_lost": int(hops["parents_lost"] or 0),
+            "roots": roots, "links": links.count(), "branches": branches.count(),
+            "flows": tables.flows.where("incomplete").count(), "by_reason": by_reason}
+
+
+def incomplete_of(counts: dict[str, Any], edges: list[dict[str, Any]],
+                  pathways: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's `incomplete`: `counts` (`incomplete_counts`, or the stream's sum of them)
+    with how many edges and pathways an incomplete hop or branch touched."""
+    out: dict[str, Any] = {"hops": 0, "parents_lost": 0, "roots": 0, "links": 0, "branches": 0,
+                           "flows": 0}
+    out.update(counts)
+    out["by_reason"] = {r: {"hops": 0, "links": 0, "branches": 0, **(
+        counts.get("by_reason", {}).get(r, {}))} for r in LOST_REASONS}
+    out["edges"] = sum(1 for e in edges if e.get("incomplete"))
+    out["pathways"] = sum(1 for p in pathways if p.get("incomplete"))
+    return out
 
 
 def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
@@ -75,11 +130,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     branch_counts = _flag_counts(branches)
     evidence = {r["evidence"]: r["count"]
                 for r in _rows(tables.links.groupBy("evidence").count())}
-    links = {"linked": evidence.get("header", 0),
-             "inferred": evidence.get("fetch", 0) + evidence.get("time", 0),
-             "inferred_by_fetch": evidence.get("fetch", 0),
-             "inferred_by_time": evidence.get("time", 0),
-             "unresolved": tables.unresolved.count()}
+    links = link_counts(evidence, tables.unresolved.count())
 
     edges = _rows(tables.edges, ["from_topic", "to_topic"])
     hist: dict[tuple[str, str], list[int]] = {}
@@ -93,9 +144,9 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     broken = _rows(
         branches.where("broken").orderBy(F.desc("start_ms"), "trace_id", "path", "leaf")
         .limit(config.top)
-        .select("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
-                "stopped", "slow", "inferred_edges")
+        .select(*BROKEN_COLUMNS)
     )
+    pathways = _rows(tables.pathways, ["path"])
     audit = [dict(r, hour_ms=int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000))
              for r in _rows(tables.audit)]
     by_hour: dict[int, list[int]] = {}
@@ -116,9 +167,10 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         "flows": counts,
         "branches": branch_counts,
         "links": links,
+        "incomplete": incomplete_of(incomplete_counts(tables), edges, pathways),
         "edges": edges,
         "histogram_bounds_ms": list(HISTOGRAM_BOUNDS_MS),
-        "pathways": _rows(tables.pathways, ["path"]),
+        "pathways": pathways,
         "over_time": _rows(edge_percentiles_over_time(tables.links, config.time_bucket_s),
                            ["from_topic", "to_topic", "bucket_ms"]),
         "broken_branches": broken,

@@ -521,27 +521,38 @@ static PyObject *lmo_parents(link_memory_obj *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    int64_t n = lm_parents(self->m, scope.buf, (size_t)scope.len, trace.buf, now, found);
+    uint32_t lost[3];
+    int64_t n = lm_parents(self->m, scope.buf, (size_t)scope.len, trace.buf, now, found, lost);
     if (n == -100) {
         PyErr_NoMemory();
         goto done;
     }
+    PyObject *named;
     if (n < 0) {
-        out = PyUnicode_FromString(REASONS[-1 - n]);
+        named = PyUnicode_FromString(REASONS[-1 - n]);
+    } else {
+        named = PyTuple_New((Py_ssize_t)n);
+        for (int64_t i = 0; named != NULL && i < n; i++) {
+            PyObject *item = Py_BuildValue("s#iL", (const char *)found[i].topic,
+                                           (Py_ssize_t)found[i].topic_len,
+                                           (int)found[i].partition, (long long)found[i].offset);
+            if (item == NULL) {
+                Py_CLEAR(named);
+                break;
+            }
+            PyTuple_SET_ITEM(named, (Py_ssize_t)i, item);
+        }
+        lm_parents_free(found, n);
+    }
+    if (named == NULL) {
         goto done;
     }
-    out = PyTuple_New((Py_ssize_t)n);
-    for (int64_t i = 0; out != NULL && i < n; i++) {
-        PyObject *item = Py_BuildValue("s#iL", (const char *)found[i].topic,
-                                       (Py_ssize_t)found[i].topic_len, (int)found[i].partition,
-                                       (long long)found[i].offset);
-        if (item == NULL) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+    if (lost[0] | lost[1] | lost[2]) {
+        out = Py_BuildValue("N(kkk)", named, (unsigned long)lost[0], (unsigned long)lost[1],
+                            (unsigned long)lost[2]);
+    } else {
+        out = Py_BuildValue("NO", named, Py_None);
     }
-    lm_parents_free(found, n);
 done:
     PyMem_Free(found);
     PyBuffer_Release(&scope);
@@ -559,11 +570,11 @@ static PyObject *lmo_counters(link_memory_obj *self, PyObject *unused) {
     }
     lm_counts c;
     lm_counters(self->m, &c);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsK}", "link_remembered", c.remembered, "link_evicted",
-                         c.evicted, "link_expired", c.expired, "link_made", c.made,
-                         "link_parents", c.parents, "link_missed_unseen", c.missed[LM_UNSEEN],
-                         "link_missed_expired", c.missed[LM_EXPIRED], "link_missed_evicted",
-                         c.missed[LM_EVICTED]);
+    /* In the order interceptors/trace_links.py FETCH_COUNTERS + PRODUCE_COUNTERS names them. */
+    return Py_BuildValue("(KKKKKKKKKKK)", c.remembered, c.evicted, c.expired, c.made, c.parents,
+                         c.missed[LM_UNSEEN], c.missed[LM_EXPIRED], c.missed[LM_EVICTED],
+                         c.lost[LM_LOST_EXPIRED], c.lost[LM_LOST_EVICTED],
+                         c.lost[LM_LOST_OVERFLOW]);
 }
 
 static void capsule_release(PyObject *capsule) {
@@ -586,9 +597,11 @@ static PyMethodDef lmo_methods[] = {
     {"remember", (PyCFunction)lmo_remember, METH_VARARGS,
      "remember(scope, trace, topic, partition, offset, now) -> (evicted, expired)"},
     {"parents", (PyCFunction)lmo_parents, METH_VARARGS,
-     "parents(scope, trace, now) -> ((topic, partition, offset), ...) or the miss's reason"},
+     "parents(scope, trace, now) -> (((topic, partition, offset), ...) or the miss's reason, "
+     "(expired, evicted, overflow) parents lost or None)"},
     {"counters", (PyCFunction)lmo_counters, METH_NOARGS,
-     "counters() -> what the native relay counted, by the members' counter names"},
+     "counters() -> what the native relay counted, in the order of trace_links.py's "
+     "FETCH_COUNTERS + PRODUCE_COUNTERS"},
     {"capsule", (PyCFunction)lmo_capsule, METH_NOARGS,
      "capsule() -> the memory for the native relay"},
     {NULL, NULL, 0, NULL},

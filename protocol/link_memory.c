@@ -1,15 +1,27 @@
 /* The bounded memory of fetched traces: see link_memory.h, and interceptors/trace_links.py,
  * the reference whose every step this follows (tests/unit/test_link_memory.py drives both
  * with the same operations). Two hash tables with an order list each: the entries, least
- * recently fetched first, and the keys gone (evicted or expired), oldest first. */
+ * recently fetched first, and the keys gone (evicted or expired), oldest first. An entry's
+ * parents are allocated as they come (most traces have one), up to max_parents. */
 #include "link_memory.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* A topic name, kept once however many parents name it (interned: see intern_topic), so that
+ * remembering a record allocates and frees nothing for its topic. */
+typedef struct topic {
+    struct topic *chain;
+    uint64_t hash;
+    int64_t refs; /* the parents naming it; at 0 it stays until the next sweep */
+    size_t len;
+    uint8_t name[];
+} topic_t;
+
 typedef struct {
-    uint8_t *topic;
+    uint8_t *topic; /* an interned topic's name */
     size_t topic_len;
     int32_t partition;
     int64_t offset;
@@ -22,8 +34,9 @@ typedef struct node {
     struct node *chain, *prev, *next;
     double seen;
     int spent, reason;
-    int64_t nparents;
-    parent_t *parents; /* entries: max_parents of them */
+    int64_t nparents, room;
+    parent_t *parents; /* entries: room for `room` of them */
+    uint32_t lost[3];  /* the round's parents not named, by LM_LOST_* (gone: its parents too) */
 } node;
 
 typedef struct {
@@ -39,14 +52,103 @@ struct lm_memory {
     double ttl;
     table entries, gone;
     lm_counts counts;
+    /* The interned topics (a hash table that sweeps the unnamed ones out as it fills), the
+     * last one found, and what the key dropped from `gone` and an entry buried there leave
+     * for the next new entry: a node with its key buffer, a parents array. */
+    topic_t **topics;
+    size_t topics_mask, ntopics, topics_limit;
+    topic_t *last_topic;
+    node *spare;
+    parent_t *spare_parents; /* room for `spare_room` */
+    int64_t spare_room;
 };
 
+/* A word at a time: keys are a scope and a 32-byte trace id. */
 static uint64_t hash_key(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ p[i]) * 1099511628211ULL;
+    uint64_t h = 1469598103934665603ULL ^ n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 32;
+    }
+    for (; n > 0; p++, n--) {
+        h = (h ^ *p) * 1099511628211ULL;
     }
     return h ^ (h >> 29);
+}
+
+static topic_t *topic_of(const uint8_t *name) {
+    return (topic_t *)(void *)(name - offsetof(topic_t, name));
+}
+
+/* Free the topics no parent names, and let the table grow when most are named. */
+static void sweep_topics(lm_memory *m) {
+    m->last_topic = NULL;
+    for (size_t b = 0; b <= m->topics_mask; b++) {
+        topic_t **at = &m->topics[b];
+        while (*at != NULL) {
+            topic_t *t = *at;
+            if (t->refs == 0) {
+                *at = t->chain;
+                free(t);
+                m->ntopics--;
+            } else {
+                at = &t->chain;
+            }
+        }
+    }
+    if (m->ntopics * 2 > m->topics_limit) {
+        size_t size = 2 * (m->topics_mask + 1);
+        topic_t **grown = calloc(size, sizeof *grown);
+        if (grown != NULL) {
+            for (size_t b = 0; b <= m->topics_mask; b++) {
+                for (topic_t *t = m->topics[b], *next; t != NULL; t = next) {
+                    next = t->chain;
+                    t->chain = grown[t->hash & (size - 1)];
+                    grown[t->hash & (size - 1)] = t;
+                }
+            }
+            free(m->topics);
+            m->topics = grown;
+            m->topics_mask = size - 1;
+        }
+        m->topics_limit *= 2;
+    }
+}
+
+/* The interned name of a topic, one more parent naming it; NULL out of memory. */
+static uint8_t *intern_topic(lm_memory *m, const uint8_t *name, size_t len) {
+    topic_t *t = m->last_topic;
+    if (t == NULL || t->len != len || (len > 0 && memcmp(t->name, name, len) != 0)) {
+        uint64_t h = hash_key(name, len);
+        for (t = m->topics[h & m->topics_mask]; t != NULL; t = t->chain) {
+            if (t->hash == h && t->len == len && (len == 0 || memcmp(t->name, name, len) == 0)) {
+                break;
+            }
+        }
+        if (t == NULL) {
+            if (m->ntopics >= m->topics_limit) {
+                sweep_topics(m);
+            }
+            t = malloc(sizeof *t + (len ? len : 1));
+            if (t == NULL) {
+                return NULL;
+            }
+            if (len > 0) {
+                memcpy(t->name, name, len);
+            }
+            t->len = len;
+            t->hash = h;
+            t->refs = 0;
+            t->chain = m->topics[h & m->topics_mask];
+            m->topics[h & m->topics_mask] = t;
+            m->ntopics++;
+        }
+        m->last_topic = t;
+    }
+    t->refs++;
+    return t->name;
 }
 
 static int table_init(table *t, int64_t capacity) {
@@ -115,7 +217,7 @@ static void take(table *t, node *e) {
 
 static void free_parents(node *e) {
     for (int64_t i = 0; i < e->nparents; i++) {
-        free(e->parents[i].topic);
+        topic_of(e->parents[i].topic)->refs--;
     }
     e->nparents = 0;
 }
@@ -151,8 +253,12 @@ lm_memory *lm_new(int64_t capacity, double ttl_s, int64_t max_parents) {
     m->capacity = capacity;
     m->ttl = ttl_s;
     m->max_parents = max_parents;
-    if (!table_init(&m->entries, capacity) || !table_init(&m->gone, capacity) ||
-        pthread_mutex_init(&m->lock, NULL) != 0) {
+    m->topics = calloc(16, sizeof *m->topics);
+    m->topics_mask = 15;
+    m->topics_limit = 64;
+    if (m->topics == NULL || !table_init(&m->entries, capacity) ||
+        !table_init(&m->gone, capacity) || pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(m->topics);
         free(m->entries.buckets);
         free(m->gone.buckets);
         free(m);
@@ -179,6 +285,17 @@ void lm_release(lm_memory *m) {
     }
     free_table(&m->entries);
     free_table(&m->gone);
+    if (m->spare != NULL) {
+        free_node(m->spare);
+    }
+    free(m->spare_parents);
+    for (size_t b = 0; b <= m->topics_mask; b++) {
+        for (topic_t *t = m->topics[b], *next; t != NULL; t = next) {
+            next = t->chain;
+            free(t);
+        }
+    }
+    free(m->topics);
     pthread_mutex_destroy(&m->lock);
     free(m);
 }
@@ -195,14 +312,11 @@ static uint8_t *make_key(const uint8_t *scope, size_t scope_len, const uint8_t *
     return key;
 }
 
-static int set_parent(parent_t *p, const uint8_t *topic, size_t topic_len, int32_t partition,
-                      int64_t offset) {
-    p->topic = malloc(topic_len ? topic_len : 1);
+static int set_parent(lm_memory *m, parent_t *p, const uint8_t *topic, size_t topic_len,
+                      int32_t partition, int64_t offset) {
+    p->topic = intern_topic(m, topic, topic_len);
     if (p->topic == NULL) {
         return 0;
-    }
-    if (topic_len > 0) {
-        memcpy(p->topic, topic, topic_len);
     }
     p->topic_len = topic_len;
     p->partition = partition;
@@ -210,23 +324,50 @@ static int set_parent(parent_t *p, const uint8_t *topic, size_t topic_len, int32
     return 1;
 }
 
-static int same_parent(const parent_t *p, const uint8_t *topic, size_t topic_len,
-                       int32_t partition, int64_t offset) {
-    return p->partition == partition && p->offset == offset && p->topic_len == topic_len &&
-           (topic_len == 0 || memcmp(p->topic, topic, topic_len) == 0);
+/* Interned topics are the same name when they are the same pointer. */
+static int same_parent(const parent_t *p, const parent_t *q) {
+    return p->partition == q->partition && p->offset == q->offset && p->topic == q->topic;
 }
 
-/* An entry evicted or expired leaves its key in `gone`, with why: a key already there keeps
- * its place and takes the new reason (as an ordered dict's assignment does). */
+/* A node that left `gone` (freed, or kept for the next new entry). */
+static void retire(lm_memory *m, node *e) {
+    if (m->spare == NULL && e->parents == NULL) {
+        m->spare = e;
+    } else {
+        free_node(e);
+    }
+}
+
+/* A parents array that left its entry (freed, or kept for the next new entry). */
+static void retire_parents(lm_memory *m, parent_t *parents, int64_t room) {
+    if (m->spare_parents == NULL) {
+        m->spare_parents = parents;
+        m->spare_room = room;
+    } else {
+        free(parents);
+    }
+}
+
+static void lose(uint32_t lost[3], int why, int64_t n) {
+    lost[why] = (uint64_t)lost[why] + (uint64_t)n > LM_LOST_MAX ? LM_LOST_MAX
+                                                                 : lost[why] + (uint32_t)n;
+}
+
+/* An entry evicted or expired leaves its key in `gone`, with why, whether it was spent and
+ * the round's losses, its parents now among them: a key already there keeps its place and
+ * takes the new ones (as an ordered dict's assignment does). */
 static void bury(lm_memory *m, node *e, int reason) {
     table *gone = &m->gone;
+    lose(e->lost, reason == LM_EXPIRED ? LM_LOST_EXPIRED : LM_LOST_EVICTED, e->nparents);
     node *g = find(gone, e->key, e->key_len, e->hash);
     if (g != NULL) {
         g->reason = reason;
+        g->spent = e->spent;
+        memcpy(g->lost, e->lost, sizeof g->lost);
         free_node(e);
     } else {
         free_parents(e);
-        free(e->parents);
+        retire_parents(m, e->parents, e->room);
         e->parents = NULL;
         e->reason = reason;
         insert(gone, e);
@@ -234,74 +375,110 @@ static void bury(lm_memory *m, node *e, int reason) {
     if ((int64_t)gone->n > m->capacity) {
         node *oldest = gone->head;
         take(gone, oldest);
-        free_node(oldest);
+        retire(m, oldest);
     }
 }
 
-int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
-                const uint8_t *topic, size_t topic_len, int32_t partition, int64_t offset,
-                double now, int64_t *evicted, int64_t *expired) {
-    *evicted = *expired = 0;
-    uint8_t *key = make_key(scope, scope_len, trace);
-    if (key == NULL) {
-        return 0;
+/* A new node holding a copy of the key: the spare one when its key buffer fits. */
+static node *new_node(lm_memory *m, const uint8_t *key, size_t len) {
+    node *e = m->spare;
+    uint8_t *buf;
+    if (e != NULL && e->key_len == len) {
+        m->spare = NULL;
+        buf = e->key;
+        memset(e, 0, sizeof *e);
+    } else {
+        e = calloc(1, sizeof *e);
+        buf = malloc(len);
+        if (e == NULL || buf == NULL) {
+            free(e);
+            free(buf);
+            return NULL;
+        }
     }
-    size_t len = scope_len + LM_TRACE;
+    memcpy(buf, key, len);
+    e->key = buf;
+    e->key_len = len;
+    return e;
+}
+
+/* lm_remember with the memory locked, the key (scope, trace) made by the caller. */
+static int remember(lm_memory *m, const uint8_t *key, size_t len, const uint8_t *topic,
+                    size_t topic_len, int32_t partition, int64_t offset, double now,
+                    int64_t *evicted, int64_t *expired) {
+    *evicted = *expired = 0;
     uint64_t h = hash_key(key, len);
-    pthread_mutex_lock(&m->lock);
     table *entries = &m->entries;
     node *e = find(entries, key, len, h);
     if (e == NULL) {
-        e = calloc(1, sizeof *e);
-        parent_t *parents = calloc((size_t)m->max_parents, sizeof(parent_t));
+        e = new_node(m, key, len);
+        parent_t *parents = m->spare_parents;
+        int64_t room = m->spare_room;
+        m->spare_parents = NULL;
+        if (parents == NULL) {
+            parents = calloc(1, sizeof(parent_t));
+            room = 1;
+        }
         if (e == NULL || parents == NULL ||
-            !set_parent(&parents[0], topic, topic_len, partition, offset)) {
-            free(e);
+            !set_parent(m, &parents[0], topic, topic_len, partition, offset)) {
+            if (e != NULL) {
+                free_node(e);
+            }
             free(parents);
-            free(key);
-            pthread_mutex_unlock(&m->lock);
             return 0;
         }
-        e->key = key;
-        key = NULL;
-        e->key_len = len;
         e->hash = h;
         e->seen = now;
         e->parents = parents;
         e->nparents = 1;
+        e->room = room;
         insert(entries, e);
         node *g = find(&m->gone, e->key, len, h);
         if (g != NULL) {
+            if (!g->spent) { /* the round goes on, its losses too */
+                memcpy(e->lost, g->lost, sizeof e->lost);
+            }
             take(&m->gone, g);
-            free_node(g);
+            retire(m, g);
         }
     } else {
-        free(key);
-        key = NULL;
         parent_t fresh;
-        if (!set_parent(&fresh, topic, topic_len, partition, offset)) {
-            pthread_mutex_unlock(&m->lock);
+        if (e->nparents == e->room && e->room < m->max_parents) { /* room for one more */
+            int64_t room = 2 * e->room < m->max_parents ? 2 * e->room : m->max_parents;
+            parent_t *grown = realloc(e->parents, (size_t)room * sizeof(parent_t));
+            if (grown == NULL) {
+                return 0;
+            }
+            e->parents = grown;
+            e->room = room;
+        }
+        if (!set_parent(m, &fresh, topic, topic_len, partition, offset)) {
             return 0;
         }
         unlink_order(entries, e);
         link_last(entries, e);
         parent_t *parents = e->parents;
-        if (e->spent || now - e->seen > m->ttl) {
+        if (e->spent) { /* a new round */
             free_parents(e);
             e->spent = 0;
+            memset(e->lost, 0, sizeof e->lost);
+        } else if (now - e->seen > m->ttl) {
+            lose(e->lost, LM_LOST_EXPIRED, e->nparents);
+            free_parents(e);
         } else {
             int64_t at = -1;
             for (int64_t i = 0; i < e->nparents; i++) {
-                if (same_parent(&parents[i], topic, topic_len, partition, offset)) {
+                if (same_parent(&parents[i], &fresh)) {
                     at = i;
                     break;
                 }
             }
             if (at < 0 && e->nparents >= m->max_parents) {
                 at = 0; /* the oldest goes */
+                lose(e->lost, LM_LOST_OVERFLOW, 1);
             }
             if (at >= 0) { /* fetched again it becomes the newest */
-                free(parents[at].topic);
+                topic_of(parents[at].topic)->refs--;
                 memmove(&parents[at], &parents[at + 1],
                         (size_t)(e->nparents - at - 1) * sizeof(parent_t));
                 e->nparents--;
@@ -330,12 +507,61 @@ int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint
     m->counts.remembered++;
     m->counts.evicted += (uint64_t)*evicted;
     m->counts.expired += (uint64_t)*expired;
-    pthread_mutex_unlock(&m->lock);
     return 1;
 }
 
+/* The key (scope, trace) in `small` when it fits, else in a new buffer (NULL out of memory). */
+static uint8_t *key_in(uint8_t *small, size_t room, const uint8_t *scope, size_t scope_len) {
+    size_t len = scope_len + LM_TRACE;
+    uint8_t *key = len <= room ? small : malloc(len);
+    if (key != NULL && scope_len > 0) {
+        memcpy(key, scope, scope_len);
+    }
+    return key;
+}
+
+int lm_remember(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
+                const uint8_t *topic, size_t topic_len, int32_t partition, int64_t offset,
+                double now, int64_t *evicted, int64_t *expired) {
+    lm_record one = {{0}, topic, topic_len, partition, offset};
+    memcpy(one.trace, trace, LM_TRACE);
+    int64_t n = lm_remember_many(m, scope, scope_len, &one, 1, now, evicted, expired);
+    return n == 1;
+}
+
+int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
+                         const lm_record *records, size_t n, double now, int64_t *evicted,
+                         int64_t *expired) {
+    uint8_t small[256];
+    *evicted = *expired = 0;
+    uint8_t *key = key_in(small, sizeof small, scope, scope_len);
+    if (key == NULL) {
+        return 0;
+    }
+    size_t len = scope_len + LM_TRACE;
+    int64_t done = 0;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < n; i++) {
+        const lm_record *r = &records[i];
+        int64_t ev, ex;
+        memcpy(key + scope_len, r->trace, LM_TRACE);
+        if (remember(m, key, len, r->topic, r->topic_len, r->partition, r->offset, now, &ev,
+                     &ex)) {
+            done++;
+            *evicted += ev;
+            *expired += ex;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    if (key != small) {
+        free(key);
+    }
+    return done;
+}
+
 int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
-                   double now, lm_parent *out) {
+                   double now, lm_parent *out, uint32_t lost[3]) {
+    memset(lost, 0, 3 * sizeof *lost);
     uint8_t *key = make_key(scope, scope_len, trace);
     if (key == NULL) {
         return -100;
@@ -348,8 +574,13 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
     if (e == NULL) {
         node *g = find(&m->gone, key, len, h);
         n = -1 - (g != NULL ? g->reason : LM_UNSEEN);
+        if (g != NULL) {
+            memcpy(lost, g->lost, 3 * sizeof *lost);
+        }
     } else if (now - e->seen > m->ttl) {
         n = -1 - LM_EXPIRED;
+        memcpy(lost, e->lost, 3 * sizeof *lost);
+        lose(lost, LM_LOST_EXPIRED, e->nparents);
     } else {
         for (n = 0; n < e->nparents; n++) {
             const parent_t *p = &e->parents[n];
@@ -364,6 +595,7 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
         }
         if (n > 0) {
             e->spent = 1;
+            memcpy(lost, e->lost, 3 * sizeof *lost);
         }
     }
     pthread_mutex_unlock(&m->lock);
@@ -398,6 +630,7 @@ void lm_count(lm_memory *m, const lm_counts *more) {
     c->parents += more->parents;
     for (int i = 0; i < 3; i++) {
         c->missed[i] += more->missed[i];
+        c->lost[i] += more->lost[i];
     }
     pthread_mutex_unlock(&m->lock);
 }

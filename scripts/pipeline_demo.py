@@ -3,15 +3,20 @@ payments; F reads orders → fraud, for every third order; C reads payments → 
 a retried payment back to payments once), with trace context carried from hop to hop, a few
 flows broken on purpose and a few records written straight to the broker without trace context.
 
+    bash scripts/dev.sh       # herald dev with proxy.yaml: prints upstream=127.0.0.1:PORT
     .venv/bin/python scripts/pipeline_demo.py --herald localhost:19092 --broker 127.0.0.1:PORT
 
 The broker address is the `upstream=` of Herald's ready line. Prints the topic names and the
 `herald pipeline batch` command that reads them. The services are the ones the integration
-tests play (tests/pipeline/scenario.py). B and C name the record they continue in an
-`x-herald-parent` header; Herald's `audit` member strips client headers under `herald.`, so
-for the pipeline to see those links as `herald.parent` add, after `audit` in the produce
-chain, `{type: rename_header, from: x-herald-parent, to: herald.parent}`. Without it every
-edge is inferred (and marked so in the report).
+tests play (tests/pipeline/scenario.py). They continue each trace (same trace id, a span of
+their own) and name nothing else: Herald writes the links. proxy.yaml turns on
+`trace_context`'s `link`, so Herald remembers the traced records each service fetched and
+puts a `herald.parent` header naming them on what that service then produces. The services
+all run in this process and reach Herald from one address, so proxy.yaml's scope is
+`client_id`: each service's consumer and producer share a client id of their own (`svc-b`,
+`svc-f`, ...), and a service's writes name only what it fetched, though B and F read the same
+orders. The graph the batch job draws then has every edge linked and none inferred (the
+summary's `links`); only the untraced legacy records are outside it.
 """
 
 from __future__ import annotations

@@ -94,6 +94,7 @@ LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
   tests/unit/test_native_fetch.py tests/unit/test_native_stamp.py tests/unit/test_relay_trace.py \
   tests/unit/test_stamping.py tests/unit/test_native_locking.py tests/unit/test_native_tls.py \
   tests/unit/test_native_codecs.py tests/unit/test_link_memory.py tests/unit/test_trace_links.py tests/unit/test_native_links.py \
+  tests/unit/test_parents_lost.py \
   tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
   tests/unit/test_path_choice.py tests/integration/test_native_sasl.py \
   tests/integration/test_native_stamp.py tests/integration/test_native_tls.py \

@@ -1,8 +1,10 @@
 /* The memory of fetched traces (protocol/link_memory.c) under a script of operations from the
  * input: remember, look up, time passing, an extra holder. tests/unit/test_link_memory.py
  * holds its answers to the Python reference; here it must stay within its bounds (entries,
- * parents per entry), give back only parents remembered for that very (scope, trace), read
- * nothing outside what it is given and free everything with its last holder. */
+ * parents per entry), give back only parents remembered for that very (scope, trace), never
+ * name or declare lost more parents than the (scope, trace) was given (a lookup's parents and
+ * losses add up to at most what it remembered), read nothing outside what it is given and
+ * free everything with its last holder. */
 #include "common.h"
 #include "link_memory.h"
 
@@ -61,8 +63,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             break;
         }
         case 2: {
-            int64_t n = lm_parents(m, scope, scope_len, trace, now, out);
+            uint32_t lost[3] = {7, 7, 7};
+            int64_t n = lm_parents(m, scope, scope_len, trace, now, out, lost);
             FUZZ_CHECK(n >= -3 && n <= max_parents && n != 0, "%lld parents", (long long)n);
+            uint64_t remembered = 0;
+            for (size_t j = 0; j < nseen; j++) {
+                remembered += seen[j].scope == s && seen[j].trace == tr;
+            }
+            uint64_t total = (uint64_t)(n > 0 ? n : 0) + lost[0] + lost[1] + lost[2];
+            FUZZ_CHECK(total <= remembered || nseen == SEEN_MAX,
+                       "%llu parents named or lost of %llu remembered",
+                       (unsigned long long)total, (unsigned long long)remembered);
+            FUZZ_CHECK(n != -1 - LM_UNSEEN || (lost[0] | lost[1] | lost[2]) == 0,
+                       "losses declared for a key never seen");
+            FUZZ_CHECK(n != -1 - LM_EXPIRED || lost[0] > 0, "expired with no parent lost");
             for (int64_t i = 0; i < n; i++) {
                 int found = 0;
                 for (size_t j = 0; j < nseen && !found; j++) {

@@ -22,7 +22,11 @@
  *     links (trace_context `link`): a memory (protocol/link_memory.c) that remembers parents
  *     for every trace id the frame seems to carry ("00-" and 32 hex digits), so that kept
  *     records find some: no more records linked than kept, no more parents than the memory
- *     holds per trace. */
+ *     holds per trace; some traces fetched more often than max_parents or long ago, whose
+ *     records declare lost parents (`herald.parents_lost`): at most one header per reason,
+ *     only on records that kept their own traceparent. */
+#include <time.h>
+
 #include "common.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
@@ -152,19 +156,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     stamp_plan(&plan, flags & 7);
     int links = (flags & 0x80) && (flags & 7) % 3 == 0;
     if (links) {
-        lm_memory *m = lm_new(64, 1e9, 3);
+        lm_memory *m = lm_new(64, 1e6, 3);
         must(m != NULL);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts); /* the stamp's clock */
+        double now = (double)ts.tv_sec;
         for (size_t i = 0; i + 35 <= len; i++) {
             if (memcmp(frame + i, "00-", 3) == 0) {
                 int64_t ev, ex;
-                for (int k = 0; k < 1 + (int)(i % 4); k++) { /* 1-4: past max_parents */
+                /* 1-4 parents: past max_parents; every fifth fetched long ago: expired */
+                double at = i % 5 == 4 ? now - 2e6 : now;
+                for (int k = 0; k < 1 + (int)(i % 4); k++) {
                     must(lm_remember(m, (const uint8_t *)"h", 1, frame + i + 3,
-                                     (const uint8_t *)"in", 2, k, (int64_t)i, 1.0, &ev, &ex));
+                                     (const uint8_t *)"in", 2, k, (int64_t)i, at, &ev, &ex));
                 }
             }
         }
         must(nc_plan_links(&plan, m, (const uint8_t *)"h", 1,
                            (const uint8_t *)"\x1aherald.parent", 14));
+        /* as stamp_plan.py makes it: the lost parents are declared */
+        must(nc_plan_lost_key(&plan, (const uint8_t *)"\x26herald.parents_lost", 20));
         lm_release(m); /* the plan holds it */
     }
     nc_buf out = {0};
@@ -188,6 +199,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    (unsigned long long)counts.records, (unsigned long long)counts.kept,
                    (unsigned long long)counts.kept_batches);
         FUZZ_CHECK(out.limit == 0 || out.len <= out.limit + len, "grew past its limit");
+        FUZZ_CHECK(counts.lost_headers <= 3 * counts.marked && counts.marked <= counts.kept &&
+                       counts.linked <= counts.marked &&
+                       counts.lost[0] + counts.lost[1] + counts.lost[2] >= counts.lost_headers &&
+                       (links || counts.lost_headers == 0),
+                   "%llu lost headers on %llu records", (unsigned long long)counts.lost_headers,
+                   (unsigned long long)counts.marked);
         FUZZ_CHECK(counts.linked <= counts.kept && counts.parents <= 3 * counts.linked &&
                        counts.parents >= counts.linked &&
                        (links || counts.linked + counts.missed[0] == 0),

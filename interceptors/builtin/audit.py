@@ -30,9 +30,10 @@ by client id is only as safe as the network; prefer principals on authenticated 
 The headers that are the same for a whole batch are built once per batch (and the
 per-connection ones once per connection); only ``msg_id`` is made per record.
 
-The causal links ``trace_context`` writes with ``link`` (``herald.parent``) are Herald's own:
-whether that member runs before or after this one, they are kept, and a client's own header
-with the same key is forged like any other (stripped or rejected). `interceptors.trace_links`
+The causal links ``trace_context`` writes with ``link`` (``herald.parent``, and
+``herald.parents_lost`` for the parents it cannot name) are Herald's own: whether that member
+runs before or after this one, they are kept, and a client's own header with one of those keys
+is forged like any other (stripped or rejected). `interceptors.trace_links`
 says which headers of the record the proxy made in this run.
 """
 
@@ -237,17 +238,19 @@ class Audit(Interceptor):
             return {"trusted_passed": 1}
         return None if self._trusted_clients is not None else {}
 
-    def _own_links(self, ctx: RecordContext, headers: Headers) -> tuple[str, int, int] | None:
-        """(key, Herald's own link headers, forged ones with that key) when `trace_context`
-        linked this record in this run (`interceptors.trace_links.LINKED_MEMO`): its headers
-        are the last ones with that key, anything before them under the key is forged."""
+    def _own_links(self, ctx: RecordContext, headers: Headers
+                   ) -> list[tuple[str, int, int]] | None:
+        """Per key under the prefix, (key, Herald's own link headers, forged ones with that
+        key) when `trace_context` linked this record in this run (`interceptors.trace_links.
+        LINKED_MEMO`): its headers are the last ones with that key, anything before them
+        under the key is forged."""
         linked = ctx.memo.get(LINKED_MEMO)
         if linked is None or linked[0] is not headers:
             return None
-        key, own = linked[1], linked[2]
-        if not key.startswith(self._prefix):
-            return None
-        return key, own, headers.count(key) - own
+        prefix = self._prefix
+        own = [(key, n, headers.count(key) - n) for key, n in linked[1]
+               if key.startswith(prefix)]
+        return own or None
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         # Called for records with a header under the prefix only (see `stamps`).
@@ -256,21 +259,23 @@ class Audit(Interceptor):
         keep_msg = keep_origin = False
         links = self._own_links(ctx, headers)
         reserved, hop_key = self._reserved, self._hop_key
+        forged_links: list[tuple[str, int, int]] = []
         if links is not None:  # Herald's own links are not forged: every check skips them
-            link_key = links[0]
-            reserved = lambda key: key != link_key and key.startswith(prefix)  # noqa: E731
-            hop_key = lambda key: key != link_key and self._hop_key(key)  # noqa: E731
+            own_keys = frozenset(link[0] for link in links)
+            reserved = lambda key: key not in own_keys and key.startswith(prefix)  # noqa: E731
+            hop_key = lambda key: key not in own_keys and self._hop_key(key)  # noqa: E731
+            forged_links = [link for link in links if link[2]]
         if stamp.trusted:
             headers.remove_if(hop_key)
             keep_msg = self._k_msg is not None and self._k_msg in headers
             keep_origin = self._k_origin is not None and self._k_origin in headers
             self.stats.count("trusted_passed")
-            if links is not None and links[2]:
-                self._drop_forged_links(headers, *links)
+            for link in forged_links:
+                self._drop_forged_links(headers, *link)
         elif self.config.forged == "reject":
             key = next((k for k, _ in headers if reserved(k)), None)
-            if key is None and links is not None and links[2]:
-                key = links[0]
+            if key is None and forged_links:
+                key = forged_links[0][0]
             if key is not None:
                 raise RejectRecord(
                     INVALID_RECORD,
@@ -279,8 +284,8 @@ class Audit(Interceptor):
                 )
         else:
             stripped = headers.remove_if(reserved)
-            if links is not None and links[2]:
-                stripped += self._drop_forged_links(headers, *links)
+            for link in forged_links:
+                stripped += self._drop_forged_links(headers, *link)
             if stripped:
                 self.stats.count("forged_stripped", stripped)
         # The hop headers are one block built per batch; then the message-level ones.

@@ -4,8 +4,8 @@
 For every record a consumer fetches through Herald, one compact JSON record goes to `topic`:
 
     {"tr": trace id or null, "o": offset, "h": record time or null, "t": topic,
-     "p": partition, "c": consumer client id, "g": group or null,
-     "f": fetch time, ms since the epoch}
+     "p": partition, "c": consumer client id, "s": consumer host,
+     "g": group or null, "f": fetch time, ms since the epoch}
 
 keyed by the trace id (the layout is `protocol.contracts.fetch_log`, which the pipeline reads
 back with). The analytics pipeline joins these to the hops (`pipeline.fetch_topic`) and
@@ -13,6 +13,10 @@ reports transit latency (fetch time minus Herald's receive time on produce) per 
 consumer group. `h` is the record's own Herald receive time, the value of its `time_header`
 (default `herald.time`, what `audit` writes; null without one), so that the stream can measure
 transit and lag from the observations alone, per partition, without looking each record up.
+`s` is the host of the consumer's address (as `trace_context`'s link memory keys a service by
+it, `source_host`), so that the pipeline can tell which producer belongs to the same service
+when it infers a parent: by the host of the record's `herald.source`, which Java and
+librdkafka clients share between a service's consumer and producer where client ids differ.
 A Fetch request does not name the consumer group: Herald learns it from the group requests
 the same client sends (`CONSUMER_GROUPS`), and ``g`` is null for a consumer that reads without
 a group (`assign()`). The `group` setting, when given, is stamped instead of what was learned
@@ -51,6 +55,7 @@ from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS, KafkaClient
+from interceptors.trace_links import source_host
 from interceptors.tracing import parse_traceparent
 from protocol.contracts.fetch_log import DEFAULT_TOPIC, batch_tail, observation
 from protocol.contracts.headers import AUDIT_TIME, RESERVED_PREFIX, TRACEPARENT, audit_header
@@ -195,7 +200,7 @@ class FetchLog(Interceptor):
             config.cluster = env.kafka.client(config.bootstrap, config.tls, config.sasl)
         self._publisher: Publisher | None = None
         self._time_header = config.time_header
-        self._batch: tuple = ()  # (topic, partition, client id, group, fetch time)
+        self._batch: tuple = ()  # (topic, partition, client id, group, fetch time, host)
         self._base = 0
         self._deltas: list[int] | None = None  # a batch's offset deltas when they have gaps
 
@@ -208,7 +213,8 @@ class FetchLog(Interceptor):
             groups = self.env.groups
             group = None if groups is None else groups.group_of(ctx.conn.address,
                                                                 ctx.conn.client_id)
-        self._batch = (ctx.topic, ctx.partition, ctx.conn.client_id, group, self.env.time_ms())
+        self._batch = (ctx.topic, ctx.partition, ctx.conn.client_id, group, self.env.time_ms(),
+                       source_host(ctx.conn.address) or None)
         batch = ctx.batch
         self._base = batch.base_offset
         self._deltas = (None if batch.last_offset_delta == batch.record_count - 1

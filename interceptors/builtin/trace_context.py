@@ -23,12 +23,16 @@
   remembers the traced records each client scope fetched (a member this one adds to the
   fetch chain, `trace_context.fetched`); a produced record that keeps its own valid
   traceparent and continues a trace its scope fetched gets one ``herald.parent`` header
-  (``link.header``) per remembered record, ``<topic>:<partition>:<offset>``. Records
-  without trace context pay nothing more: they are not looked at, as before. Counted:
-  ``link_made`` (records linked), ``link_parents`` (headers written), ``link_missed_unseen``
-  / ``_expired`` / ``_evicted`` (a traced record with no remembered fetch, by reason). With
-  ``audit`` in the chain, before or after this member, these headers survive its
-  forgery check and any other header under its prefix does not.
+  (``link.header``) per remembered record, ``<topic>:<partition>:<offset>``, and, when its
+  round had parents Herald cannot name, one ``herald.parents_lost`` header per reason,
+  ``<reason>:<count>`` (``expired``, ``evicted``, ``overflow``), with parents or without.
+  Records without trace context pay nothing more: they are not looked at, as before.
+  Counted: ``link_made`` (records linked), ``link_parents`` (headers written),
+  ``link_missed_unseen`` / ``_expired`` / ``_evicted`` (a traced record with no remembered
+  fetch, by reason), ``link_lost_expired`` / ``_evicted`` / ``_overflow`` (parents declared
+  lost, the counts the headers carry, summed). With ``audit`` in the chain, before or after
+  this member, these headers survive its forgery check and any other header under its
+  prefix does not.
 
 Header names are matched exactly (Kafka header keys are case-sensitive); producers write
 them in lowercase, as the spec asks.
@@ -58,12 +62,17 @@ from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
 from interceptors.trace_links import (
     LINKED_MEMO,
+    LOST_COUNTERS,
+    LOST_HEADER,
+    LOST_REASONS,
     MISS_REASONS,
+    MISSED_COUNTERS,
     FetchedTraces,
     LinkConfig,
     NativeFetchedTraces,
     RememberFetched,
     fetched_traces,
+    lost_values,
     parent_value,
 )
 from interceptors.tracing import (
@@ -77,7 +86,8 @@ from protocol.contracts.headers import B3 as B3_HEADER
 from protocol.contracts.headers import TRACEPARENT, TRACESTATE
 from protocol.stamping import hex_column
 
-_MISSED = {reason: "link_missed_" + reason for reason in MISS_REASONS}
+_MISSED = dict(zip(MISS_REASONS, MISSED_COUNTERS, strict=True))
+_LOST = dict(zip(LOST_REASONS, LOST_COUNTERS, strict=True))
 
 # A new traceparent cut from 24 random bytes (`protocol.stamping.hex_column`).
 _NEW_SAMPLED = ((b"00-", 32), (b"-", 16), (b"-01", 0))
@@ -235,17 +245,26 @@ class TraceContext(Interceptor):
         """Name the records this one continues, as its scope fetched them (`link`)."""
         memory = self._memory
         assert memory is not None
-        found = memory.parents(memory.scope(ctx.conn), tp[3:35])
+        found, lost = memory.parents(memory.scope(ctx.conn), tp[3:35])
         stats = self.stats
+        written: tuple[tuple[str, int], ...] = ()
         if type(found) is str:
             stats.count(_MISSED[found])
-            return
-        key = self._link_key
-        for parent in found:
-            headers.add(key, parent_value(parent))  # type: ignore[arg-type]
-        ctx.memo[LINKED_MEMO] = (headers, key, len(found))
-        stats.count("link_made")
-        stats.count("link_parents", len(found))
+        else:
+            key = self._link_key
+            for parent in found:
+                headers.add(key, parent_value(parent))  # type: ignore[arg-type]
+            written = ((key, len(found)),)
+            stats.count("link_made")
+            stats.count("link_parents", len(found))
+        if lost is not None:  # the round's parents it cannot name: declared, never silent
+            values = lost_values(lost)
+            for reason, n, value in values:
+                headers.add(LOST_HEADER, value)
+                stats.count(_LOST[reason], n)
+            written += ((LOST_HEADER, len(values)),)
+        if written:
+            ctx.memo[LINKED_MEMO] = (headers, written)
 
     def _restart(self, ctx: RecordContext, headers: Headers, has_state: bool) -> bytes:
         """The context for a record without a valid traceparent; drops its tracestate."""

@@ -6,11 +6,11 @@ Each is one compact JSON object, the record's value, keyed by the trace id (no k
 fetched record carried no valid trace context)::
 
     {"tr": trace id or null, "o": offset, "h": record time or null, "t": topic,
-     "p": partition, "c": consumer client id, "g": group or null,
-     "f": fetch time, ms since the epoch}
+     "p": partition, "c": consumer client id, "s": consumer host or null,
+     "g": group or null, "f": fetch time, ms since the epoch}
 
 The keys are one or two letters because there is one observation per fetched record. ``h``
-came later: observations written before it parse with ``h`` null.
+and ``s`` came later: observations written before them parse with them null.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ PARTITION = "p"
 OFFSET = "o"
 CONSUMER = "c"
 """The client id of the consumer that fetched the record."""
+CONSUMER_HOST = "s"
+"""The consumer's source host: the host of its address as Herald saw it (``host`` of
+``host:port``, ``[v6]`` of ``[v6]:port``), what the ``herald.source`` audit header of a record
+the same service produces starts with. The pipeline matches a service's consumer and producer
+by it (``pipeline.inference_scope``); null in observations written before it existed."""
 GROUP = "g"
 """The consumer's group, or null for a consumer that reads without one (``assign()``)."""
 FETCHED_MS = "f"
@@ -39,7 +44,7 @@ from the observations alone, without looking the record up (``pipeline.fetch_clo
 
 FIELDS = ((TRACE_ID, "string"), (TOPIC, "string"), (PARTITION, "int"), (OFFSET, "long"),
           (CONSUMER, "string"), (GROUP, "string"), (FETCHED_MS, "long"),
-          (RECORD_MS, "long"))
+          (RECORD_MS, "long"), (CONSUMER_HOST, "string"))
 """Every key with its Spark SQL type."""
 
 SPARK_SCHEMA = ", ".join(f"{key} {kind}" for key, kind in FIELDS)
@@ -47,11 +52,12 @@ SPARK_SCHEMA = ", ".join(f"{key} {kind}" for key, kind in FIELDS)
 
 
 def batch_tail(topic: str, partition: int, consumer: str | None, group: str | None,
-               fetched_ms: int) -> str:
+               fetched_ms: int, host: str | None = None) -> str:
     """The end of the JSON text of every observation of one fetched batch: the fields its
-    records share, written once per batch."""
+    records share, written once per batch (`host`: the consumer's, ``s``)."""
     return (f',"{TOPIC}":{dumps(topic)},"{PARTITION}":{partition},"{CONSUMER}":{dumps(consumer)}'
-            f',"{GROUP}":{dumps(group)},"{FETCHED_MS}":{fetched_ms}}}')
+            f',"{CONSUMER_HOST}":{dumps(host)},"{GROUP}":{dumps(group)}'
+            f',"{FETCHED_MS}":{fetched_ms}}}')
 
 
 _TRACED = f'{{"{TRACE_ID}":"'

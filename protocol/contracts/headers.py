@@ -56,6 +56,13 @@ PARENT = "parent"
 """``<prefix>parent``: a record this one continues, as ``<topic>:<partition>:<offset>`` (topic
 names hold no ':', so the value splits from the right); one header per parent."""
 PARENT_VALUE_RE = r"^(.+):([0-9]{1,10}):([0-9]{1,19})$"
+PARENTS_LOST = "parents_lost"
+"""``<prefix>parents_lost``: parents Herald knew this record continues but cannot name, as
+``<reason>:<count>``, reason ``expired`` (not refreshed for ``link.ttl_s``), ``evicted`` (the
+memory was full) or ``overflow`` (more than ``link.max_parents``); one header per reason with
+a count, in that order, beside the ``parent`` headers Herald could write. A record with one is
+incomplete: some of its parents are not named."""
+PARENTS_LOST_VALUE_RE = r"^(expired|evicted|overflow):([0-9]{1,10})$"
 
 # Routing (``proxy/routing``).
 ROUTE_ORIGIN = RESERVED_PREFIX + "route.origin"

@@ -67,8 +67,9 @@ def add_parser(sub: Any) -> None:
                    help="expected produce MB/s per pod, for the CPU request (default 5)")
     p.add_argument("--consume-mb-s", type=float, default=5.0,
                    help="expected consume MB/s per pod, for the CPU request (default 5)")
-    p.add_argument("--interceptors", choices=sorted(CPU_MS_PER_MB), default="trace_audit",
-                   help="which measured CPU figures size the request (default trace_audit)")
+    p.add_argument("--interceptors", choices=sorted(CPU_MS_PER_MB), default="trace_audit_link",
+                   help="which measured CPU figures size the request (default "
+                        "trace_audit_link: the sidecar's chain)")
     p.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
 
 

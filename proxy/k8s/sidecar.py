@@ -32,6 +32,7 @@ RUN_AS = 10001  # the image's user (deploy/Dockerfile)
 INSTANCE_ID = "${POD_NAMESPACE}/${POD_NAME}@${NODE_NAME}"
 SHUTDOWN_GRACE_S = 20
 RELOAD_WATCH_S = 5
+LINK_SCOPE = "host"  # one sidecar per pod: the pod's clients all come from loopback
 # The annotation that marks a pod template as injected, and the label PodMonitors select on.
 INJECTED = "herald.io/injected"
 SIDECAR_LABEL = "herald.io/sidecar"
@@ -61,7 +62,11 @@ class SidecarSpec:
 
 def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
     """The proxy.yaml of a sidecar: loopback listeners for the application, the admin endpoint
-    on every address for the kubelet's probes and Prometheus, the pod's identity in audit."""
+    on every address for the kubelet's probes and Prometheus, the pod's identity in audit, and
+    causal links scoped by `host`: every client of the pod reaches its sidecar from loopback,
+    so the pod is the scope and its consumer and producer are linked whatever their client ids
+    (Java's and librdkafka's defaults differ). Several services in one pod that read the same
+    traces would share the memory; such a pod wants `scope: client_id` and shared client ids."""
     upstream: dict[str, Any] = {"bootstrap": spec.upstream}
     if spec.upstream_tls_secret:
         upstream["tls"] = {
@@ -88,7 +93,8 @@ def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
         "shutdown": {"grace_s": spec.shutdown_grace_s},
         "logging": {"level": "warning", "format": "json"},
         "interceptors": {
-            "produce": [{"type": "trace_context"}, {"type": "audit"}],
+            "produce": [{"type": "trace_context", "link": {"scope": LINK_SCOPE}},
+                        {"type": "audit"}],
             "fetch": [],
         },
     }

@@ -2,7 +2,10 @@
 
 The figures are Herald's CPU time per MB moved, measured with `bench/bench_proxy.py` (which
 logs the CPU seconds Herald spent on each run): about 2.3 ms per MB produced and 0.4 ms per MB
-consumed with no interceptors, 3.8 and 0.6 with `trace_context` + `audit`. At low steady rates
+consumed with no interceptors, 3.8 and 0.6 with `trace_context` + `audit`; with links on (the
+sidecar's chain) 4.4 and 1.8, measured pinned with `bench/bench_cost.py --client-traces
+--interceptors trace_audit_link` (every record traced: the Fetch scan that remembers them is
+most of the consume figure; docs/performance.md). At low steady rates
 the per-request work dominates instead: about 50 millicores at 5,000 records/s of 1 KiB, several
 times what the per-MB figure gives, which is why there is a floor.
 
@@ -16,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 # ms of CPU per MB moved: (produce, consume)
-CPU_MS_PER_MB = {"none": (2.3, 0.4), "trace_audit": (3.8, 0.6)}
+CPU_MS_PER_MB = {"none": (2.3, 0.4), "trace_audit": (3.8, 0.6), "trace_audit_link": (4.4, 1.8)}
 FLOOR_MILLICORES = 50
 HEADROOM = 1.5  # bursts above the expected mean, and a loaded node's slower cores
 MEMORY_REQUEST_MI = 128
@@ -27,7 +30,7 @@ MEMORY_LIMIT_MI = 512  # a full frame (limits.max_frame_bytes, 100 MiB) plus its
 class Throughput:
     produce_mb_s: float = 5.0
     consume_mb_s: float = 5.0
-    interceptors: str = "trace_audit"  # "none" | "trace_audit": which CPU figures apply
+    interceptors: str = "trace_audit_link"  # a key of CPU_MS_PER_MB: which figures apply
 
     def __post_init__(self) -> None:
         if self.interceptors not in CPU_MS_PER_MB:

@@ -70,18 +70,26 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
     plan->max_request_decompressed = mrd;
     if (links != Py_None) {
         /* (memory capsule, scope, link header key's wire form, linked records to Python[,
-         * the names of the topic ids, for the Fetch scan]) */
-        PyObject *capsule;
-        Py_buffer scope, key, names = {0};
+         * the names of the topic ids, for the Fetch scan, or None[, the lost parents header
+         * key's wire form, for stamping]]) */
+        PyObject *capsule, *names_obj = Py_None;
+        Py_buffer scope, key, names = {0}, lost = {0};
         int hits_python;
-        if (!PyArg_ParseTuple(links, "Oy*y*p|y*", &capsule, &scope, &key, &hits_python,
-                              &names)) {
+        if (!PyArg_ParseTuple(links, "Oy*y*p|Oy*", &capsule, &scope, &key, &hits_python,
+                              &names_obj, &lost)) {
             return bad_plan(plan, NULL);
         }
         plan->link_hits_python = hits_python;
         lm_memory *m = PyCapsule_GetPointer(capsule, "herald.link_memory");
         int ok = m != NULL && nc_plan_links(plan, m, scope.buf, (size_t)scope.len, key.buf,
                                             (size_t)key.len);
+        if (ok && lost.obj != NULL) {
+            ok = nc_plan_lost_key(plan, lost.buf, (size_t)lost.len);
+        }
+        if (ok && names_obj != Py_None &&
+            PyObject_GetBuffer(names_obj, &names, PyBUF_SIMPLE) != 0) {
+            ok = 0;
+        }
         if (ok && names.obj != NULL) {
             ok = nc_plan_id_names(plan, names.buf, (size_t)names.len);
             if (!ok) {
@@ -92,6 +100,9 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
         PyBuffer_Release(&key);
         if (names.obj != NULL) {
             PyBuffer_Release(&names);
+        }
+        if (lost.obj != NULL) {
+            PyBuffer_Release(&lost);
         }
         if (!ok) {
             return bad_plan(plan, NULL);
@@ -133,10 +144,11 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
 /* (batches, records, kept, kept_batches, compressed, links): compressed counts the compressed
  * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4; links (linked records, parent
  * headers, misses unseen, expired, evicted, kept batches changed by links; for a scan,
- * records remembered, entries evicted and expired). */
+ * records remembered, entries evicted and expired; parents declared lost expired, evicted,
+ * overflow, records given link headers, lost headers). */
 static PyObject *counts_tuple(const nc_counts *c) {
     const uint64_t *z = c->compressed;
-    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKKKKK))", (unsigned long long)c->batches,
+    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKKKKKKKKKK))", (unsigned long long)c->batches,
                          (unsigned long long)c->records, (unsigned long long)c->kept,
                          (unsigned long long)c->kept_batches, (unsigned long long)z[0],
                          (unsigned long long)z[1], (unsigned long long)z[2],
@@ -147,7 +159,9 @@ static PyObject *counts_tuple(const nc_counts *c) {
                          (unsigned long long)c->missed[1], (unsigned long long)c->missed[2],
                          (unsigned long long)c->linked_batches,
                          (unsigned long long)c->remembered, (unsigned long long)c->evicted,
-                         (unsigned long long)c->expired);
+                         (unsigned long long)c->expired, (unsigned long long)c->lost[0],
+                         (unsigned long long)c->lost[1], (unsigned long long)c->lost[2],
+                         (unsigned long long)c->marked, (unsigned long long)c->lost_headers);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */

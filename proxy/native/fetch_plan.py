@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
 from interceptors.stats import ChainStats, MemberStats
-from interceptors.trace_links import NativeFetchedTraces, RememberFetched
+from interceptors.trace_links import FETCH_COUNTERS, NativeFetchedTraces, RememberFetched
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACEPARENT
@@ -65,8 +65,7 @@ class FetchPlan:
         for m in self.members:
             st = run.members[m.name] = MemberStats(m.name, m.type, records)
             if isinstance(m.interceptor, RememberFetched):
-                for event, n in zip(("link_remembered", "link_evicted", "link_expired"),
-                                    links[6:9], strict=True):
+                for event, n in zip(FETCH_COUNTERS, links[6:9], strict=True):
                     if n:
                         st.count(event, n)
         self.chain.add_run(run)

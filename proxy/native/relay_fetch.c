@@ -41,13 +41,7 @@ static uint32_t be32at(const uint8_t *p) {
  * session's scope), each record carrying a valid traceparent as its first is remembered, as
  * interceptors/trace_links.py `RememberFetched` does: (its trace id, topic, partition,
  * offset), held until the whole response is known to pass and then remembered in order. */
-typedef struct {
-    uint8_t trace[LM_TRACE];
-    const uint8_t *topic;
-    size_t topic_len;
-    int32_t partition;
-    int64_t offset;
-} pending_t;
+typedef lm_record pending_t;
 
 typedef struct {
     nk_buf plain;
@@ -261,17 +255,12 @@ int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts); /* Python's time.monotonic */
         double now = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-        for (size_t i = 0; i < room.npending; i++) {
-            const pending_t *e = &room.pending[i];
-            int64_t evicted, expired;
-            if (lm_remember(plan->links, plan->link_scope, plan->link_scope_len, e->trace,
-                            e->topic, e->topic_len, e->partition, e->offset, now, &evicted,
-                            &expired)) {
-                counts->remembered++;
-                counts->evicted += (uint64_t)evicted;
-                counts->expired += (uint64_t)expired;
-            }
-        }
+        int64_t evicted, expired;
+        counts->remembered += (uint64_t)lm_remember_many(
+            plan->links, plan->link_scope, plan->link_scope_len, room.pending, room.npending,
+            now, &evicted, &expired);
+        counts->evicted += (uint64_t)evicted;
+        counts->expired += (uint64_t)expired;
     }
     nk_buf_free(&room.plain);
     free(room.pending);

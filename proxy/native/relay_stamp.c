@@ -63,6 +63,7 @@ void nc_plan_free(nc_plan *plan) {
     lm_release(plan->links);
     free(plan->link_scope);
     free(plan->link_key);
+    free(plan->lost_key);
     if (plan->id_names != NULL) {
         for (size_t i = 0; i < plan->ntopic_ids; i++) {
             free(plan->id_names[i]);
@@ -109,6 +110,14 @@ int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t 
     plan->link_key_len = key_len;
     lm_retain(links);
     plan->links = links;
+    return 1;
+}
+
+int nc_plan_lost_key(nc_plan *plan, const uint8_t *key_wire, size_t key_len) {
+    if (plan->lost_key != NULL || (plan->lost_key = copy_bytes(key_wire, key_len)) == NULL) {
+        return 0;
+    }
+    plan->lost_key_len = key_len;
     return 1;
 }
 
@@ -315,8 +324,9 @@ typedef struct {
      * the records field being written; what is left of the request's decompression limit. */
     nk_buf plain, stamped, field;
     int64_t left;
-    /* Links: per record that keeps its traceparent, in order, the parent headers found for it
-     * (`count` of them, `len` bytes at `from` in lbuf: none for a miss), looked up once, when
+    /* Links: per record that keeps its traceparent, in order, the link headers made for it
+     * (`count` of them, parents then lost ones, `len` bytes at `from` in lbuf), looked up once,
+     * when
      * its batch is first checked (`lookup`), then read again from `size_at`; `batch_at`: the
      * first of the batch checked last, which write_batch then writes. */
     struct link_row {
@@ -324,12 +334,12 @@ typedef struct {
         uint64_t count;
     } *rows;
     size_t nrows, rows_cap, size_at, batch_at;
-    int batch_linked; /* the batch checked last has a record given parents */
+    int batch_linked; /* the batch checked last has a record given link headers */
     nk_buf lbuf;
     lm_parent *found;
     int lookup;
     double now;
-    uint64_t linked, parents, missed[3];
+    uint64_t linked, parents, missed[3], lost[3], marked, lost_headers;
 } tail_t;
 
 static int build_tail(tail_t *t, const nc_plan *plan, const uint8_t *client_id,
@@ -419,6 +429,22 @@ static void free_tail(tail_t *t) {
     free(t->found);
 }
 
+/* One link header into lbuf: `key_wire`, then the value `a` followed by `b`. 0: no memory. */
+static int put_link(tail_t *t, const uint8_t *key_wire, size_t key_len, const uint8_t *a,
+                    size_t a_len, const uint8_t *b, size_t b_len) {
+    size_t value = a_len + b_len;
+    if (!nk_reserve(&t->lbuf, key_len + 10 + value, SIZE_MAX)) {
+        return 0;
+    }
+    uint8_t *w = t->lbuf.buf + t->lbuf.len;
+    memcpy(w, key_wire, key_len);
+    w = sc_put_varint(w + key_len, sc_zigzag((int64_t)value));
+    memcpy(w, a, a_len);
+    memcpy(w + a_len, b, b_len);
+    t->lbuf.len = (size_t)(w + value - t->lbuf.buf);
+    return 1;
+}
+
 /* The row of the next record that keeps its traceparent `tp` (55 bytes, valid): looked up in
  * the memory, or the one looked up before. NULL out of memory. */
 static const struct link_row *link_row(tail_t *t, const nc_plan *plan, const uint8_t *tp) {
@@ -438,8 +464,9 @@ static const struct link_row *link_row(tail_t *t, const nc_plan *plan, const uin
         (t->found = malloc((size_t)lm_max_parents(plan->links) * sizeof(lm_parent))) == NULL) {
         return NULL;
     }
+    uint32_t lost[3];
     int64_t n = lm_parents(plan->links, plan->link_scope, plan->link_scope_len, tp + 3, t->now,
-                           t->found);
+                           t->found, lost);
     if (n == -100) {
         return NULL;
     }
@@ -453,24 +480,36 @@ static const struct link_row *link_row(tail_t *t, const nc_plan *plan, const uin
             char nums[48];
             int k = snprintf(nums, sizeof nums, ":%ld:%lld", (long)p->partition,
                              (long long)p->offset);
-            size_t value = p->topic_len + (size_t)k;
-            if (!nk_reserve(&t->lbuf, plan->link_key_len + 10 + value, SIZE_MAX)) {
+            if (!put_link(t, plan->link_key, plan->link_key_len, p->topic, p->topic_len,
+                          (const uint8_t *)nums, (size_t)k)) {
                 lm_parents_free(t->found, n);
                 return NULL;
             }
-            uint8_t *w = t->lbuf.buf + t->lbuf.len;
-            memcpy(w, plan->link_key, plan->link_key_len);
-            w = sc_put_varint(w + plan->link_key_len, sc_zigzag((int64_t)value));
-            memcpy(w, p->topic, p->topic_len);
-            memcpy(w + p->topic_len, nums, (size_t)k);
-            t->lbuf.len = (size_t)(w + value - t->lbuf.buf);
         }
         lm_parents_free(t->found, n);
         t->linked++;
         t->parents += (uint64_t)n;
         row->count = (uint64_t)n;
-        row->len = t->lbuf.len - row->from;
     }
+    /* The round's parents it cannot name, as trace_context declares them: one header per
+     * reason, after the parents (interceptors/trace_links.py `lost_values`). */
+    static const char *const LOST_NAMES[] = {"expired", "evicted", "overflow"};
+    for (int why = 0; why < 3 && plan->lost_key != NULL; why++) {
+        if (lost[why] == 0) {
+            continue;
+        }
+        char count[16];
+        int k = snprintf(count, sizeof count, ":%lu", (unsigned long)lost[why]);
+        if (!put_link(t, plan->lost_key, plan->lost_key_len, (const uint8_t *)LOST_NAMES[why],
+                      strlen(LOST_NAMES[why]), (const uint8_t *)count, (size_t)k)) {
+            return NULL;
+        }
+        t->lost[why] += lost[why];
+        t->lost_headers++;
+        row->count++;
+    }
+    row->len = t->lbuf.len - row->from;
+    t->marked += row->count > 0;
     t->nrows++;
     return row;
 }
@@ -1237,7 +1276,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         /* Nothing appended anywhere (every record keeps its own traceparent): Python
          * forwards such a request as it came, and so does the engine. */
         out->len = 0;
-        memcpy(counts->missed, t.missed, sizeof t.missed); /* no parent found for any */
+        memcpy(counts->missed, t.missed, sizeof t.missed); /* no link header for any */
         if (!copy_to(out, frame, len)) {
             memset(counts, 0, sizeof *counts);
             result = NC_NOMEM;
@@ -1263,6 +1302,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
         counts->linked = t.linked;
         counts->parents = t.parents;
         memcpy(counts->missed, t.missed, sizeof t.missed);
+        memcpy(counts->lost, t.lost, sizeof t.lost);
+        counts->marked = t.marked;
+        counts->lost_headers = t.lost_headers;
     } else {
         memset(counts, 0, sizeof *counts);
     }
@@ -1286,5 +1328,8 @@ void nc_counts_add(nc_counts *into, const nc_counts *more) {
     into->expired += more->expired;
     for (int i = 0; i < 3; i++) {
         into->missed[i] += more->missed[i];
+        into->lost[i] += more->lost[i];
     }
+    into->marked += more->marked;
+    into->lost_headers += more->lost_headers;
 }

@@ -45,10 +45,11 @@ typedef struct {
     size_t ntopic_ids;
     /* Links (trace_context `link`): a record that keeps its own traceparent gets, in the
      * keeper column's place, one header `link_key` (wire form) per parent the memory holds
-     * for (link_scope, its trace id). NULL: none. */
+     * for (link_scope, its trace id), then one header `lost_key` (wire form; none when NULL)
+     * per reason with parents of its round the memory cannot name. NULL: none. */
     lm_memory *links;
-    uint8_t *link_scope, *link_key;
-    size_t link_scope_len, link_key_len;
+    uint8_t *link_scope, *link_key, *lost_key;
+    size_t link_scope_len, link_key_len, lost_key_len;
     /* A later member looks at linked records in a way the engine does not reproduce
      * (stamp_plan.py `_wire_links`): those go to Python. */
     int link_hits_python;
@@ -77,10 +78,13 @@ typedef struct {
     uint64_t compressed[8]; /* of the batches, those compressed (and changed), by codec id */
     /* Links: kept records given parent headers, the headers, the kept records with none by
      * reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED), and of the kept_batches those with a
-     * linked record (changed all the same). */
+     * record given link headers (changed all the same). */
     uint64_t linked, parents, missed[3], linked_batches;
     /* The Fetch scan with links: traced records remembered, entries evicted, expired. */
     uint64_t remembered, evicted, expired;
+    /* Links: parents declared lost by LM_LOST_* (the headers' counts, summed), kept records
+     * given link headers (parents or lost), the lost headers written. */
+    uint64_t lost[3], marked, lost_headers;
 } nc_counts;
 
 void nc_counts_add(nc_counts *into, const nc_counts *more);
@@ -120,6 +124,8 @@ int nc_plan_topic_ids(nc_plan *plan, const uint8_t *ids, size_t n); /* 16 bytes 
  * header key's wire form. */
 int nc_plan_links(nc_plan *plan, lm_memory *links, const uint8_t *scope, size_t scope_len,
                   const uint8_t *key_wire, size_t key_len);
+/* The lost parents header key's wire form (after nc_plan_links). */
+int nc_plan_lost_key(nc_plan *plan, const uint8_t *key_wire, size_t key_len);
 /* The names of the plan's topic ids, in their order: each a 2-byte length, then the name. */
 int nc_plan_id_names(nc_plan *plan, const uint8_t *blob, size_t len);
 void nc_plan_free(nc_plan *plan);

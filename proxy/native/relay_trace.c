@@ -10,17 +10,23 @@
 #define TP_LEN 55
 #define MAX_MEMBERS 32
 
-static int is_hex(uint8_t c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-}
+/* Per byte: HEX for a lowercase hex digit, NOT_ZERO for one other than '0'. */
+enum { HEX = 1, NOT_ZERO = 2 };
+static const uint8_t HEX_CLASS[256] = {
+    ['0'] = HEX,
+    ['1' ... '9'] = HEX | NOT_ZERO,
+    ['a' ... 'f'] = HEX | NOT_ZERO,
+};
 
-static int all_zero(const uint8_t *p, size_t n) {
+/* Of p[0..n): HEX when every byte is a lowercase hex digit, with NOT_ZERO when one is not
+ * '0' (a table lookup a byte, no branch: every traced record's traceparent passes here). */
+static unsigned hex_digits(const uint8_t *p, size_t n) {
+    unsigned all = HEX, any = 0;
     for (size_t i = 0; i < n; i++) {
-        if (p[i] != '0') {
-            return 0;
-        }
+        all &= HEX_CLASS[p[i]];
+        any |= HEX_CLASS[p[i]];
     }
-    return 1;
+    return all | (any & NOT_ZERO);
 }
 
 /* version-traceid-parentid-flags: lowercase hex, dashes at 2, 35 and 52. Version 00 is exactly
@@ -39,12 +45,9 @@ int nt_valid_traceparent(const uint8_t *v, int64_t len) {
     if (v[0] == 'f' && v[1] == 'f') {
         return 0;
     }
-    for (size_t i = 0; i < TP_LEN; i++) {
-        if (i != 2 && i != 35 && i != 52 && !is_hex(v[i])) {
-            return 0;
-        }
-    }
-    return !all_zero(v + 3, 32) && !all_zero(v + 36, 16);
+    unsigned trace = hex_digits(v + 3, 32), span = hex_digits(v + 36, 16);
+    return (hex_digits(v, 2) & hex_digits(v + 53, 2) & trace & span & HEX) &&
+           (trace & span & NOT_ZERO); /* no all-zero id */
 }
 
 /* [a-z0-9_*\/-]: what follows the first character of a key's parts */

@@ -30,6 +30,7 @@ from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
 from interceptors.context import ConnectionInfo
 from interceptors.stats import ChainStats, MemberStats
+from interceptors.trace_links import LOST_HEADER, PRODUCE_COUNTERS
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
@@ -39,8 +40,6 @@ from proxy.native.capabilities import CAPABILITIES
 from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = int(ApiKey.PRODUCE)
-_LINK_EVENTS = ("link_made", "link_parents", "link_missed_unseen", "link_missed_expired",
-                "link_missed_evicted")
 VERSIONS = CAPABILITIES.stamp_versions
 """Produce versions the engine walks, as it says (v13+ name topics by id: the engine stamps
 those Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
@@ -53,7 +52,7 @@ class _Member:
     appends: int  # headers it appends to a record
     keeps: int  # of which those it does not append to a record that keeps its own (0 or 1)
     events: tuple[tuple[str, bool, bool], ...]  # (event, per batch, keeps) per value made
-    links: bool = False  # its keeping column adds parent headers (`NativeColumn.links`)
+    links: bool = False  # its keeping column adds link headers (`NativeColumn.links`)
     linked: tuple[tuple[str, int], ...] = ()  # events it counts per record given them
 
 
@@ -67,40 +66,45 @@ class StampPlan:
     members: tuple[_Member, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 14) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
         `kept` records kept their own traceparent (the keeping column appended nothing to
         them), and in `kept_batches` every record did: such a batch changed only if another
-        column appended to it, or parent headers were (`links`: records linked, parent
-        headers, misses unseen, expired, evicted, and kept batches with a linked record).
-        `compressed[codec]` of the changed batches were compressed and re-encoded with their
-        codec, the others are counted as uncompressed. A member after the linking one counts
-        its `Interceptor.native_links` events for each linked record."""
+        column appended to it, or link headers were (`links`: records linked, parent
+        headers, misses unseen, expired, evicted, kept batches with a record given link
+        headers; [6:9] the Fetch scan's; parents declared lost expired, evicted, overflow,
+        records given link headers, lost headers). `compressed[codec]` of the changed batches
+        were compressed and re-encoded with their codec, the others are counted as
+        uncompressed. A member after the linking one counts its `Interceptor.native_links`
+        events for each record given link headers."""
         fresh, fresh_batches = records - kept, batches - kept_batches
         linked, parents, *missed, linked_batches = links[:6]
+        *lost, marked, lost_headers = links[9:14]
         only_keeps = all(m.appends == m.keeps for m in self.members)
         changed_batches = fresh_batches + linked_batches if only_keeps else batches
         run = ChainStats(self.chain.path, {}, batches, changed_batches, records)
         for m in self.members:
             others = m.appends - m.keeps
-            own = linked if m.links else 0
+            own = marked if m.links else 0
             changed = records if others else (fresh + own if m.keeps else 0)
             st = MemberStats(m.member.name, m.member.type, records, changed,
-                             others * records + m.keeps * fresh + (parents if m.links else 0))
+                             others * records + m.keeps * fresh
+                             + (parents + lost_headers if m.links else 0))
             for event, per_batch, keeps in m.events:
                 made = (fresh_batches if per_batch else fresh) if keeps else (
                     batches if per_batch else records)
                 if made:
                     st.count(event, made)
             if m.links:
-                for event, n in zip(_LINK_EVENTS, (linked, parents, *missed), strict=True):
+                for event, n in zip(PRODUCE_COUNTERS, (linked, parents, *missed, *lost),
+                                    strict=True):
                     if n:
                         st.count(event, n)
             for event, each in m.linked:
-                if each * linked:
-                    st.count(event, each * linked)
+                if each * marked:
+                    st.count(event, each * marked)
             run.members[m.member.name] = st
         self.chain.add_run(run)
         reencoded = self.interceptors.codec.reencoded
@@ -231,15 +235,16 @@ def _wire_links(members: Sequence[ChainMember], natives: Sequence[Sequence[Nativ
                 keeper: tuple[ChainMember, str] | None, conn: ConnectionInfo
                 ) -> tuple[tuple | None, list[tuple[tuple[str, int], ...]]]:
     """The engine's form of the keeper column's links (None: it has none): the memory, the
-    scope, the header's wire form, and whether a record given parent headers goes to Python;
-    and per member, the events it counts for each such record.
+    scope, the link header's wire form, whether a record given link headers goes to Python,
+    no topic names, and the lost parents header's wire form (`LOST_HEADER`); and per
+    member, the events it counts for each such record.
 
-    A later member that watches the link header looks at every linked record in Python. It
-    may declare what it does with one whose only watched headers are Herald's links
-    (`Interceptor.native_links`: `audit`, whose forgery check keeps them, appends its
-    columns as to any record); then the engine stamps such records. One that does not
-    declare it sends them to Python. A client's own header under the key is one that member
-    watches: its record goes to Python, which strips or refuses it."""
+    A later member that watches the link header or the lost parents header looks at every
+    record given one in Python. It may declare what it does with one whose only watched
+    headers are Herald's links (`Interceptor.native_links`: `audit`, whose forgery check keeps
+    them, appends its columns as to any record); then the engine stamps such records. One that
+    does not declare it sends them to Python. A client's own header under either key is one
+    that member watches: its record goes to Python, which strips or refuses it."""
     seen: list[tuple[tuple[str, int], ...]] = [()] * len(members)
     if keeper is None:
         return None, seen
@@ -252,13 +257,17 @@ def _wire_links(members: Sequence[ChainMember], natives: Sequence[Sequence[Nativ
     python = False
     for j in range(at + 1, len(members)):
         icpt = members[j].interceptor
-        if icpt.stamps.watched(key):  # type: ignore[union-attr]
-            events = icpt.native_links(conn, key)
-            if events is None:
-                python = True
-            else:
-                seen[j] = tuple(events.items())
-    return (memory.capsule(), scope, stamping.value_column(key, [])[0], python), seen
+        events: dict[str, int] = {}
+        for watched in (key, LOST_HEADER):
+            if icpt.stamps.watched(watched):  # type: ignore[union-attr]
+                declared = icpt.native_links(conn, watched)
+                if declared is None:
+                    python = True
+                else:
+                    events.update(declared)  # one record, one `on_record`: once each
+        seen[j] = tuple(events.items())
+    return (memory.capsule(), scope, stamping.value_column(key, [])[0], python, None,
+            stamping.value_column(LOST_HEADER, [])[0]), seen
 
 
 def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:

@@ -45,6 +45,7 @@ def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
         tp = dict(record.headers())["traceparent"].decode()
         assert o["tr"] == tp.split("-")[1] and m.key() == o["tr"].encode()
         assert o["c"] == "reader" and o["g"] == "billing"
+        assert o["s"] == "127.0.0.1"  # the consumer's host, as Herald saw its address
         assert before - 1000 <= o["f"] <= after
         assert o["f"] >= int(dict(record.headers())["herald.time"])
         assert o["h"] == int(dict(record.headers())["herald.time"])  # the record's own time

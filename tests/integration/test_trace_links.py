@@ -289,3 +289,55 @@ def test_a_full_memory_evicts_and_the_missed_links_are_counted(kafka: KafkaClust
     assert "herald.parent" not in got[traces[0]][0]
     for trace in traces[1:]:
         assert got[trace][0]["herald.parent"] == [_value(written[trace])]
+
+
+@pytest.mark.parametrize("relay", ["auto", "off"], ids=["native", "python"])
+def test_a_memory_too_small_declares_the_parents_it_lost_on_the_records(
+        kafka: KafkaCluster, relay: str) -> None:
+    """Room for two traces, and a service that reads two records each of three traces (a, b,
+    c, a, b, c) before it writes one record of each: every fetch evicts the least recent
+    entry, whose parents are counted with its key and carried on when it is fetched again.
+    The records Herald writes, read back from the broker, name what is left and declare the
+    rest (`herald.parents_lost`): a names nothing and declares both of its parents evicted,
+    b and c name their second input and declare the first. No parent is silently lost, on
+    the native relay as with it off; on the native relay neither Fetch nor Produce went to
+    Python because the engine could not take it."""
+    if relay == "auto" and not native_relay.available():
+        pytest.skip("native relay not built")
+    chains = {"produce": [{"type": "trace_context", "link": {"capacity": 2}},
+                          {"type": "audit"}]}
+    config = herald_config(kafka.bootstrap, interceptors=chains,
+                           admin={"bind": f"127.0.0.1:{free_port()}"},
+                           performance={"native_relay": relay})
+    tag = uuid.uuid4().hex[:8]
+    src, dst = f"small-in-{tag}", f"small-out-{tag}"
+    create_topic(kafka.bootstrap, src, 1)
+    create_topic(kafka.bootstrap, dst, 1)
+    traces = [_trace() for _ in range(3)]
+    keys = _write_direct(kafka.bootstrap, src, traces * 2)
+    second = dict(zip(traces, keys[3:], strict=True))
+    with HeraldProcess(config) as herald:
+        start = scrape(herald)
+        _consume(herald.bootstrap, src, 6, "svc-reader")
+        wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_remembered") >= 6)
+        producer = Producer({"bootstrap.servers": herald.bootstrap, "linger.ms": 0,
+                             "client.id": "svc-writer"})
+        for trace in traces:
+            producer.produce(dst, b"out", headers=[("traceparent", _tp(trace))])
+            assert producer.flush(30) == 0
+        after = wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_made") >= 2
+                         and moved(start, s, EVENTS, event="link_missed_evicted") >= 1)
+    got = _read_back(kafka.bootstrap, dst, 3)
+    (a,), (b,), (c,) = (got[t] for t in traces)
+    assert "herald.parent" not in a and a["herald.parents_lost"] == [b"evicted:2"]
+    for trace, record in zip(traces[1:], (b, c), strict=True):
+        assert record["herald.parent"] == [_value(second[trace])]
+        assert record["herald.parents_lost"] == [b"evicted:1"]
+    assert moved(start, after, EVENTS, event="link_lost_evicted") == 4
+    assert moved(start, after, EVENTS, event="link_evicted") == 4
+    assert moved(start, after, EVENTS, event="forged_stripped") == 0
+    if relay == "auto":
+        for api in ("Fetch", "Produce"):
+            for reason in ENGINE_COULD_NOT:
+                assert moved(start, after, PYTHON_PATH, scope="frame", reason=reason,
+                             api=api) == 0, (api, reason)

@@ -31,6 +31,7 @@ from tests.support.k8s_tools import (
     helm_template,
     workload,
 )
+from tests.support.links import link_scope
 
 MANIFESTS = DEPLOY / "kubernetes"
 STREAM_PORT = "stream-metrics"
@@ -184,6 +185,7 @@ def test_the_chart_sidecar_is_the_injector_sidecar() -> None:
         assert config["upstream"]["sasl"] == injected["upstream"]["sasl"]
         assert {k: v for k, v in config.items() if k != "upstream"} == {
             k: v for k, v in injected.items() if k != "upstream"}
+        assert link_scope(config["interceptors"]) == "host"  # the pod's clients, on loopback
 
 
 def test_gateway_exposes_bootstrap_and_one_port_per_broker() -> None:
@@ -195,6 +197,7 @@ def test_gateway_exposes_bootstrap_and_one_port_per_broker() -> None:
     config = yaml.safe_load(find(docs, "ConfigMap")["data"]["proxy.yaml"])
     assert config["listen"] == {"bootstrap": "0.0.0.0:19092", "broker_port_base": 19100,
                                 "advertised_host": "edge-herald.kafka.svc"}
+    assert link_scope(config["interceptors"]) == "host"  # each client pod by its address
     deployment = find(docs, "Deployment")
     assert "replicas" not in deployment["spec"]  # the HPA owns it
     pod = deployment["spec"]["template"]["spec"]
@@ -232,6 +235,11 @@ def test_generated_manifests_are_what_generate_sh_writes() -> None:
                              release="herald")
     committed = (MANIFESTS / "gateway.yaml").read_text()
     assert committed.split("\n", 1)[1] == rendered, "gateway.yaml is stale: run generate.sh"
+    # Each committed shape records causal links, scoped by the client's address.
+    for name in ("app-native-sidecar.yaml", "app-classic-sidecar.yaml", "gateway.yaml"):
+        config_map = find(documents((MANIFESTS / name).read_text()), "ConfigMap")
+        assert link_scope(yaml.safe_load(config_map["data"]["proxy.yaml"])["interceptors"]) == (
+            "host"), name
 
 
 def test_security_lint_passes_on_every_object(tmp_path: Path) -> None:

@@ -4,11 +4,13 @@ Service A produces orders. Two services read every order, each in its own consum
 produces a payment, F (fraud) checks every third order and writes a fraud check. C reads the
 payments and produces shipments; a payment it cannot settle at once (plan `retry`) it writes
 back to payments first, and ships it when it reads it again (a retry loop). Every service
-continues the trace as OpenTelemetry does (same trace id, a new span id). B and C also name
-the record they continue, in `LINK_HEADER`; the test's Herald turns that into `herald.parent`
-after its audit member, which strips client headers under `herald.` (Herald writing the link
-itself, `trace_context` with `link`, is played in test_links_by_herald.py). F writes no link:
-its edges must be inferred, and marked.
+continues the trace as OpenTelemetry does (same trace id, a new span id) and names nothing
+else: Herald writes the links (`trace_context` with `link`, as the shipped proxy.yaml has it).
+All services run in this one process, so they reach Herald from one address, and each gives
+its consumer and its producer its own name as client id: that pair is what `scope: client_id`
+(proxy.yaml's scope) tells the services apart by, so each one's writes name exactly the
+records it fetched, never those another service fetched of the same trace (B and F both read
+every order; with `scope: host` they would share one memory).
 
 Some flows are broken on purpose (B or C drops the record, or B holds it past the wait
 threshold), and a legacy producer writes orders straight to the broker, without any trace
@@ -41,7 +43,6 @@ LEGACY_RECORDS = 3
 MAX_WAIT_MS = 4000
 ROLES = ("orders", "payments", "shipments", "fraud")
 TERMINAL_ROLES = ("shipments", "fraud")
-LINK_HEADER = "x-herald-parent"  # renamed to herald.parent by the test's Herald
 Key = tuple[str, int, int]
 
 
@@ -83,8 +84,9 @@ def _send(producer: Producer, delivered: set, topic: str, value: bytes, key: byt
 
 
 def _consumer(bootstrap: str, group: str, topic: str) -> Consumer:
-    """A member of `group` (its client id too, so Herald can tell the groups' fetches apart)
-    reading `topic` from the start."""
+    """A member of `group` reading `topic` from the start; its client id is the group's name
+    too, so that Herald tells the groups' fetches apart (fetch_log) and links a service's
+    writes to its own fetches (`scope: client_id`)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "client.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe([topic])
@@ -116,29 +118,27 @@ def _text(msg: Any, key: str) -> str | None:
     return None if value is None else value.decode()
 
 
-def _continue(msg: Any, link: bool = True) -> list[tuple[str, bytes]]:
-    """The headers a service writes downstream: the same trace with its own span (as
-    OpenTelemetry continues a trace) and, with `link`, the record it continues."""
+def _continue(msg: Any) -> list[tuple[str, bytes]]:
+    """The headers a service writes downstream: the same trace with its own span, as
+    OpenTelemetry continues a trace. Which record it continues is Herald's to write."""
     tp = parse_traceparent(_header(msg, "traceparent"))
     assert tp is not None
-    headers = [("traceparent", f"00-{tp.trace_id}-{os.urandom(8).hex()}-01".encode())]
-    if link:
-        headers.append((LINK_HEADER, "{}:{}:{}".format(*key_of(msg)).encode()))
-    return headers
+    return [("traceparent", f"00-{tp.trace_id}-{os.urandom(8).hex()}-01".encode())]
 
 
-def _service(herald: str, name: str, topic: str, count: int, link: bool,
+def _service(herald: str, name: str, topic: str, count: int,
              decide: Callable[[Any], list[tuple[str, bytes]]], delivered: set,
              truth: list, errors: list[BaseException]) -> threading.Thread:
     """A service in its own thread: reads `count` records of `topic` in group `name` and
-    writes what `decide` says for each, continuing the record's trace."""
+    writes what `decide` says for each, continuing the record's trace; its consumer and its
+    producer both have client id `name`."""
     def run() -> None:
         consumer = _consumer(herald, name, topic)
         try:
             producer = _producer(herald, name)
             for msg in _each(consumer, count, timeout=120):
                 for out, value in decide(msg):
-                    _send(producer, delivered, out, value, msg.key(), _continue(msg, link),
+                    _send(producer, delivered, out, value, msg.key(), _continue(msg),
                           (truth, key_of(msg)))
                 producer.poll(0)
             assert producer.flush(30) == 0
@@ -186,10 +186,9 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
     orders = len(PLAN) + LEGACY_RECORDS
     forwarded = len(PLAN) - PLAN.count(STOP_AT_ORDERS)
     services = [  # C and F run beside B, so a record moves on as soon as it is written
-        _service(herald, "svc-c", topics["payments"], forwarded + PLAN.count(RETRY), True,
+        _service(herald, "svc-c", topics["payments"], forwarded + PLAN.count(RETRY),
                  payments, delivered, truth, errors),
-        _service(herald, "svc-f", topics["orders"], orders, False, fraud, delivered, truth,
-                 errors),
+        _service(herald, "svc-f", topics["orders"], orders, fraud, delivered, truth, errors),
     ]
     b_in = _consumer(herald, "svc-b", topics["orders"])
 
@@ -250,11 +249,16 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
             ts_type, ts = m.timestamp()
             herald_time = _text(m, "herald.time")
             parents = []
+            lost: dict[str, int] = {}
             for k, v in m.headers() or []:
                 if k == "herald.parent":
                     topic, partition, offset = v.decode().rsplit(":", 2)
                     parents.append({"topic": topic, "partition": int(partition),
                                     "offset": int(offset)})
+                elif k == "herald.parents_lost":
+                    reason, count = v.decode().split(":")
+                    lost[reason] = lost.get(reason, 0) + int(count)
+            source = _text(m, "herald.source")
             hops.append({
                 "trace_id": tp.trace_id if tp else None,
                 "parent_span": tp.parent_id if tp else None,
@@ -265,6 +269,8 @@ def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Playe
                 "principal": _text(m, "herald.principal"),
                 "origin": _text(m, "herald.origin"), "message_id": _text(m, "herald.msg_id"),
                 "size": size, "parents": parents,
+                "parents_lost": sum(lost.values()), "lost_reasons": sorted(lost),
+                "source_host": source.rpartition(":")[0] if source else None,
             })
             if tp and m.topic() == topics["orders"]:
                 _, number, plan = m.value().decode().split()

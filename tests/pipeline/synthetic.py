@@ -7,7 +7,12 @@ record is known before it is written and a child can name its parent in `herald.
 
 `fetch` notes that a consumer fetched a record at a chosen time; `write` then publishes the
 observation to `fetch_topic` as Herald's `fetch_log` does (`protocol.contracts.fetch_log`,
-with the record's `herald.time` as `h`), once the record's offset is known.
+with the record's `herald.time` as `h` and, when given, the consumer's host as `s`), once the
+record's offset is known.
+
+A hop's `lost` are the values of its `herald.parents_lost` headers, written as given (Herald's
+layout is `<reason>:<count>`, `PARENTS_LOST_VALUE_RE`; a test may write one that is not), and
+its `source` its `herald.source` (`host:port`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ class Hop:
     trace: str | None
     parents: list[int] = field(default_factory=list)  # indexes into the traffic's hops
     client: str = "svc"
+    lost: list[str] = field(default_factory=list)  # herald.parents_lost values, as written
+    source: str | None = None                      # herald.source, host:port
 
 
 @dataclass
@@ -38,6 +45,7 @@ class Fetched:
     consumer: str
     group: str | None
     fetched_ms: int
+    host: str | None = None  # the consumer's host (`s`); None: an observation of before it
 
 
 @dataclass
@@ -56,10 +64,12 @@ class Traffic:
         self.hops.append(hop)
         return len(self.hops) - 1
 
-    def fetch(self, hop: int, consumer: str, group: str | None, delay_ms: int = 5) -> None:
-        """`consumer` (of `group`, None: without one) fetched hop `hop`, `delay_ms` after its
-        event time."""
-        self.fetches.append(Fetched(hop, consumer, group, self.hops[hop].event_ms + delay_ms))
+    def fetch(self, hop: int, consumer: str, group: str | None, delay_ms: int = 5,
+              host: str | None = None) -> None:
+        """`consumer` (of `group`, None: without one; on `host`, None: not recorded) fetched
+        hop `hop`, `delay_ms` after its event time."""
+        self.fetches.append(Fetched(hop, consumer, group, self.hops[hop].event_ms + delay_ms,
+                                    host))
 
     def flow(self, start_ms: int, kind: str = "", wait_ms: int = 20) -> list[int]:
         """orders > payments > shipments, `wait_ms` apart (`slow`: the payment waits 10 s;
@@ -108,8 +118,11 @@ class Traffic:
             if hop.trace is not None:
                 headers.insert(0, ("traceparent",
                                    f"00-{hop.trace}-{os.urandom(8).hex()}-01".encode()))
+            if hop.source is not None:
+                headers.append(("herald.source", hop.source.encode()))
             for p in hop.parents:
                 headers.append(("herald.parent", "{}:{}:{}".format(*self.keys[p]).encode()))
+            headers += [("herald.parents_lost", value.encode()) for value in hop.lost]
             producer.produce(hop.topic, b"v" * 20, headers=headers, partition=0)
             written.append(self.keys[i])
         self._publish(producer)
@@ -123,7 +136,8 @@ class Traffic:
         for f in new:
             hop = self.hops[f.hop]
             topic, partition, offset = self.keys[f.hop]
-            tail = fetch_log.batch_tail(topic, partition, f.consumer, f.group, f.fetched_ms)
+            tail = fetch_log.batch_tail(topic, partition, f.consumer, f.group, f.fetched_ms,
+                                        f.host)
             text = fetch_log.observation(hop.trace, offset, tail, str(hop.event_ms).encode())
             producer.produce(self.fetch_topic, text.encode(),
                              hop.trace.encode() if hop.trace else None, partition=0)

@@ -58,7 +58,8 @@ def test_hops_are_every_record_with_its_headers(spark, played: Played, batch_run
     assert {h["principal"] for h in traced} == {"User:ANONYMOUS"}
     assert len({h["origin"] for h in traced}) == 1 and traced[0]["origin"]
     assert len({h["message_id"] for h in traced}) == len(traced)
-    # B and C name what they continue; A and F do not.
+    # Herald named what B and C continued; A starts each trace, and F is the service the
+    # test's Herald leaves out of the links (conftest.UNLINKED).
     linked = {h["client_id"]: bool(h["parents"]) for h in traced}
     assert linked == {"svc-a": False, "svc-b": True, "svc-c": True, "svc-f": False}
 
@@ -72,12 +73,20 @@ def test_the_graph_is_what_the_services_did(spark, played: Played, batch_run) ->
     assert len(got) == len(links) and set(got) == set(played.truth)
     fraud = played.topics["fraud"]
     for (_, child), lk in got.items():
-        kind = ("inferred", "fetch") if child[0] == fraud else ("linked", "header")
+        # Fraud's consumer and producer share this host and the client id svc-f.
+        kind = (("inferred", "fetch_host_client_id") if child[0] == fraud
+                else ("linked", "header"))
         assert (lk["link"], lk["evidence"]) == kind, lk
     kinds = Counter(child[0] == fraud for _, child in played.truth)
     assert summary["links"] == {"linked": kinds[False], "inferred": kinds[True],
                                 "inferred_by_fetch": kinds[True], "inferred_by_time": 0,
+                                "by_evidence": {"header": kinds[False], "fetch_host": 0,
+                                                "fetch_host_client_id": kinds[True],
+                                                "fetch_client_id": 0, "time": 0},
                                 "unresolved": 0}
+    # Nothing declared lost parents: nothing is incomplete, and the summary says so.
+    assert summary["incomplete"]["hops"] == summary["incomplete"]["branches"] == 0
+    assert all(e["incomplete"] == 0 for e in summary["edges"])
     assert kinds[True] == sum(1 for i in range(len(PLAN)) if fraud_checked(i)) > 0
 
 

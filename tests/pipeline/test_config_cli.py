@@ -36,6 +36,9 @@ def test_pipeline_section_and_flags(tmp_path: Path) -> None:
                                          "max_wait_ms": None})
     assert config.topics == ["orders", "payments"] and config.max_wait_ms == 500
     assert config.bootstrap == "k:9092" and config.master == "local[*]"
+    assert config.inference_scope == "host"  # matched as Herald's link memory keys a service
+    assert load_pipeline_config(path, {"inference_scope": "client_id"}).inference_scope == \
+        "client_id"
     assert (config.stream.trigger, config.stream.interval_s, config.stream.checkpoint) == (
         "processing_time", 2, "/c")
     assert config.stream.metrics_bind == "127.0.0.1:9465"  # on by default, on loopback
@@ -53,6 +56,7 @@ def test_pipeline_section_and_flags(tmp_path: Path) -> None:
     ({"topics": ["a"], "max_wait_ms": "soon"}, "pipeline.max_wait_ms:"),
     ({"topics": ["a"], "max_wait_ms": 0}, "pipeline.max_wait_ms: must be > 0"),
     ({"topics": ["a"], "terminal": ["b"]}, "pipeline.terminal"),
+    ({"topics": ["a"], "inference_scope": "pod"}, "pipeline.inference_scope: expected one of"),
     ({}, "pipeline.topics: required"),
     ({"topics": ["a"], "stream": {"metrics_bind": "9465"}},
      "pipeline.stream.metrics_bind: expected HOST:PORT or ''"),

@@ -173,6 +173,9 @@ def _hops_df(spark, hops: list[dict[str, Any]]):
             .withColumn("principal", F.lit("User:ANONYMOUS"))
             .withColumn("origin", F.lit("c1"))
             .withColumn("size", F.lit(100).cast("long"))
+            .withColumn("parents_lost", F.lit(0).cast("long"))
+            .withColumn("lost_reasons", F.array().cast("array<string>"))
+            .withColumn("source_host", F.lit(None).cast("string"))
             .withColumn("event_time", F.timestamp_millis("event_ms")))
 
 
@@ -330,7 +333,7 @@ def test_missing_links_are_inferred_and_marked(analysed) -> None:
     evidence = Counter((lk["parent_topic"], lk["topic"], lk["evidence"]) for lk in links)
     assert evidence == {("ms.orders", "ms.pay", "header"): 3,
                         ("ms.orders", "ms.pay", "time"): 1,
-                        ("ms.orders", "ms.fraud", "fetch"): 3,
+                        ("ms.orders", "ms.fraud", "fetch_client_id"): 3,
                         ("ms.pay", "ms.fraud", "time"): 1,
                         ("ms.pay", "ms.audit", "time"): 1}
     # The record naming a parent that was not read is a root, counted as unresolved.
@@ -403,3 +406,85 @@ def test_records_without_trace_context_make_no_graph(spark) -> None:
         assert tables.audit.first()["untraced"] == 2
     finally:
         tables.unpersist()
+
+
+def _one_trace(spark, hops: list[tuple], fetches: list[tuple]):
+    """Hops (topic, offset, ms, client id, source host, parents, lost count, reasons) of one
+    trace, and observations (topic, offset, consumer, consumer host, ms), as the graph reads
+    them."""
+    from pipeline.graph import nodes_of
+
+    tr = trace()
+    rows = [(tr, t, 0, o, BASE_MS + ms, client, host,
+             [{"topic": pt, "partition": 0, "offset": po} for pt, po in parents], lost, reasons)
+            for t, o, ms, client, host, parents, lost, reasons in hops]
+    nodes = nodes_of(spark.createDataFrame(rows, (
+        "trace_id string, topic string, partition int, offset long, event_ms long, "
+        "client_id string, source_host string, "
+        "parents array<struct<topic:string,partition:int,offset:long>>, parents_lost long, "
+        "lost_reasons array<string>")))
+    obs = spark.createDataFrame(
+        [(t, 0, o, c, h, "g", BASE_MS + ms) for t, o, c, h, ms in fetches],
+        "topic string, partition int, offset long, consumer string, consumer_host string, "
+        "`group` string, fetched_ms long")
+    return nodes, obs
+
+
+def _parents(links) -> dict[str, tuple[str, str]]:
+    return {r["topic"]: (r["parent_topic"], r["evidence"]) for r in links.collect()}
+
+
+def test_inference_matches_the_service_by_host(spark) -> None:
+    """A service whose consumer and producer have different client ids (Java's and
+    librdkafka's defaults): matched by host by default, so its check continues the order it
+    fetched, not the payment time order would pick. With `client_id` both must match, so the
+    guess falls back to time; an observation without a host (written before `s`) matches by
+    client id, as before."""
+    from pipeline.graph import links_of
+
+    hops = [("hs.orders", 0, 0, "svc-a", "10.0.0.1", [], 0, []),
+            ("hs.pay", 0, 20, "rdkafka", "10.0.0.2", [("hs.orders", 0)], 0, []),
+            ("hs.fraud", 0, 30, "producer-1", "10.0.0.6", [], 0, [])]
+    fetched = [("hs.orders", 0, "consumer-1", "10.0.0.6", 5),     # fraud's consumer
+               ("hs.orders", 0, "rdkafka", "10.0.0.2", 6),
+               ("hs.pay", 0, "consumer-9", "10.0.0.9", 25)]      # another service's
+    nodes, obs = _one_trace(spark, hops, fetched)
+    assert _parents(links_of(nodes, obs, "host")[0])["hs.fraud"] == ("hs.orders", "fetch_host")
+    assert _parents(links_of(nodes, obs, "client_id")[0])["hs.fraud"] == ("hs.pay", "time")
+    # Same host, and with `client_id` the same client id too: matched by both.
+    same = [("hs.orders", 0, "producer-1", "10.0.0.6", 5)]
+    nodes, obs = _one_trace(spark, hops, same)
+    assert _parents(links_of(nodes, obs, "client_id")[0])["hs.fraud"] == (
+        "hs.orders", "fetch_host_client_id")
+    # An old observation (no host) with the producer's client id: matched by client id,
+    # whatever the scope; one on another host with the same client id is another service.
+    old = [("hs.orders", 0, "producer-1", None, 5)]
+    nodes, obs = _one_trace(spark, hops, old)
+    for scope in ("host", "client_id"):
+        assert _parents(links_of(nodes, obs, scope)[0])["hs.fraud"] == (
+            "hs.orders", "fetch_client_id")
+    elsewhere = [("hs.orders", 0, "producer-1", "10.0.0.7", 5)]
+    nodes, obs = _one_trace(spark, hops, elsewhere)
+    assert _parents(links_of(nodes, obs, "host")[0])["hs.fraud"] == ("hs.pay", "time")
+
+
+def test_a_hop_with_lost_parents_gets_no_guessed_parent(spark) -> None:
+    """A hop that names no parent but declares lost ones is a root, a lost one, even where
+    its service's fetch of an earlier hop was observed; one that names a parent and lost
+    another keeps its link, marked incomplete, and so does every branch through it."""
+    from pipeline.graph import branches_of, links_of
+
+    hops = [("lp.orders", 0, 0, "svc-a", "10.0.0.1", [], 0, []),
+            ("lp.pay", 0, 20, "svc-b", "10.0.0.2", [], 2, ["evicted"]),
+            ("lp.ship", 0, 40, "svc-c", "10.0.0.3", [("lp.pay", 0)], 1, ["expired"])]
+    fetched = [("lp.orders", 0, "svc-b", "10.0.0.2", 5), ("lp.pay", 0, "svc-c", "10.0.0.3", 25)]
+    nodes, obs = _one_trace(spark, hops, fetched)
+    links, unresolved = links_of(nodes, obs, "host")
+    got = {r["topic"]: r.asDict() for r in links.collect()}
+    assert set(got) == {"lp.ship"} and unresolved.count() == 0
+    assert (got["lp.ship"]["evidence"], got["lp.ship"]["incomplete"],
+            got["lp.ship"]["lost_reasons"]) == ("header", True, ["expired"])
+    branches = sorted((b["path"], b["incomplete"], b["lost_root"], b["parents_lost"],
+                       b["lost_reasons"]) for b in branches_of(nodes, links).collect())
+    assert branches == [("lp.orders", False, False, 0, []),
+                        ("lp.pay > lp.ship", True, True, 3, ["evicted", "expired"])]

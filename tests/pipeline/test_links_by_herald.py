@@ -79,7 +79,7 @@ def _service(world: World, name: str, roles: tuple[str, ...], count: int,
                         world.delivered.add(key_of(out))
                         world.truth.extend((key_of(c), key_of(out)) for c in continued)
                     producer.produce(world.topics[role], value, msg.key(),
-                                     headers=_continue(continued[-1], link=False),
+                                     headers=_continue(continued[-1]),
                                      on_delivery=done)
                 producer.poll(0)
             assert producer.flush(30) == 0

@@ -9,11 +9,13 @@ batch's work bounded by the records it brought."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.hops import to_hops
@@ -21,6 +23,7 @@ from pipeline.jobs import read_batch, start_stream, write_outputs
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import topic_names
 from tests.pipeline.synthetic import FANOUT, RETRY, SLOW, STOPPED, Hop, Traffic
+from tests.pipeline.test_report import screenshot
 
 T0 = 1_780_000_000_000
 KINDS = ["", FANOUT, "", STOPPED, RETRY, SLOW]
@@ -28,12 +31,13 @@ TABLE_KEYS = {"links": ["key", "parent_key"], "branches": ["trace_id", "root", "
               "flows": ["trace_id"], "edges": ["from_topic", "to_topic"],
               "pathways": ["path"], "audit": ["hour", "client_id", "principal", "origin"],
               "transit": ["topic", "group"], "lag": ["topic", "group", "bucket_ms"]}
-EXACT = ("count", "max_ms", "linked", "inferred", "link", "broken")
+EXACT = ("count", "max_ms", "linked", "inferred", "link", "broken", "incomplete")
 # The bound |stream - batch| <= accuracy * |batch| is reached exactly (a median between a
 # zero and a value of the lowest bucket), where floating point may round either way.
 ROUNDING = 1 + 1e-9
 SKETCHED = ("p50_ms", "p90_ms", "p99_ms")
 # (exact, sketched) columns of the tables measured from fetch_log observations
+LOSSY_BAND = (0xFD, 0xF2, 0xE9)  # the report's background of the line on lost parents
 MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
             "lag": (("fetches", "max_s"), ("p50_s",))}
 
@@ -97,7 +101,8 @@ def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: floa
     `measured`: the run had fetch observations, so transit and lag are compared too."""
     summary = json.loads((out / "summary.json").read_text())
     batch = json.loads((batch_out / "summary.json").read_text())
-    for key in ("records", "offsets", "flows", "branches", "links", "broken_branches"):
+    for key in ("records", "offsets", "flows", "branches", "links", "incomplete",
+                "broken_branches"):
         assert summary[key] == batch[key], key
     for name in ("hops", "links", "branches", "flows", "audit"):
         order = TABLE_KEYS.get(name, ["topic", "partition", "offset"])
@@ -146,6 +151,49 @@ def _observe(traffic: Traffic, hops: list[int], n: int) -> None:
             traffic.fetch(i, "svc-audit", None, 5)
 
 
+def _lost_parents(traffic: Traffic, start_ms: int) -> dict[str, list[int]]:
+    """Three flows whose records carry `herald.parents_lost` as Herald writes it: a shipment
+    that names its payment and lost another input (`expired:1`); a payment that names nothing
+    and lost three (`evicted:2`, `overflow:1`) although B's fetch of the order was observed,
+    which must stay a root, nothing inferred in its place; and a payment whose values do not
+    declare a loss (not a reason, not a number, zero), which is complete."""
+    t = traffic.topics
+    made = {}
+    for name, lost in (("expired", ["expired:1"]), ("root", ["evicted:2", "overflow:1"]),
+                       ("bad", ["expired:x", "gone:3", "expired:0"])):
+        trace = os.urandom(16).hex()
+        order = traffic.add(Hop(t["orders"], start_ms, trace, client="svc-a"))
+        pay = traffic.add(Hop(t["payments"], start_ms + 20, trace,
+                              [] if name == "root" else [order], "svc-b",
+                              lost=lost if name != "expired" else []))
+        ship = traffic.add(Hop(t["shipments"], start_ms + 40, trace, [pay], "svc-c",
+                               lost=lost if name == "expired" else []))
+        traffic.fetch(order, "svc-b", "payments-app", 5)
+        made[name] = [order, pay, ship]
+        start_ms += 1000
+    return made
+
+
+def _fraud_by_host(traffic: Traffic, start_ms: int) -> dict[str, int]:
+    """A fraud check written straight to the broker (no link), by a service whose consumer
+    and producer have different client ids, as Java's and librdkafka's defaults give, on host
+    10.1.0.6. Its consumer fetched the order; another service's consumer, on another host,
+    fetched the payment, the hop time order would pick. Matched by host, the order is the
+    parent."""
+    t = traffic.topics
+    trace = os.urandom(16).hex()
+    order = traffic.add(Hop(t["orders"], start_ms, trace, client="svc-a",
+                            source="10.1.0.1:40001"))
+    pay = traffic.add(Hop(t["payments"], start_ms + 20, trace, [order], "rdkafka",
+                          source="10.1.0.2:40002"))
+    check = traffic.add(Hop(t["fraud"], start_ms + 30, trace, [], "producer-1",
+                            source="10.1.0.6:42311"))
+    traffic.fetch(order, "consumer-fraud-1", "fraud-app", 5, host="10.1.0.6")
+    traffic.fetch(order, "svc-b", "payments-app", 5, host="10.1.0.2")
+    traffic.fetch(pay, "consumer-x", "shipping-app", 5, host="10.1.0.9")
+    return {"order": order, "pay": pay, "check": check}
+
+
 def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
@@ -166,6 +214,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     traffic.fetch(first[0][0], "svc-b2", "payments-app", 60)
     traffic.fetch(first[0][-1], "svc-audit", None, 10)
     traffic.fetch(first[2][-1], "svc-audit-2", None, 7)  # a second reader without a group
+    lost = _lost_parents(traffic, T0 + 36_000)
     written = set(traffic.write(kafka.bootstrap))
     _run(spark, config)
     summary = json.loads((Path(config.output) / "summary.json").read_text())
@@ -197,6 +246,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     paid = traffic.add(Hop(topics["payments"], end + 2520, trace, [order], "svc-b"))
     check = traffic.add(Hop(topics["fraud"], end + 2530, trace, [], "svc-f"))
     _observe(traffic, [order, paid, check], 1)
+    by_host = _fraud_by_host(traffic, end + 2600)
     # A flow of six hops, more than max_flow_hops: evicted (analysed at once, counted).
     trace = "cd" * 16
     chain = [traffic.add(Hop(topics["orders"], end + 3000, trace))]
@@ -229,19 +279,27 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     assert traffic.keys[tick] in set(keys)
 
     batch = _batch_without(spark, config, skip, tmp_path / "batch")
-    assert summary["flows"]["total"] == batch["flows"]["total"] == 26
+    assert summary["flows"]["total"] == batch["flows"]["total"] == 30
     assert_stream_equals_batch(spark, out, tmp_path / "batch", config.stream.accuracy)
     inferred = [e for e in summary["edges"] if e["to_topic"] == topics["fraud"]]
     assert inferred and all(e["link"] == "inferred" for e in inferred)
     # Every fraud check was inferred from F's fetch, the late one's from the order, not from
     # the payment the time rule would pick.
     fraud = sum(1 for h in traffic.hops if h.topic == topics["fraud"])
-    assert summary["links"]["inferred_by_fetch"] == fraud == 5
+    assert summary["links"]["inferred_by_fetch"] == fraud == 6
     assert summary["links"]["inferred_by_time"] == 0
+    # The observations of before `s` (no host) matched by client id, as always; the one
+    # service whose consumer and producer differ in client id, by host.
+    assert summary["links"]["by_evidence"] == {
+        "header": summary["links"]["linked"], "fetch_host": 1, "fetch_host_client_id": 0,
+        "fetch_client_id": 5, "time": 0}
     links = _rows(spark, str(out / "links"), TABLE_KEYS["links"])
-    (parent,) = [lk["parent_key"] for lk in links
-                 if tuple(lk["key"].values()) == traffic.keys[check]]
-    assert tuple(parent.values()) == traffic.keys[order]
+    parent_of = {tuple(lk["key"].values()): lk for lk in links}
+    assert tuple(parent_of[traffic.keys[check]]["parent_key"].values()) == traffic.keys[order]
+    host_link = parent_of[traffic.keys[by_host["check"]]]
+    assert tuple(host_link["parent_key"].values()) == traffic.keys[by_host["order"]]
+    assert (host_link["link"], host_link["evidence"]) == ("inferred", "fetch_host")
+    _assert_lost_parents(spark, out, traffic, lost, summary)
     # A record fetched twice by one reader counts once; each reader without a group apart.
     transit = {(r["topic"], r["group"]): r for r in summary["transit"]}
     assert transit[(topics["orders"], "payments-app")]["consumers"] == ["svc-b", "svc-b2"]
@@ -249,6 +307,68 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
         sum(1 for h in traffic.hops if h.topic == topics["orders"]) - 2  # not: behind, tick
     assert transit[(topics["shipments"], None)]["consumers"] == ["svc-audit", "svc-audit-2"]
     assert any(r["max_s"] > 0 for r in summary["lag"])
+
+
+def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, list[int]],
+                         summary: dict) -> None:
+    """What `_lost_parents` declared, in the hops, links, branches, edges, pathways, flows,
+    the summary and the report (the stream's; batch's equal them, checked before)."""
+    from pipeline.report import links_line
+
+    t = traffic.topics
+    key = traffic.keys
+    hops = {(h["topic"], h["partition"], h["offset"]): h
+            for h in _rows(spark, str(out / "hops"), ["topic", "partition", "offset"])}
+    got = {name: [(hops[key[i]]["parents_lost"], hops[key[i]]["lost_reasons"]) for i in made]
+           for name, made in lost.items()}
+    assert got == {"expired": [(0, []), (0, []), (1, ["expired"])],
+                   "root": [(0, []), (3, ["evicted", "overflow"]), (0, [])],
+                   "bad": [(0, []), (0, []), (0, [])]}
+    links = {tuple(lk["key"].values()): lk
+             for lk in _rows(spark, str(out / "links"), TABLE_KEYS["links"])}
+    order, pay, ship = lost["expired"]
+    assert links[key[ship]]["incomplete"] and links[key[ship]]["lost_reasons"] == ["expired"]
+    assert not links[key[pay]]["incomplete"]
+    # The payment that named nothing and lost three: no parent guessed, though its client
+    # fetched the order; it is a root, and a lost one.
+    order, pay, ship = lost["root"]
+    assert key[pay] not in links and not links[key[ship]]["incomplete"]
+    branches = [b for b in _rows(spark, str(out / "branches"), TABLE_KEYS["branches"])
+                if b["trace_id"] == traffic.hops[pay].trace]
+    assert sorted((b["path"], b["incomplete"], b["lost_root"], b["parents_lost"],
+                   b["lost_reasons"]) for b in branches) == [
+        (t["orders"], False, False, 0, []),
+        (f"{t['payments']} > {t['shipments']}", True, True, 3, ["evicted", "overflow"])]
+    flows = {f["trace_id"]: f for f in _rows(spark, str(out / "flows"), ["trace_id"])}
+    assert [(flows[traffic.hops[made[0]].trace]["incomplete"],
+             flows[traffic.hops[made[0]].trace]["parents_lost"]) for made in lost.values()] == [
+        (True, 1), (True, 3), (False, 0)]
+    edges = {(e["from_topic"], e["to_topic"]): e for e in summary["edges"]}
+    assert edges[(t["payments"], t["shipments"])]["incomplete"] == 1
+    assert sum(e["incomplete"] for e in summary["edges"]) == 1
+    pathways = {p["path"]: p["incomplete"] for p in summary["pathways"] if p["incomplete"]}
+    assert pathways == {f"{t['orders']} > {t['payments']} > {t['shipments']}": 1,
+                        f"{t['payments']} > {t['shipments']}": 1}
+    assert summary["incomplete"] == {
+        "hops": 2, "parents_lost": 4, "roots": 1, "links": 1, "branches": 2, "flows": 2,
+        "edges": 1, "pathways": 2,
+        "by_reason": {"expired": {"hops": 1, "links": 1, "branches": 1},
+                      "evicted": {"hops": 1, "links": 0, "branches": 1},
+                      "overflow": {"hops": 1, "links": 0, "branches": 1}}}
+    html = (out / "report.html").read_text()
+    line = links_line(summary)
+    assert line in html and "hops are incomplete" in line and "4 parents" in line
+    assert "expired 1, evicted 1, overflow 1 hops" in line
+    assert "1 of these hops start their branches with no parent named" in line
+    assert "Incomplete: parents Herald could not name" in html
+    assert "1 incomplete (parents lost)</text>" in html  # on the edge in the graph
+    # Drawn: the line stands out (its tinted band spans the page under the cards).
+    png = out / "report.png"
+    screenshot(out / "report.html", png, out / "profile", (1400, 1600))
+    top = Image.open(png).convert("RGB").crop((0, 0, 1400, 700))
+    tinted = sum(1 for p in top.get_flattened_data()
+                 if all(abs(a - b) <= 3 for a, b in zip(p, LOSSY_BAND, strict=True)))
+    assert tinted > 1000 * 30, tinted
 
 
 def test_many_micro_batches_keep_state_and_work_per_batch_bounded(

@@ -20,7 +20,7 @@ from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.pipeline.scenario import topic_names
 from tests.pipeline.synthetic import Hop, Traffic
-from tests.pipeline.test_stream import KINDS, T0, _config, _observe
+from tests.pipeline.test_stream import KINDS, T0, _config, _lost_parents, _observe
 from tests.support.pod_sim import free_port
 from tests.support.prometheus import MISSING, Prometheus, binary, running_prometheus
 
@@ -96,6 +96,7 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
     flows = [traffic.flow(T0 + i * 3000, KINDS[i % len(KINDS)]) for i in range(12)]
     for n, made in enumerate(flows):
         _observe(traffic, made, n)
+    lossy = _lost_parents(traffic, T0 + 40_000)  # records declaring lost parents
     for i in range(3):  # no trace context
         traffic.add(Hop(topics["orders"], T0 + 500 + i, None, client="legacy"))
     end = max(h.event_ms for h in traffic.hops)
@@ -113,7 +114,8 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
         try:
             def finalised() -> bool | str:
                 summary = json.loads((out / "summary.json").read_text())
-                done = (summary["flows"]["total"] == len(flows) and summary["lag"]
+                done = (summary["flows"]["total"] == len(flows) + len(lossy)
+                        and summary["lag"]
                         and summary["stream"]["held_flows"] == 0)
                 return True if done else f"flows {summary['flows']['total']}"
 
@@ -142,6 +144,7 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
         assert prom.value(f"traces_service_graph_request_total{{{sel}}}") == e["count"] \
             == len(exact)
         assert prom.value(f"herald_stream_edge_inferred_total{{{sel}}}") == e["inferred"]
+        assert prom.value(f"herald_stream_edge_incomplete_total{{{sel}}}") == e["incomplete"]
         assert prom.value(f"{hist}_count{{{sel}}}") == e["count"]
         assert prom.value(f"{hist}_sum{{{sel}}}") == pytest.approx(sum(exact) / 1000)
         for q, key in ((0.5, "p50_ms"), (0.9, "p90_ms"), (0.99, "p99_ms")):
@@ -155,6 +158,8 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
             == len(durations[p["path"]])
         assert prom.value(f"herald_stream_pathway_branches_broken_total{{{sel}}}") == \
             p["broken"]
+        assert prom.value(f"herald_stream_pathway_branches_incomplete_total{{{sel}}}") == \
+            p["incomplete"]
         assert prom.value(f"herald_stream_pathway_duration_seconds_sum{{{sel}}}") == \
             pytest.approx(sum(durations[p["path"]]) / 1000)
         for q, key in ((0.5, "p50_ms"), (0.99, "p99_ms")):
@@ -183,6 +188,15 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
     for reason in ("stopped", "slow"):
         assert prom.value(f'herald_stream_branch_breaks_total{{reason="{reason}"}}') == \
             branches[reason] > 0
+    # Lost parents: incomplete branches and flows, by reason.
+    incomplete = summary["incomplete"]
+    assert prom.value("herald_stream_branches_incomplete_total") == incomplete["branches"] > 0
+    assert prom.value("herald_stream_flows_incomplete_total") == incomplete["flows"] == 2
+    assert prom.value("herald_stream_parents_lost_total") == incomplete["parents_lost"] == 4
+    for reason in ("expired", "evicted", "overflow"):
+        assert prom.value(f'herald_stream_branch_losses_total{{reason="{reason}"}}') == \
+            incomplete["by_reason"][reason]["branches"] > 0
+    assert sum(e["incomplete"] for e in edges) > 0
     assert prom.value("sum(herald_stream_records_untraced_total)") == \
         summary["records"]["untraced"] == 4
     assert prom.value("sum(herald_stream_records_total)") == summary["records"]["total"]

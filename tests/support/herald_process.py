@@ -67,6 +67,17 @@ def herald_config(upstream: str, **overrides: Any) -> dict[str, Any]:
     return config
 
 
+def shipped_config(upstream: str) -> dict[str, Any]:
+    """proxy.yaml as `herald dev` runs it, its upstream replaced by `upstream`, on free
+    loopback ports instead of its fixed ones (tests run side by side)."""
+    config = yaml.safe_load((REPO / "proxy.yaml").read_text())
+    free = herald_config(upstream)
+    config["upstream"]["bootstrap"] = upstream
+    config["listen"].update(free["listen"])
+    config["admin"]["bind"] = f"127.0.0.1:{free['listen']['broker_port_base'] + 15}"
+    return config
+
+
 class HeraldProcess:
     def __init__(self, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
         """`env`: extra environment variables for the process (e.g. OTEL_*)."""

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from proxy.config.proxy_yaml import ConfigError, HostPort, load_config, parse_config
+from tests.support.links import link_scope
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,6 +22,8 @@ def test_default_proxy_yaml_is_valid() -> None:
     assert config.listen.broker_port_base == 19100
     assert config.limits.max_frame_bytes == 100 * 1024 * 1024
     assert config.logging.level == "warning"
+    # Causal links on, scoped for one Herald serving several services of one machine.
+    assert link_scope(config.interceptors) == "client_id"
 
 
 def test_bootstrap_accepts_a_list_or_comma_separated() -> None:

@@ -110,7 +110,8 @@ def test_header_names() -> None:
 
 
 def test_fetch_log_layout_round_trips() -> None:
-    tail = fetch_log.batch_tail('or"ders', 3, "consumer-1", None, 1_700_000_000_000)
+    tail = fetch_log.batch_tail('or"ders', 3, "consumer-1", None, 1_700_000_000_000,
+                                "[fd00::7]")
     traced = json.loads(fetch_log.observation("ab" * 16, 42, tail, b"1699999999990"))
     untraced = json.loads(fetch_log.observation(None, 43, tail))
     keys = [key for key, _ in fetch_log.FIELDS]
@@ -119,9 +120,14 @@ def test_fetch_log_layout_round_trips() -> None:
                       fetch_log.PARTITION: 3, fetch_log.OFFSET: 42,
                       fetch_log.CONSUMER: "consumer-1", fetch_log.GROUP: None,
                       fetch_log.FETCHED_MS: 1_700_000_000_000,
-                      fetch_log.RECORD_MS: 1_699_999_999_990}
+                      fetch_log.RECORD_MS: 1_699_999_999_990,
+                      fetch_log.CONSUMER_HOST: "[fd00::7]"}
     assert untraced[fetch_log.TRACE_ID] is None and untraced[fetch_log.OFFSET] == 43
     assert untraced[fetch_log.RECORD_MS] is None
+    # Without a host (a consumer Herald saw no address for), `s` is null, as in the
+    # observations written before it existed.
+    assert json.loads(fetch_log.observation(None, 1, fetch_log.batch_tail(
+        "t", 0, "c", "g", 1)))[fetch_log.CONSUMER_HOST] is None
     assert fetch_log.SPARK_SCHEMA.split(", ") == [f"{k} {t}" for k, t in fetch_log.FIELDS]
 
 

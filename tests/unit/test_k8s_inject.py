@@ -17,6 +17,7 @@ from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
 from proxy.k8s.sizing import Throughput, cpu_millicores
 from tests.support.k8s_tools import workload
+from tests.support.links import link_scope
 
 POD_ENV = {"POD_NAME": "web-1", "POD_NAMESPACE": "shop", "NODE_NAME": "n1"}
 
@@ -81,6 +82,7 @@ def test_the_generated_proxy_yaml_is_valid_and_matches_the_pod() -> None:
     assert str(config.listen.bootstrap) == "127.0.0.1:19092"
     assert config.admin.bind is not None and config.admin.bind.port == 9464
     assert config.reload_watch_s > 0
+    assert link_scope(config.interceptors) == "host"  # the pod's clients are on loopback
     pod = the_pod(docs[1])["spec"]
     # Room for Herald's whole drain after SIGTERM.
     assert pod["terminationGracePeriodSeconds"] >= config.shutdown_grace_s + 5
@@ -269,6 +271,9 @@ def test_sizing_follows_the_measured_cpu_per_mb() -> None:
     assert cpu_millicores(Throughput(100, 50, "none")) == 375
     # with trace_context + audit: (100 * 3.8 + 50 * 0.6) * 1.5 = 615
     assert cpu_millicores(Throughput(100, 50, "trace_audit")) == 615
+    # with links too (the sidecar's chain, the default): (100 * 4.4 + 50 * 1.8) * 1.5 = 795
+    assert cpu_millicores(Throughput(100, 50, "trace_audit_link")) == 795
+    assert cpu_millicores(Throughput(100, 50)) == 795
     with pytest.raises(ValueError, match="interceptors"):
         Throughput(1, 1, "all")
     with pytest.raises(ValueError, match="produce_mb_s"):

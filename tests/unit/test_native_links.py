@@ -7,6 +7,8 @@ the same place, the request the same bytes, the members the same counters, which
 from __future__ import annotations
 
 import random
+import re
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +19,7 @@ from interceptors.chain import ChainMember, Chains, ProduceChain
 from interceptors.context import ProxyInfo
 from interceptors.trace_links import NativeFetchedTraces
 from protocol.compression import GZIP, LZ4
+from protocol.contracts.headers import PARENTS_LOST_VALUE_RE
 from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter, connection_info
@@ -51,13 +54,13 @@ AUDIT = {"type": "audit"}
 ORDERS = {"alone": [TRACE], "audit_before": [AUDIT, TRACE], "audit_after": [TRACE, AUDIT]}
 
 
-def filters(order: str, mode: str, audit: dict | None = None
+def filters(order: str, mode: str, audit: dict | None = None, link: dict | None = None
             ) -> tuple[InterceptorFilter, InterceptorFilter]:
     """Two filters over one memory (`ProxyInfo.kept`): one for Python, one whose counters
-    the engine's counts go to. `audit`: audit's settings."""
+    the engine's counts go to. `audit`: audit's settings; `link`: the link's."""
     env = ProxyInfo(instance_id=INSTANCE, cluster_id=CLUSTER, clock=lambda: NOW / 1000)
-    spec = [dict(m, mode=mode) if m is TRACE else dict(m, **(audit or {}))
-            for m in ORDERS[order]]
+    spec = [dict(m, mode=mode, **({"link": link} if link else {})) if m is TRACE
+            else dict(m, **(audit or {})) for m in ORDERS[order]]
     out = []
     for _ in range(2):
         topics = TopicIds()
@@ -244,6 +247,94 @@ def test_a_member_that_does_not_declare_what_it_does_with_links_gets_them_in_pyt
                                                                         unseen)])])), plan)
 
 
+LOSSY = {"max_parents": 2, "capacity": 6, "ttl_s": 3600}
+
+
+def fill_lossy(rng: random.Random, memory: NativeFetchedTraces, msg: Any,
+               client_id: str | None) -> None:
+    """Remember parents for the request's traces so that their rounds lose some: fetched two
+    hours ago (expired), over `max_parents` (overflow), and with other traces between (the
+    capacity is small: evicted, their losses kept with their keys)."""
+    scope = memory.scope(connection_info(session(client_id)))
+    traces = list(dict.fromkeys(v[3:35] for t in msg.topic_data for p in t.partition_data
+                                for b in split_batches(p.records or b"") for r in b.records
+                                for k, v in r.headers if k == "traceparent"))
+    now = time.monotonic
+    for t in traces:
+        roll = rng.random()
+        if roll < 0.2:
+            continue  # unseen
+        memory.clock = (lambda: now() - 7200) if roll < 0.4 else now  # type: ignore[assignment]
+        for _ in range(rng.randrange(1, 5)):
+            memory.remember(scope, t, (rng.choice(("in", "orders")), rng.randrange(3),
+                                       rng.randrange(10**9)))
+        memory.clock = now  # type: ignore[assignment]
+        if roll > 0.6:  # a younger input after the older one expired: the round goes on
+            memory.remember(scope, t, ("late", 0, rng.randrange(10**9)))
+    memory.clock = now  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("codec", [0, LZ4, GZIP])
+@pytest.mark.parametrize("order", sorted(ORDERS))
+def test_records_with_lost_parents_stay_native_and_equal_python(codec: int, order: str
+                                                                ) -> None:
+    """A round that lost parents (expired, evicted, over max_parents) gives its records
+    ``herald.parents_lost`` headers: the engine writes them itself, in the same place and
+    bytes as Python, plain and compressed batches, audit on either side, and counts the
+    same `link_lost_*` (and a trusted principal's records given only lost headers are
+    passed as Python passes them)."""
+    rng = random.Random(codec * 13 + len(order))
+    lost = [0, 0, 0]
+    only_lost = 0
+    for round_ in range(4):
+        filt, engine = filters(order, "record", {"trusted": {"principals": ["User:mirror"]}},
+                               LOSSY)
+        client_id = ("app-1", None, "app-1", "svc")[round_]
+        principal = "User:mirror" if round_ == 3 else None
+        msg = (compressed_request(rng, codec, (0.9, 1.0, 0.8, 1.0)[round_],
+                                  partitions=1 + round_ % 3, batches=1 + round_ % 2)
+               if codec else request(rng, topics=1 + round_ % 2, partitions=1 + round_ % 2,
+                                     batches=1 + round_ % 2, traced=(0.9, 1.0, 0.8, 1.0)[round_]))
+        fill_lossy(rng, memory_of(filt), msg, client_id)
+        plan = stamp_plan(FilterChain([filt]), session_of(client_id, principal))
+        assert plan is not None and plan.wire[-1] is not None
+        data = frame(9, msg, client_id)
+        seed = rng.randrange(1 << 30)
+        trace_draws, msg_draws = draws_of(msg, seed, False, True, order != "alone")
+        got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
+        ids.seed(seed)
+        expected = python_output(filt, session_of(client_id, principal), data)
+        assert got[0] is not None, got[1]
+        if codec == 0 or codec in SAME_BYTES:
+            assert got[0] == expected
+        else:
+            assert_same_batches(got[0], expected, codec)
+        for i in range(3):
+            lost[i] += got[1][5][9 + i]
+        only_lost += got[1][5][12] - got[1][5][0]
+        stamp_plan(FilterChain([engine]), session_of(client_id, principal)).count(*got[1])
+        assert engine.chains.produce.stats.snapshot() == filt.chains.produce.stats.snapshot()
+        assert engine.codec.reencoded == filt.codec.reencoded
+    # Not vacuous: every reason was declared natively, and records with no parent but lost
+    # ones were stamped too.
+    assert all(lost) and only_lost > 0, (lost, only_lost)
+    (batch, *_) = batches_of(got[0])
+    values = [v for r in batch.records for k, v in r.headers if k == "herald.parents_lost"]
+    assert all(re.fullmatch(PARENTS_LOST_VALUE_RE.encode(), v) for v in values)
+
+
+def test_a_client_s_own_lost_header_goes_to_python() -> None:
+    """`herald.parents_lost` is under audit's prefix: a client's own sends its record to
+    Python, which strips it and keeps Herald's."""
+    filt, plan = linked_one()
+    forged = Record(b"k", b"v", [("traceparent", TRACED), ("herald.parents_lost", b"expired:3")])
+    data = one_partition(build_batch([forged]))
+    assert "watched" in refused(data, plan)
+    (batch,) = batches_of(python_output(filt, session(), data))
+    assert [v for k, v in batch.records[0].headers if k == "herald.parents_lost"] == []
+    assert filt.chains.produce.stats.members["audit"].events == {"forged_stripped": 1}
+
+
 def test_records_without_trace_context_never_look_up() -> None:
     """An untraced producer's records cost what they did: no lookup, no miss counted."""
     filt, _ = filters("alone", "record")
@@ -252,7 +343,7 @@ def test_records_without_trace_context_never_look_up() -> None:
     data = frame(9, msg)
     trace_draws, msg_draws = draws_of(msg, 1, False, True, False)
     got = _relay.stamp_produce(data, plan.wire, trace_draws, msg_draws, NOW)
-    assert got[0] is not None and got[1][5] == (0,) * 9
+    assert got[0] is not None and got[1][5] == (0,) * 14
     assert memory_of(filt).native_counters()["link_made"] == 0
 
 

@@ -90,7 +90,7 @@ def test_counters_are_read_while_a_frame_is_scanned() -> None:
             rig.app.recv(1)
         rig.app.settimeout(30)
         assert rig.recv_exactly(rig.app, len(response)) == response  # then it passes whole
-        assert rig.engine.collect_stamped() == {7: (9, 360, 0, 0, (0,) * 8, (0,) * 9)}
+        assert rig.engine.collect_stamped() == {7: (9, 360, 0, 0, (0,) * 8, (0,) * 14)}
     finally:
         rig.close()
 
@@ -120,7 +120,7 @@ def test_taking_back_a_session_mid_scan_waits_without_the_gil() -> None:
         # take() waited for the scan to end (it never reads a buffer mid-scan): the response
         # was scanned whole, counted, and approved, so none of it is handed back.
         assert state.upstream == b""
-        assert rig.engine.collect_stamped() == {7: (9, 360, 0, 0, (0,) * 8, (0,) * 9)}
+        assert rig.engine.collect_stamped() == {7: (9, 360, 0, 0, (0,) * 8, (0,) * 14)}
     finally:
         rig.close()
 

@@ -55,17 +55,18 @@ def test_a_scope_gets_back_what_it_fetched_and_nothing_of_another_scope() -> Non
     mem = FetchedTraces(LinkConfig())
     t = _trace()
     mem.remember(mem.scope(POD_A), t, ("orders", 1, 7))
-    assert mem.parents(mem.scope(POD_A_PRODUCER), t) == (("orders", 1, 7),)
-    assert mem.parents(mem.scope(POD_B), t) == UNSEEN
-    assert mem.parents(mem.scope(POD_A), _trace()) == UNSEEN
+    assert mem.parents(mem.scope(POD_A_PRODUCER), t) == ((("orders", 1, 7),), None)
+    assert mem.parents(mem.scope(POD_B), t) == (UNSEEN, None)
+    assert mem.parents(mem.scope(POD_A), _trace()) == (UNSEEN, None)
 
 
 def test_client_id_scope_tells_the_clients_of_one_host_apart() -> None:
     mem = FetchedTraces(LinkConfig(scope="client_id"))
     t = _trace()
     mem.remember(mem.scope(POD_A), t, ("orders", 0, 1))
-    assert mem.parents(mem.scope(POD_A_PRODUCER), t) == UNSEEN
-    assert mem.parents(mem.scope(ConnectionInfo("svc", "10.0.0.1:5")), t) == (("orders", 0, 1),)
+    assert mem.parents(mem.scope(POD_A_PRODUCER), t) == (UNSEEN, None)
+    assert mem.parents(mem.scope(ConnectionInfo("svc", "10.0.0.1:5")), t) == (
+        (("orders", 0, 1),), None)
 
 
 def test_fan_in_keeps_every_record_fetched_up_to_the_cap_oldest_dropped() -> None:
@@ -73,11 +74,12 @@ def test_fan_in_keeps_every_record_fetched_up_to_the_cap_oldest_dropped() -> Non
     scope, t = ("h",), _trace()
     mem.remember(scope, t, ("stock", 0, 3))
     mem.remember(scope, t, ("pay", 1, 4))
-    assert mem.parents(scope, t) == (("stock", 0, 3), ("pay", 1, 4))
+    assert mem.parents(scope, t) == ((("stock", 0, 3), ("pay", 1, 4)), None)
     mem2 = FetchedTraces(LinkConfig(max_parents=2))
     for key in (("a", 0, 1), ("b", 0, 1), ("c", 0, 1), ("b", 0, 1)):
         mem2.remember(scope, t, key)
-    assert mem2.parents(scope, t) == (("c", 0, 1), ("b", 0, 1))
+    # ("a", 0, 1) went over the cap: declared, not silent
+    assert mem2.parents(scope, t) == ((("c", 0, 1), ("b", 0, 1)), (0, 0, 1))
 
 
 def test_a_write_spends_the_fetched_records_and_the_next_fetch_replaces_them() -> None:
@@ -87,10 +89,10 @@ def test_a_write_spends_the_fetched_records_and_the_next_fetch_replaces_them() -
     mem = FetchedTraces(LinkConfig())
     scope, t = ("h",), _trace()
     mem.remember(scope, t, ("payments", 0, 5))
-    assert mem.parents(scope, t) == (("payments", 0, 5),)
-    assert mem.parents(scope, t) == (("payments", 0, 5),)  # a second write, same input
+    assert mem.parents(scope, t) == ((("payments", 0, 5),), None)
+    assert mem.parents(scope, t) == ((("payments", 0, 5),), None)  # a second write
     mem.remember(scope, t, ("payments", 1, 9))
-    assert mem.parents(scope, t) == (("payments", 1, 9),)
+    assert mem.parents(scope, t) == ((("payments", 1, 9),), None)
 
 
 def test_entries_expire_and_are_evicted_and_the_misses_say_which() -> None:
@@ -100,14 +102,15 @@ def test_entries_expire_and_are_evicted_and_the_misses_say_which() -> None:
     t1, t2, t3 = _trace(), _trace(), _trace()
     mem.remember(scope, t1, ("a", 0, 1))
     clock.now += 11
-    assert mem.parents(scope, t1) == EXPIRED  # still held, no longer believed
+    # still held, no longer believed: its parent is declared lost
+    assert mem.parents(scope, t1) == (EXPIRED, (1, 0, 0))
     assert mem.remember(scope, t2, ("a", 0, 2)) == (0, 1)  # the stale one is dropped
-    assert len(mem) == 1 and mem.parents(scope, t1) == EXPIRED
+    assert len(mem) == 1 and mem.parents(scope, t1) == (EXPIRED, (1, 0, 0))
     mem.remember(scope, t3, ("a", 0, 3))
     assert mem.remember(scope, _trace(), ("a", 0, 4)) == (1, 0)
-    assert len(mem) == 2 and mem.parents(scope, t2) == EVICTED
-    mem.remember(scope, t2, ("a", 0, 5))  # fetched again: known again
-    assert mem.parents(scope, t2) == (("a", 0, 5),)
+    assert len(mem) == 2 and mem.parents(scope, t2) == (EVICTED, (0, 1, 0))
+    mem.remember(scope, t2, ("a", 0, 5))  # fetched again: known again, its round goes on
+    assert mem.parents(scope, t2) == ((("a", 0, 5),), (0, 1, 0))
 
 
 def test_the_tombstones_are_bounded_too() -> None:
@@ -303,7 +306,7 @@ def test_the_memory_holds_its_bound_under_threads(native: bool) -> None:
                 t = traces[(i * 7 + n) % len(traces)]
                 scope = mem.scope(ConnectionInfo("c", f"10.0.0.{n % 2}:1"))
                 mem.remember(scope, t, ("a", n, i))
-                found = mem.parents(scope, t)
+                found, _lost = mem.parents(scope, t)
                 assert type(found) is str or 1 <= len(found) <= 2
         except BaseException as exc:
             failures.append(exc)
