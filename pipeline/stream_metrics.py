@@ -46,6 +46,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
+from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME
 from pipeline.sketch import Sketch
 
 if TYPE_CHECKING:
@@ -104,11 +105,11 @@ LABELLED_COUNTERS = (
                                                      "slow": ("slow",)}),
     ("herald_stream_branch_losses", "Incomplete branches by the reason their parents were "
      "lost (a branch with several reasons counts under each)", "reason",
-     ("incomplete", "by_reason"), {r: (r, "branches") for r in ("expired", "evicted",
-                                                                 "overflow")}),
+     ("incomplete", "by_reason"), {r: (r, "branches") for r in LOST_REASONS}),
     ("herald_stream_links", "Parent links of hops by evidence: header (herald.parent), "
-     "inferred from a fetch, inferred by time", "evidence", ("links",),
-     {"header": ("header",), "fetch": ("fetch",), "time": ("time",)}),
+     "inferred from the same service's fetch (matched by host, host and client id, or client "
+     "id), inferred by time", "evidence", ("links",),
+     {e: (e,) for e in (HEADER, *FETCH_EVIDENCE, TIME)}),
 )
 # Per edge and per pathway: (metric, help, key in the entry). The service graph's request
 # count is the edge's hops.

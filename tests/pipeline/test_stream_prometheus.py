@@ -202,8 +202,11 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
     assert prom.value("sum(herald_stream_records_total)") == summary["records"]["total"]
     links = summary["links"]
     assert prom.value('herald_stream_links_total{evidence="header"}') == links["linked"]
-    assert prom.value('herald_stream_links_total{evidence="fetch"}') == \
+    assert prom.value('sum(herald_stream_links_total{evidence=~"fetch_.*"})') == \
         links["inferred_by_fetch"] > 0
+    by_evidence = {r["metric"]["evidence"]: r["value"]
+                   for r in prom.query("herald_stream_links_total")}
+    assert by_evidence == links["by_evidence"]
     # The stream's health.
     batches = prom.value("herald_stream_batches_total")
     assert batches is not None and batches >= 2
