@@ -3,6 +3,7 @@ a steady rate.
 
     python bench/bench_pipeline_scale.py batch  --hops 10000000 [--partitions 8]
     python bench/bench_pipeline_scale.py stream --minutes 30 --rate 400 [--interval-s 10]
+                                                [--metrics off|on] [--scrape-s 1]
 
 `batch`: synthetic hops are generated directly as a Spark DataFrame (flows of three hops,
 orders → payments → shipments, each hop after the first naming its parent in `parents`, one
@@ -21,6 +22,10 @@ end of the run (median of the first and last tenth) and its trend over the run (
 slope, ms per hour), and the state at start and end: Spark's memory for it, and what the hold
 keeps (hops and flows waiting, tombstones; `batches.jsonl`). `per_batch` rows are
 [batch id, input rows, ms, held hops, tombstones, state bytes].
+`--metrics on` serves the stream's Prometheus metrics (`pipeline.stream_metrics`) on a free
+loopback port and scrapes them every `--scrape-s` (1 s: far more often than a Prometheus
+would) for the whole run, reporting the scrapes' time and size; `off` (the default) runs
+without the exporter. The two runs' micro-batch times are the metrics' cost.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -148,6 +154,28 @@ def produce_steadily(bootstrap: str, topics: list[str], rate: int, stop: threadi
     producer.flush(60)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def scrape_steadily(port: int, every_s: float, stop: threading.Event,
+                    scrapes: list[tuple[float, int]]) -> None:
+    """GET /metrics every `every_s` until `stop`; note each scrape's time (ms) and size."""
+    import urllib.request
+
+    while not stop.wait(every_s):
+        t = time.perf_counter()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                size = len(r.read())
+        except OSError as exc:
+            log(f"scrape failed: {exc}")
+            continue
+        scrapes.append(((time.perf_counter() - t) * 1000, size))
+
+
 def _slope_ms_per_hour(points: list[tuple[float, float]]) -> float:
     if len(points) < 2:
         return 0.0
@@ -171,6 +199,7 @@ def run_stream(args: argparse.Namespace) -> int:
             create_topic(cluster.bootstrap, t, 1)
         spark = spark_session(SparkSettings(driver_memory=args.driver_memory,
                                             shuffle_partitions=args.shuffle_partitions))
+        port = free_port() if args.metrics == "on" else 0
         config = PipelineConfig(
             bootstrap=cluster.bootstrap, topics=topics, terminal_topics=[topics[-1]],
             output=f"{work}/out", shuffle_partitions=args.shuffle_partitions,
@@ -178,14 +207,20 @@ def run_stream(args: argparse.Namespace) -> int:
             stream=StreamConfig(checkpoint=f"{work}/ckpt", trigger="processing_time",
                                 interval_s=args.interval_s, watermark_s=args.watermark_s,
                                 flow_gap_s=args.flow_gap_s,
-                                late_retention_s=args.late_retention_s))
+                                late_retention_s=args.late_retention_s,
+                                metrics_bind=f"127.0.0.1:{port}" if port else ""))
         stop = threading.Event()
+        scrapes: list[tuple[float, int]] = []
+        scraper = threading.Thread(target=scrape_steadily,
+                                   args=(port, args.scrape_s, stop, scrapes))
         sent = [0]
         writer = threading.Thread(target=produce_steadily,
                                   args=(cluster.bootstrap, topics, args.rate, stop, sent,
                                         fetch_topic))
         query = start_stream(spark, config)
         writer.start()
+        if port:
+            scraper.start()
         started = time.monotonic()
         try:
             while time.monotonic() - started < args.minutes * 60:
@@ -194,6 +229,8 @@ def run_stream(args: argparse.Namespace) -> int:
         finally:
             stop.set()
             writer.join(120)
+            if port:
+                scraper.join(30)
             query.stop()  # may interrupt a micro-batch: Spark logs the interrupted write
             spark.stop()
         lines = (Path(config.output) / "progress.jsonl").read_text().splitlines()
@@ -220,7 +257,12 @@ def run_stream(args: argparse.Namespace) -> int:
     total_in = sum(p["input_rows"] for p in batches)
     print(json.dumps({
         "bench": "pipeline stream", "minutes": args.minutes, "rate": args.rate,
-        "fetches": args.fetches,
+        "fetches": args.fetches, "metrics": args.metrics,
+        "scrapes": len(scrapes),
+        "scrape_ms_median": round(statistics.median(s[0] for s in scrapes), 2)
+        if scrapes else None,
+        "scrape_bytes_last": scrapes[-1][1] if scrapes else None,
+        "batch_ms_median": median_of(batches, "duration_ms") if batches else None,
         "records_sent": sent[0], "records_read": total_in, "batches": len(batches),
         "records_per_s": round(total_in / (args.minutes * 60)),
         "batch_ms_start": median_of(batches[:tenth], "duration_ms") if batches else None,
@@ -257,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     stream.add_argument("--flow-gap-s", type=float, default=10)
     stream.add_argument("--late-retention-s", type=float, default=60)
     stream.add_argument("--shuffle-partitions", type=int, default=4)
+    stream.add_argument("--metrics", choices=("off", "on"), default="off",
+                        help="serve the stream's Prometheus metrics and scrape them")
+    stream.add_argument("--scrape-s", type=float, default=1.0,
+                        help="seconds between scrapes with --metrics on")
     stream.add_argument("--no-fetches", dest="fetches", action="store_false",
                         help="no fetch_log observations (by default each record is fetched "
                              "once: transit and lag are computed too)")

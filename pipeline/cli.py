@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a flow is final once the watermark passes its last hop + this")
     stream.add_argument("--max-offsets-per-trigger", type=int,
                         help="records per micro-batch at most")
+    stream.add_argument("--metrics-bind", metavar="HOST:PORT",
+                        help="serve Prometheus metrics of the stream here (default "
+                             "127.0.0.1:9465; '' turns them off; a port already taken is "
+                             "reported and the stream runs without them)")
     report = sub.add_parser("report", help="redraw report.html from summary.json (no Spark)",
                             description="Write report.html from the summary.json of an "
                                         "output folder.")
@@ -105,7 +109,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
                     "stream.interval_s": args.interval_s,
                     "stream.watermark_s": args.watermark_s,
                     "stream.flow_gap_s": args.flow_gap_s,
-                    "stream.max_offsets_per_trigger": args.max_offsets_per_trigger})
+                    "stream.max_offsets_per_trigger": args.max_offsets_per_trigger,
+                    "stream.metrics_bind": args.metrics_bind})
     return out
 
 

@@ -18,6 +18,7 @@ from interceptors.config import (
     ErrorCollector,
     InvalidConfig,
     build_config,
+    parse_host_port,
     read_yaml,
 )
 from protocol.contracts.headers import RESERVED_PREFIX
@@ -39,10 +40,19 @@ class StreamConfig:
     accuracy: float = 0.01              # relative accuracy of the stream's percentiles
     max_offsets_per_trigger: int = 0    # records per micro-batch at most (0: no cap)
     state_buckets: int = 64             # state keys, hash buckets of trace ids (per checkpoint)
+    metrics_bind: str = "127.0.0.1:9465"  # Prometheus /metrics of the stream ("": off)
+    metrics_top: int = 50               # label values kept per label; the rest are `other`
 
     def __post_init__(self) -> None:
+        if self.metrics_bind:
+            try:
+                parse_host_port(self.metrics_bind, "")
+            except ConfigError:
+                raise InvalidConfig("metrics_bind",
+                                    f"expected HOST:PORT or '', got {self.metrics_bind!r}"
+                                    ) from None
         for key in ("interval_s", "flow_gap_s", "max_flow_age_s", "max_flow_hops",
-                    "state_buckets"):
+                    "state_buckets", "metrics_top"):
             if getattr(self, key) <= 0:
                 raise InvalidConfig(key, "must be > 0")
         for key in ("watermark_s", "late_retention_s", "max_offsets_per_trigger"):

@@ -274,16 +274,25 @@ def analyze(hops: DataFrame, config: PipelineConfig, watermark_ms: int | None = 
     return tables
 
 
-def edge_histograms(links: DataFrame) -> DataFrame:
-    """Per edge, how many waits fell in each bucket of `HISTOGRAM_BOUNDS_MS`."""
+def histogram_index(col: str) -> Column:
+    """The bucket of `HISTOGRAM_BOUNDS_MS` each value of `col` falls in: the first bound at
+    or above it (`len(HISTOGRAM_BOUNDS_MS)`: above them all). Exact, so the counts are the
+    cumulative `le` buckets of a Prometheus histogram (`pipeline.stream_metrics`)."""
     from pyspark.sql import functions as F
 
     bucket = F.lit(len(HISTOGRAM_BOUNDS_MS))
     for i in reversed(range(len(HISTOGRAM_BOUNDS_MS))):
-        bucket = F.when(F.col("wait_ms") <= HISTOGRAM_BOUNDS_MS[i], F.lit(i)).otherwise(bucket)
+        bucket = F.when(F.col(col) <= HISTOGRAM_BOUNDS_MS[i], F.lit(i)).otherwise(bucket)
+    return bucket
+
+
+def edge_histograms(links: DataFrame) -> DataFrame:
+    """Per edge, how many waits fell in each bucket of `HISTOGRAM_BOUNDS_MS`."""
+    from pyspark.sql import functions as F
+
     return (
         links.groupBy(F.col("parent_topic").alias("from_topic"),
-                      F.col("topic").alias("to_topic"), bucket.alias("bucket"))
+                      F.col("topic").alias("to_topic"), histogram_index("wait_ms").alias("bucket"))
         .agg(F.count(F.lit(1)).alias("count"))
     )
 

@@ -47,6 +47,9 @@ arrive; recomputing everything after each micro-batch costs O(all hops) per batc
    adding twice. Edges, pathways, audit, transit, lag, the summary and the report are redrawn
    from it.
 
+6. **Serve.** The merged aggregates of each micro-batch also go to the Prometheus exporter
+   (`pipeline.stream_metrics`), which serves them from the driver when scraped.
+
 A micro-batch therefore costs time proportional to the records and observations it brought
 and the flows it finalised, plus the small aggregates; never to all hops so far.
 """
@@ -72,11 +75,12 @@ from pipeline.flow_hold import (
     empty_bucket,
     hold,
 )
-from pipeline.flows import HISTOGRAM_BOUNDS_MS, MIXED, analyze
+from pipeline.flows import HISTOGRAM_BOUNDS_MS, MIXED, analyze, histogram_index
 from pipeline.graph import INFERRED, LINKED
 from pipeline.hops import HOP_COLUMNS, to_hops
 from pipeline.report import write_report
 from pipeline.sketch import Sketch, bucket_column, sign_column
+from pipeline.stream_metrics import StreamCollector, exporter_for
 from pipeline.summary import BROKEN_COLUMNS, incomplete_counts
 from protocol.contracts import fetch_log
 
@@ -439,40 +443,38 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
     _add(agg, "links", {"unresolved": tables.unresolved.count()})
     _add(agg, "incomplete", incomplete_counts(tables))
 
-    hist = F.lit(len(HISTOGRAM_BOUNDS_MS))
-    for i in reversed(range(len(HISTOGRAM_BOUNDS_MS))):
-        hist = F.when(F.col("wait_ms") <= HISTOGRAM_BOUNDS_MS[i], F.lit(i)).otherwise(hist)
     bucket_ms = config.time_bucket_s * 1000
     edge_rows = tables.links.groupBy(
         "parent_topic", "topic", "link",
         (F.floor(F.col("event_ms") / bucket_ms) * bucket_ms).alias("t"),
-        hist.alias("h"), sign_column("wait_ms").alias("s"),
+        histogram_index("wait_ms").alias("h"), sign_column("wait_ms").alias("s"),
         bucket_column("wait_ms", acc).alias("b"),
     ).agg(F.count(F.lit(1)).alias("n"), F.min("wait_ms").alias("lo"),
-          F.max("wait_ms").alias("hi"),
+          F.max("wait_ms").alias("hi"), F.sum("wait_ms").alias("total"),
           F.sum(F.col("incomplete").cast("long")).alias("incomplete")).collect()
     for r in edge_rows:
         key = f"{r['parent_topic']}\0{r['topic']}"
-        e = agg["edges"].setdefault(key, {"linked": 0, "inferred": 0,
-                                          "histogram": [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)})
+        e = agg["edges"].setdefault(key, {"linked": 0, "inferred": 0})
         e[r["link"]] += r["n"]
         e["incomplete"] = e.get("incomplete", 0) + r["incomplete"]
-        e["histogram"][r["h"]] += r["n"]
+        _add_histogram(e, r)
         for entry in (e, agg["over_time"].setdefault(f"{key}\0{r['t']}", {})):
             sk = _sketch_of(entry, acc)
             sk.add_bucket(r["s"], r["b"], r["n"], r["lo"], r["hi"])
             entry["sketch"] = sk.to_json()
 
     for r in tables.branches.groupBy(
-            "path", sign_column("duration_ms").alias("s"),
-            bucket_column("duration_ms", acc).alias("b")
+            "path", histogram_index("duration_ms").alias("h"),
+            sign_column("duration_ms").alias("s"), bucket_column("duration_ms", acc).alias("b")
     ).agg(F.count(F.lit(1)).alias("n"), F.min("duration_ms").alias("lo"),
           F.max("duration_ms").alias("hi"), F.sum(F.col("broken").cast("long")).alias("broken"),
           F.sum((F.col("inferred_edges") > 0).cast("long")).alias("inferred"),
-          F.sum(F.col("incomplete").cast("long")).alias("incomplete")).collect():
+          F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
+          F.sum("duration_ms").alias("total")).collect():
         p = agg["pathways"].setdefault(r["path"], {"broken": 0, "inferred": 0})
         for k in ("broken", "inferred", "incomplete"):
             p[k] = p.get(k, 0) + r[k]
+        _add_histogram(p, r)
         sk = _sketch_of(p, acc)
         sk.add_bucket(r["s"], r["b"], r["n"], r["lo"], r["hi"])
         p["sketch"] = sk.to_json()
@@ -516,6 +518,19 @@ def merge_reads(agg: dict[str, Any], emitted: DataFrame, config: PipelineConfig)
             F.max("lag_ms").alias("hi")).collect():
         _add_bucket(lag.setdefault(json.dumps([r["topic"], r["group"], int(r["t"])]), {}),
                     r, acc)
+
+
+def _add_histogram(entry: dict[str, Any], r: Any) -> None:
+    """Add a row's `n` values to `entry`'s fixed-bound histogram (bucket `h`,
+    `HISTOGRAM_BOUNDS_MS`) and their exact sum (`total`), which Prometheus histograms need.
+    An entry merged before it kept them (aggregates of an older version: a `sketch` but no
+    `sum_ms`) never gets a sum, and its histogram stays short of the sketch's count; the
+    exporter leaves out what it cannot state exactly."""
+    new = "sketch" not in entry
+    hist = entry.setdefault("histogram", [0] * (len(HISTOGRAM_BOUNDS_MS) + 1))
+    hist[r["h"]] += r["n"]
+    if new or "sum_ms" in entry:
+        entry["sum_ms"] = entry.get("sum_ms", 0) + int(r["total"] or 0)
 
 
 def _add_bucket(entry: dict[str, Any], r: Any, accuracy: float) -> None:
@@ -724,8 +739,10 @@ def progress_record(progress: Any) -> dict[str, Any]:
             "timestamp": data.get("timestamp"), "state": state}
 
 
-def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
-    """The `foreachBatch` function: analyse the finalised flows, merge, write (steps 4, 5)."""
+def each_batch(spark: SparkSession, config: PipelineConfig,
+               metrics: StreamCollector | None = None) -> Any:
+    """The `foreachBatch` function: analyse the finalised flows, merge, write (steps 4, 5);
+    the merged aggregates go to `metrics` (`pipeline.stream_metrics`) too."""
     from pyspark.sql import functions as F
 
     out = Path(config.output)
@@ -780,6 +797,8 @@ def each_batch(spark: SparkSession, config: PipelineConfig) -> Any:
         summary = summary_of(agg, rows, config, last_progress(out))
         (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
         write_report(summary, out / "report.html")
+        if metrics is not None:
+            metrics.publish(agg)
 
     return run
 
@@ -803,9 +822,10 @@ def write_aggregate_tables(spark: SparkSession, out: Path,
         "overwrite").parquet(str(out / "audit"))
 
 
-# Output folder of each running query (by query id, which the checkpoint keeps across
-# restarts), for the one listener of the session.
+# Output folder and metrics of each running query (by query id, which the checkpoint keeps
+# across restarts), for the one listener of the session.
 _OUTPUTS: dict[str, Path] = {}
+_METRICS: dict[str, StreamCollector] = {}
 
 
 def progress_listener() -> Any:
@@ -821,11 +841,15 @@ def progress_listener() -> Any:
             out = _OUTPUTS.get(str(event.progress.id))
             if out is None:
                 return
+            record = progress_record(event.progress)
             with _progress_path(out).open("a") as f:
-                f.write(json.dumps(progress_record(event.progress)) + "\n")
+                f.write(json.dumps(record) + "\n")
+            if str(event.progress.id) in _METRICS:
+                _METRICS[str(event.progress.id)].on_progress(record)
 
         def onQueryIdle(self, event: Any) -> None:
-            pass
+            if str(event.id) in _METRICS:
+                _METRICS[str(event.id)].on_idle()
 
         def onQueryTerminated(self, event: Any) -> None:
             pass
@@ -844,17 +868,27 @@ def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     if not getattr(spark, "_herald_listener", False):
         spark.streams.addListener(progress_listener())
         spark._herald_listener = True  # type: ignore[attr-defined]
+    exporter = exporter_for(config)
+    metrics = exporter.collector if exporter is not None else None
     known = Path(config.stream.checkpoint) / "metadata"  # a restart keeps its query id
     if known.exists():
-        _OUTPUTS[str(json.loads(known.read_text().splitlines()[0])["id"])] = out
+        _register(str(json.loads(known.read_text().splitlines()[0])["id"]), out, metrics)
     records = read_stream(spark, config)
     writer = (held_stream(spark, config, records).writeStream
-              .foreachBatch(each_batch(spark, config))
+              .foreachBatch(each_batch(spark, config, metrics))
               .option("checkpointLocation", config.stream.checkpoint))
     if config.stream.trigger == "available_now":
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{config.stream.interval_s} seconds")
     query = writer.start()
-    _OUTPUTS[str(query.id)] = out
+    _register(str(query.id), out, metrics)
     return query
+
+
+def _register(query_id: str, out: Path, metrics: StreamCollector | None) -> None:
+    _OUTPUTS[query_id] = out
+    if metrics is not None:
+        _METRICS[query_id] = metrics
+    else:
+        _METRICS.pop(query_id, None)

@@ -85,3 +85,15 @@ if ! command -v chromium >/dev/null; then
     echo "setup: chromium is missing; install Debian's 'chromium' package (report tests)" >&2
   fi
 fi
+
+# Prometheus (Debian's package: prometheus and promtool): the stream's metrics are tested by
+# a real Prometheus scraping them, and the example alert rules by `promtool`.
+if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+      || { apt-get update -qq && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+  else
+    echo "setup: prometheus is missing; install Debian's 'prometheus' package (metrics tests)" >&2
+  fi
+fi

@@ -34,9 +34,12 @@ from tests.support.k8s_tools import (
 from tests.support.links import link_scope
 
 MANIFESTS = DEPLOY / "kubernetes"
+STREAM_PORT = "stream-metrics"
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
 # Custom resources: no schema ships with kubernetes-validate; checked by `_check_pod_monitor`.
 CUSTOM = {("monitoring.coreos.com/v1", "PodMonitor")}
+STREAM = ("pipelineStream.enabled=true", "pipelineStream.topics={orders,payments,shipments}",
+          "pipelineStream.terminalTopics={shipments}", "pipelineStream.fetchTopic=herald.fetches")
 SECURE = ("upstream.tls.enabled=true", "upstream.sasl.enabled=true",
           "admin.tokenSecretName=herald-admin-token")
 RENDERS: dict[str, tuple[str, ...]] = {
@@ -47,6 +50,10 @@ RENDERS: dict[str, tuple[str, ...]] = {
     "gateway-secure": ("mode=gateway", "listen.tls.enabled=true", *SECURE),
     "gateway-fixed": ("mode=gateway", "gateway.autoscaling.enabled=false",
                       "image.digest=sha256:" + "0" * 64),
+    "stream": STREAM,
+    "gateway-stream-claim": ("mode=gateway", *STREAM, "pipelineStream.podMonitor.enabled=false",
+                             "pipelineStream.persistence.existingClaim=flows-state",
+                             "pipelineStream.image.digest=sha256:" + "1" * 64),
 }
 
 
@@ -70,7 +77,8 @@ def _check_pod_monitor(doc: dict[str, Any]) -> None:
     spec = doc["spec"]
     assert spec["selector"]["matchLabels"]
     (endpoint,) = spec["podMetricsEndpoints"]
-    assert endpoint["port"] == sidecar.ADMIN_PORT_NAME and endpoint["path"] == "/metrics"
+    port = STREAM_PORT if doc["metadata"]["name"].endswith("-stream") else sidecar.ADMIN_PORT_NAME
+    assert endpoint["port"] == port and endpoint["path"] == "/metrics"
 
 
 def _static() -> dict[str, list[dict[str, Any]]]:
@@ -86,7 +94,7 @@ def _injected() -> list[dict[str, Any]]:
 
 
 def test_helm_lint_passes_in_both_modes() -> None:
-    for sets in ((), ("mode=gateway",)):
+    for sets in ((), ("mode=gateway",), STREAM):
         args = [x for pair in sets for x in ("--set", pair)]
         done = helm("lint", str(CHART), "--strict", *args)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -253,6 +261,57 @@ def test_security_lint_passes_on_every_object(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     # Every file was read: pods with Herald in them were among the resources checked.
     resources = {p["resource"] for p in report["results"]["passed_checks"]}
-    assert {"Deployment.shop.r-app", "Deployment.shop.r-herald", "Deployment.shop.checkout"} <= (
-        resources)
+    assert {"Deployment.shop.r-app", "Deployment.shop.r-herald", "Deployment.shop.checkout",
+            "Deployment.shop.r-herald-stream"} <= resources
     assert report["summary"]["passed"] > 300
+
+
+def test_the_chart_runs_the_stream_with_its_checkpoint_on_a_volume(tmp_path: Path) -> None:
+    from pipeline.config import load_pipeline_config
+
+    docs = documents(helm_template(*STREAM))
+    named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    deployment = named[("Deployment", "r-herald-stream")]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["args"][:2] == ["pipeline", "stream"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["state"]["persistentVolumeClaim"]["claimName"] == "r-herald-stream"
+    assert named[("PersistentVolumeClaim", "r-herald-stream")]["spec"]["resources"][
+        "requests"]["storage"] == "10Gi"
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    # The rendered pipeline.yaml is one Herald's own loader accepts, with its state and
+    # output on the volume and its metrics on the port the PodMonitor scrapes.
+    config_file = tmp_path / "pipeline.yaml"
+    config_file.write_text(named[("ConfigMap", "r-herald-stream")]["data"]["pipeline.yaml"])
+    config = load_pipeline_config(config_file, streaming=True)
+    assert config.topics == ["orders", "payments", "shipments"]
+    assert config.fetch_topic == "herald.fetches" and config.bootstrap == "kafka:9092"
+    assert config.stream.trigger == "processing_time"
+    for path in (config.stream.checkpoint, config.output):
+        assert path.startswith(mounts["state"] + "/")
+    (port,) = container["ports"]
+    assert config.stream.metrics_bind == f"0.0.0.0:{port['containerPort']}"
+    policy = named[("NetworkPolicy", "r-herald-stream")]["spec"]
+    assert policy["ingress"] == [{"ports": [{"port": port["containerPort"], "protocol": "TCP"}]}]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    monitor = named[("PodMonitor", "r-herald-stream")]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == port["name"] == STREAM_PORT
+    labels = pod["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # The proxy's PodMonitor does not select the stream's pod, nor the stream's Herald's.
+    proxy_monitor = named[("PodMonitor", "r-herald")]["spec"]["selector"]["matchLabels"]
+    assert not proxy_monitor.items() <= labels.items()
+    # A claim of one's own instead of a new one; without topics, nothing renders.
+    claimed = documents(helm_template(*STREAM, "pipelineStream.persistence.existingClaim=x"))
+    assert not [d for d in claimed if d["kind"] == "PersistentVolumeClaim"]
+    pod = find([d for d in claimed if d["metadata"]["name"] == "r-herald-stream"],
+               "Deployment")["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["state"]["persistentVolumeClaim"] == {
+        "claimName": "x"}
+    refused = helm("template", "r", str(CHART), "--kube-version", "1.34.0",
+                   "--set", "pipelineStream.enabled=true")
+    assert refused.returncode != 0 and "pipelineStream.topics: required" in refused.stderr
+    assert not [d for d in documents(helm_template()) if "stream" in d["metadata"]["name"]]

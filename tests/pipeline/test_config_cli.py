@@ -41,6 +41,9 @@ def test_pipeline_section_and_flags(tmp_path: Path) -> None:
         "client_id"
     assert (config.stream.trigger, config.stream.interval_s, config.stream.checkpoint) == (
         "processing_time", 2, "/c")
+    assert config.stream.metrics_bind == "127.0.0.1:9465"  # on by default, on loopback
+    off = load_pipeline_config(path, {"stream.metrics_bind": ""})
+    assert off.stream.metrics_bind == ""
     # The same file still configures Herald: it leaves the pipeline section alone.
     assert load_config(path).listen.bootstrap.port == 19092
 
@@ -55,6 +58,9 @@ def test_pipeline_section_and_flags(tmp_path: Path) -> None:
     ({"topics": ["a"], "terminal": ["b"]}, "pipeline.terminal"),
     ({"topics": ["a"], "inference_scope": "pod"}, "pipeline.inference_scope: expected one of"),
     ({}, "pipeline.topics: required"),
+    ({"topics": ["a"], "stream": {"metrics_bind": "9465"}},
+     "pipeline.stream.metrics_bind: expected HOST:PORT or ''"),
+    ({"topics": ["a"], "stream": {"metrics_top": 0}}, "pipeline.stream.metrics_top: must be > 0"),
 ])
 def test_bad_settings_name_their_yaml_path(tmp_path: Path, section: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:

@@ -216,3 +216,31 @@ runAsNonRoot: true
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* herald pipeline stream (pipelineStream.*). */}}
+{{- define "herald.streamSelectorLabels" -}}
+app.kubernetes.io/name: herald-pipeline-stream
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "herald.streamLabels" -}}
+{{ include "herald.streamSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The stream's pipeline.yaml: the `pipeline:` section (docs/pipeline.md), state and output
+under the volume, metrics on every interface of the pod for the PodMonitor. */}}
+{{- define "herald.pipelineConfig" -}}
+{{- $s := .Values.pipelineStream -}}
+{{- $stream := dict "checkpoint" "/var/lib/herald-pipeline/checkpoint" "trigger" "processing_time" "interval_s" $s.intervalS "watermark_s" $s.watermarkS "flow_gap_s" $s.flowGapS "metrics_bind" (printf "0.0.0.0:%d" (int $s.metricsPort)) -}}
+{{- $p := dict "bootstrap" ($s.bootstrap | default .Values.upstream.bootstrap) "topics" $s.topics "output" "/var/lib/herald-pipeline/out" "driver_memory" $s.driverMemory "stream" $stream -}}
+{{- if $s.terminalTopics -}}
+{{- $_ := set $p "terminal_topics" $s.terminalTopics -}}
+{{- end -}}
+{{- if $s.fetchTopic -}}
+{{- $_ := set $p "fetch_topic" $s.fetchTopic -}}
+{{- end -}}
+{{- toYaml (dict "pipeline" (mergeOverwrite $p (deepCopy $s.settings))) -}}
+{{- end -}}
