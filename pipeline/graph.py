@@ -44,6 +44,7 @@ lies on the branches of both.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -57,7 +58,21 @@ HEADER, TIME = "header", "time"
 FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID = (
     "fetch_host", "fetch_host_client_id", "fetch_client_id")
 FETCH_EVIDENCE = (FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID)
+# Evidence values that counts merged by older versions still hold, by the value now written
+# for the same match: `fetch`, from before hosts were matched, paired equal client ids alone.
+LEGACY_EVIDENCE = {"fetch": FETCH_CLIENT_ID}
 LOST_REASONS = ("expired", "evicted", "overflow")  # `PARENTS_LOST_VALUE_RE`'s, in its order
+
+
+def evidence_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """Counts by `evidence` (and any other key, kept as it is) with a legacy value added to
+    the one that replaced it (`LEGACY_EVIDENCE`): a checkpoint or aggregate merged before the
+    split keeps counting, instead of silently dropping out of every figure by evidence."""
+    out: dict[str, int] = {}
+    for key, n in counts.items():
+        key = LEGACY_EVIDENCE.get(key, key)
+        out[key] = out.get(key, 0) + int(n or 0)
+    return out
 
 
 def _key(prefix: str = "") -> Column:

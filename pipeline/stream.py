@@ -81,7 +81,7 @@ from pipeline.hops import HOP_COLUMNS, to_hops
 from pipeline.report import write_report
 from pipeline.sketch import Sketch, bucket_column, sign_column
 from pipeline.stream_metrics import StreamCollector, exporter_for
-from pipeline.summary import BROKEN_COLUMNS, incomplete_counts
+from pipeline.summary import BROKEN_COLUMNS, tally
 from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
@@ -433,15 +433,11 @@ def merge_batch(agg: dict[str, Any], tables: Any, statuses: list[dict[str, Any]]
         _add(agg["audit"], key, {"records": r["records"], "bytes": r["bytes"],
                                  "untraced": r["untraced"]})
 
-    for name, df in (("flows", tables.flows), ("branches", tables.branches)):
-        flags = ("broken", "stopped", "slow", "open")
-        row = df.agg(F.count(F.lit(1)).alias("total"),
-                     *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).first().asDict()
-        _add(agg, name, row)
-    for r in tables.links.groupBy("evidence").count().collect():
-        _add(agg, "links", {r["evidence"]: r["count"]})
-    _add(agg, "links", {"unresolved": tables.unresolved.count()})
-    _add(agg, "incomplete", incomplete_counts(tables))
+    tallies = tally(tables)
+    _add(agg, "flows", tallies.flows)
+    _add(agg, "branches", tallies.branches)
+    _add(agg, "links", {**tallies.evidence, "unresolved": tallies.unresolved})
+    _add(agg, "incomplete", tallies.incomplete)
 
     bucket_ms = config.time_bucket_s * 1000
     edge_rows = tables.links.groupBy(

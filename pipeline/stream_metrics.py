@@ -46,7 +46,7 @@ from prometheus_client.registry import CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
-from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME
+from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME, evidence_counts
 from pipeline.sketch import Sketch
 
 if TYPE_CHECKING:
@@ -61,7 +61,8 @@ CONNECTION_TYPE = "messaging_system"  # the service-graph connection type of a q
 EDGE_LABELS = ("client", "server", "connection_type")
 # Upper bounds (s) of the micro-batch duration histogram.
 BATCH_BOUNDS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-LE = [floatToGoString(b / 1000) for b in HISTOGRAM_BOUNDS_MS] + ["+Inf"]
+LE = (*(floatToGoString(b / 1000) for b in HISTOGRAM_BOUNDS_MS), "+Inf")
+BATCH_LE = (*(floatToGoString(b) for b in BATCH_BOUNDS_S), "+Inf")
 
 # Counters of the merged aggregates without labels: (metric, help, where in the aggregates).
 # A figure the aggregates do not have yet (an older checkpoint) is left out, never shown as 0.
@@ -97,19 +98,20 @@ PLAIN_COUNTERS = (
      "Fetch observations without the record's time: counted, left to batch",
      ("stream", "no_record_time")),
 )
-# Counters by one label: (metric, help, label, where, {label value: path under `where`}).
-# Without `where` in the aggregates the family is left out; a value not there yet is 0.
+# Counters by one label: (metric, help, label, where, {label value: path under `where`},
+# how what is at `where` is read: None as it is). Without `where` in the aggregates the family
+# is left out; a value not there yet is 0.
 LABELLED_COUNTERS = (
     ("herald_stream_branch_breaks", "Broken branches by reason (a branch both stopped and slow "
      "counts under each)", "reason", ("branches",), {"stopped": ("stopped",),
-                                                     "slow": ("slow",)}),
+                                                     "slow": ("slow",)}, None),
     ("herald_stream_branch_losses", "Incomplete branches by the reason their parents were "
      "lost (a branch with several reasons counts under each)", "reason",
-     ("incomplete", "by_reason"), {r: (r, "branches") for r in LOST_REASONS}),
+     ("incomplete", "by_reason"), {r: (r, "branches") for r in LOST_REASONS}, None),
     ("herald_stream_links", "Parent links of hops by evidence: header (herald.parent), "
      "inferred from the same service's fetch (matched by host, host and client id, or client "
      "id), inferred by time", "evidence", ("links",),
-     {e: (e,) for e in (HEADER, *FETCH_EVIDENCE, TIME)}),
+     {e: (e,) for e in (HEADER, *FETCH_EVIDENCE, TIME)}, evidence_counts),
 )
 # Per edge and per pathway: (metric, help, key in the entry). The service graph's request
 # count is the edge's hops.
@@ -155,11 +157,12 @@ class LabelBudget:
 
 @dataclass
 class Histogram:
-    """Counts per bucket of `HISTOGRAM_BOUNDS_MS` (not cumulative) and the exact sum (ms);
-    `sum_ms` None when some part did not keep one."""
+    """Counts per bucket of the bounds `le` (not cumulative; `HISTOGRAM_BOUNDS_MS` in seconds
+    unless told) and the exact sum (ms); `sum_ms` None when some part did not keep one."""
 
     counts: list[int] = field(default_factory=lambda: [0] * (len(HISTOGRAM_BOUNDS_MS) + 1))
     sum_ms: float | None = 0
+    le: tuple[str, ...] = LE
 
     def add(self, entry: dict[str, Any]) -> None:
         for i, c in enumerate(entry["histogram"]):
@@ -169,10 +172,17 @@ class Histogram:
 
     def buckets(self) -> list[tuple[str, float]]:
         running, out = 0, []
-        for le, c in zip(LE, self.counts, strict=True):
+        for le, c in zip(self.le, self.counts, strict=True):
             running += c
             out.append((le, running))
         return out
+
+    def export(self, family: HistogramMetricFamily, labels: list[str]) -> None:
+        """One series of `family`: the cumulative buckets, and `_sum` (s) with `_count` where
+        the sum is known. Without a sum there is no `_count` either: OpenMetrics has both or
+        neither, and the `+Inf` bucket states the count all the same."""
+        family.add_metric(labels, self.buckets(),
+                          None if self.sum_ms is None else self.sum_ms / 1000)
 
 
 def _complete(entry: dict[str, Any]) -> bool:
@@ -227,24 +237,31 @@ class Budgets:
         self.edges, self.paths, self.groups = (LabelBudget(limit) for _ in range(3))
 
 
-def edge_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
-    edges = {tuple(k.split("\0")): e for k, e in agg.get("edges", {}).items()}
-    folded = fold(edges, budgets.edges, [k for _, _, k in EDGE_COUNTERS if k])
-    counters = {name: CounterMetricFamily(name, doc, labels=EDGE_LABELS)
-                for name, doc, _ in EDGE_COUNTERS}
-    hist = HistogramMetricFamily(
-        "traces_service_graph_request_server_seconds",
-        "Wait from the parent record (client topic) to the child record (server topic), s",
-        labels=EDGE_LABELS)
-    for key, f in sorted(folded.items(), key=lambda kv: kv[0] is None):
-        labels = [*(key or (OTHER, OTHER)), CONNECTION_TYPE]
-        for name, _, k in EDGE_COUNTERS:
-            _add_count(counters[name], labels, f, k)
-        if f.histogram is not None:
-            sum_s = None if f.histogram.sum_ms is None else f.histogram.sum_ms / 1000
-            hist.add_metric(labels, f.histogram.buckets(), sum_s)
-    yield from (c for c in counters.values() if c.samples)
-    yield hist
+@dataclass(frozen=True)
+class EntryMetrics:
+    """How one kind of merged entry (edges, pathways) is exported: its counters (metric, help,
+    key in the entry: None for the entry's count), its histogram, its label names, and the
+    label values of an entry's key (None: `other`)."""
+
+    counters: tuple[tuple[str, str, str | None], ...]
+    histogram: tuple[str, str]
+    labels: tuple[str, ...]
+    label_values: Callable[[Any], list[str]]
+
+    def families(self, entries: dict[Any, dict[str, Any]], budget: LabelBudget
+                 ) -> Iterator[Metric]:
+        folded = fold(entries, budget, [k for _, _, k in self.counters if k])
+        counters = {name: CounterMetricFamily(name, doc, labels=self.labels)
+                    for name, doc, _ in self.counters}
+        hist = HistogramMetricFamily(*self.histogram, labels=self.labels)
+        for key, f in sorted(folded.items(), key=lambda kv: kv[0] is None):
+            labels = self.label_values(key)
+            for name, _, k in self.counters:
+                _add_count(counters[name], labels, f, k)
+            if f.histogram is not None:
+                f.histogram.export(hist, labels)
+        yield from (c for c in counters.values() if c.samples)
+        yield hist
 
 
 def _add_count(family: CounterMetricFamily, labels: list[str], f: Folded, key: str | None
@@ -256,23 +273,25 @@ def _add_count(family: CounterMetricFamily, labels: list[str], f: Folded, key: s
         family.add_metric(labels, value)
 
 
+EDGES = EntryMetrics(
+    EDGE_COUNTERS,
+    ("traces_service_graph_request_server_seconds",
+     "Wait from the parent record (client topic) to the child record (server topic), s"),
+    EDGE_LABELS, lambda key: [*(key or (OTHER, OTHER)), CONNECTION_TYPE])
+PATHWAYS = EntryMetrics(
+    PATHWAY_COUNTERS,
+    ("herald_stream_pathway_duration_seconds",
+     "Branch duration along the path: its first hop to its last, s"),
+    ("path",), lambda key: [key if key is not None else OTHER])
+
+
+def edge_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
+    edges = {tuple(k.split("\0")): e for k, e in agg.get("edges", {}).items()}
+    return EDGES.families(edges, budgets.edges)
+
+
 def pathway_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
-    folded = fold(agg.get("pathways", {}), budgets.paths,
-                  [k for _, _, k in PATHWAY_COUNTERS if k])
-    counters = {name: CounterMetricFamily(name, doc, labels=["path"])
-                for name, doc, _ in PATHWAY_COUNTERS}
-    hist = HistogramMetricFamily(
-        "herald_stream_pathway_duration_seconds",
-        "Branch duration along the path: its first hop to its last, s", labels=["path"])
-    for key, f in sorted(folded.items(), key=lambda kv: kv[0] is None):
-        labels = [key if key is not None else OTHER]
-        for name, _, k in PATHWAY_COUNTERS:
-            _add_count(counters[name], labels, f, k)
-        if f.histogram is not None:
-            sum_s = None if f.histogram.sum_ms is None else f.histogram.sum_ms / 1000
-            hist.add_metric(labels, f.histogram.buckets(), sum_s)
-    yield from (c for c in counters.values() if c.samples)
-    yield hist
+    return PATHWAYS.families(agg.get("pathways", {}), budgets.paths)
 
 
 def count_families(agg: dict[str, Any]) -> Iterator[Metric]:
@@ -280,10 +299,12 @@ def count_families(agg: dict[str, Any]) -> Iterator[Metric]:
         value = _path(agg, where)
         if value is not None:
             yield CounterMetricFamily(name, doc, value=value)
-    for name, doc, label, where, values in LABELLED_COUNTERS:
+    for name, doc, label, where, values, read in LABELLED_COUNTERS:
         found = _path(agg, where)
         if found is None:
             continue
+        if read is not None:
+            found = read(found)
         family = CounterMetricFamily(name, doc, labels=[label])
         for value, inner in values.items():
             family.add_metric([value], _path(found, inner) or 0)
@@ -406,7 +427,7 @@ class Progress:
     input_rows: int = 0
     dropped: int = 0
     duration: Histogram = field(default_factory=lambda: Histogram(
-        counts=[0] * (len(BATCH_BOUNDS_S) + 1)))
+        counts=[0] * (len(BATCH_BOUNDS_S) + 1), le=BATCH_LE))
     state_rows: int | None = None
     state_bytes: int | None = None
     last_s: float | None = None
@@ -438,12 +459,7 @@ class Progress:
                                   value=self.dropped)
         hist = HistogramMetricFamily("herald_stream_batch_duration_seconds",
                                      "Micro-batch duration (Spark's triggerExecution), s")
-        running, buckets = 0, []
-        for le, c in zip([*(floatToGoString(b) for b in BATCH_BOUNDS_S), "+Inf"],
-                         self.duration.counts, strict=True):
-            running += c
-            buckets.append((le, running))
-        hist.add_metric([], buckets, (self.duration.sum_ms or 0) / 1000)
+        self.duration.export(hist, [])
         yield hist
         if self.state_rows is not None:
             yield GaugeMetricFamily("herald_stream_state_rows",

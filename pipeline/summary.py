@@ -7,6 +7,7 @@ Everything in it is bounded by the number of topics, edges, pathways, time bucke
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +18,10 @@ from pipeline.flows import (
     edge_histograms,
     edge_percentiles_over_time,
 )
-from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME
+from pipeline.graph import FETCH_EVIDENCE, HEADER, LOST_REASONS, TIME, evidence_counts
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 
 BROKEN_COLUMNS = ("trace_id", "path", "last_topic", "start_ms", "duration_ms", "max_wait_ms",
@@ -44,19 +45,88 @@ def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, A
     return [{key: k, "records": r, "bytes": b} for k, (r, b) in ranked[:top]]
 
 
-def _flag_counts(df: DataFrame) -> dict[str, int]:
-    """How many rows, and how many are broken, stopped, slow and open (flows or branches)."""
+FLAGS = ("broken", "stopped", "slow", "open")
+"""The flags counted of flows and of branches."""
+
+
+@dataclass
+class Tallies:
+    """The counts the summary takes from a run's tables, in one Spark action per table: the
+    batch job's whole run, or one micro-batch's finalised flows, which the stream adds up
+    (every figure is a sum over disjoint flows, so the sums equal batch's)."""
+
+    flows: dict[str, int]  # `total` and each of `FLAGS`
+    branches: dict[str, int]  # likewise
+    evidence: dict[str, int]  # links per `evidence`
+    unresolved: int
+    incomplete: dict[str, Any]  # what lost parents touched (`incomplete_of` completes it)
+
+
+def _carrying(reason: str) -> Column:
+    """Whether a row's `lost_reasons` hold `reason`. A reason is only declared with a count
+    above zero (`pipeline.hops`), so a row carrying one is incomplete."""
     from pyspark.sql import functions as F
 
-    flags = ("broken", "stopped", "slow", "open")
-    row = df.agg(F.count(F.lit(1)).alias("total"),
-                 *[F.sum(F.col(f).cast("long")).alias(f) for f in flags]).first().asDict()
-    return {k: int(v or 0) for k, v in row.items()}
+    return F.array_contains("lost_reasons", reason)
+
+
+def _hops_carrying(reason: str) -> Column:
+    """How many of a flow's hops carry `reason`."""
+    from pyspark.sql import functions as F
+
+    return F.size(F.filter("hops", lambda h: F.array_contains(h["lost_reasons"], reason)))
+
+
+def _longs(values: dict[str, Any]) -> dict[str, int]:
+    return {k: int(v or 0) for k, v in values.items()}
+
+
+def tally(tables: Tables) -> Tallies:
+    """Flows, branches and links counted by flag and evidence, and what lost parents touched:
+    incomplete `hops` (traced hops that declare lost parents), `parents_lost` (their sum),
+    `roots` (incomplete hops with no parent link: their branches start there, `lost_root`),
+    `links` into incomplete hops, incomplete `branches` and `flows`; and `by_reason`, per
+    reason, the hops, links and branches that carry it. The loss figures ride on the flag and
+    evidence counts (a flow holds its hops with their reasons), so they cost no Spark action
+    of their own: the stream takes these counts every micro-batch."""
+    from pyspark.sql import functions as F
+
+    def flagged(*more: Column) -> list[Column]:
+        return [F.count(F.lit(1)).alias("total"),
+                *[F.sum(F.col(f).cast("long")).alias(f) for f in FLAGS],
+                F.sum(F.col("incomplete").cast("long")).alias("incomplete"), *more]
+
+    flows = _longs(tables.flows.agg(*flagged(
+        F.sum("incomplete_hops").alias("hops"), F.sum("parents_lost").alias("parents_lost"),
+        *[F.sum(_hops_carrying(r)).alias(r) for r in LOST_REASONS])).first().asDict())
+    branches = _longs(tables.branches.agg(*flagged(
+        F.countDistinct(F.when(F.col("lost_root"), F.col("root"))).alias("roots"),
+        *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS])).first().asDict())
+    links: dict[str, dict[str, int]] = {}
+    for row in tables.links.groupBy("evidence").agg(
+            F.count(F.lit(1)).alias("count"),
+            F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
+            *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS]).collect():
+        values = row.asDict()
+        evidence = values.pop("evidence")
+        links[evidence] = _longs(values)
+    incomplete = {
+        "hops": flows["hops"], "parents_lost": flows["parents_lost"],
+        "roots": branches["roots"], "links": sum(lk["incomplete"] for lk in links.values()),
+        "branches": branches["incomplete"], "flows": flows["incomplete"],
+        "by_reason": {r: {"hops": flows[r], "links": sum(lk[r] for lk in links.values()),
+                          "branches": branches[r]} for r in LOST_REASONS}}
+    return Tallies(flows={k: flows[k] for k in ("total", *FLAGS)},
+                   branches={k: branches[k] for k in ("total", *FLAGS)},
+                   evidence={e: lk["count"] for e, lk in links.items()},
+                   unresolved=tables.unresolved.count(), incomplete=incomplete)
 
 
 def link_counts(evidence: dict[str, int], unresolved: int) -> dict[str, Any]:
-    """The summary's `links` from the number of links per `evidence` and the unresolved
-    hops: linked, inferred, inferred by fetch (and by which match, `by_evidence`), by time."""
+    """The summary's `links` from the number of links per `evidence` (a legacy value counted
+    as the one that replaced it, `pipeline.graph.evidence_counts`) and the unresolved hops:
+    linked, inferred, inferred by fetch (and by which match, `by_evidence`), by time."""
+    evidence = evidence_counts(evidence)
     fetched = sum(evidence.get(e, 0) for e in FETCH_EVIDENCE)
     return {"linked": evidence.get(HEADER, 0),
             "inferred": fetched + evidence.get(TIME, 0),
@@ -65,33 +135,9 @@ def link_counts(evidence: dict[str, int], unresolved: int) -> dict[str, Any]:
             "unresolved": unresolved}
 
 
-def incomplete_counts(tables: Tables) -> dict[str, Any]:
-    """What lost parents touched, in counts that add up across runs over disjoint flows (the
-    stream adds them micro-batch by micro-batch): incomplete `hops` (traced hops that declare
-    lost parents), `parents_lost` (their sum), `roots` (incomplete hops with no parent link:
-    branches start there), `links` into incomplete hops, incomplete `branches` and `flows`;
-    and `by_reason`, per reason, the hops, links and branches that carry it."""
-    from pyspark.sql import functions as F
-
-    lost = tables.nodes.where(F.col("parents_lost") > 0)
-    hops = lost.agg(F.count(F.lit(1)).alias("hops"),
-                    F.sum("parents_lost").alias("parents_lost")).first()
-    roots = lost.join(tables.links.select("key").distinct(), "key", "left_anti").count()
-    links = tables.links.where("incomplete")
-    branches = tables.branches.where("incomplete")
-    by_reason = {r: {"hops": 0, "links": 0, "branches": 0} for r in LOST_REASONS}
-    for name, df in (("hops", lost), ("links", links), ("branches", branches)):
-        for row in df.select(F.explode("lost_reasons").alias("r")).groupBy("r").count().collect():
-            by_reason.setdefault(row["r"], {"hops": 0, "links": 0, "branches": 0})[name] = \
-                row["count"]
-    return {"hops": int(hops["hops"] or 0), "parents_lost": int(hops["parents_lost"] or 0),
-            "roots": roots, "links": links.count(), "branches": branches.count(),
-            "flows": tables.flows.where("incomplete").count(), "by_reason": by_reason}
-
-
 def incomplete_of(counts: dict[str, Any], edges: list[dict[str, Any]],
                   pathways: list[dict[str, Any]]) -> dict[str, Any]:
-    """The summary's `incomplete`: `counts` (`incomplete_counts`, or the stream's sum of them)
+    """The summary's `incomplete`: `counts` (`Tallies.incomplete`, or the stream's sum of them)
     with how many edges and pathways an incomplete hop or branch touched."""
     out: dict[str, Any] = {"hops": 0, "parents_lost": 0, "roots": 0, "links": 0, "branches": 0,
                            "flows": 0}
@@ -123,14 +169,11 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     total = sum(t["records"] for t in by_topic.values())
     untraced = sum(t["untraced"] for t in by_topic.values())
 
-    flows = tables.flows
-    counts = _flag_counts(flows)
+    tallies = tally(tables)
+    counts = dict(tallies.flows)
     counts["complete"] = counts["total"] - counts["broken"] - counts["open"]
     branches = tables.branches
-    branch_counts = _flag_counts(branches)
-    evidence = {r["evidence"]: r["count"]
-                for r in _rows(tables.links.groupBy("evidence").count())}
-    links = link_counts(evidence, tables.unresolved.count())
+    links = link_counts(tallies.evidence, tallies.unresolved)
 
     edges = _rows(tables.edges, ["from_topic", "to_topic"])
     hist: dict[tuple[str, str], list[int]] = {}
@@ -165,9 +208,9 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
                     "by_topic": [by_topic[t] for t in sorted(by_topic)]},
         "offsets": offsets,
         "flows": counts,
-        "branches": branch_counts,
+        "branches": tallies.branches,
         "links": links,
-        "incomplete": incomplete_of(incomplete_counts(tables), edges, pathways),
+        "incomplete": incomplete_of(tallies.incomplete, edges, pathways),
         "edges": edges,
         "histogram_bounds_ms": list(HISTOGRAM_BOUNDS_MS),
         "pathways": pathways,

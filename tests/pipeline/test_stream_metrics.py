@@ -11,6 +11,9 @@ import urllib.request
 from dataclasses import replace
 
 import pytest
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.config import PipelineConfig, StreamConfig
@@ -50,6 +53,8 @@ def _aggregates() -> dict:
     agg["pathways"] = {"orders > payments": _entry([25, 30], broken=1, inferred=0),
                        "orders > fraud": partial}
     agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0}
+    # `fetch`: merged before the fetch evidence was split by match (client ids, as now)
+    agg["links"] = {"header": 6, "fetch": 2, "fetch_client_id": 1, "time": 1}
     agg["incomplete"] = {"hops": 2, "parents_lost": 3, "roots": 0, "links": 2, "branches": 1,
                          "flows": 1, "by_reason": {"expired": {"hops": 1, "links": 1,
                                                                "branches": 1}}}
@@ -82,11 +87,20 @@ def _config(port: int, top: int) -> PipelineConfig:
                                               metrics_bind=f"127.0.0.1:{port}"))
 
 
-def _scrape(port: int) -> dict[str, list]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+def _scrape(port: int, openmetrics: bool = False) -> dict[str, list]:
+    """The samples served, parsed by prometheus_client: the Prometheus text format, or
+    OpenMetrics (what Prometheus asks for first), whose parser checks each family's shape."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    parse = text_string_to_metric_families
+    if openmetrics:
+        request.add_header("Accept", "application/openmetrics-text; version=1.0.0")
+        parse = openmetrics_families
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        assert resp.headers["Content-Type"].startswith(
+            "application/openmetrics-text" if openmetrics else "text/plain")
         text = resp.read().decode()
     out: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
+    for family in parse(text):
         for s in family.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out
@@ -135,9 +149,13 @@ def test_labels_over_the_budget_are_added_up_under_other(served) -> None:
     assert _value(m, f"{EDGE}_total", **other) == 1 + 2
     assert len(m[f"{EDGE}_total"]) == 4
     # Folded: the one-hop edge's histogram and the older entry's (no sum): the series keeps
-    # its buckets, and no sum or count it cannot state.
+    # its exact buckets, the +Inf one its count; no sum it cannot state, and so no `_count`
+    # (OpenMetrics has both or neither).
     assert _value(m, f"{EDGE}_server_seconds_bucket", le="+Inf", **other) == 3
     assert _value(m, f"{EDGE}_server_seconds_sum", **other) is None
+    assert _value(m, f"{EDGE}_server_seconds_count", **other) is None
+    assert _value(m, f"{EDGE}_server_seconds_count", client="payments",
+                  server="shipments") == 3
     alerts = {"client": "fraud", "server": "alerts"}
     assert _value(m, f"{EDGE}_server_seconds_bucket", le="60.0", **alerts) == 1
     assert _value(m, f"{EDGE}_server_seconds_bucket", le="+Inf", **alerts) == 2
@@ -147,6 +165,28 @@ def test_labels_over_the_budget_are_added_up_under_other(served) -> None:
     assert _value(m, "herald_stream_edge_incomplete_total", client="fraud",
                   server="alerts") == 0
     assert _value(m, "herald_stream_edge_incomplete_total", **other) is None
+
+
+def test_openmetrics_exposition_is_valid_with_a_series_without_sum(served) -> None:
+    """Prometheus scrapes OpenMetrics first; its parser rejects a histogram with `_count`
+    but no `_sum`, so the folded series without a sum must be served without both."""
+    port, plain = served
+    m = _scrape(port, openmetrics=True)
+    other = {"client": OTHER, "server": OTHER}
+    hist = f"{EDGE}_server_seconds"
+    assert _value(m, f"{hist}_bucket", le="+Inf", **other) == 3
+    assert _value(m, f"{hist}_count", **other) is None
+    assert _value(m, f"{hist}_count", client="orders", server="payments") == \
+        _value(plain, f"{hist}_count", client="orders", server="payments") == 4
+    assert _value(m, "herald_stream_batch_duration_seconds_count") == 1
+    assert _value(m, "herald_stream_batch_duration_seconds_sum") == 1.5
+
+
+def test_legacy_fetch_evidence_counts_as_fetch_client_id(served) -> None:
+    _, m = served
+    links = {labels["evidence"]: v for labels, v in m["herald_stream_links_total"]}
+    assert links == {"header": 6, "fetch_host": 0, "fetch_host_client_id": 0,
+                     "fetch_client_id": 3, "time": 1}
 
 
 def test_pathways_lag_branches_records_and_health(served) -> None:
