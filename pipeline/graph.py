@@ -46,6 +46,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from protocol.contracts.headers import PARENTS_LOST_REASONS
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -57,7 +59,7 @@ HEADER, TIME = "header", "time"
 FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID = (
     "fetch_host", "fetch_host_client_id", "fetch_client_id")
 FETCH_EVIDENCE = (FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID)
-LOST_REASONS = ("expired", "evicted", "overflow")  # `PARENTS_LOST_VALUE_RE`'s, in its order
+LOST_REASONS = PARENTS_LOST_REASONS
 
 
 def _key(prefix: str = "") -> Column:
