@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
         }
     }
     nc_plan plan;
-    lm_memory *memory = lm_new(50000, 60.0, 8);
+    lm_memory *memory = lm_new(100000, 3600.0, 8); /* LinkConfig's defaults */
     if (memory == NULL || !nc_plan_init(&plan, 0, 1) ||
         !nc_plan_topic_ids(&plan, (const uint8_t *)TOPIC_ID, 16)) {
         return 1;

@@ -70,17 +70,23 @@ from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.tracing import valid_traceparent
-from protocol.contracts.headers import PARENT, PARENTS_LOST, RESERVED_PREFIX, TRACEPARENT
+from protocol.contracts.headers import (
+    PARENT,
+    PARENTS_LOST,
+    PARENTS_LOST_REASONS,
+    RESERVED_PREFIX,
+    TRACEPARENT,
+)
 
 try:
     from protocol._stamp import LinkMemory
 except ImportError:  # the extension is not built: the reference serves
     LinkMemory = None
 
-UNSEEN, EXPIRED, EVICTED, OVERFLOW = "unseen", "expired", "evicted", "overflow"
-MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
-LOST_REASONS = (EXPIRED, EVICTED, OVERFLOW)
+LOST_REASONS = EXPIRED, EVICTED, OVERFLOW = PARENTS_LOST_REASONS
 """Why a parent Herald knew of is not named, in the order the headers are written."""
+UNSEEN = "unseen"
+MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
 LOST_HEADER = RESERVED_PREFIX + PARENTS_LOST
 LOST_MAX = 4_294_967_295  # a count saturates there, as in C (10 digits: `PARENTS_LOST_VALUE_RE`)
 

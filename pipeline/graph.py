@@ -47,6 +47,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from protocol.contracts.headers import PARENTS_LOST_REASONS
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -61,7 +63,7 @@ FETCH_EVIDENCE = (FETCH_HOST, FETCH_HOST_CLIENT_ID, FETCH_CLIENT_ID)
 # Evidence values that counts merged by older versions still hold, by the value now written
 # for the same match: `fetch`, from before hosts were matched, paired equal client ids alone.
 LEGACY_EVIDENCE = {"fetch": FETCH_CLIENT_ID}
-LOST_REASONS = ("expired", "evicted", "overflow")  # `PARENTS_LOST_VALUE_RE`'s, in its order
+LOST_REASONS = PARENTS_LOST_REASONS
 
 
 def evidence_counts(counts: Mapping[str, int]) -> dict[str, int]:

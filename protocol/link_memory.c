@@ -302,18 +302,6 @@ void lm_release(lm_memory *m) {
     free(m);
 }
 
-/* The key (scope, trace) in a new buffer. */
-static uint8_t *make_key(const uint8_t *scope, size_t scope_len, const uint8_t *trace) {
-    uint8_t *key = malloc(scope_len + LM_TRACE);
-    if (key != NULL) {
-        if (scope_len > 0) {
-            memcpy(key, scope, scope_len);
-        }
-        memcpy(key + scope_len, trace, LM_TRACE);
-    }
-    return key;
-}
-
 static int set_parent(lm_memory *m, parent_t *p, const uint8_t *topic, size_t topic_len,
                       int32_t partition, int64_t offset) {
     p->topic = intern_topic(m, topic, topic_len);
@@ -444,15 +432,6 @@ static int remember(lm_memory *m, const uint8_t *key, size_t len, uint64_t h,
         }
     } else {
         parent_t fresh;
-        if (e->nparents == e->room && e->room < m->max_parents) { /* room for one more */
-            int64_t room = 2 * e->room < m->max_parents ? 2 * e->room : m->max_parents;
-            parent_t *grown = realloc(e->parents, (size_t)room * sizeof(parent_t));
-            if (grown == NULL) {
-                return 0;
-            }
-            e->parents = grown;
-            e->room = room;
-        }
         if (!set_parent(m, &fresh, topic, topic_len, partition, offset)) {
             return 0;
         }
@@ -485,7 +464,19 @@ static int remember(lm_memory *m, const uint8_t *key, size_t len, uint64_t h,
                 e->nparents--;
             }
         }
-        parents[e->nparents++] = fresh;
+        /* Grown only when the record is really added: below max_parents here, since a full
+         * entry just gave up its oldest or was emptied. */
+        if (e->nparents == e->room) {
+            int64_t room = 2 * e->room < m->max_parents ? 2 * e->room : m->max_parents;
+            parent_t *grown = realloc(e->parents, (size_t)room * sizeof(parent_t));
+            if (grown == NULL) {
+                topic_of(fresh.topic)->refs--;
+                return 0;
+            }
+            e->parents = grown;
+            e->room = room;
+        }
+        e->parents[e->nparents++] = fresh;
         e->seen = now;
     }
     /* The oldest entries first: expired ones, then any beyond the capacity. */
@@ -586,10 +577,12 @@ int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
 int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
                    double now, lm_parent *out, uint32_t lost[3]) {
     memset(lost, 0, 3 * sizeof *lost);
-    uint8_t *key = make_key(scope, scope_len, trace);
+    uint8_t small[256];
+    uint8_t *key = key_in(small, sizeof small, scope, scope_len);
     if (key == NULL) {
         return -100;
     }
+    memcpy(key + scope_len, trace, LM_TRACE);
     size_t len = scope_len + LM_TRACE;
     uint64_t h = hash_key(key, len);
     int64_t n;
@@ -623,7 +616,9 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
         }
     }
     pthread_mutex_unlock(&m->lock);
-    free(key);
+    if (key != small) {
+        free(key);
+    }
     return n;
 }
 

@@ -6,8 +6,8 @@
  * cannot name, by reason (expired, evicted, over max_parents), kept with a dropped key too.
  * An entry costs about 280 bytes with one parent (its parents are allocated as they come,
  * about 440 with three), a dropped key about 180 (bench/bench_link_memory.py measures them):
- * about 45 MB for the default 100,000 entries when both are full. No Python objects: the record stamper's module
- * (protocol/_stamp.c) owns one for Python, the native relay (proxy/native/) uses the same
+ * about 45 MB for the default 100,000 entries when both are full. No Python objects: the
+ * record stamper's module (protocol/_stamp.c) owns one for Python, the native relay (proxy/native/) uses the same
  * one from its own thread, so every call takes the memory's mutex. Compiled into both
  * extensions, like stamp_core.c; lm_retain/lm_release count who holds it. */
 #ifndef HERALD_LINK_MEMORY_H
@@ -67,8 +67,8 @@ int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
                          int64_t *expired);
 
 /* The records `scope` fetched of `trace` that a record it produces at `now` continues:
- * their number (> 0), copied into out (room for max_parents; topics point into the
- * memory's copy of them, held until the caller's lm_parents_free), the entry marked spent;
+ * their number (> 0), copied into out (room for max_parents; each topic a copy made for
+ * the caller, freed by its lm_parents_free), the entry marked spent;
  * or -1 - reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED); or -100 out of memory. In lost, by
  * LM_LOST_*, the parents of the round that record cannot name (all 0: none). */
 int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,

@@ -42,7 +42,7 @@ def main() -> int:
     print(f".venv/bin/herald pipeline batch --bootstrap {args.broker} "
           f"--topics {','.join(topics.values())} "
           f"--terminal-topics {topics['shipments']},{topics['fraud']} "
-          f"--max-wait-ms {MAX_WAIT_MS}")
+          f"--max-wait-ms {MAX_WAIT_MS} --inference-scope client_id")
     return 0
 
 

@@ -62,7 +62,9 @@ PARENTS_LOST = "parents_lost"
 memory was full) or ``overflow`` (more than ``link.max_parents``); one header per reason with
 a count, in that order, beside the ``parent`` headers Herald could write. A record with one is
 incomplete: some of its parents are not named."""
-PARENTS_LOST_VALUE_RE = r"^(expired|evicted|overflow):([0-9]{1,10})$"
+PARENTS_LOST_REASONS = ("expired", "evicted", "overflow")
+"""The reasons of ``parents_lost``, in the order its headers are written."""
+PARENTS_LOST_VALUE_RE = rf"^({'|'.join(PARENTS_LOST_REASONS)}):([0-9]{{1,10}})$"
 
 # Routing (``proxy/routing``).
 ROUTE_ORIGIN = RESERVED_PREFIX + "route.origin"

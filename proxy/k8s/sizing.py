@@ -3,9 +3,9 @@
 The figures are Herald's CPU time per MB moved, measured with `bench/bench_proxy.py` (which
 logs the CPU seconds Herald spent on each run): about 2.3 ms per MB produced and 0.4 ms per MB
 consumed with no interceptors, 3.8 and 0.6 with `trace_context` + `audit`; with links on (the
-sidecar's chain) 4.4 and 1.8, measured pinned with `bench/bench_cost.py --client-traces
---interceptors trace_audit_link` (every record traced: the Fetch scan that remembers them is
-most of the consume figure; docs/performance.md). At low steady rates
+sidecar's chain) 4.4 and 1.5 (4.30 and 1.46 measured), pinned with `bench/bench_cost.py
+--client-traces --interceptors trace_audit_link` (every record traced: the Fetch scan that
+remembers them is most of the consume figure; docs/performance.md). At low steady rates
 the per-request work dominates instead: about 50 millicores at 5,000 records/s of 1 KiB, several
 times what the per-MB figure gives, which is why there is a floor.
 
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 # ms of CPU per MB moved: (produce, consume)
-CPU_MS_PER_MB = {"none": (2.3, 0.4), "trace_audit": (3.8, 0.6), "trace_audit_link": (4.4, 1.8)}
+CPU_MS_PER_MB = {"none": (2.3, 0.4), "trace_audit": (3.8, 0.6), "trace_audit_link": (4.4, 1.5)}
 FLOOR_MILLICORES = 50
 HEADROOM = 1.5  # bursts above the expected mean, and a loaded node's slower cores
 MEMORY_REQUEST_MI = 128

@@ -271,9 +271,9 @@ def test_sizing_follows_the_measured_cpu_per_mb() -> None:
     assert cpu_millicores(Throughput(100, 50, "none")) == 375
     # with trace_context + audit: (100 * 3.8 + 50 * 0.6) * 1.5 = 615
     assert cpu_millicores(Throughput(100, 50, "trace_audit")) == 615
-    # with links too (the sidecar's chain, the default): (100 * 4.4 + 50 * 1.8) * 1.5 = 795
-    assert cpu_millicores(Throughput(100, 50, "trace_audit_link")) == 795
-    assert cpu_millicores(Throughput(100, 50)) == 795
+    # with links too (the sidecar's chain, the default): (100 * 4.4 + 50 * 1.5) * 1.5 = 773
+    assert cpu_millicores(Throughput(100, 50, "trace_audit_link")) == 773
+    assert cpu_millicores(Throughput(100, 50)) == 773
     with pytest.raises(ValueError, match="interceptors"):
         Throughput(1, 1, "all")
     with pytest.raises(ValueError, match="produce_mb_s"):
