@@ -122,8 +122,11 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
             _wait_for("the stream finalises every flow", finalised)
             summary = json.loads((out / "summary.json").read_text())
             batch_id = summary["last_batch_id"]
+            # The progress events (batches, their durations) reach the exporter from Spark's
+            # listener bus, after the micro-batch that wrote the summary: wait for them too.
             _wait_for("Prometheus scrapes the last batch", lambda: (
-                prom.value("herald_stream_last_batch_id") == batch_id and prom.targets_up()))
+                prom.value("herald_stream_last_batch_id") == batch_id and prom.targets_up()
+                and (prom.value("herald_stream_batches_total") or 0) >= 2))
             _assert_matches(prom, summary, spark, out, topics)
         finally:
             query.stop()
