@@ -36,6 +36,7 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
                "--terminal-topics", ",".join(config.terminal_topics),
                "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
                "--time-bucket-s", str(config.time_bucket_s),
+               "--inference-scope", config.inference_scope,
                "--output", str(output)]
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
@@ -73,6 +74,7 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
                "--terminal-topics", ",".join(config.terminal_topics),
                "--max-wait-ms", str(config.max_wait_ms),
                "--time-bucket-s", str(config.time_bucket_s), "--output", config.output,
+               "--inference-scope", config.inference_scope,
                "--checkpoint", config.stream.checkpoint, "--trigger", "available_now",
                "--watermark-s", "0", "--flow-gap-s", "15", "--max-offsets-per-trigger", "20"]
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
