@@ -16,19 +16,13 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from interceptors.config import ErrorCollector, read_yaml
+from interceptors.config import ConfigError, ErrorCollector, HostPort, read_yaml
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
-from proxy.config.proxy_yaml import (
-    ConfigError,
-    HostPort,
-    ListenError,
-    ProxyConfig,
-    UpstreamConfig,
-    load_config,
-    parse_config,
-)
+from proxy.config.proxy_yaml import ProxyConfig, load_config, parse_config
 from proxy.k8s import command as k8s_command
+from proxy.net.config import ListenError
 from proxy.observability import logs
+from proxy.upstream.config import UpstreamConfig
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
 

@@ -56,6 +56,7 @@ from proxy.observability.routing_stats import (
     RoutingStats,
 )
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
+from proxy.routing.config import Rule
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
@@ -63,7 +64,6 @@ from proxy.routing.rules import (
     SAME,
     STAY,
     RoutingTable,
-    Rule,
 )
 from proxy.routing.sequences import Attempt, SequenceMap
 from proxy.upstream.topic_ids import TopicIds

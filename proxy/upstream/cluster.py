@@ -14,14 +14,13 @@ from typing import Any, Protocol
 
 import trio
 
-from interceptors.config import ConfigError
+from interceptors.config import ConfigError, HostPort
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, frame
 from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
-from proxy.config.proxy_yaml import HostPort, UpstreamConfig
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import (
     SCRAM_HASHES,
@@ -34,6 +33,7 @@ from proxy.security.sasl import (
 from proxy.security.tls import ReloadingContext
 from proxy.session import wire
 from proxy.session.transport import PlainTransport, TlsTransport, Transport
+from proxy.upstream.config import UpstreamConfig
 
 log = get_logger("cluster")
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proxy.config.env_expand import UnsetVariable, expand_env
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError
+from interceptors.config.env_expand import UnsetVariable, expand_env
+from proxy.config.proxy_yaml import parse_config
 
 BASE = {"upstream": {"bootstrap": "k:9092"}, "listen": {"bootstrap": "127.0.0.1:19092"}}
 

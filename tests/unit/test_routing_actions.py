@@ -16,8 +16,9 @@ from proxy.observability.routing_stats import RoutingStats
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import PRIMARY, Route, RuleSite, Target
 from proxy.routing.arrival import PartitionArrival
+from proxy.routing.config import parse_routing
 from proxy.routing.produce_filter import RoutingFilter, _Refuse
-from proxy.routing.rules import RoutingTable, parse_routing
+from proxy.routing.rules import RoutingTable
 from proxy.upstream.topic_ids import TopicIds
 from tests.unit.test_routing_rules import config, error
 
