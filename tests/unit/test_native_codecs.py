@@ -29,7 +29,7 @@ from protocol.messages.produce_request import (
     TopicProduceData,
 )
 from protocol.records import Record, RecordBatch, build_batch, split_batches
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from tests.unit import test_native_fetch as fetch_tests
 from tests.unit import test_native_stamp as stamp_tests
 
