@@ -32,7 +32,7 @@ from proxy.filters.interception import InterceptorFilter
 from proxy.native import relay as native_relay
 from proxy.native.fetch_plan import FetchPlan, fetch_plan
 from proxy.native.path_choice import PASS, SCAN, SCAN_UNLESS_TAGGED, passable_table
-from proxy.session.wire import decode_response, encode_response
+from proxy.net.wire import decode_response, encode_response
 from proxy.upstream.topic_ids import TopicIds
 from tests.unit.proxy.native.test_stamp_plan import mangled
 

@@ -29,7 +29,7 @@ from protocol.messages.produce_request import (
     TopicProduceData,
 )
 from protocol.records import Record, RecordBatch, build_batch, split_batches
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from tests.unit.proxy.native import test_fetch_plan as fetch_tests
 from tests.unit.proxy.native import test_stamp_plan as stamp_tests
 

@@ -25,7 +25,7 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
 from proxy.native.path_choice import passable_table
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from tests.unit.proxy.native import test_stamp_plan as stamp_tests
 from tests.unit.proxy.native.test_native_relay_engine import (
     PRODUCE,

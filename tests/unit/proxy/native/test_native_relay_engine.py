@@ -17,7 +17,7 @@ import pytest
 
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
-from proxy.session import wire
+from proxy.net import wire
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
