@@ -21,6 +21,8 @@ from protocol.framing import FrameDecoder, frame
 from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
+from proxy.net import wire
+from proxy.net.transport import PlainTransport, TlsTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import (
     SCRAM_HASHES,
@@ -31,8 +33,6 @@ from proxy.security.sasl import (
     plain_message,
 )
 from proxy.security.tls import ReloadingContext
-from proxy.session import wire
-from proxy.session.transport import PlainTransport, TlsTransport, Transport
 from proxy.upstream.config import UpstreamConfig
 
 log = get_logger("cluster")
