@@ -13,6 +13,7 @@ from herald.cli import command_parser
 from herald.registry import COMMANDS, SECTIONS, NotInstalled, Section, resolve
 from herald.sections import read_sections
 from interceptors.config import ConfigError
+from tests.support.herald_process import REPO
 
 
 def test_every_command_and_section_names_a_function_that_exists() -> None:
@@ -48,7 +49,7 @@ def test_a_missing_provider_is_not_installed_but_a_broken_one_fails(
 def test_a_section_of_a_product_not_installed_is_left_alone(tmp_path: Path) -> None:
     """The proxy's image has no pipeline: its sections are read, the other product's key is
     neither read nor refused as unknown."""
-    doc = yaml.safe_load((Path(__file__).parents[2] / "proxy.yaml").read_text())
+    doc = yaml.safe_load((REPO / "proxy.yaml").read_text())
     path = tmp_path / "herald.yaml"
     path.write_text(yaml.safe_dump({**doc, "elsewhere": {"anything": 1}}))
     sections = (*SECTIONS, Section("elsewhere", "absent_product.config:parse", "elsewhere"))
