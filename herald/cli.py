@@ -86,12 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         run = resolve(command.run)
-        if command.arguments is None:  # it reads its own arguments
-            return run(argv[1:])
-        args = command_parser(command).parse_args(argv[1:])
+        parser = None if command.arguments is None else command_parser(command)
     except NotInstalled as exc:
         print(f"herald {command.name}: not available here ({exc})", file=sys.stderr)
         return 2
+    if parser is None:  # the command reads its own arguments
+        return run(argv[1:])
+    args = parser.parse_args(argv[1:])
     if command.section is None:
         return run(args)
     try:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from herald import cli
 from herald.cli import command_parser
-from herald.registry import COMMANDS, SECTIONS, NotInstalled, Section, resolve
+from herald.registry import COMMANDS, SECTIONS, Command, NotInstalled, Section, resolve
 from herald.sections import read_sections
 from interceptors.config import ConfigError
 from tests.support.herald_process import REPO
@@ -59,3 +60,12 @@ def test_a_section_of_a_product_not_installed_is_left_alone(tmp_path: Path) -> N
     with pytest.raises(ConfigError) as info:  # unclaimed, the key is the proxy's to refuse
         read_sections(path)
     assert info.value.errors == (f"{path}: elsewhere: unknown key",)
+
+
+def test_a_command_whose_product_is_not_installed_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(cli, "COMMANDS", (*COMMANDS, Command("gone", "x", "absent_product:main")))
+    assert cli.main(["gone", "--anything"]) == 2
+    assert capsys.readouterr().err == (
+        "herald gone: not available here (absent_product is not installed)\n")
