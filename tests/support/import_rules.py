@@ -2,10 +2,10 @@
 
 Dependencies run one way (DESIGN.md, *Layout*): `protocol` is the codec and imports nothing of
 Herald's; `interceptors` is pure header code over `protocol`; the pipeline runs where Spark
-runs and never imports `proxy`; and the proxy reaches members through their declared
-interface (`interceptors.api`), never by naming a built-in (`interceptors.builtin`), so a
-plugin can do whatever a built-in does. `herald` is the command line above the products: it
-may import any of them, and none imports it.
+runs and never imports `proxy`, nor the proxy `pipeline` (the `herald` command above both
+finds each through `herald.registry`, and neither imports it); and the proxy reaches members
+through their declared interface (`interceptors.api`), never by naming a built-in
+(`interceptors.builtin`), so a plugin can do whatever a built-in does.
 
 Inside `proxy/` the folders are ordered in layers (`PROXY_LAYERS`, docs/architecture.md): a
 folder, or a top-level module such as `server.py`, imports its own folder and lower layers
@@ -31,8 +31,8 @@ HERALD = frozenset({"protocol", "interceptors", "proxy", "pipeline", "herald", "
 """Herald's own top-level packages: anything else is the standard library or third-party."""
 
 CHECKED = ("protocol", "interceptors", "pipeline", "proxy", "herald")
-"""The shipped packages whose imports the rules govern (`herald` may not exist yet in a tree:
-a package that is not there has nothing to check)."""
+"""The shipped packages whose imports the rules govern (a package missing from a tree, say
+`herald` in a synthetic one, has nothing to check)."""
 
 PROXY_LAYERS: tuple[tuple[str, ...], ...] = (
     ("net",),
@@ -46,11 +46,9 @@ PROXY_LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("server", "k8s", "devtools"),
     ("cli",),
-    ("__main__",),
 )
 """The parts of `proxy/` (a folder, or a top-level module by its name), low to high. Each may
-import itself and the layers before its own, nothing of its own layer or above. `__main__`
-sits on a layer of its own above `cli`: all it does is run `cli.main`."""
+import itself and the layers before its own, nothing of its own layer or above."""
 
 LAYER_OF = {part: level for level, parts in enumerate(PROXY_LAYERS) for part in parts}
 
@@ -80,15 +78,14 @@ RULES = (
          lambda name: _top(name) in HERALD - {"interceptors", "protocol"}),
     Rule("pipeline", "pipeline never imports proxy",
          lambda name: _top(name) == "proxy"),
+    Rule("pipeline", "pipeline never imports the herald command above it",
+         lambda name: _top(name) == "herald"),
+    Rule("proxy", "proxy never imports pipeline nor the herald command above them (the "
+         "command finds both through herald.registry)",
+         lambda name: _top(name) in ("pipeline", "herald")),
     Rule("proxy", "proxy never imports a built-in interceptor (interceptors.builtin); it asks "
          "members through their declared interface",
          lambda name: _under(name, "interceptors.builtin")),
-    Rule("proxy", "proxy never imports pipeline (the herald command line joins them)",
-         lambda name: _top(name) == "pipeline"),
-    Rule("pipeline", "nothing imports herald (the command line above the products)",
-         lambda name: _top(name) == "herald"),
-    Rule("proxy", "nothing imports herald (the command line above the products)",
-         lambda name: _top(name) == "herald"),
 )
 
 
