@@ -15,6 +15,7 @@ import pytest
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster
+from tests.support import native_parts
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 
@@ -77,3 +78,11 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name per test (auto-created or created by the test)."""
     base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:40]
     return f"t-{base}-{uuid.uuid4().hex[:8]}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under `HERALD_TEST_STRICT=1` (CI) a run without every native part stops before any
+    test: a failed optional build must not pass as a suite of skips."""
+    if native_parts.STRICT and (absent := native_parts.missing()):
+        raise pytest.UsageError("HERALD_TEST_STRICT=1 and a native part is missing:\n  "
+                                + "\n  ".join(absent))

@@ -28,12 +28,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from proxy.devtools.embedded_kafka import free_port
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import http_get, scrape, total
 from tests.support.herald_process import REPO, HeraldProcess, herald_config
 from tests.support.hostile_broker import HostileBroker
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 IDLE_S, FRAME_S = 3.0, 3.0
 PHASE_S = 15.0

@@ -14,14 +14,14 @@ import pytest
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.integration.test_native_relay import _herald as herald_with
 from tests.integration.test_native_stamp import _by_labels
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 CHAINS = {"fetch": [{"type": "drop_headers", "headers": ["x-debug", "prefix:x-tenant-"]}]}
 HANDOVERS = "herald_native_relay_handovers_total"

@@ -22,16 +22,15 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.integration.test_native_stamp import _by_labels
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import USERS, SecureCluster, tls_herald_config
 
-pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
-                                reason="native relay not built with TLS")
+pytestmark = needs(TLS)
 
 # The fetch chain drops a header the records do not carry: the engine scans every response and
 # finds nothing to change (a response it must change goes to Python, counted as such).

@@ -14,13 +14,13 @@ from confluent_kafka import Producer
 
 from bench.bench_proxy import send
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 HANDOVERS = "herald_native_relay_handovers_total"
 PYTHON_PATH = "herald_python_path_total"

@@ -17,14 +17,14 @@ import pytest
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.integration.test_native_relay import _herald as herald_with
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 CHAINS = {"produce": [{"type": "trace_context", "mode": "record"}, {"type": "audit"}]}
 HANDOVERS = "herald_native_relay_handovers_total"

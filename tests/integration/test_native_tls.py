@@ -17,14 +17,13 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import SecureCluster, tls_herald_config
 
-pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
-                                reason="native relay not built with TLS")
+pytestmark = needs(TLS)
 
 TLS_BYTES = "herald_native_relay_tls_bytes_total"
 HANDOVERS = "herald_native_relay_handovers_total"

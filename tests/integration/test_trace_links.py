@@ -18,6 +18,7 @@ from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, total, wait_for
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.native_parts import ENGINE, needs, require
 from tests.support.source_socks import SourceSocks
 
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}},
@@ -184,7 +185,7 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
     assert "herald.parent" not in lone and r2[0] == in1
 
 
-@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+@needs(ENGINE)
 def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: HeraldProcess,
                                                                kafka: KafkaCluster) -> None:
     """With links on, Produce requests are stamped by the engine (one request per record, far
@@ -217,7 +218,7 @@ def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: Her
     assert not any("herald.parent" in r for rs in got.values() for r in rs)
 
 
-@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+@needs(ENGINE)
 @pytest.mark.parametrize("audit_after", [False, True], ids=["audit_first", "audit_after"])
 def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster, audit_after: bool) -> None:
     """A service's consumer fetches traced records through Herald, whose engine scans the
@@ -303,7 +304,7 @@ def test_a_memory_too_small_declares_the_parents_it_lost_on_the_records(
     the native relay as with it off; on the native relay neither Fetch nor Produce went to
     Python because the engine could not take it."""
     if relay == "auto" and not native_relay.available():
-        pytest.skip("native relay not built")
+        require(ENGINE)
     chains = {"produce": [{"type": "trace_context", "link": {"capacity": 2}},
                           {"type": "audit"}]}
     config = herald_config(kafka.bootstrap, interceptors=chains,

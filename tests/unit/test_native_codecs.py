@@ -30,10 +30,11 @@ from protocol.messages.produce_request import (
 )
 from protocol.records import Record, RecordBatch, build_batch, split_batches
 from proxy.session.wire import decode_request, parse_request_header
+from tests.support.native_parts import native_module
 from tests.unit import test_native_fetch as fetch_tests
 from tests.unit import test_native_stamp as stamp_tests
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 CODECS = (GZIP, SNAPPY, LZ4, ZSTD)
 SAME_BYTES = (LZ4,)

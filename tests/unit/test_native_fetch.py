@@ -34,9 +34,10 @@ from proxy.native.fetch_plan import FetchPlan, fetch_plan
 from proxy.native.path_choice import PASS, SCAN, SCAN_UNLESS_TAGGED, passable_table
 from proxy.session.wire import decode_response, encode_response
 from proxy.upstream.topic_ids import TopicIds
+from tests.support.native_parts import ENGINE, needs
 from tests.unit.test_native_stamp import mangled
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 _relay = native_relay._relay
 
 DROPPED = ["x-debug", "prefix:x-tenant-"]

@@ -26,6 +26,7 @@ from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
 from proxy.native.path_choice import passable_table
 from proxy.session.wire import decode_request, parse_request_header
+from tests.support.native_parts import ENGINE, needs
 from tests.unit import test_native_stamp as stamp_tests
 from tests.unit.test_native_relay_engine import (
     PRODUCE,
@@ -38,7 +39,7 @@ from tests.unit.test_native_relay_engine import (
     uvarint,
 )
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 _relay = native_relay._relay
 
 TWO_63 = b"\x80" * 9 + b"\x01"  # the unsigned varint 2^63

@@ -26,6 +26,7 @@ from proxy.filters.interception import InterceptorFilter, connection_info
 from proxy.native.fetch_plan import fetch_plan
 from proxy.native.stamp_plan import stamp_plan
 from proxy.upstream.topic_ids import TopicIds
+from tests.support.native_parts import native_module
 from tests.unit.test_native_codecs import (
     SAME_BYTES,
     assert_same_batches,
@@ -47,7 +48,7 @@ from tests.unit.test_native_stamp import (
     topic_id,
 )
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 TRACE = {"type": "trace_context", "link": {"max_parents": 3}}
 AUDIT = {"type": "audit"}

@@ -28,13 +28,14 @@ from protocol.messages.fetch_response import (
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
+from tests.support.native_parts import ENGINE, STAMPER, needs
 from tests.unit.test_native_fetch import frame
 from tests.unit.test_native_relay_engine import FETCH, MAX_VERSION, Rig, request
 
 if stamping.NATIVE:
     from protocol import _stamp
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 KEYS = tuple(sorted(f"x{j:07d}".encode() for j in range(300)))
 PLAN = ((), KEYS, (), 0, 0, -1, b"")  # drops 300 header names, none of them present
@@ -173,7 +174,7 @@ def split_records(data: bytes) -> list[bytes]:
     return out
 
 
-@pytest.mark.skipif(not stamping.NATIVE, reason="record stamper not built")
+@needs(STAMPER)
 def test_append_copies_the_columns_as_they_were_while_they_change() -> None:
     """protocol._stamp.append copies records without the GIL. It used to read the columns'
     lists meanwhile: a thread that replaced their items (freeing the bytes they held) made it

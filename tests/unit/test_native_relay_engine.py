@@ -18,8 +18,9 @@ import pytest
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from proxy.session import wire
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 METADATA, PRODUCE, FETCH, API_VERSIONS = 3, 0, 1, 18
 MAX_VERSION = native_relay.MAX_VERSION

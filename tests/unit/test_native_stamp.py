@@ -30,8 +30,9 @@ from proxy.native.path_choice import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_
 from proxy.native.stamp_plan import stamp_plan
 from proxy.session.wire import decode_request, encode_request, parse_request_header
 from proxy.upstream.topic_ids import TopicIds
+from tests.support.native_parts import native_module
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 NOW = 1_764_000_000_123
 CLUSTER = "clu-ster-1"

@@ -20,6 +20,7 @@ import pytest
 
 from proxy.native import relay as native_relay
 from tests.support.certs import CertificateAuthority
+from tests.support.native_parts import TLS, needs
 from tests.unit.test_native_relay_engine import (
     API_VERSIONS,
     FETCH,
@@ -29,8 +30,7 @@ from tests.unit.test_native_relay_engine import (
     table,
 )
 
-pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
-                                reason="native relay not built with TLS")
+pytestmark = needs(TLS)
 
 VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 ALLOWED = table((API_VERSIONS, 3), (FETCH, 12))
