@@ -69,8 +69,9 @@ def test_librdkafka_same_records_natively_and_in_python(
     payload = sum(map(len, values))
     conf = _tls(secure)
     carried = {}
+    topics = {}
     for proc in (herald_on, herald_off):
-        topic = f"ntls-{uuid.uuid4().hex[:8]}"
+        topic = topics[proc is herald_on] = f"ntls-{uuid.uuid4().hex[:8]}"
         create_topic(secure.plaintext, topic)
         before = scrape(proc)
         _produce(proc.bootstrap, conf, topic, values)
@@ -95,9 +96,12 @@ def test_librdkafka_same_records_natively_and_in_python(
     assert carried[True][0] > payload and carried[True][1] > payload / 2
     assert carried[True][2] > 0
     assert carried[False] == (0, 0, 0)
-    # The same records are in the cluster, as each Herald put them there.
-    direct = consume_all(secure.plaintext, topic, len(values))
-    assert [m.value() for m in direct] == values
+    # The same records are in the cluster, as each Herald put them there: read straight from
+    # the broker, the engine's topic and the Python path's alike.
+    for on, topic in topics.items():
+        direct = consume_all(secure.plaintext, topic, len(values))
+        assert [m.value() for m in direct] == values, on
+        assert [m.headers() for m in direct] == [[("h", v[:8])] for v in values], on
 
 
 def test_kafka_python_produces_and_consumes_natively(
