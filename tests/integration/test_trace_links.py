@@ -14,7 +14,6 @@ from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from proxy.native import relay as native_relay
 from tests.integration.test_metrics import moved, scrape, total, wait_for
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -185,6 +184,19 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
     assert "herald.parent" not in lone and r2[0] == in1
 
 
+def _on_the_engine(before: dict, after: dict, produced: int) -> None:
+    """The session reached the engine and its Produce requests ran there: no session was
+    Python's whole, none of the `produced` one-record requests went to Python because the
+    engine could not take it, and most of them were not handled in Python at all."""
+    assert moved(before, after, PYTHON_PATH, scope="session") == 0
+    requests = moved(before, after, "herald_requests_total", api="Produce")
+    in_python = moved(before, after, PYTHON_PATH, scope="frame", api="Produce")
+    assert requests >= produced and in_python < produced // 2, (requests, in_python)
+    for reason in ENGINE_COULD_NOT:
+        assert moved(before, after, PYTHON_PATH, scope="frame", reason=reason,
+                     api="Produce") == 0, reason
+
+
 @needs(ENGINE)
 def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: HeraldProcess,
                                                                kafka: KafkaCluster) -> None:
@@ -204,15 +216,22 @@ def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: Her
     after = wait_for(herald_links, lambda s: moved(
         before, s, "herald_interceptor_records_total", path="produce", outcome="seen",
         interceptor="trace_context") >= count)
+    assert moved(before, after, "herald_interceptor_records_total", path="produce",
+                 outcome="seen", interceptor="trace_context") == count
     assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
+    _on_the_engine(before, after, count)
     for i in range(count):
         producer.produce(topic, b"t%d" % i, headers=[("traceparent", _tp(_trace()))])
         assert producer.flush(30) == 0
     traced = wait_for(herald_links, lambda s: moved(
         after, s, "herald_interceptor_events_total", event="link_missed_unseen") >= count)
+    # Every traced record was looked up and missed: none of their traces was fetched.
+    assert moved(after, traced, EVENTS, event="link_missed_unseen") == count
+    assert moved(after, traced, EVENTS, event="link_made") == 0
     assert moved(after, traced, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
+    _on_the_engine(after, traced, count)
     got = _read_back(kafka.bootstrap, topic, 2 * count)
     assert sum(len(rs) for rs in got.values()) == 2 * count
     assert not any("herald.parent" in r for rs in got.values() for r in rs)
@@ -303,7 +322,7 @@ def test_a_memory_too_small_declares_the_parents_it_lost_on_the_records(
     b and c name their second input and declare the first. No parent is silently lost, on
     the native relay as with it off; on the native relay neither Fetch nor Produce went to
     Python because the engine could not take it."""
-    if relay == "auto" and not native_relay.available():
+    if relay == "auto":
         require(ENGINE)
     chains = {"produce": [{"type": "trace_context", "link": {"capacity": 2}},
                           {"type": "audit"}]}
