@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.support.herald_process import REPO
 
-NATIVE_MODULE = "tests/unit/test_native_relay_engine.py"  # every test needs the engine
+NATIVE_MODULE = "tests/unit/proxy/native/test_native_relay_engine.py"  # every test needs the engine
 
 # Loaded into the pytest run before the test modules: the extensions fail to import.
 UNBUILT = '''
