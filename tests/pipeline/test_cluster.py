@@ -11,18 +11,18 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from tests.pipeline.scenario import topic_names
-from tests.pipeline.synthetic import Hop, Traffic
-from tests.pipeline.test_stream import (
+from tests.support.herald_process import REPO
+from tests.support.pipeline.scenario import topic_names
+from tests.support.pipeline.stream_runs import (
     KINDS,
     T0,
     TABLE_KEYS,
-    _batch_without,
-    _config,
-    _rows,
     assert_stream_equals_batch,
+    batch_without,
+    stream_config,
+    table_rows,
 )
-from tests.support.herald_process import REPO
+from tests.support.pipeline.synthetic import Hop, Traffic
 from tests.support.spark_standalone import SparkStandalone
 
 
@@ -48,8 +48,8 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
     printed = json.loads(result.stdout.strip().splitlines()[-1])
     assert printed["records"] == local["records"]["total"]
     for name, keys in {"hops": ["topic", "partition", "offset"], **TABLE_KEYS}.items():
-        assert _rows(spark, str(output / name), keys) == \
-            _rows(spark, str(Path(config.output) / name), keys), name
+        assert table_rows(spark, str(output / name), keys) == \
+            table_rows(spark, str(Path(config.output) / name), keys), name
     summary = json.loads((output / "summary.json").read_text())
     for key in ("records", "flows", "branches", "links", "edges", "pathways", "offsets",
                 "broken_branches", "lag", "audit"):
@@ -65,8 +65,8 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
         traffic.flow(T0 + i * 700, KINDS[i % len(KINDS)])
     traffic.add(Hop(topics["orders"], T0 + 120_000, None, client="clock"))
     traffic.write(kafka.bootstrap)
-    config = replace(_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0,
-                             flow_gap_s=15.0), output=str(tmp_path / "cluster"))
+    config = replace(stream_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0,
+                                   flow_gap_s=15.0), output=str(tmp_path / "cluster"))
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
         cmd = [sys.executable, "-m", "proxy", "pipeline", "stream",
                "--master", cluster.master_url, "--driver-memory", "768m",
@@ -84,6 +84,6 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
             assert any("Running task" in p.read_text(errors="replace") for p in app_logs), n
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     assert summary["mode"] == "stream" and summary["flows"]["total"] == 12
-    _batch_without(spark, config, set(), tmp_path / "batch")
+    batch_without(spark, config, set(), tmp_path / "batch")
     assert_stream_equals_batch(spark, Path(config.output), tmp_path / "batch",
                                config.stream.accuracy, measured=False)

@@ -15,9 +15,9 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape, total, wait_for
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape, total, wait_for
 from tests.support.source_socks import SourceSocks
 
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}},

@@ -11,7 +11,7 @@ from protocol import stamping
 from protocol.compression import GZIP, NONE, ZSTD
 from protocol.errors import CodecError
 from protocol.records import Record, RecordBatch, build_batch
-from tests.unit.protocol.test_records_hostile import records_payload, reseal
+from tests.support.records import records_payload, reseal
 
 needs_native = pytest.mark.skipif(not stamping.NATIVE, reason="protocol._stamp was not built")
 

@@ -20,10 +20,10 @@ from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, build_batch, split_batches
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.integration.proxy.limits.test_amplification import produce_request, send_and_answer
-from tests.integration.proxy.observability.test_metrics import moved, scrape, total, wait_for
 from tests.support import raw_client as raw
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape, total, wait_for
+from tests.support.raw_produce import produce_request, send_and_answer
 
 MIB = 1024 * 1024
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}

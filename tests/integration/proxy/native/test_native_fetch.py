@@ -15,11 +15,10 @@ from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.native import relay as native_relay
-from tests.integration.proxy.native.test_native_relay import _herald as herald_with
-from tests.integration.proxy.native.test_native_stamp import _by_labels
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.metrics import by_labels, moved, scrape, wait_for
+from tests.support.native_herald import native_herald
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
@@ -32,13 +31,13 @@ BATCHES, PER_BATCH = 40, 25
 
 @pytest.fixture(scope="module")
 def scanning_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
+    with native_herald(kafka, "auto", interceptors=CHAINS) as proc:
         yield proc
 
 
 @pytest.fixture(scope="module")
 def scanning_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
+    with native_herald(kafka, "off", interceptors=CHAINS) as proc:
         yield proc
 
 
@@ -77,7 +76,7 @@ def test_scanned_natively_as_in_python(kafka: KafkaCluster, scanning_on: HeraldP
         assert [(m.value(), list(m.headers() or [])) for m in got] == expected
         after = wait_for(proc, lambda s, b=before: moved(
             b, s, "herald_interceptor_records_total", outcome="seen") >= total)
-        counted[proc is scanning_on] = {name: _by_labels(before, after, name)
+        counted[proc is scanning_on] = {name: by_labels(before, after, name)
                                         for name in COUNTERS}
         counted[proc is scanning_on]["handovers"] = moved(before, after, HANDOVERS,
                                                           reason="response")

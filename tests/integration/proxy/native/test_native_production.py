@@ -23,11 +23,10 @@ import pytest
 from confluent_kafka import Producer
 
 from proxy.native import relay as native_relay
-from tests.integration.proxy.native.test_native_stamp import _by_labels
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.metrics import by_labels, moved, scrape, wait_for
 from tests.support.secure_cluster import USERS, SecureCluster, tls_herald_config
 
 pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
@@ -90,7 +89,7 @@ def _send(bootstrap: str, topic: str, codec: str, conf: dict[str, Any]
 
 
 def _counted(before: dict, after: dict) -> dict[str, dict]:
-    return {name: _by_labels(before, after, name) for name in COUNTERS}
+    return {name: by_labels(before, after, name) for name in COUNTERS}
 
 
 def _most_on_the_engine(before: dict, after: dict) -> None:

@@ -18,11 +18,11 @@ from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.native import relay as native_relay
-from tests.integration.proxy.native.test_native_relay import _herald as herald_with
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.metrics import by_labels, moved, scrape, wait_for
+from tests.support.native_herald import native_herald
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 
@@ -35,13 +35,13 @@ GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 @pytest.fixture(scope="module")
 def stamping_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
+    with native_herald(kafka, "auto", interceptors=CHAINS) as proc:
         yield proc
 
 
 @pytest.fixture(scope="module")
 def stamping_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
+    with native_herald(kafka, "off", interceptors=CHAINS) as proc:
         yield proc
 
 
@@ -179,21 +179,10 @@ def _counted(proc: HeraldProcess, before: dict, records: int, sent: dict | None 
     the Produce requests, and the requests handed to Python until `sent` (default: now)."""
     after = wait_for(proc, lambda s: moved(
         before, s, "herald_interceptor_records_total", outcome="seen") >= 2 * records)
-    counted: dict = {name: _by_labels(before, after, name) for name in COUNTERS}
+    counted: dict = {name: by_labels(before, after, name) for name in COUNTERS}
     counted["produce"] = moved(before, after, "herald_requests_total", api="Produce")
     counted["handovers"] = moved(before, sent or after, HANDOVERS, reason="request")
     return counted
-
-
-def _by_labels(before: dict, after: dict, name: str) -> dict:
-    """Every series of a counter family that moved, by its labels (topic labels aside)."""
-    out = {}
-    for (metric, labels), value in after.items():
-        if metric == name:
-            delta = value - before.get((metric, labels), 0)
-            if delta:
-                out[labels] = delta
-    return out
 
 
 CODECS = ("lz4", "zstd", "gzip", "snappy")

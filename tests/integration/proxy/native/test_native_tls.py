@@ -18,9 +18,9 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.metrics import moved, scrape, wait_for
 from tests.support.secure_cluster import SecureCluster, tls_herald_config
 
 pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),

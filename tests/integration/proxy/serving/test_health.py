@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.conftest import kafka_version
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.kafka_version import kafka_version
 
 
 def http_get(url: str) -> tuple[int, str]:

@@ -29,9 +29,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from proxy.devtools.embedded_kafka import free_port
 from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import http_get, scrape, total
 from tests.support.herald_process import REPO, HeraldProcess, herald_config
 from tests.support.hostile_broker import HostileBroker
+from tests.support.metrics import http_get, scrape, total
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 

@@ -26,8 +26,8 @@ from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
 from proxy.native.path_choice import passable_table
 from proxy.session.wire import decode_request, parse_request_header
-from tests.unit.proxy.native import test_stamp_plan as stamp_tests
-from tests.unit.proxy.native.test_native_relay_engine import (
+from tests.support.native import stamp as stamp_tests
+from tests.support.native.engine import (
     PRODUCE,
     Rig,
     checked_table,

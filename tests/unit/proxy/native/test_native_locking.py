@@ -28,8 +28,8 @@ from protocol.messages.fetch_response import (
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
-from tests.unit.proxy.native.test_fetch_plan import frame
-from tests.unit.proxy.native.test_native_relay_engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.native.engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.native.fetch import frame
 
 if stamping.NATIVE:
     from protocol import _stamp

@@ -20,7 +20,7 @@ import pytest
 
 from proxy.native import relay as native_relay
 from tests.support.certs import CertificateAuthority
-from tests.unit.proxy.native.test_native_relay_engine import (
+from tests.support.native.engine import (
     API_VERSIONS,
     FETCH,
     METADATA,
