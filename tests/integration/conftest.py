@@ -1,4 +1,5 @@
-"""The OTLP/HTTP receiver Herald exports spans to, for the tracing and the routing tests."""
+"""Fixtures of the integration tests: a Herald running the requesting module's chains, and the
+OTLP/HTTP receiver Herald exports spans to (for the tracing and the routing tests)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.otlp_receiver import Receiver
 
 
@@ -47,3 +50,13 @@ def receiver() -> Iterator[tuple[Receiver, int]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="module")
+def herald_chain(request: pytest.FixtureRequest, kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    """Herald in front of the session broker with the requesting module's `CHAINS` and an admin
+    endpoint; the process is the module's own, so no other module's traffic moves its counters."""
+    config = herald_config(kafka.bootstrap, interceptors=request.module.CHAINS,
+                           admin={"bind": f"127.0.0.1:{free_port()}"})
+    with HeraldProcess(config) as proc:
+        yield proc

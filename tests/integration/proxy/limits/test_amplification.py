@@ -7,28 +7,18 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.compression import ZSTD
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support import raw_client as raw
-from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.herald_process import HeraldProcess
 from tests.support.raw_produce import produce_request, send_and_answer
 
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def herald_chain(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    config = herald_config(kafka.bootstrap, interceptors=CHAINS,
-                           admin={"bind": f"127.0.0.1:{free_port()}"})
-    with HeraldProcess(config) as proc:
-        yield proc
 
 
 def _zigzag(n: int) -> bytes:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +54,8 @@ def _herald(secure: SecureCluster, mode: str) -> HeraldProcess:
 
 
 @pytest.fixture(scope="module")
-def herald_on(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "off") as proc:
-        yield proc
+def herald_for(secure: SecureCluster) -> Callable[[str], HeraldProcess]:
+    return partial(_herald, secure)
 
 
 def _scram(secure: SecureCluster) -> dict[str, Any]:

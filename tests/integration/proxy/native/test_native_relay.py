@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
@@ -28,15 +29,8 @@ PYTHON_PATH = "herald_python_path_total"
 
 
 @pytest.fixture(scope="module")
-def herald_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with native_herald(kafka, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with native_herald(kafka, "off") as proc:
-        yield proc
+def herald_for(kafka: KafkaCluster) -> Callable[[str], HeraldProcess]:
+    return partial(native_herald, kafka)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], **conf: object) -> None:

@@ -10,7 +10,8 @@ through TLS itself.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -41,15 +42,8 @@ def _herald(secure: SecureCluster, mode: str, **overrides: Any) -> HeraldProcess
 
 
 @pytest.fixture(scope="module")
-def herald_on(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "off") as proc:
-        yield proc
+def herald_for(secure: SecureCluster) -> Callable[[str], HeraldProcess]:
+    return partial(_herald, secure)
 
 
 def _tls(secure: SecureCluster) -> dict[str, Any]:

@@ -29,7 +29,6 @@ from proxy.session.wire import decode_request, parse_request_header
 from tests.support.native import stamp as stamp_tests
 from tests.support.native.engine import (
     PRODUCE,
-    Rig,
     checked_table,
     fetches,
     request,
@@ -43,20 +42,6 @@ _relay = native_relay._relay
 
 TWO_63 = b"\x80" * 9 + b"\x01"  # the unsigned varint 2^63
 """A compact count or length of 2^63: cast to int64 and decremented, it overflowed."""
-
-
-@pytest.fixture
-def rigs():
-    made: list[Rig] = []
-
-    def make(*args, **kwargs) -> Rig:
-        rig = Rig(*args, **kwargs)
-        made.append(rig)
-        return rig
-
-    yield make
-    for rig in made:
-        rig.close()
 
 
 # ---- a malformed streamed Fetch v16+ response ends the session -----------------------------

@@ -44,20 +44,6 @@ def produce(corr: int, acks: int, version: int = 7) -> bytes:
     return request(PRODUCE, version, corr, body)
 
 
-@pytest.fixture
-def rigs():
-    made: list[Rig] = []
-
-    def make(*args, **kwargs) -> Rig:
-        rig = Rig(*args, **kwargs)
-        made.append(rig)
-        return rig
-
-    yield make
-    for rig in made:
-        rig.close()
-
-
 def drain(rig: Rig) -> tuple:
     """Stop the session; it must hand over with nothing left in flight or unforwarded (every
     response seen to its end). Returns the engine's counters."""
