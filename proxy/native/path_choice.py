@@ -33,7 +33,7 @@ from proxy.observability.metrics import Metrics, bounded_api_labels
 
 if TYPE_CHECKING:
     from proxy.native.relay import NativeRelay
-    from proxy.session.transport import Transport
+    from proxy.net.transport import Transport
 
 # Why a whole session is Python's (scope="session"; its requests are counted with the same
 # reason, scope="frame").

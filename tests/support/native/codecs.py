@@ -12,7 +12,7 @@ from protocol.messages.produce_request import (
     TopicProduceData,
 )
 from protocol.records import RecordBatch, build_batch, split_batches
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from tests.support.native import stamp as stamp_tests
 
 SAME_BYTES = (LZ4,)

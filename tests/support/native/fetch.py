@@ -21,7 +21,7 @@ from proxy.filters.chain import Exchange, FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.native import relay as native_relay
 from proxy.native.fetch_plan import FetchPlan, fetch_plan
-from proxy.session.wire import decode_response, encode_response
+from proxy.net.wire import decode_response, encode_response
 from proxy.upstream.topic_ids import TopicIds
 
 _relay = native_relay._relay

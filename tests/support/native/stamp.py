@@ -22,7 +22,7 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import Exchange, FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.native.stamp_plan import stamp_plan
-from proxy.session.wire import decode_request, encode_request, parse_request_header
+from proxy.net.wire import decode_request, encode_request, parse_request_header
 from proxy.upstream.topic_ids import TopicIds
 
 _relay = pytest.importorskip("proxy.native._relay")

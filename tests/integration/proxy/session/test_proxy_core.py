@@ -24,9 +24,9 @@ from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchT
 from protocol.messages.produce_response import ProduceResponse
 from proxy.config.proxy_yaml import parse_config
 from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.net import wire
+from proxy.net.splice import Splicer
 from proxy.server import Proxy
-from proxy.session import wire
-from proxy.session.splice import Splicer
 from tests.support import raw_client as raw
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config

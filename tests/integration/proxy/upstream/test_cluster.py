@@ -15,7 +15,7 @@ from protocol.api_keys import ApiKey
 from protocol.fetch_tail import PAD_TAG
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from proxy.session.wire import decode_response
+from proxy.net.wire import decode_response
 from tests.support.clients import consume_all
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.raw_client import SocketRawClient, metadata, request_frame

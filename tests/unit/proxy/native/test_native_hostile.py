@@ -25,7 +25,7 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
 from proxy.native.path_choice import passable_table
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from tests.support.native import stamp as stamp_tests
 from tests.support.native.engine import (
     PRODUCE,

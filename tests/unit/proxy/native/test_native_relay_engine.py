@@ -16,7 +16,7 @@ import pytest
 
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
-from proxy.session import wire
+from proxy.net import wire
 from tests.support.native.engine import (
     API_VERSIONS,
     FETCH,

@@ -27,9 +27,9 @@ from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
+from proxy.net.transport import PlainTransport, TlsTransport
 from proxy.observability.metrics import Metrics
 from proxy.session.session import Session
-from proxy.session.transport import PlainTransport, TlsTransport
 from proxy.upstream.brokers import BrokerDirectory
 from tests.support.certs import CertificateAuthority
 

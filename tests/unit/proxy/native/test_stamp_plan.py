@@ -27,7 +27,7 @@ from proxy.filters.interception import InterceptorFilter
 from proxy.limits.config import LimitsConfig
 from proxy.native.path_choice import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
 from proxy.native.stamp_plan import stamp_plan
-from proxy.session.wire import decode_request, parse_request_header
+from proxy.net.wire import decode_request, parse_request_header
 from proxy.upstream.topic_ids import TopicIds
 from tests.support.native.stamp import (
     CLUSTER,

@@ -6,7 +6,7 @@ import socket
 
 import trio
 
-from proxy.session import sockio
+from proxy.net import sockio
 
 
 async def test_send_all_survives_a_full_buffer_and_receive_sees_every_byte() -> None:

@@ -8,7 +8,7 @@ from protocol.api_keys import API_KEYS, ApiKey
 from protocol.errors import CodecError
 from protocol.headers import RequestHeader, decode_request_header, encode_request_header
 from protocol.messages import REQUESTS
-from proxy.session import wire
+from proxy.net import wire
 
 
 def _frame(api_key: int, version: int, client_id: str | None, tags: dict | None = None) -> bytes:

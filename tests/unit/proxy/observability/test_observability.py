@@ -35,8 +35,9 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.config.proxy_yaml import ConfigError, parse_config
 from proxy.filters.chain import Exchange, SessionContext
 from proxy.filters.interception import InterceptorFilter
+from proxy.filters.tracing import TracingFilter
 from proxy.observability.metrics import Metrics
-from proxy.observability.tracing import Tracing, TracingFilter, exporters_from_env, tracing_from_env
+from proxy.observability.tracing import Tracing, exporters_from_env, tracing_from_env
 from proxy.server import Proxy
 from proxy.upstream.topic_ids import TopicIds
 

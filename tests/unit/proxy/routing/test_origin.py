@@ -12,11 +12,11 @@ from prometheus_client import CollectorRegistry
 
 from interceptors.config import ConfigError
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.observability.routing_stats import RoutingStats
 from proxy.routing.arrival import PartitionArrival
 from proxy.routing.origin import PROCESS_SEAL, OriginSeal
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import ORIGIN_HEADER, RoutingTable
+from proxy.routing.stats import RoutingStats
 from proxy.upstream.topic_ids import TopicIds
 from tests.support.routing_config import config
 

@@ -295,8 +295,8 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
 def _filter(rules: list) -> object:
     from prometheus_client import CollectorRegistry
 
-    from proxy.observability.routing_stats import RoutingStats
     from proxy.routing.produce_filter import RoutingFilter
+    from proxy.routing.stats import RoutingStats
     from proxy.upstream.topic_ids import TopicIds
 
     table = RoutingTable(config(rules).routing)

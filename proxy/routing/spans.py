@@ -9,7 +9,8 @@ from typing import Any
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from interceptors.tracing import valid_traceparent
-from proxy.observability.tracing import TRACEPARENT, _link
+from protocol.contracts.headers import TRACEPARENT
+from proxy.observability.tracing import remote_link
 
 MAX_LINKS = 128  # the SDK's default limit per span
 
@@ -23,7 +24,7 @@ def start_span(tracing: Any, rule: str, cluster: str, topic: str,
             continue
         ids = (int(tp[3:35], 16), int(tp[36:52], 16))
         if ids not in links and len(links) < MAX_LINKS:
-            links[ids] = _link(*ids, int(tp[53:55], 16))
+            links[ids] = remote_link(*ids, int(tp[53:55], 16))
     return tracing.start(f"send {topic}", SpanKind.PRODUCER, {
         "messaging.system": "kafka",
         "messaging.operation.name": "send",

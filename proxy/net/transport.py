@@ -15,7 +15,7 @@ import ssl
 
 import trio
 
-from proxy.session import sockio
+from proxy.net import sockio
 
 
 class PlainTransport:
