@@ -36,6 +36,7 @@ from tests.support.native.engine import (
     table,
     uvarint,
 )
+from tests.support.records import read_varint
 
 pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
 _relay = native_relay._relay
@@ -200,14 +201,8 @@ def longer_varints(batch: bytes) -> bytes:
     head, body = bytearray(batch[:61]), batch[61:]
     out, pos = bytearray(), 0
     while pos < len(body):
-        start, value, shift = pos, 0, 0
-        while True:
-            b = body[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        start = pos
+        value, pos = read_varint(body, pos)
         varint = bytearray(body[start:pos])
         varint[-1] |= 0x80
         out += varint + b"\x00" + body[pos:pos + (value >> 1)]
