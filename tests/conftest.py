@@ -13,10 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support import native_parts
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.kafka_version import kafka_version
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 
 # scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
@@ -24,15 +24,6 @@ from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 # (tests/support/herald_process.py), the Java brokers and tools do not.
 if os.environ.get("HERALD_SANITIZER_RUNTIME"):
     os.environ.pop("LD_PRELOAD", None)
-
-
-def kafka_version() -> str:
-    explicit = os.environ.get("HERALD_TEST_KAFKA_VERSION")
-    if explicit:
-        return explicit
-    if os.environ.get("HERALD_TEST_KAFKA", "").startswith("3.9"):
-        return KAFKA_LEGACY_VERSION
-    return KAFKA_VERSION
 
 
 @pytest.fixture(scope="session")

@@ -12,19 +12,19 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 
-from tests.pipeline.scenario import topic_names
-from tests.pipeline.synthetic import Hop, Traffic
-from tests.pipeline.test_stream import (
+from tests.support.herald_process import REPO
+from tests.support.pipeline.scenario import topic_names
+from tests.support.pipeline.stream_runs import (
     KINDS,
     T0,
     TABLE_KEYS,
-    _batch_without,
-    _config,
-    _observe,
-    _rows,
     assert_stream_equals_batch,
+    batch_without,
+    observe,
+    stream_config,
+    table_rows,
 )
-from tests.support.herald_process import REPO
+from tests.support.pipeline.synthetic import Hop, Traffic
 from tests.support.spark_standalone import SparkStandalone
 
 
@@ -50,8 +50,8 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
     printed = json.loads(result.stdout.strip().splitlines()[-1])
     assert printed["records"] == local["records"]["total"]
     for name, keys in {"hops": ["topic", "partition", "offset"], **TABLE_KEYS}.items():
-        assert _rows(spark, str(output / name), keys) == \
-            _rows(spark, str(Path(config.output) / name), keys), name
+        assert table_rows(spark, str(output / name), keys) == \
+            table_rows(spark, str(Path(config.output) / name), keys), name
     summary = json.loads((output / "summary.json").read_text())
     for key in ("records", "flows", "branches", "links", "edges", "pathways", "offsets",
                 "broken_branches", "lag", "audit"):
@@ -64,12 +64,12 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
     watermark passed every flow, equals the batch job on `local[*]`, transit and lag
     included."""
     topics = topic_names()
-    config = replace(_config(topics, kafka.bootstrap, tmp_path,
-                             f"fetches-{uuid.uuid4().hex[:8]}", watermark_s=20.0,
-                             flow_gap_s=15.0), output=str(tmp_path / "cluster"))
+    config = replace(stream_config(topics, kafka.bootstrap, tmp_path,
+                                   f"fetches-{uuid.uuid4().hex[:8]}", watermark_s=20.0,
+                                   flow_gap_s=15.0), output=str(tmp_path / "cluster"))
     traffic = Traffic(topics, fetch_topic=config.fetch_topic)
     for i in range(12):
-        _observe(traffic, traffic.flow(T0 + i * 700, KINDS[i % len(KINDS)]), i)
+        observe(traffic, traffic.flow(T0 + i * 700, KINDS[i % len(KINDS)]), i)
     traffic.write(kafka.bootstrap)
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
         cmd = [sys.executable, "-m", "herald", "pipeline", "stream",
@@ -99,6 +99,6 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
     # transit and lag (compared with batch's below) come from them.
     assert summary["stream"]["no_record_time"] == 0
     assert summary["transit"] and summary["lag"]
-    _batch_without(spark, config, set(), tmp_path / "batch")
+    batch_without(spark, config, set(), tmp_path / "batch")
     assert_stream_equals_batch(spark, Path(config.output), tmp_path / "batch",
                                config.stream.accuracy)

@@ -12,7 +12,7 @@ from protocol.compression import GZIP, NONE, ZSTD
 from protocol.errors import CodecError
 from protocol.records import Record, RecordBatch, build_batch
 from tests.support.native_parts import STAMPER, needs
-from tests.unit.protocol.test_records_hostile import records_payload, reseal
+from tests.support.records import records_payload, reseal
 
 needs_native = needs(STAMPER)
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,10 @@ from confluent_kafka import Producer
 
 from protocol.contracts.headers import AUDIT_FIELDS, audit_header
 from protocol.contracts.headers import TRACEPARENT as TRACEPARENT_KEY
-from tests.integration.proxy.native.test_native_stamp import _by_labels
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.metrics import by_labels, moved, scrape, wait_for
 from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import USERS, SecureCluster, tls_herald_config
 
@@ -57,15 +57,8 @@ def _herald(secure: SecureCluster, mode: str) -> HeraldProcess:
 
 
 @pytest.fixture(scope="module")
-def herald_on(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "off") as proc:
-        yield proc
+def herald_for(secure: SecureCluster) -> Callable[[str], HeraldProcess]:
+    return partial(_herald, secure)
 
 
 def _scram(secure: SecureCluster) -> dict[str, Any]:
@@ -93,7 +86,7 @@ def _send(bootstrap: str, topic: str, codec: str, conf: dict[str, Any]
 
 
 def _counted(before: dict, after: dict) -> dict[str, dict]:
-    return {name: _by_labels(before, after, name) for name in COUNTERS}
+    return {name: by_labels(before, after, name) for name in COUNTERS}
 
 
 def _most_on_the_engine(before: dict, after: dict) -> None:

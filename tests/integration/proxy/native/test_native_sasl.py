@@ -19,9 +19,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import free_port
-from tests.integration.proxy.observability.test_metrics import moved, scrape
 from tests.support.clients import consume_all
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape
 from tests.support.native_parts import ENGINE, needs
 from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster
 

@@ -10,16 +10,17 @@ through TLS itself.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.metrics import moved, scrape, wait_for
 from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import SecureCluster, tls_herald_config
 
@@ -40,15 +41,8 @@ def _herald(secure: SecureCluster, mode: str, **overrides: Any) -> HeraldProcess
 
 
 @pytest.fixture(scope="module")
-def herald_on(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "off") as proc:
-        yield proc
+def herald_for(secure: SecureCluster) -> Callable[[str], HeraldProcess]:
+    return partial(_herald, secure)
 
 
 def _tls(secure: SecureCluster) -> dict[str, Any]:

@@ -28,9 +28,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from proxy.devtools.embedded_kafka import free_port
-from tests.integration.proxy.observability.test_metrics import http_get, scrape, total
 from tests.support.herald_process import REPO, HeraldProcess, herald_config
 from tests.support.hostile_broker import HostileBroker
+from tests.support.metrics import http_get, scrape, total
 from tests.support.native_parts import ENGINE, needs
 
 pytestmark = needs(ENGINE)

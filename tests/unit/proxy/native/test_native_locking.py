@@ -28,9 +28,10 @@ from protocol.messages.fetch_response import (
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
+from tests.support.native.engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.native.fetch import frame
 from tests.support.native_parts import ENGINE, STAMPER, needs
-from tests.unit.proxy.native.test_fetch_plan import frame
-from tests.unit.proxy.native.test_native_relay_engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.records import read_varint
 
 if stamping.NATIVE:
     from protocol import _stamp
@@ -160,14 +161,8 @@ def split_records(data: bytes) -> list[bytes]:
     """The records of a records section, each with its length varint."""
     out, pos = [], 0
     while pos < len(data):
-        start, n, shift = pos, 0, 0
-        while True:
-            b = data[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        start = pos
+        n, pos = read_varint(data, pos)
         pos += n >> 1  # zigzag, never negative here
         out.append(data[start:pos])
     assert pos == len(data)

@@ -20,8 +20,7 @@ import pytest
 
 from proxy.native import relay as native_relay
 from tests.support.certs import CertificateAuthority
-from tests.support.native_parts import TLS, needs
-from tests.unit.proxy.native.test_native_relay_engine import (
+from tests.support.native.engine import (
     API_VERSIONS,
     FETCH,
     METADATA,
@@ -29,6 +28,7 @@ from tests.unit.proxy.native.test_native_relay_engine import (
     response,
     table,
 )
+from tests.support.native_parts import TLS, needs
 
 pytestmark = needs(TLS)
 
