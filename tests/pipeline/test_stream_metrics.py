@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from pipeline.sketch import Sketch
-from pipeline.stream import _empty_aggregates
+from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import OTHER, LabelBudget, exporter_for
 from tests.support.pod_sim import free_port
 
@@ -37,7 +37,8 @@ def _entry(values: list[int], **more: int) -> dict:
 
 
 def _aggregates() -> dict:
-    agg = _empty_aggregates()
+    """The aggregates as their file holds them (`aggregates/N.json`)."""
+    agg = Aggregates().to_json()
     agg["batch_id"] = 7
     agg["edges"] = {
         "orders\0payments": _entry([3, 20, 20, 700], linked=4, inferred=0, incomplete=1),
@@ -118,7 +119,7 @@ def served():
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=3))
     assert exporter is not None and exporter.port == port
-    exporter.collector.publish(_aggregates())
+    exporter.collector.publish(Aggregates.from_json(_aggregates()))
     exporter.collector.on_progress({"batch_id": 7, "input_rows": 40, "duration_ms": 1500,
                                     "state": {"numRowsTotal": 12, "memoryUsedBytes": 4096,
                                               "numRowsDroppedByWatermark": 2}})
@@ -236,7 +237,7 @@ def test_groups_over_the_budget_fold_into_other_with_merged_lag() -> None:
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=1))
     assert exporter is not None
-    exporter.collector.publish(_aggregates())
+    exporter.collector.publish(Aggregates.from_json(_aggregates()))
     m = _scrape(port)
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders", group="pay") == 30
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders",
@@ -279,7 +280,7 @@ def test_aggregates_without_lost_parents_counts_export_none() -> None:
     del agg["incomplete"]
     for entry in agg["edges"].values():
         entry.pop("incomplete", None)
-    exporter.collector.publish(agg)
+    exporter.collector.publish(Aggregates.from_json(agg))
     m = _scrape(port)
     assert not [name for name in m if "incomplete" in name or "losses" in name
                 or "parents_lost" in name]
