@@ -32,7 +32,7 @@ from prometheus_client.registry import CollectorRegistry  # noqa: E402
 from pipeline.config import PipelineConfig, StreamConfig  # noqa: E402
 from pipeline.flows import HISTOGRAM_BOUNDS_MS  # noqa: E402
 from pipeline.sketch import Sketch  # noqa: E402
-from pipeline.stream import _empty_aggregates  # noqa: E402
+from pipeline.stream.aggregates import Aggregates  # noqa: E402
 from pipeline.stream_metrics import StreamCollector  # noqa: E402
 
 
@@ -50,9 +50,9 @@ def _entry(rng: random.Random, n: int = 1000) -> dict:
 
 
 def aggregates(edges: int, paths: int, groups: int, lag_buckets: int, topics: list[str]
-               ) -> dict:
+               ) -> Aggregates:
     rng = random.Random(7)
-    agg = _empty_aggregates()
+    agg = Aggregates().to_json()  # as the file holds them
     agg["batch_id"] = 1
     for i in range(edges):
         a, b = topics[i % len(topics)], topics[(i * 7 + 1) % len(topics)]
@@ -72,7 +72,7 @@ def aggregates(edges: int, paths: int, groups: int, lag_buckets: int, topics: li
             agg["lag"][json.dumps([topic, f"group-{g}", k * 60_000])] = {
                 "sketch": _entry(rng, 60)["sketch"]}
     agg["stream"]["watermark_ms"] = 10**12
-    return agg
+    return Aggregates.from_json(agg)
 
 
 def main(argv: list[str] | None = None) -> int:

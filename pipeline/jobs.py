@@ -111,7 +111,7 @@ def run_batch(spark: SparkSession, config: PipelineConfig) -> dict[str, Any]:
 
 def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     """Start the streaming job (`pipeline.stream`); the caller waits on (or stops) it."""
-    from pipeline.stream import start_stream as start
+    from pipeline.stream.query import start_stream as start
 
     return start(spark, config)
 

@@ -1,12 +1,13 @@
 """The stream's answers as Prometheus metrics, served from the Spark driver
 (docs/observability.md, "The stream's metrics").
 
-Why from the merged aggregates. After each micro-batch the stream holds, in one small dict
-(`aggregates/N.json`), every count, histogram and sketch its tables are drawn from, merged from
-the checkpoint onwards. The exporter keeps a reference to the newest one and turns it into
-metric families when Prometheus scrapes (`StreamCollector.collect`), so a micro-batch pays
-nothing but that reference, a scrape pays for the aggregates' size (edges, paths, groups: not
-records), and the metrics say exactly what the tables say. Counters are the aggregates' totals
+Why from the merged aggregates. After each micro-batch the stream holds, in one small value
+(`pipeline.stream.aggregates`, kept as `aggregates/N.json`), every count, histogram and sketch
+its tables are drawn from, merged from the checkpoint onwards. The exporter keeps a reference
+to the newest one and turns it into metric families when Prometheus scrapes
+(`StreamCollector.collect`), so a micro-batch pays nothing but that reference, a scrape pays
+for the aggregates' size (edges, paths, groups: not records), and the metrics say exactly what
+the tables say. Counters are the aggregates' totals
 since the checkpoint began, so they survive a restart of the stream instead of starting again
 from zero.
 
@@ -28,11 +29,12 @@ graph and node graph views draw Kafka flows from them unchanged.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from pipeline.config import PipelineConfig
+    from pipeline.stream.aggregates import Aggregates, Entry
 
 log = logging.getLogger("herald.pipeline.metrics")
 
@@ -164,11 +167,11 @@ class Histogram:
     sum_ms: float | None = 0
     le: tuple[str, ...] = LE
 
-    def add(self, entry: dict[str, Any]) -> None:
-        for i, c in enumerate(entry["histogram"]):
+    def add(self, entry: Entry) -> None:
+        for i, c in enumerate(entry.histogram or ()):
             self.counts[i] += c
-        self.sum_ms = (None if self.sum_ms is None or "sum_ms" not in entry
-                       else self.sum_ms + entry["sum_ms"])
+        self.sum_ms = (None if self.sum_ms is None or entry.sum_ms is None
+                       else self.sum_ms + entry.sum_ms)
 
     def buckets(self) -> list[tuple[str, float]]:
         running, out = 0, []
@@ -185,19 +188,24 @@ class Histogram:
                           None if self.sum_ms is None else self.sum_ms / 1000)
 
 
-def _complete(entry: dict[str, Any]) -> bool:
+def _complete(entry: Entry) -> bool:
     """The entry's histogram counts every value its sketch does (an entry merged partly by an
     older version does not, and is exported without a histogram)."""
-    hist = entry.get("histogram")
-    return hist is not None and sum(hist) == entry["sketch"]["count"]
+    return entry.histogram is not None and sum(entry.histogram) == _count(entry)
 
 
-def _path(agg: dict[str, Any], where: tuple[str, ...]) -> Any:
+def _count(entry: Entry) -> int:
+    return entry.sketch.count if entry.sketch is not None else 0
+
+
+def _path(value: Any, where: tuple[str, ...]) -> Any:
+    """What is at `where` in the aggregates (attributes, then keys of their dicts); None
+    where they do not have it."""
     for key in where:
-        if not isinstance(agg, dict) or key not in agg:
+        value = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        if value is None:
             return None
-        agg = agg[key]
-    return agg
+    return value
 
 
 @dataclass
@@ -208,11 +216,11 @@ class Folded:
     sums: dict[str, int | None] = field(default_factory=dict)  # None: some entry lacks it
     histogram: Histogram | None = field(default_factory=Histogram)
 
-    def add(self, entry: dict[str, Any], keys: Iterable[str]) -> None:
-        self.count += entry["sketch"]["count"]
+    def add(self, entry: Entry, keys: Iterable[str]) -> None:
+        self.count += _count(entry)
         for k in keys:
-            was = self.sums.get(k, 0)
-            self.sums[k] = None if was is None or k not in entry else was + int(entry[k] or 0)
+            was, value = self.sums.get(k, 0), getattr(entry, k)
+            self.sums[k] = None if was is None or value is None else was + int(value)
         if self.histogram is not None:
             if _complete(entry):
                 self.histogram.add(entry)
@@ -220,12 +228,12 @@ class Folded:
                 self.histogram = None
 
 
-def fold(entries: dict[Any, dict[str, Any]], budget: LabelBudget,
+def fold(entries: Mapping[Any, Entry], budget: LabelBudget,
          keys: Iterable[str]) -> dict[Any, Folded]:
     """Entries (with a `sketch`, and maybe a histogram) by label value, the ones over the
     budget added up under None (`other`)."""
     keys = list(keys)
-    label = budget.admit({k: e["sketch"]["count"] for k, e in entries.items()})
+    label = budget.admit({k: _count(e) for k, e in entries.items()})
     out: dict[Any, Folded] = {}
     for k, e in entries.items():
         out.setdefault(label(k), Folded()).add(e, keys)
@@ -248,7 +256,7 @@ class EntryMetrics:
     labels: tuple[str, ...]
     label_values: Callable[[Any], list[str]]
 
-    def families(self, entries: dict[Any, dict[str, Any]], budget: LabelBudget
+    def families(self, entries: Mapping[Any, Entry], budget: LabelBudget
                  ) -> Iterator[Metric]:
         folded = fold(entries, budget, [k for _, _, k in self.counters if k])
         counters = {name: CounterMetricFamily(name, doc, labels=self.labels)
@@ -285,16 +293,15 @@ PATHWAYS = EntryMetrics(
     ("path",), lambda key: [key if key is not None else OTHER])
 
 
-def edge_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
-    edges = {tuple(k.split("\0")): e for k, e in agg.get("edges", {}).items()}
-    return EDGES.families(edges, budgets.edges)
+def edge_families(agg: Aggregates, budgets: Budgets) -> Iterator[Metric]:
+    return EDGES.families(agg.edges, budgets.edges)
 
 
-def pathway_families(agg: dict[str, Any], budgets: Budgets) -> Iterator[Metric]:
-    return PATHWAYS.families(agg.get("pathways", {}), budgets.paths)
+def pathway_families(agg: Aggregates, budgets: Budgets) -> Iterator[Metric]:
+    return PATHWAYS.families(agg.pathways, budgets.paths)
 
 
-def count_families(agg: dict[str, Any]) -> Iterator[Metric]:
+def count_families(agg: Aggregates) -> Iterator[Metric]:
     for name, doc, where in PLAIN_COUNTERS:
         value = _path(agg, where)
         if value is not None:
@@ -311,14 +318,14 @@ def count_families(agg: dict[str, Any]) -> Iterator[Metric]:
         yield family
 
 
-def record_families(agg: dict[str, Any], topics: list[str]) -> Iterator[Metric]:
+def record_families(agg: Aggregates, topics: list[str]) -> Iterator[Metric]:
     """Records read per topic, and those without trace context (no flow can hold them)."""
     known = set(topics)
     totals: dict[str, list[int]] = {}
-    for o in agg.get("offsets", {}).values():
-        t = totals.setdefault(o["topic"] if o["topic"] in known else OTHER, [0, 0])
-        t[0] += o["records"]
-        t[1] += o["untraced"]
+    for o in agg.offsets.values():
+        t = totals.setdefault(o.topic if o.topic in known else OTHER, [0, 0])
+        t[0] += o.records
+        t[1] += o.untraced
     records = CounterMetricFamily("herald_stream_records", "Records read and analysed",
                                   labels=["topic"])
     untraced = CounterMetricFamily("herald_stream_records_untraced",
@@ -331,22 +338,20 @@ def record_families(agg: dict[str, Any], topics: list[str]) -> Iterator[Metric]:
     yield untraced
 
 
-def lag_families(agg: dict[str, Any], topics: list[str], budgets: Budgets) -> Iterator[Metric]:
+def lag_families(agg: Aggregates, topics: list[str], budgets: Budgets) -> Iterator[Metric]:
     """Per topic and consumer group: the lag of the newest bucket of fetch time (its max and
     median, and when that bucket starts) and the fetches counted (each reader's first fetch of
     a record). An empty `group` is readers without one."""
     known = set(topics)
-    newest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
-    for key, e in agg.get("lag", {}).items():
-        topic, group, bucket_ms = json.loads(key)
+    newest: dict[tuple[str, str], tuple[int, Sketch]] = {}
+    for (topic, group, bucket_ms), sketch in agg.lag.items():
         k = (topic, group or "")
         if k not in newest or newest[k][0] < bucket_ms:
-            newest[k] = (bucket_ms, e)
+            newest[k] = (bucket_ms, sketch)
     fetches = {}
-    for key, e in agg.get("transit", {}).items():
-        topic, group = json.loads(key)
-        if "sketch" in e:
-            fetches[(topic, group or "")] = e["sketch"]["count"]
+    for (topic, group), t in agg.transit.items():
+        if t.sketch is not None:
+            fetches[(topic, group or "")] = t.sketch.count
     label = budgets.groups.admit(_group_volumes(fetches))
 
     def labels(k: tuple[str, str]) -> tuple[str, str]:
@@ -354,8 +359,8 @@ def lag_families(agg: dict[str, Any], topics: list[str], budgets: Budgets) -> It
         return topic, k[1] if label(k[1]) is not None else OTHER
 
     lags: dict[tuple[str, str], tuple[int, Sketch]] = {}
-    for k, (bucket_ms, e) in newest.items():
-        sk = Sketch.from_json(e["sketch"])
+    for k, (bucket_ms, sketch) in newest.items():
+        sk = copy.deepcopy(sketch)  # merged below: the aggregates' own stays as it is
         was = lags.get(labels(k))
         if was is not None:
             sk.merge(was[1])
@@ -393,20 +398,18 @@ def _group_volumes(fetches: dict[tuple[str, str], int]) -> dict[Hashable, int]:
     return out
 
 
-def state_families(agg: dict[str, Any]) -> Iterator[Metric]:
-    from pipeline.stream import held_totals
-
-    st = agg.get("stream", {})
-    for (name, doc), value in zip(STATE_GAUGES, held_totals(agg).values(), strict=True):
+def state_families(agg: Aggregates) -> Iterator[Metric]:
+    st = agg.stream
+    for (name, doc), value in zip(STATE_GAUGES, st.held(), strict=True):
         yield GaugeMetricFamily(name, doc, value=value)
-    if st.get("watermark_ms") is not None:
+    if st.watermark_ms is not None:
         yield GaugeMetricFamily("herald_stream_watermark_timestamp_seconds",
-                                "The event-time watermark", value=st["watermark_ms"] / 1000)
+                                "The event-time watermark", value=st.watermark_ms / 1000)
     yield GaugeMetricFamily("herald_stream_last_batch_id", "The newest micro-batch merged",
-                            value=agg.get("batch_id", -1))
+                            value=agg.batch_id)
 
 
-def aggregate_families(agg: dict[str, Any], topics: list[str], budgets: Budgets
+def aggregate_families(agg: Aggregates, topics: list[str], budgets: Budgets
                        ) -> Iterator[Metric]:
     """Every metric drawn from the merged aggregates."""
     yield from edge_families(agg, budgets)
@@ -486,10 +489,10 @@ class StreamCollector:
         with self.lock:
             self.topics = list(config.topics)
             self.budgets = Budgets(config.stream.metrics_top)
-            self.agg: dict[str, Any] | None = None
+            self.agg: Aggregates | None = None
             self.progress = Progress()
 
-    def publish(self, agg: dict[str, Any]) -> None:
+    def publish(self, agg: Aggregates) -> None:
         """The merged aggregates after a micro-batch (never changed afterwards: the next
         batch reads its own copy from the file)."""
         with self.lock:

@@ -7,6 +7,7 @@ Everything in it is bounded by the number of topics, edges, pathways, time bucke
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,46 @@ def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, A
         t[1] += row["bytes"] or 0
     ranked = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0] is None, str(kv[0])))
     return [{key: k, "records": r, "bytes": b} for k, (r, b) in ranked[:top]]
+
+
+def audit_of(audit: list[dict[str, Any]], top: int) -> dict[str, Any]:
+    """The summary's `audit` from the audit table's rows (their hour as `hour_ms`): the top
+    producers by client id, principal and origin, and the records and bytes of each hour."""
+    by_hour: dict[int, list[int]] = {}
+    for r in audit:
+        h = by_hour.setdefault(r["hour_ms"], [0, 0])
+        h[0] += r["records"]
+        h[1] += r["bytes"] or 0
+    return {
+        "by_client_id": _rollup(audit, "client_id", top),
+        "by_principal": _rollup(audit, "principal", top),
+        "by_origin": _rollup(audit, "origin", top),
+        "by_hour": [{"hour_ms": h, "records": r, "bytes": b}
+                    for h, (r, b) in sorted(by_hour.items())],
+    }
+
+
+def records_of(offsets: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The summary's `records` from the records, untraced records and bytes read of each
+    partition (`topic`): the totals, and per topic."""
+    by_topic: dict[str, dict[str, Any]] = {}
+    for o in offsets:
+        t = by_topic.setdefault(o["topic"], {"topic": o["topic"], "records": 0, "untraced": 0,
+                                             "bytes": 0})
+        t["records"] += o["records"]
+        t["untraced"] += o["untraced"]
+        t["bytes"] += o["bytes"] or 0
+    total = sum(t["records"] for t in by_topic.values())
+    untraced = sum(t["untraced"] for t in by_topic.values())
+    return {"total": total, "traced": total - untraced, "untraced": untraced,
+            "by_topic": [by_topic[t] for t in sorted(by_topic)]}
+
+
+def config_of(config: PipelineConfig) -> dict[str, Any]:
+    """The settings the summary's figures depend on."""
+    return {"topics": config.topics, "terminal_topics": config.terminal_topics,
+            "max_wait_ms": config.max_wait_ms, "time_source": config.time_source,
+            "time_bucket_s": config.time_bucket_s}
 
 
 FLAGS = ("broken", "stopped", "slow", "open")
@@ -159,15 +200,9 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         F.sum(F.col("trace_id").isNull().cast("long")).alias("untraced"),
         F.sum("size").alias("bytes"),
     ), ["topic", "partition"])
-    by_topic: dict[str, dict[str, Any]] = {}
-    for o in offsets:
-        t = by_topic.setdefault(o["topic"], {"topic": o["topic"], "records": 0, "untraced": 0,
-                                             "bytes": 0})
-        t["records"] += o["records"]
-        t["untraced"] += o.pop("untraced")  # kept per topic only
-        t["bytes"] += o.pop("bytes") or 0
-    total = sum(t["records"] for t in by_topic.values())
-    untraced = sum(t["untraced"] for t in by_topic.values())
+    records = records_of(offsets)
+    for o in offsets:  # kept per topic only
+        del o["untraced"], o["bytes"]
 
     tallies = tally(tables)
     counts = dict(tallies.flows)
@@ -192,20 +227,10 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
     pathways = _rows(tables.pathways, ["path"])
     audit = [dict(r, hour_ms=int(r["hour"].replace(tzinfo=UTC).timestamp() * 1000))
              for r in _rows(tables.audit)]
-    by_hour: dict[int, list[int]] = {}
-    for r in audit:
-        h = by_hour.setdefault(r["hour_ms"], [0, 0])
-        h[0] += r["records"]
-        h[1] += r["bytes"] or 0
     return {
         "generated_ms": int(time.time() * 1000),
-        "config": {
-            "topics": config.topics, "terminal_topics": config.terminal_topics,
-            "max_wait_ms": config.max_wait_ms, "time_source": config.time_source,
-            "time_bucket_s": config.time_bucket_s,
-        },
-        "records": {"total": total, "traced": total - untraced, "untraced": untraced,
-                    "by_topic": [by_topic[t] for t in sorted(by_topic)]},
+        "config": config_of(config),
+        "records": records,
         "offsets": offsets,
         "flows": counts,
         "branches": tallies.branches,
@@ -222,11 +247,5 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         "lag": ([] if tables.lag is None
                 else _rows(tables.lag.orderBy("topic", F.col("group").asc_nulls_last(),
                                               "bucket_ms"))),
-        "audit": {
-            "by_client_id": _rollup(audit, "client_id", config.top),
-            "by_principal": _rollup(audit, "principal", config.top),
-            "by_origin": _rollup(audit, "origin", config.top),
-            "by_hour": [{"hour_ms": h, "records": r, "bytes": b}
-                        for h, (r, b) in sorted(by_hour.items())],
-        },
+        "audit": audit_of(audit, config.top),
     }

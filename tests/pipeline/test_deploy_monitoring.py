@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from pipeline.config import PipelineConfig, StreamConfig
+from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import StreamCollector
 from tests.support.pipeline.aggregates import sample_aggregates
 from tests.support.prometheus import MISSING, binary
@@ -50,7 +51,7 @@ def _exported() -> set[str]:
     agg = sample_aggregates()  # with the lost-parents counts (docs/pipeline.md)
     for entry in [*agg["pathways"].values(), *agg["edges"].values()]:
         entry.setdefault("incomplete", 0)
-    collector.publish(agg)
+    collector.publish(Aggregates.from_json(agg))
     collector.on_progress({"batch_id": 1, "input_rows": 5, "duration_ms": 10,
                            "state": {"numRowsTotal": 1, "memoryUsedBytes": 1}})
     return {f.name + sfx for f in collector.collect() for sfx in SUFFIXES[f.type]}

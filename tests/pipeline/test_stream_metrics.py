@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
+from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import OTHER, LabelBudget, exporter_for
 from tests.support.pipeline.aggregates import sample_aggregates
 from tests.support.pod_sim import free_port
@@ -61,7 +62,7 @@ def served():
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=3))
     assert exporter is not None and exporter.port == port
-    exporter.collector.publish(sample_aggregates())
+    exporter.collector.publish(Aggregates.from_json(sample_aggregates()))
     exporter.collector.on_progress({"batch_id": 7, "input_rows": 40, "duration_ms": 1500,
                                     "state": {"numRowsTotal": 12, "memoryUsedBytes": 4096,
                                               "numRowsDroppedByWatermark": 2}})
@@ -179,7 +180,7 @@ def test_groups_over_the_budget_fold_into_other_with_merged_lag() -> None:
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=1))
     assert exporter is not None
-    exporter.collector.publish(sample_aggregates())
+    exporter.collector.publish(Aggregates.from_json(sample_aggregates()))
     m = _scrape(port)
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders", group="pay") == 30
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders",
@@ -222,7 +223,7 @@ def test_aggregates_without_lost_parents_counts_export_none() -> None:
     del agg["incomplete"]
     for entry in agg["edges"].values():
         entry.pop("incomplete", None)
-    exporter.collector.publish(agg)
+    exporter.collector.publish(Aggregates.from_json(agg))
     m = _scrape(port)
     assert not [name for name in m if "incomplete" in name or "losses" in name
                 or "parents_lost" in name]

@@ -7,7 +7,7 @@ import json
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from pipeline.sketch import Sketch
-from pipeline.stream import _empty_aggregates
+from pipeline.stream.aggregates import Aggregates
 
 
 def _entry(values: list[int], **more: int) -> dict:
@@ -21,7 +21,8 @@ def _entry(values: list[int], **more: int) -> dict:
 
 
 def sample_aggregates() -> dict:
-    agg = _empty_aggregates()
+    """The aggregates as their file holds them (`aggregates/N.json`)."""
+    agg = Aggregates().to_json()
     agg["batch_id"] = 7
     agg["edges"] = {
         "orders\0payments": _entry([3, 20, 20, 700], linked=4, inferred=0, incomplete=1),

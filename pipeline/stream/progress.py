@@ -1,0 +1,91 @@
+"""Spark's progress of each micro-batch: what the stream keeps of it (`progress_record`), one
+line per micro-batch in `<output>/progress.jsonl` (the state size and per-batch work over the
+run), written by one listener per Spark session, which also feeds each query's exporter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.stream_metrics import StreamCollector
+
+# Output folder and metrics of each running query (by query id, which the checkpoint keeps
+# across restarts), for the one listener of the session.
+_OUTPUTS: dict[str, Path] = {}
+_METRICS: dict[str, StreamCollector] = {}
+
+
+def _progress_path(out: Path) -> Path:
+    return out / "progress.jsonl"
+
+
+def last_progress(out: Path) -> dict[str, Any] | None:
+    """The newest line of `progress.jsonl`, read from the end (the file grows by one line per
+    micro-batch; a micro-batch must not read all of it)."""
+    path = _progress_path(out)
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - 65536))
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return None
+    return json.loads(lines[-1]) if lines else None
+
+
+def progress_record(progress: Any) -> dict[str, Any]:
+    """What the stream keeps of Spark's progress of one micro-batch: input rows, the state
+    operator's rows and memory, rows dropped behind the watermark, durations."""
+    data = json.loads(progress.json) if hasattr(progress, "json") else progress
+    ops = data.get("stateOperators") or []
+    state = None
+    if ops:
+        state = {k: sum(int(o.get(k) or 0) for o in ops) for k in (
+            "numRowsTotal", "numRowsUpdated", "numRowsRemoved", "memoryUsedBytes",
+            "numRowsDroppedByWatermark")}
+    return {"batch_id": data.get("batchId"), "input_rows": data.get("numInputRows"),
+            "duration_ms": data.get("durationMs", {}).get("triggerExecution"),
+            "watermark": (data.get("eventTime") or {}).get("watermark"),
+            "timestamp": data.get("timestamp"), "state": state}
+
+
+
+def progress_listener() -> Any:
+    """A listener appending each micro-batch's progress (`progress_record`) to its query's
+    `<output>/progress.jsonl`: the state size and per-batch work over the run."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Listener(StreamingQueryListener):
+        def onQueryStarted(self, event: Any) -> None:
+            pass
+
+        def onQueryProgress(self, event: Any) -> None:
+            out = _OUTPUTS.get(str(event.progress.id))
+            if out is None:
+                return
+            record = progress_record(event.progress)
+            with _progress_path(out).open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            if str(event.progress.id) in _METRICS:
+                _METRICS[str(event.progress.id)].on_progress(record)
+
+        def onQueryIdle(self, event: Any) -> None:
+            if str(event.id) in _METRICS:
+                _METRICS[str(event.id)].on_idle()
+
+        def onQueryTerminated(self, event: Any) -> None:
+            pass
+
+    return Listener()
+
+
+
+def register(query_id: str, out: Path, metrics: StreamCollector | None) -> None:
+    """Where the listener writes the progress of query `query_id`, and which exporter it
+    feeds (None: none)."""
+    _OUTPUTS[query_id] = out
+    if metrics is not None:
+        _METRICS[query_id] = metrics
+    else:
+        _METRICS.pop(query_id, None)

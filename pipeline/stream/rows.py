@@ -1,0 +1,56 @@
+"""The stateful operator's rows: what goes in (a hop, an observation, a partition clock's tick)
+and what comes out (`EMITTED_SCHEMA`), with their kinds and statuses. The sources shape them,
+the hold emits them and the micro-batch reads them, so they are stated once, here."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.hops import HOP_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Statuses of what a partition's clock emits: a reader's first fetch of a record (with its
+# transit and lag), a later fetch of it (its consumer only), an observation without `h`.
+TRANSIT, DUPLICATE, NO_RECORD_TIME = "transit", "duplicate", "no_record_time"
+FETCH, CLOCK = "fetch", "clock"  # kinds of the operator's rows, besides `hop`
+PARTITION_KEY = "\x00"  # starts every partition clock's key; no trace id (hex) can
+HELD_COLUMNS = [c for c in HOP_COLUMNS if c != "event_time"] + [
+    "kind", "consumer", "consumer_host", "group", "record_ms"]
+EMITTED_SCHEMA = (
+    "trace_id string, parent_span string, topic string, partition int, offset long, "
+    "timestamp_ms long, timestamp_type string, herald_time_ms long, client_id string, "
+    "principal string, origin string, message_id string, size long, parents string, "
+    "parents_lost long, lost_reasons string, source_host string, "
+    "event_ms long, kind string, consumer string, consumer_host string, `group` string, "
+    "record_ms long, "
+    "transit_ms long, lag_ms long, status string, watermark_ms long, "
+    "bucket int, held_hops long, held_flows long, tombstones long")
+EMITTED_TYPES = {c.split()[0].strip("`"): c.split()[1] for c in EMITTED_SCHEMA.split(", ")}
+EMITTED_COLUMNS = list(EMITTED_TYPES)
+STATE_SCHEMA = "blob binary"  # a bucket (`flow_hold.Bucket`) or a partition's clock, pickled
+STATE = "state"  # one row per bucket call: the bucket's size after it
+
+PARENTS_SCHEMA = "array<struct<topic:string,partition:int,offset:long>>"
+JSON_COLUMNS = {"parents": PARENTS_SCHEMA, "lost_reasons": "array<string>"}  # arrays held as JSON
+
+
+def emit(df: pd.DataFrame, status: str, watermark: int) -> pd.DataFrame:
+    """Held rows `df` as emitted rows of `status`."""
+    out = df[HELD_COLUMNS].copy()
+    out["status"] = status
+    out["watermark_ms"] = watermark
+    return with_all_columns(out)
+
+
+def with_all_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with every column of `EMITTED_SCHEMA`, in its order; a missing one is null (as a
+    nullable integer column where the schema wants a number, so Arrow keeps the type)."""
+    import pandas as pd
+
+    for name, kind in EMITTED_TYPES.items():
+        if name not in df.columns:
+            df[name] = (pd.array([None] * len(df), dtype="Int64") if kind in ("long", "int")
+                        else None)
+    return df[EMITTED_COLUMNS]
