@@ -18,6 +18,7 @@ contexts the produce chain wrote are handed on (in `Exchange.traces`) only when 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -38,7 +39,7 @@ from protocol.messages.produce_response import (
     TopicProduceResponse,
 )
 from protocol.records import join_batches, split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.observability.limit_stats import (
@@ -53,7 +54,7 @@ from proxy.observability.limit_stats import (
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import CodecStats, TopicTally
 from proxy.upstream.topic_ids import TopicIds
-from proxy.upstream.topic_limits import TopicLimits
+from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
 
 log = get_logger("interception")
 
@@ -209,6 +210,68 @@ def connection_info(ctx: SessionContext) -> ConnectionInfo:
     return conn
 
 
+class _EngineWork:
+    """The interceptor filter as the native engine sees it (`NativeWork`): what its plans
+    need, read from the filter as it is now."""
+
+    __slots__ = ("_filter",)
+
+    def __init__(self, filt: InterceptorFilter) -> None:
+        self._filter = filt
+
+    @property
+    def chains(self) -> Chains:
+        return self._filter.chains
+
+    @property
+    def reports_spans(self) -> bool:
+        return self._filter.report_traces
+
+    @property
+    def counts_topics(self) -> bool:
+        return self._filter.tally is not None
+
+    def connection(self, ctx: SessionContext) -> ConnectionInfo:
+        return connection_info(ctx)
+
+    def topic_names(self) -> Mapping[bytes, str]:
+        return self._filter.topics.names
+
+    def record_limits(self) -> tuple[int, int]:
+        limits = self._filter.limits
+        return limits.max_batch_records, limits.max_request_records
+
+    def batch_limit(self) -> int:
+        """Above the smallest topic size limit known, Python decides how a batch fits its
+        topic."""
+        topic_limits = self._filter.topic_limits
+        if topic_limits is None:
+            return -1
+        return min((BROKER_DEFAULT_MAX_MESSAGE_BYTES, *topic_limits.known.values()))
+
+    def decompression_limits(self) -> tuple[int, int]:
+        """Python's limits (`limits.max_batch_decompressed_bytes`,
+        `max_request_decompressed_bytes`), and no more than the share of the memory budget
+        Python lets one large partition's decompression book (`InterceptorFilter._run_big`),
+        so that whatever the engine decompresses Python would have decompressed too; past
+        them the frame goes to Python, which refuses it with the limit's own error. A batch
+        is also kept to what Python decompresses on its event loop without booking it
+        (`ON_LOOP_DECOMPRESSED`): the engine holds one batch at a time, decompressed and
+        stamped, outside the memory budget, and a larger one goes to Python, which books it
+        and works in a worker thread."""
+        filt = self._filter
+        limits = filt.limits
+        batch = limits.max_batch_decompressed_bytes
+        request = limits.max_request_decompressed_bytes
+        if filt.memory is not None:
+            share = filt.memory.limit // (2 * limits.big_batch_workers)
+            batch, request = min(batch, share), min(request, share)
+        return min(batch, ON_LOOP_DECOMPRESSED), request
+
+    def count_reencoded(self, codec: int, batches: int) -> None:
+        self._filter.codec.reencoded[codec] += batches
+
+
 class InterceptorFilter(Filter):
     name = "interceptors"
 
@@ -224,6 +287,9 @@ class InterceptorFilter(Filter):
     ) -> None:
         self.chains = chains
         self.topics = topics
+        # The engine stamps the Produce requests and scans the Fetch responses this member
+        # reads, when the plans built from what it gives allow (proxy/native/stamp_plan.py).
+        self.native = NativeTakeover(stamp=True, scan=True, work=_EngineWork(self))
         self.codec = codec if codec is not None else CodecStats()
         self.tally = tally if tally is not None and tally.allowlist else None
         self.report_traces = False  # set by the proxy when tracing is on

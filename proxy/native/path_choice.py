@@ -24,7 +24,6 @@ from prometheus_client import Counter
 
 from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter
 from proxy.limits.memory_budget import Holder
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
@@ -132,9 +131,10 @@ def tls_refusal(transport: Transport, caps: Capabilities = CAPABILITIES) -> str 
 def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
                    caps: Capabilities = CAPABILITIES) -> bytes:
     """One byte per (api key, version): what the engine may do with that pair's requests.
-    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
-    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
-    tagged fields) are scanned. A response some filter reads only for its top-level tagged
+    With `stamp`, Produce requests the one filter that declares the engine may stamp them
+    (`Filter.native`) alone reads are stamped; with `fetch`, Fetch responses the filters that
+    declare the engine may scan them read (and others at most for their tagged fields) are
+    scanned. A response some filter reads only for its top-level tagged
     fields passes unless it has some, where the engine reads them (`caps.tags`)."""
     max_version = caps.max_version
     table = bytearray(caps.max_api * max_version)
@@ -147,7 +147,7 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
                 continue
             readers = chain.for_response(api, version)
             if scanned:
-                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
+                readers = [f for f in readers if not f.native.scan]
                 if not readers:
                     table[api * max_version + version] = SCAN
                 elif version in tagged and all(f.tagged_only(api, version) for f in readers):
@@ -162,14 +162,15 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
 
 
 def table_reason(chain: FilterChain, api: int, version: int) -> str:
-    """Why a table marks (api, version) Python's: a filter reads it, or the interceptor
-    filter does for a chain (or version) the engine does not stamp or scan."""
+    """Why a table marks (api, version) Python's: a filter reads it, or only filters that
+    declare the engine may stamp or scan in their place (`Filter.native`) do, for a chain
+    (or version) the engine does not stamp or scan."""
     requests = chain.for_request(api, version)
     responses = chain.for_response(api, version)
-    if requests and all(isinstance(f, InterceptorFilter) for f in requests):
+    if requests and all(f.native.stamp for f in requests):
         return PRODUCE_CHAIN
-    if not requests and any(isinstance(f, InterceptorFilter) for f in responses) and all(
-            isinstance(f, InterceptorFilter) or f.tagged_only(api, version) for f in responses):
+    if not requests and any(f.native.scan for f in responses) and all(
+            f.native.scan or f.tagged_only(api, version) for f in responses):
         return FETCH_CHAIN
     return FILTER
 

@@ -41,7 +41,7 @@ from protocol.contracts.kafka_errors import (
     UNKNOWN_PRODUCER_ID,
 )
 from protocol.records import RecordBatch, build_batch, join_batches, split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
 from proxy.observability.logs import get_logger
 from proxy.observability.routing_spans import end_span, start_span
@@ -143,6 +143,9 @@ class _BatchPlan:
 
 class RoutingFilter(Filter):
     name = "routing"
+    # The engine takes over nothing this member reads: routing rewrites Produce requests in
+    # Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, table: RoutingTable, topics: TopicIds,
                  destinations: dict[str, Destination], stats: RoutingStats,

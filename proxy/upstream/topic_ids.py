@@ -18,7 +18,7 @@ from protocol.contracts.features import (
     TOPIC_ID_VERSION,
 )
 from protocol.primitives import ZERO_UUID
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 
 
 def topic_key(name: str | None, topic_id: bytes, version: int) -> str | bytes | None:
@@ -55,6 +55,9 @@ class TopicIds:
 
 class TopicIdLearner(Filter):
     name = "topic_ids"
+    # The engine takes over nothing this member reads: it learns topic ids from Metadata
+    # responses, in Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, topics: TopicIds) -> None:
         self.topics = topics
