@@ -55,8 +55,10 @@ BETWEEN_PHASES = "between_phases"  # it arrived while the session waited in Pyth
 # (answers to Python's frames pending, or a session that keeps needing Python)
 MEMORY_BUDGET = "memory_budget"  # the memory budget had no room for the engine's buffers
 REAUTH = "reauth"  # Herald's own re-authentication to the broker was due or under way
+TLS_REFUSED = "tls_refused"  # the engine would not carry on the session's TLS connection when
+# it was offered (or a TLS side had no connection left to give it): Python keeps the session
 FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
-                 MEMORY_BUDGET, REAUTH)
+                 MEMORY_BUDGET, REAUTH, TLS_REFUSED)
 
 # The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
 # engine would not serve (the next one Python handles is counted as declined), and the
@@ -207,6 +209,7 @@ class SessionPath:
         self._declined = False  # the next passable frame is the one the engine handed over
         self._stay = 0  # reads Python keeps the session for before offering it back
         self._stay_left = 0
+        self.refused = False  # the engine refused the session's TLS: never offered again
         if python_reason is not None:
             metrics.python_path.labels("session", python_reason, "").inc()
 
@@ -282,6 +285,24 @@ class SessionPath:
         self._why = REAUTH if reason == REAUTH else BETWEEN_PHASES
         return kind
 
+    def engine_tls(self, client: Transport, upstream: Transport
+                   ) -> tuple[object | None, object | None]:
+        """What the engine carries each side's TLS on (None: plaintext), from
+        `Transport.engine_tls`. A TLS side without its connection object (closed) must never
+        reach the engine, which would take it for a plaintext one: the session stays in
+        Python (`tls_refused`)."""
+        client_tls, upstream_tls = client.engine_tls(), upstream.engine_tls()
+        if (client.tls and client_tls is None) or (upstream.tls and upstream_tls is None):
+            self.tls_refused()
+        return client_tls, upstream_tls
+
+    def tls_refused(self) -> None:
+        """The engine would not carry on the session's TLS (relay_tls.c checks it before
+        anything moves): the session stays in Python from now on, and what Python handles is
+        counted as `tls_refused`."""
+        self.refused = True
+        self._why = TLS_REFUSED
+
     def reauth_due(self) -> None:
         """Herald's own re-authentication is due: what Python handles meanwhile is for it."""
         self._why = REAUTH
@@ -290,8 +311,9 @@ class SessionPath:
         """After a read: whether the session may be offered back to the engine now (the rest
         of the wait, for answers to what Python forwarded, is the caller's). A partial frame
         goes with the session when the engine's buffer holds it, and a session that keeps
-        needing Python stays for a few reads (`ended`)."""
-        if buffered > buffer:
+        needing Python stays for a few reads (`ended`); one whose TLS the engine refused
+        stays for good."""
+        if self.refused or buffered > buffer:
             return False
         if self._stay_left:
             self._stay_left -= 1
