@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
 from protocol.messages import REQUESTS, RESPONSES
 from protocol.primitives import Buffer
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
@@ -22,7 +23,8 @@ from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
 # tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
 _MIN_VERSIONS = {ApiKey.SASL_HANDSHAKE: 1}
-_UNSUPPORTED_VERSION = b"\x00\x23"  # error code 35, where every version's body starts
+_UNSUPPORTED_VERSION = UNSUPPORTED_VERSION.to_bytes(2, "big")  # where every version's body
+# starts: the error code
 
 
 def decode_body(payload: Buffer, version: int, offset: int) -> Any:

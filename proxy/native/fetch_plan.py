@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
 from interceptors.stats import ChainStats, MemberStats
-from interceptors.trace_links import FETCH_COUNTERS, NativeFetchedTraces, RememberFetched
+from interceptors.trace_links import NativeFetchedTraces, RememberFetched
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACEPARENT
+from protocol.contracts.native_relay import FETCH_LINK_EVENTS, LINK_COUNTS
 from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
 
@@ -42,6 +43,8 @@ FETCH = int(ApiKey.FETCH)
 VERSIONS = CAPABILITIES.scan_versions
 """Fetch versions the engine scans, as it says (v13+ name topics by id: one Herald has not
 learnt goes to Python)."""
+
+_NO_LINKS = (0,) * len(LINK_COUNTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,20 +56,20 @@ class FetchPlan:
     members: tuple[ChainMember, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = _NO_LINKS) -> None:
         """Add what the engine scanned to the counters the Python path keeps for a chain run
         that changes nothing: batches and records seen, by the chain and by each member.
         (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan;
         `compressed`: the compressed batches read, by codec, which change no counter;
-        `links[6:]`: records remembered, entries evicted and expired, the remembering
-        member's counters.)"""
+        `links`: the engine's link counts, of which the remembering member adds those it
+        declares a counter for, `FETCH_LINK_EVENTS`.)"""
         run = ChainStats(self.chain.path, {}, batches, 0, records)
         for m in self.members:
             st = run.members[m.name] = MemberStats(m.name, m.type, records)
             if isinstance(m.interceptor, RememberFetched):
-                for event, n in zip(FETCH_COUNTERS, links[6:9], strict=True):
-                    if n:
-                        st.count(event, n)
+                for at, event in FETCH_LINK_EVENTS:
+                    if links[at]:
+                        st.count(event, links[at])
         self.chain.add_run(run)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
+from protocol.contracts import native_relay
 from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.memory_budget import Holder
@@ -54,7 +55,8 @@ ENGINE_DECLINED = "engine_declined"  # the engine may serve this API but handed 
 BETWEEN_PHASES = "between_phases"  # it arrived while the session waited in Python to go back
 # (answers to Python's frames pending, or a session that keeps needing Python)
 MEMORY_BUDGET = "memory_budget"  # the memory budget had no room for the engine's buffers
-REAUTH = "reauth"  # Herald's own re-authentication to the broker was due or under way
+REAUTH = native_relay.REAUTH  # Herald's own re-authentication to the broker was due or
+# under way (the engine's hand-over reason of the same name)
 TLS_REFUSED = "tls_refused"  # the engine would not carry on the session's TLS connection when
 # it was offered (or a TLS side had no connection left to give it): Python keeps the session
 FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
@@ -64,8 +66,9 @@ FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PH
 # engine would not serve (the next one Python handles is counted as declined), and the
 # deadline of Herald's own re-authentication. tests/unit/test_path_choice.py holds them to the
 # engine's list.
-DECLINED_BY_ENGINE = "request"
-RESPONSE_BY_ENGINE = "response"  # the hand-over reason for a response Python must handle
+DECLINED_BY_ENGINE = native_relay.REQUEST
+RESPONSE_BY_ENGINE = native_relay.RESPONSE  # the hand-over reason for a response Python must
+# handle
 ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, REAUTH)
 
 # The table's byte values, by the names the engine gives them (0, Python's, where it has none).

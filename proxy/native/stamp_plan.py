@@ -30,10 +30,11 @@ from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
 from interceptors.context import ConnectionInfo
 from interceptors.stats import ChainStats, MemberStats
-from interceptors.trace_links import LOST_HEADER, PRODUCE_COUNTERS
+from interceptors.trace_links import LOST_HEADER
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
+from protocol.contracts.native_relay import LINK_COUNT, LINK_COUNTS, PRODUCE_LINK_EVENTS
 from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
 
@@ -41,6 +42,10 @@ PRODUCE = int(ApiKey.PRODUCE)
 VERSIONS = CAPABILITIES.stamp_versions
 """Produce versions the engine walks, as it says (v13+ name topics by id: the engine stamps
 those Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
+
+_NO_LINKS = (0,) * len(LINK_COUNTS)
+_PARENTS, _LINKED_BATCHES = LINK_COUNT["parents"], LINK_COUNT["linked_batches"]
+_MARKED, _LOST_HEADERS = LINK_COUNT["marked"], LINK_COUNT["lost_headers"]
 
 
 
@@ -64,22 +69,21 @@ class StampPlan:
     members: tuple[_Member, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 14) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = _NO_LINKS) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
         `kept` records kept their own traceparent (the keeping column appended nothing to
         them), and in `kept_batches` every record did: such a batch changed only if another
-        column appended to it, or link headers were (`links`: records linked, parent
-        headers, misses unseen, expired, evicted, kept batches with a record given link
-        headers; [6:9] the Fetch scan's; parents declared lost expired, evicted, overflow,
-        records given link headers, lost headers). `compressed[codec]` of the changed batches
+        column appended to it, or link headers were (`links`: the engine's link counts, in
+        the order of `native_relay.LINK_COUNTS`; the linking member adds those it declares a
+        counter for, `PRODUCE_LINK_EVENTS`). `compressed[codec]` of the changed batches
         were compressed and re-encoded with their codec, the others are counted as
         uncompressed. A member after the linking one counts its `Interceptor.native_links`
         events for each record given link headers."""
         fresh, fresh_batches = records - kept, batches - kept_batches
-        linked, parents, *missed, linked_batches = links[:6]
-        *lost, marked, lost_headers = links[9:14]
+        parents, linked_batches = links[_PARENTS], links[_LINKED_BATCHES]
+        marked, lost_headers = links[_MARKED], links[_LOST_HEADERS]
         only_keeps = all(m.appends == m.keeps for m in self.members)
         changed_batches = fresh_batches + linked_batches if only_keeps else batches
         run = ChainStats(self.chain.path, {}, batches, changed_batches, records)
@@ -96,10 +100,9 @@ class StampPlan:
                 if made:
                     st.count(event, made)
             if m.links:
-                for event, n in zip(PRODUCE_COUNTERS, (linked, parents, *missed, *lost),
-                                    strict=True):
-                    if n:
-                        st.count(event, n)
+                for at, event in PRODUCE_LINK_EVENTS:
+                    if links[at]:
+                        st.count(event, links[at])
             for event, each in m.linked:
                 if each * marked:
                     st.count(event, each * marked)
