@@ -30,16 +30,18 @@ from interceptors.api import PRODUCE
 from interceptors.batch_fit import TooLarge, fit
 from protocol.api_keys import ApiKey
 from protocol.compression import DecompressedTooLarge
-from protocol.contracts.features import PRODUCE_RECORD_ERRORS_VERSION, TOPIC_ID_VERSION
+from protocol.contracts.features import TOPIC_ID_VERSION
 from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
-from protocol.messages.produce_response import (
-    BatchIndexAndErrorMessage,
-    PartitionProduceResponse,
-    TopicProduceResponse,
-)
 from protocol.records import join_batches, split_batches
 from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
+from proxy.filters.offload import (
+    BULK_FACTOR,
+    OFFLOAD_BYTES,
+    OFFLOAD_RECORDS,
+    ON_LOOP_DECOMPRESSED,
+)
+from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.observability.limit_stats import (
@@ -62,21 +64,6 @@ _BYTES = (bytes, bytearray, memoryview)
 
 # UNKNOWN_TOPIC_ID is retriable: clients refresh metadata and retry.
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
-
-OFFLOAD_BYTES = 256 * 1024
-"""Partitions at least this large are processed in a worker thread."""
-OFFLOAD_RECORDS = 10_000
-"""So are partitions of at least this many records (a chain costs about 1 us a record)."""
-BULK_FACTOR = 8
-"""For a chain whose members all declare what they read and append (`Chain.bulk`), batches
-nobody watches are scanned and stamped natively, at well under a millisecond per MiB: the
-byte threshold is this many times higher, since the hops to a worker thread and back would
-cost more than the work (about 1 ms of CPU per MiB fetched through `drop_headers`). The
-record threshold stays: records a member does watch still go one by one."""
-ON_LOOP_DECOMPRESSED = 4 * 1024 * 1024
-"""Smaller partitions are decompressed on the loop up to this size; one that turns out to be
-larger is finished in a worker thread (a few KiB of zstd can hold megabytes)."""
-
 
 class _Refused(Exception):
     def __init__(self, reason: str, message: str) -> None:
@@ -190,14 +177,6 @@ def _join(batches: list[Any], limit: int | None = None, version: int = 0) -> _Jo
     if out.reencoded:
         out.records = join_batches(parts)
     return out
-
-
-@dataclass(slots=True)
-class Rejected:
-    name: str
-    topic_id: bytes
-    partition: int
-    outcome: PartitionOutcome
 
 
 def connection_info(ctx: SessionContext) -> ConnectionInfo:
@@ -553,29 +532,3 @@ class InterceptorFilter(Filter):
     @staticmethod
     def _merge_rejections(rejected: list[Rejected], version: int, msg: Any) -> bool:
         return merge_answers(rejected, version, msg)
-
-
-def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
-    """Put the partitions Herald answered itself into the broker's Produce response (their
-    topic entry is made when the broker saw none of the topic); True when there were any."""
-    by_id = version >= TOPIC_ID_VERSION
-    topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
-    for r in answers:
-        key = r.topic_id if by_id else r.name
-        entry = topics.get(key)
-        if entry is None:
-            entry = TopicProduceResponse(name=r.name, topic_id=r.topic_id)
-            topics[key] = entry
-            msg.responses.append(entry)
-        entry.partition_responses.append(PartitionProduceResponse(
-            index=r.partition,
-            error_code=r.outcome.error_code,
-            base_offset=-1,
-            error_message=(r.outcome.error_message if version >= PRODUCE_RECORD_ERRORS_VERSION
-                           else None),
-            record_errors=[
-                BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                for i, m in r.outcome.record_errors
-            ] if version >= PRODUCE_RECORD_ERRORS_VERSION else [],
-        ))
-    return bool(answers)

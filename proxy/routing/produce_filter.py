@@ -48,7 +48,8 @@ from protocol.records import (
     with_base_sequence,
 )
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
-from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
+from proxy.filters.offload import OFFLOAD_BYTES
+from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.observability.logs import get_logger
 from proxy.observability.routing_spans import end_span, start_span
 from proxy.observability.routing_stats import (
