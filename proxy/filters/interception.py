@@ -44,7 +44,7 @@ from proxy.filters.offload import (
 from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
-from proxy.observability.limit_stats import (
+from proxy.limits.stats import (
     BATCH_DECOMPRESSED,
     BATCH_RECORDS,
     MEMORY,

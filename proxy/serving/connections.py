@@ -20,13 +20,13 @@ from proxy.limits.config import LimitsConfig
 from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.native.relay import NativeRelay
+from proxy.net.transport import PlainTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.security.tls import ReloadingContext
 from proxy.serving.client_tls import tls_handshake
 from proxy.serving.listeners import BOOTSTRAP
 from proxy.session.session import Session
-from proxy.session.transport import PlainTransport, Transport
 from proxy.upstream.brokers import BrokerDirectory
 from proxy.upstream.cluster import UpstreamCluster
 

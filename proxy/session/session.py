@@ -23,6 +23,8 @@ from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaitin
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason, tls_refusal
 from proxy.native.relay import NativeRelay
+from proxy.net.splice import Splicer
+from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
@@ -33,9 +35,7 @@ from proxy.session.reauth import UpstreamReauth
 from proxy.session.request_pump import RequestPump
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.response_pump import ResponsePump
-from proxy.session.splice import Splicer
 from proxy.session.streaming import ResponseStreamer
-from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO
 
 log = get_logger("session")

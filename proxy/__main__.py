@@ -1,5 +1,0 @@
-import sys
-
-from proxy.cli import main
-
-sys.exit(main())
