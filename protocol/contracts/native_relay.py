@@ -1,6 +1,7 @@
 """What the native relay's C (``proxy/native``) and Herald's Python both name: why the engine
-hands a session back and what each reason means, the record headers it reads, and the link
-counts it returns, in their order.
+hands a session back and what each reason means, the record headers it reads, the link
+counts it returns, in their order, and the kinds of column it stamps (with the codec names of
+``protocol/compression.py``).
 
 Written once, here: ``protocol.codegen`` renders them for C into ``native_relay.h`` (the
 engine includes it), and the Python that reads what the engine says imports them from here.
@@ -55,6 +56,21 @@ HANDOVER_REASONS = (
 )
 """Every hand-over reason with its kind, in the engine's order (its codes count from 1; 0 is
 no reason)."""
+
+# What a column the engine stamps holds (`interceptors.api.NativeColumn.kind`), in the order of
+# its codes.
+COLUMN_CONST = "const"
+"""A value fixed for the connection (`NativeColumn.value`, None: null)."""
+COLUMN_CLIENT_ID = "client_id"
+"""The Produce request's client id (null when it has none)."""
+COLUMN_TIME_MS_TEXT = "time_ms_text"
+"""The receive time, ms since the epoch, as decimal text."""
+COLUMN_UUID7 = "uuid7"
+"""A UUIDv7 per record, as `interceptors.ids.uuid7_many` makes them."""
+COLUMN_TRACEPARENT = TRACEPARENT
+"""A new W3C traceparent per record (or per batch)."""
+COLUMN_KINDS = (COLUMN_CONST, COLUMN_CLIENT_ID, COLUMN_TIME_MS_TEXT, COLUMN_UUID7,
+                COLUMN_TRACEPARENT)
 
 # Record headers the engine reads by name.
 HEADERS = {"TRACEPARENT": TRACEPARENT, "TRACESTATE": TRACESTATE}

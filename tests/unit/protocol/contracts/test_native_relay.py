@@ -11,6 +11,7 @@ import re
 import pytest
 
 from protocol.codegen.native_relay import HEADER_PATH, render_native_relay_header
+from protocol.compression import CODEC_NAMES
 from protocol.contracts import native_relay
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -23,11 +24,12 @@ _WORDS = {native_relay.REQUEST, native_relay.RESPONSE, native_relay.DRAIN, nativ
 REASONS = {name for name, _ in native_relay.HANDOVER_REASONS} - _WORDS
 COUNTERS = set(native_relay.FETCH_COUNTERS + native_relay.PRODUCE_COUNTERS)
 HEADER_KEYS = set(native_relay.HEADERS.values())
+KINDS = set(native_relay.COLUMN_KINDS) - {native_relay.COLUMN_CONST}  # "const": a C keyword
+CODECS = set(CODEC_NAMES.values()) - {"none"}
 
 # Literals that are the same words for something else: the engine's keyword arguments are
-# named after the limits, and a stamping column kind after the header it makes.
-C_ALLOWED = {("_relay.c", "idle_timeout"), ("_relay.c", "frame_timeout"),
-             ("relay_stamp.h", "traceparent")}
+# named after the limits.
+C_ALLOWED = {("_relay.c", "idle_timeout"), ("_relay.c", "frame_timeout")}
 
 
 def _c_sources() -> list[pathlib.Path]:
@@ -47,7 +49,7 @@ def _c_literals(text: str) -> list[tuple[int, str]]:
 
 
 def restated_in_c(name: str, text: str) -> list[str]:
-    facts = REASONS | HEADER_KEYS
+    facts = REASONS | HEADER_KEYS | KINDS | CODECS
     return [f"{name}:{line}: {value!r}" for line, value in _c_literals(text)
             if value in facts and (name, value) not in C_ALLOWED]
 
@@ -91,9 +93,11 @@ def test_no_python_module_restates_a_fact() -> None:
 def test_the_checks_find_what_they_look_for() -> None:
     """What the sources held before the contract: found."""
     c = ('const char *const NE_REASONS[] = {"", "request", "client_eof"}; /* "drain" */\n'
-         '#define TRACESTATE "tracestate"\n')
+         '#define TRACESTATE "tracestate"\n'
+         '#define NK_CODEC_NAMES {"none", "gzip"}\n')
     assert restated_in_c("relay_engine.c", c) == [
-        "relay_engine.c:1: 'client_eof'", "relay_engine.c:2: 'tracestate'"]
+        "relay_engine.c:1: 'client_eof'", "relay_engine.c:2: 'tracestate'",
+        "relay_engine.c:3: 'gzip'"]
     python = ('FETCH_COUNTERS = ("link_remembered", "link_evicted", "link_expired")\n'
               'IDLE_TIMEOUT = "idle_timeout"\n')
     assert len(restated_in_python("old.py", python)) == 4
