@@ -28,6 +28,7 @@ from proxy.filters.tracing import TracingFilter
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
+from proxy.limits.stats import LimitMetrics
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
@@ -65,6 +66,7 @@ class Proxy:
     ) -> None:
         self.config = config
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
+        self.limit_metrics = LimitMetrics(self.metrics)
         self.upstream_reachable = False
         self.cluster = UpstreamCluster(config.upstream)
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
@@ -76,7 +78,7 @@ class Proxy:
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
-            config.limits, self.topic_limits, self.metrics.limits,
+            config.limits, self.topic_limits, self.limit_metrics.stats,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.
@@ -104,7 +106,7 @@ class Proxy:
         ])
         limits = config.limits
         self.memory = MemoryBudget(limits.memory_budget_bytes)
-        self.metrics.watch_memory(self.memory)
+        self.limit_metrics.watch_memory(self.memory)
         self.interceptors.memory = self.memory
         self.guard = ConnectionGuard(
             limits.max_connections, limits.max_connections_per_source,

@@ -8,11 +8,10 @@ import ast
 import pathlib
 import re
 
-import pytest
-
 from protocol.codegen.native_relay import HEADER_PATH, render_native_relay_header
 from protocol.compression import CODEC_NAMES
 from protocol.contracts import native_relay
+from tests.support.native_parts import native_module
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 GENERATED = ROOT / HEADER_PATH
@@ -67,7 +66,7 @@ def test_the_committed_header_is_what_the_generator_renders() -> None:
 
 
 def test_the_engine_says_what_the_contract_says() -> None:
-    relay = pytest.importorskip("proxy.native._relay")
+    relay = native_module("proxy.native._relay")
     said = relay.capabilities()["reasons"]
     assert list(said.items()) == list(native_relay.HANDOVER_REASONS)
 

@@ -10,7 +10,6 @@ import socket
 import ssl
 from pathlib import Path
 
-import pytest
 import trio
 
 from protocol.api_keys import ApiKey
@@ -25,8 +24,9 @@ from proxy.native.capabilities import CAPABILITIES, Capabilities
 from proxy.net.transport import PlainTransport, TlsTransport
 from proxy.observability.metrics import Metrics
 from proxy.upstream.brokers import BrokerDirectory
+from tests.support.native_parts import native_module
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 ROOT = Path(__file__).resolve().parents[4]
 CONFIG = parse_config({"upstream": {"bootstrap": "127.0.0.1:9092"},
