@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from proxy.config.proxy_yaml import HostPort
+from interceptors.config import HostPort
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.config import LimitsConfig
 from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard

@@ -7,9 +7,11 @@ a restart, and a change to them is logged. An invalid file changes nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interceptors import ConfigError, ProxyInfo
-from proxy.config.proxy_yaml import ProxyConfig, load_config
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains
@@ -19,6 +21,9 @@ from proxy.observability.metrics import Metrics
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import RoutingTable
+
+if TYPE_CHECKING:  # the assembled config is a layer above; the proxy hands over its loader
+    from proxy.config.proxy_yaml import ProxyConfig
 
 log = get_logger("server")
 
@@ -35,7 +40,9 @@ class ConfigReload:
         routing: RoutingFilter,
         native: NativeRelay | None,
         metrics: Metrics,
+        load: Callable[[Path], ProxyConfig],
     ) -> None:
+        self._load = load  # reads and checks the whole file, as at start
         self._proxy_info = proxy_info
         self._destinations = destinations
         self._chain = chain
@@ -51,7 +58,7 @@ class ConfigReload:
         if source is None:
             return None
         try:
-            fresh = load_config(source)
+            fresh = self._load(source)
             chains = build_chains(fresh.interceptors, self._proxy_info)
             missing = fresh.routing.clusters() - set(self._destinations)
             if missing:
