@@ -40,7 +40,7 @@ setup(ext_modules=[
                "protocol/stamp_core.c", "protocol/link_memory.c"],
               optional=OPTIONAL, include_dirs=["protocol", "proxy/native"],
               depends=["protocol/stamp_core.h", "protocol/link_memory.h",
-                       "protocol/contracts/features.h",
+                       "protocol/contracts/features.h", "protocol/contracts/native_relay.h",
                        "proxy/native/relay_engine.h", "proxy/native/relay_frames.h",
                        "proxy/native/relay_stamp.h", "proxy/native/relay_fetch.h",
                        "proxy/native/relay_trace.h", "proxy/native/relay_tls.h",

@@ -55,6 +55,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from interceptors.stats import MemberStats
+from protocol.contracts.native_relay import (
+    COLUMN_CLIENT_ID,
+    COLUMN_CONST,
+    COLUMN_KINDS,
+    COLUMN_TIME_MS_TEXT,
+    COLUMN_TRACEPARENT,
+    COLUMN_UUID7,
+)
 
 # The chain run in progress on this thread, whose counters members count into (see `stats`).
 _RUN = threading.local()
@@ -139,12 +147,14 @@ class PerRecord:
 ColumnValue = bytes | None | PerRecord
 """One column of a batch: a value shared by all its records, or a `PerRecord` maker."""
 
-CONST = "const"  # a value fixed for the connection (`NativeColumn.value`, None: null)
-CLIENT_ID = "client_id"  # the Produce request's client id (null when it has none)
-TIME_MS_TEXT = "time_ms_text"  # the receive time, ms since the epoch, as decimal text
-UUID7 = "uuid7"  # a UUIDv7 per record, as `interceptors.ids.uuid7_many` makes them
-TRACEPARENT = "traceparent"  # a new W3C traceparent per record (or per batch)
-NATIVE_KINDS = (CONST, CLIENT_ID, TIME_MS_TEXT, UUID7, TRACEPARENT)
+# The column kinds (protocol/contracts/native_relay.py, where each is explained, and which
+# the engine's C reads too).
+CONST = COLUMN_CONST
+CLIENT_ID = COLUMN_CLIENT_ID
+TIME_MS_TEXT = COLUMN_TIME_MS_TEXT
+UUID7 = COLUMN_UUID7
+TRACEPARENT = COLUMN_TRACEPARENT
+NATIVE_KINDS = COLUMN_KINDS
 
 
 @dataclass(frozen=True, slots=True)

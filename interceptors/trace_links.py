@@ -78,6 +78,10 @@ from protocol.contracts.headers import (
     TRACEPARENT,
 )
 
+# The links' counters by name, and why parents are missed, are written once, with the order the
+# C memory (protocol/_stamp.c `counters`) and the native relay's counts give them in.
+from protocol.contracts.native_relay import FETCH_COUNTERS, PRODUCE_COUNTERS, UNSEEN
+
 try:
     from protocol._stamp import LinkMemory
 except ImportError:  # the extension is not built: the reference serves
@@ -85,17 +89,9 @@ except ImportError:  # the extension is not built: the reference serves
 
 LOST_REASONS = EXPIRED, EVICTED, OVERFLOW = PARENTS_LOST_REASONS
 """Why a parent Herald knew of is not named, in the order the headers are written."""
-UNSEEN = "unseen"
-MISS_REASONS = (UNSEEN, EXPIRED, EVICTED)
 LOST_HEADER = RESERVED_PREFIX + PARENTS_LOST
 LOST_MAX = 4_294_967_295  # a count saturates there, as in C (10 digits: `PARENTS_LOST_VALUE_RE`)
 
-# The links' counters, by name: the C memory (protocol/_stamp.c `counters`) and the native
-# relay's counts (proxy/native/stamp_plan.py, fetch_plan.py) give theirs in this order.
-FETCH_COUNTERS = ("link_remembered", "link_evicted", "link_expired")
-MISSED_COUNTERS = tuple("link_missed_" + reason for reason in MISS_REASONS)
-LOST_COUNTERS = tuple("link_lost_" + reason for reason in LOST_REASONS)
-PRODUCE_COUNTERS = ("link_made", "link_parents", *MISSED_COUNTERS, *LOST_COUNTERS)
 
 LINKED_MEMO = "herald.links"
 """``RecordContext.memo`` key under which the linking member notes, for the record it is on,

@@ -42,6 +42,7 @@ __all__ = [
     "build_batch",
     "join_batches",
     "split_batches",
+    "with_base_sequence",
 ]
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -52,6 +53,8 @@ _CRC_PART = struct.Struct(">hiqqqhii")
 _PREFIX = struct.Struct(">qiibI")
 HEADER_SIZE = _HEADER.size  # 61
 _CRC_START = 21  # offset of attributes
+_CRC_AT = _PREFIX.size - 4  # the CRC ends the prefix
+_BASE_SEQUENCE_AT = HEADER_SIZE - 8  # baseSequence, then recordCount, end the header
 _LENGTH_OVERHEAD = 12  # baseOffset + batchLength precede what batchLength counts
 _MIN_BATCH_LENGTH = HEADER_SIZE - _LENGTH_OVERHEAD  # 49
 _LEGACY_MIN_LENGTH = 14  # smallest magic 0 message after the offset and size fields
@@ -975,6 +978,15 @@ def _seal(base_offset: int, leader_epoch: int, crc_part: bytes, payload: bytes) 
     crc = crc32c(payload, crc32c(crc_part))
     length = _MIN_BATCH_LENGTH + len(payload)
     return [_PREFIX.pack(base_offset, length, leader_epoch, 2, crc), crc_part, payload]
+
+
+def with_base_sequence(raw: bytes | memoryview, base_sequence: int) -> bytes:
+    """The same magic 2 batch bytes under another base sequence, the CRC resealed; the records
+    are as they were (a compressed batch is not recompressed)."""
+    data = bytearray(raw)
+    data[_BASE_SEQUENCE_AT:_BASE_SEQUENCE_AT + 4] = base_sequence.to_bytes(4, "big", signed=True)
+    data[_CRC_AT:_CRC_AT + 4] = crc32c(memoryview(data)[_CRC_START:]).to_bytes(4, "big")
+    return bytes(data)
 
 
 # --- framing --------------------------------------------------------------------------------------

@@ -62,11 +62,8 @@ from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws
 from interceptors.trace_links import (
     LINKED_MEMO,
-    LOST_COUNTERS,
     LOST_HEADER,
     LOST_REASONS,
-    MISS_REASONS,
-    MISSED_COUNTERS,
     FetchedTraces,
     LinkConfig,
     NativeFetchedTraces,
@@ -84,6 +81,13 @@ from interceptors.tracing import (
 )
 from protocol.contracts.headers import B3 as B3_HEADER
 from protocol.contracts.headers import TRACEPARENT, TRACESTATE
+from protocol.contracts.native_relay import (
+    LINK_MADE,
+    LINK_PARENTS,
+    LOST_COUNTERS,
+    MISS_REASONS,
+    MISSED_COUNTERS,
+)
 from protocol.stamping import hex_column
 
 _MISSED = dict(zip(MISS_REASONS, MISSED_COUNTERS, strict=True))
@@ -255,8 +259,8 @@ class TraceContext(Interceptor):
             for parent in found:
                 headers.add(key, parent_value(parent))  # type: ignore[arg-type]
             written = ((key, len(found)),)
-            stats.count("link_made")
-            stats.count("link_parents", len(found))
+            stats.count(LINK_MADE)
+            stats.count(LINK_PARENTS, len(found))
         if lost is not None:  # the round's parents it cannot name: declared, never silent
             values = lost_values(lost)
             for reason, n, value in values:

@@ -12,6 +12,7 @@ from protocol.codegen.contracts import (
 from protocol.codegen.emit import render_message
 from protocol.codegen.jars import KafkaLibs
 from protocol.codegen.model import APIS, api_key_rows, load_messages, snake_case
+from protocol.codegen.native_relay import HEADER_PATH, render_native_relay_header
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 
 _GENERATED = (
@@ -139,4 +140,5 @@ def render_all(libs: KafkaLibs) -> dict[str, str]:
     files["protocol/contracts/features.py"] = render_features(libs)
     files["protocol/contracts/features.h"] = render_features_header(libs)
     files["protocol/contracts/kafka_errors.py"] = render_kafka_errors(libs)
+    files[HEADER_PATH] = render_native_relay_header()
     return dict(sorted(files.items()))

@@ -16,7 +16,7 @@ from protocol.contracts.features import (
     FIND_COORDINATOR_BATCHED_VERSION,
     PRODUCE_NODE_ENDPOINTS_VERSION,
 )
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.upstream.brokers import BrokerDirectory
 
 # DescribeCluster v1+ may describe controllers (KIP-919); those are not proxied.
@@ -25,6 +25,9 @@ _CONTROLLER_ENDPOINTS = 2
 
 class AddressRewriter(Filter):
     name = "address_rewrite"
+    # The engine takes over nothing this member reads: it rewrites broker addresses in Python
+    # (leader hints in tagged fields pass when a response has none: `tagged_only`).
+    native = NATIVE_NOTHING
 
     def __init__(self, directory: BrokerDirectory) -> None:
         self.directory = directory

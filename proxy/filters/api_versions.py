@@ -15,7 +15,7 @@ from typing import Any
 
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
 # tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
@@ -31,6 +31,8 @@ def codec_range(api_key: int) -> tuple[int, int] | None:
 
 class ApiVersionsNegotiator(Filter):
     name = "api_versions"
+    # The engine takes over nothing this member reads: it negotiates versions in Python.
+    native = NATIVE_NOTHING
 
     def wants_response(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.API_VERSIONS

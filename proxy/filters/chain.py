@@ -7,8 +7,12 @@ path does one dict lookup per frame to learn that a frame is opaque.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from interceptors import Chains, ConnectionInfo
 
 
 @dataclass
@@ -57,6 +61,72 @@ class AnswerAndClose(Exception):
         self.head: Any = None  # the request's header, filled in by the session
 
 
+class NativeWork(Protocol):
+    """What the native engine needs of a member whose interceptor chains it runs in the
+    member's place (`NativeTakeover.work`): the plans (proxy/native/stamp_plan.py,
+    fetch_plan.py) are built from this alone, so the engine follows the member's limits and
+    counts into its counters without knowing the member's type."""
+
+    @property
+    def chains(self) -> Chains:
+        """The member's interceptor chains, as configured now (a reload replaces them)."""
+        ...
+
+    @property
+    def reports_spans(self) -> bool:
+        """Whether the member hands on trace contexts for spans (which need Python)."""
+        ...
+
+    @property
+    def counts_topics(self) -> bool:
+        """Whether the member keeps per-topic counters (which need Python)."""
+        ...
+
+    def connection(self, ctx: SessionContext) -> ConnectionInfo:
+        """The interceptors' view of the session's connection."""
+        ...
+
+    def topic_names(self) -> Mapping[bytes, str]:
+        """The topic names the member has learnt, by topic id."""
+        ...
+
+    def record_limits(self) -> tuple[int, int]:
+        """The most records one batch, one request may hold."""
+        ...
+
+    def batch_limit(self) -> int:
+        """The smallest batch size limit a stamped batch must keep to (-1: none)."""
+        ...
+
+    def decompression_limits(self) -> tuple[int, int]:
+        """What the engine may decompress: one batch, one request (or one response)."""
+        ...
+
+    def count_reencoded(self, codec: int, batches: int) -> None:
+        """Add `batches` batches the engine re-encoded with `codec` (0: uncompressed)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NativeTakeover:
+    """What the native engine may do in a member's place, for the frames the member reads.
+
+    Frames no member reads pass through the engine whatever the members declare; a member
+    that reads a frame keeps it in Python unless it declares here what the engine may do
+    instead. `stamp`: the engine may stamp the Produce requests it reads; `scan`: the engine
+    may scan the Fetch responses it reads; either with a plan built from `work`. The path
+    choice (proxy/native/path_choice.py) asks the chain's members this and nothing else, once
+    per session phase, never per frame."""
+
+    stamp: bool = False
+    scan: bool = False
+    work: NativeWork | None = None
+
+
+NATIVE_NOTHING = NativeTakeover()
+"""The engine takes over nothing a member reads: those frames stay in Python."""
+
+
 class Filter:
     """Base class: override `wants_*` and the matching `on_*` coroutine.
 
@@ -65,6 +135,8 @@ class Filter:
     """
 
     name = "filter"
+    native: NativeTakeover = NATIVE_NOTHING
+    """What the native engine may take over of the frames this member reads."""
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return False

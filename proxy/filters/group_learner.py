@@ -15,7 +15,7 @@ from typing import Any
 from interceptors import Chains, ProxyInfo
 from interceptors.services import CONSUMER_GROUPS
 from protocol.api_keys import ApiKey
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.filters.consumer_groups import ConsumerGroups
 
 GROUP_REQUESTS = frozenset({
@@ -36,6 +36,8 @@ def groups_named(api_key: int, msg: Any) -> list[str]:
 
 class ConsumerGroupLearner(Filter):
     name = "group_learner"
+    # The engine takes over nothing this member reads: it learns consumer groups in Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, chains: Callable[[], Chains], proxy_info: ProxyInfo,
                  groups: ConsumerGroups | None = None) -> None:

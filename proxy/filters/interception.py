@@ -18,6 +18,7 @@ contexts the produce chain wrote are handed on (in `Exchange.traces`) only when 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -29,16 +30,18 @@ from interceptors.api import PRODUCE
 from interceptors.batch_fit import TooLarge, fit
 from protocol.api_keys import ApiKey
 from protocol.compression import DecompressedTooLarge
-from protocol.contracts.features import PRODUCE_RECORD_ERRORS_VERSION, TOPIC_ID_VERSION
+from protocol.contracts.features import TOPIC_ID_VERSION
 from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
-from protocol.messages.produce_response import (
-    BatchIndexAndErrorMessage,
-    PartitionProduceResponse,
-    TopicProduceResponse,
-)
 from protocol.records import join_batches, split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
+from proxy.filters.offload import (
+    BULK_FACTOR,
+    OFFLOAD_BYTES,
+    OFFLOAD_RECORDS,
+    ON_LOOP_DECOMPRESSED,
+)
+from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.stats import (
@@ -53,7 +56,7 @@ from proxy.limits.stats import (
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import CodecStats, TopicTally
 from proxy.upstream.topic_ids import TopicIds
-from proxy.upstream.topic_limits import TopicLimits
+from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES, TopicLimits
 
 log = get_logger("interception")
 
@@ -61,21 +64,6 @@ _BYTES = (bytes, bytearray, memoryview)
 
 # UNKNOWN_TOPIC_ID is retriable: clients refresh metadata and retry.
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
-
-OFFLOAD_BYTES = 256 * 1024
-"""Partitions at least this large are processed in a worker thread."""
-OFFLOAD_RECORDS = 10_000
-"""So are partitions of at least this many records (a chain costs about 1 us a record)."""
-BULK_FACTOR = 8
-"""For a chain whose members all declare what they read and append (`Chain.bulk`), batches
-nobody watches are scanned and stamped natively, at well under a millisecond per MiB: the
-byte threshold is this many times higher, since the hops to a worker thread and back would
-cost more than the work (about 1 ms of CPU per MiB fetched through `drop_headers`). The
-record threshold stays: records a member does watch still go one by one."""
-ON_LOOP_DECOMPRESSED = 4 * 1024 * 1024
-"""Smaller partitions are decompressed on the loop up to this size; one that turns out to be
-larger is finished in a worker thread (a few KiB of zstd can hold megabytes)."""
-
 
 class _Refused(Exception):
     def __init__(self, reason: str, message: str) -> None:
@@ -191,14 +179,6 @@ def _join(batches: list[Any], limit: int | None = None, version: int = 0) -> _Jo
     return out
 
 
-@dataclass(slots=True)
-class Rejected:
-    name: str
-    topic_id: bytes
-    partition: int
-    outcome: PartitionOutcome
-
-
 def connection_info(ctx: SessionContext) -> ConnectionInfo:
     """The interceptors' view of a connection, rebuilt only when the client id or the
     principal (after SASL, or KIP-368 re-authentication) changes."""
@@ -207,6 +187,68 @@ def connection_info(ctx: SessionContext) -> ConnectionInfo:
         conn = ConnectionInfo(ctx.client_id, ctx.client_address, ctx.principal)
         ctx.attributes["conn"] = conn
     return conn
+
+
+class _EngineWork:
+    """The interceptor filter as the native engine sees it (`NativeWork`): what its plans
+    need, read from the filter as it is now."""
+
+    __slots__ = ("_filter",)
+
+    def __init__(self, filt: InterceptorFilter) -> None:
+        self._filter = filt
+
+    @property
+    def chains(self) -> Chains:
+        return self._filter.chains
+
+    @property
+    def reports_spans(self) -> bool:
+        return self._filter.report_traces
+
+    @property
+    def counts_topics(self) -> bool:
+        return self._filter.tally is not None
+
+    def connection(self, ctx: SessionContext) -> ConnectionInfo:
+        return connection_info(ctx)
+
+    def topic_names(self) -> Mapping[bytes, str]:
+        return self._filter.topics.names
+
+    def record_limits(self) -> tuple[int, int]:
+        limits = self._filter.limits
+        return limits.max_batch_records, limits.max_request_records
+
+    def batch_limit(self) -> int:
+        """Above the smallest topic size limit known, Python decides how a batch fits its
+        topic."""
+        topic_limits = self._filter.topic_limits
+        if topic_limits is None:
+            return -1
+        return min((BROKER_DEFAULT_MAX_MESSAGE_BYTES, *topic_limits.known.values()))
+
+    def decompression_limits(self) -> tuple[int, int]:
+        """Python's limits (`limits.max_batch_decompressed_bytes`,
+        `max_request_decompressed_bytes`), and no more than the share of the memory budget
+        Python lets one large partition's decompression book (`InterceptorFilter._run_big`),
+        so that whatever the engine decompresses Python would have decompressed too; past
+        them the frame goes to Python, which refuses it with the limit's own error. A batch
+        is also kept to what Python decompresses on its event loop without booking it
+        (`ON_LOOP_DECOMPRESSED`): the engine holds one batch at a time, decompressed and
+        stamped, outside the memory budget, and a larger one goes to Python, which books it
+        and works in a worker thread."""
+        filt = self._filter
+        limits = filt.limits
+        batch = limits.max_batch_decompressed_bytes
+        request = limits.max_request_decompressed_bytes
+        if filt.memory is not None:
+            share = filt.memory.limit // (2 * limits.big_batch_workers)
+            batch, request = min(batch, share), min(request, share)
+        return min(batch, ON_LOOP_DECOMPRESSED), request
+
+    def count_reencoded(self, codec: int, batches: int) -> None:
+        self._filter.codec.reencoded[codec] += batches
 
 
 class InterceptorFilter(Filter):
@@ -224,6 +266,9 @@ class InterceptorFilter(Filter):
     ) -> None:
         self.chains = chains
         self.topics = topics
+        # The engine stamps the Produce requests and scans the Fetch responses this member
+        # reads, when the plans built from what it gives allow (proxy/native/stamp_plan.py).
+        self.native = NativeTakeover(stamp=True, scan=True, work=_EngineWork(self))
         self.codec = codec if codec is not None else CodecStats()
         self.tally = tally if tally is not None and tally.allowlist else None
         self.report_traces = False  # set by the proxy when tracing is on
@@ -487,29 +532,3 @@ class InterceptorFilter(Filter):
     @staticmethod
     def _merge_rejections(rejected: list[Rejected], version: int, msg: Any) -> bool:
         return merge_answers(rejected, version, msg)
-
-
-def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
-    """Put the partitions Herald answered itself into the broker's Produce response (their
-    topic entry is made when the broker saw none of the topic); True when there were any."""
-    by_id = version >= TOPIC_ID_VERSION
-    topics = {(t.topic_id if by_id else t.name): t for t in msg.responses}
-    for r in answers:
-        key = r.topic_id if by_id else r.name
-        entry = topics.get(key)
-        if entry is None:
-            entry = TopicProduceResponse(name=r.name, topic_id=r.topic_id)
-            topics[key] = entry
-            msg.responses.append(entry)
-        entry.partition_responses.append(PartitionProduceResponse(
-            index=r.partition,
-            error_code=r.outcome.error_code,
-            base_offset=-1,
-            error_message=(r.outcome.error_message if version >= PRODUCE_RECORD_ERRORS_VERSION
-                           else None),
-            record_errors=[
-                BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m)
-                for i, m in r.outcome.record_errors
-            ] if version >= PRODUCE_RECORD_ERRORS_VERSION else [],
-        ))
-    return bool(answers)

@@ -20,7 +20,7 @@ from typing import Any
 from protocol.api_keys import ApiKey
 from protocol.contracts.kafka_errors import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_SASL_MECHANISM
 from protocol.messages import RESPONSES
-from proxy.filters.chain import AnswerAndClose, Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, AnswerAndClose, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
 from proxy.security.principal import KAFKA_USER
 from proxy.security.sasl import (
@@ -41,6 +41,9 @@ _SCRAM_USER = "sasl_scram_user"
 
 class SaslPrincipalLearner(Filter):
     name = "sasl_principal"
+    # The engine takes over nothing this member reads: authentication exchanges are read in
+    # Python.
+    native = NATIVE_NOTHING
 
     def __init__(
         self,
@@ -119,6 +122,8 @@ class SaslPrincipalLearner(Filter):
 
 class SaslRefusal(Filter):
     name = "sasl_refusal"
+    # The engine takes over nothing this member reads: it answers SASL requests itself, in Python.
+    native = NATIVE_NOTHING
 
     def wants_request(self, api_key: int, version: int) -> bool:
         return api_key in _SASL_APIS

@@ -8,12 +8,15 @@ from typing import Any
 from protocol.api_keys import ApiKey
 from protocol.contracts.features import METADATA_CLUSTER_ID_VERSION, METADATA_TOPIC_ID_VERSION
 from protocol.primitives import ZERO_UUID
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.upstream.topic_ids import TopicIds
 
 
 class TopicIdLearner(Filter):
     name = "topic_ids"
+    # The engine takes over nothing this member reads: it learns topic ids from Metadata
+    # responses, in Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, topics: TopicIds) -> None:
         self.topics = topics

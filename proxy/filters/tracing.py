@@ -40,7 +40,7 @@ from protocol.contracts.headers import TRACEPARENT
 from protocol.contracts.kafka_errors import error_name
 from protocol.errors import CodecError
 from protocol.records import split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
 from proxy.observability.tracing import Tracing, remote_link
 from proxy.upstream.topic_ids import TopicIds, topic_key
@@ -87,6 +87,8 @@ class TracingFilter(Filter):
     """Starts and ends the spans; placed after the interceptors so it sees what they wrote."""
 
     name = "tracing"
+    # The engine takes over nothing this member reads: spans are made in Python.
+    native = NATIVE_NOTHING
 
     def __init__(
         self,

@@ -17,14 +17,16 @@ from typing import Any
 
 import trio
 
+from protocol.contracts import native_relay
 from proxy.observability.logs import get_logger
 
 log = get_logger("limits")
 
 MAX_CONNECTIONS = "max_connections"
 MAX_CONNECTIONS_PER_SOURCE = "max_connections_per_source"
-IDLE_TIMEOUT = "idle_timeout"
-FRAME_TIMEOUT = "frame_timeout"
+# The deadlines' names are the native relay's hand-over reasons too: written once.
+IDLE_TIMEOUT = native_relay.IDLE_TIMEOUT
+FRAME_TIMEOUT = native_relay.FRAME_TIMEOUT
 LIMITS = (MAX_CONNECTIONS, MAX_CONNECTIONS_PER_SOURCE, IDLE_TIMEOUT, FRAME_TIMEOUT)
 
 

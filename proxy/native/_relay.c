@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "contracts/features.h"
+#include "contracts/native_relay.h"
 #include "relay_codec.h"
 #include "relay_engine.h"
 #include "relay_fetch.h"
@@ -142,26 +143,44 @@ static int plan_parse(PyObject *obj, nc_plan *plan) {
 }
 
 /* (batches, records, kept, kept_batches, compressed, links): compressed counts the compressed
- * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4; links (linked records, parent
- * headers, misses unseen, expired, evicted, kept batches changed by links; for a scan,
- * records remembered, entries evicted and expired; parents declared lost expired, evicted,
- * overflow, records given link headers, lost headers). */
+ * batches by codec id, (gzip, snappy, lz4, zstd) at 1-4; links the link counts, each at its
+ * place in protocol/contracts/native_relay.h (LINK_COUNT_*). */
 static PyObject *counts_tuple(const nc_counts *c) {
+    uint64_t l[LINK_COUNT_N];
+    l[LINK_COUNT_LINKED] = c->linked;
+    l[LINK_COUNT_PARENTS] = c->parents;
+    l[LINK_COUNT_MISSED_UNSEEN] = c->missed[0];
+    l[LINK_COUNT_MISSED_EXPIRED] = c->missed[1];
+    l[LINK_COUNT_MISSED_EVICTED] = c->missed[2];
+    l[LINK_COUNT_LINKED_BATCHES] = c->linked_batches;
+    l[LINK_COUNT_REMEMBERED] = c->remembered;
+    l[LINK_COUNT_EVICTED] = c->evicted;
+    l[LINK_COUNT_EXPIRED] = c->expired;
+    l[LINK_COUNT_LOST_EXPIRED] = c->lost[0];
+    l[LINK_COUNT_LOST_EVICTED] = c->lost[1];
+    l[LINK_COUNT_LOST_OVERFLOW] = c->lost[2];
+    l[LINK_COUNT_MARKED] = c->marked;
+    l[LINK_COUNT_LOST_HEADERS] = c->lost_headers;
+    PyObject *links = PyTuple_New(LINK_COUNT_N);
+    if (links == NULL) {
+        return NULL;
+    }
+    for (int i = 0; i < LINK_COUNT_N; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong((unsigned long long)l[i]);
+        if (n == NULL) {
+            Py_DECREF(links);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(links, i, n);
+    }
     const uint64_t *z = c->compressed;
-    return Py_BuildValue("(KKKK(KKKKKKKK)(KKKKKKKKKKKKKK))", (unsigned long long)c->batches,
+    return Py_BuildValue("(KKKK(KKKKKKKK)N)", (unsigned long long)c->batches,
                          (unsigned long long)c->records, (unsigned long long)c->kept,
                          (unsigned long long)c->kept_batches, (unsigned long long)z[0],
                          (unsigned long long)z[1], (unsigned long long)z[2],
                          (unsigned long long)z[3], (unsigned long long)z[4],
                          (unsigned long long)z[5], (unsigned long long)z[6],
-                         (unsigned long long)z[7], (unsigned long long)c->linked,
-                         (unsigned long long)c->parents, (unsigned long long)c->missed[0],
-                         (unsigned long long)c->missed[1], (unsigned long long)c->missed[2],
-                         (unsigned long long)c->linked_batches,
-                         (unsigned long long)c->remembered, (unsigned long long)c->evicted,
-                         (unsigned long long)c->expired, (unsigned long long)c->lost[0],
-                         (unsigned long long)c->lost[1], (unsigned long long)c->lost[2],
-                         (unsigned long long)c->marked, (unsigned long long)c->lost_headers);
+                         (unsigned long long)z[7], links);
 }
 
 /* ---- the engine ------------------------------------------------------------------------ */

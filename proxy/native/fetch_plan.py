@@ -10,8 +10,9 @@ to be read, within the limits Python keeps (proxy/native/relay_codec.c). Any oth
 goes to Python at its frame boundary, which runs the chain as always: the Python chain is the
 reference the engine is tested against.
 
-A session is eligible when, apart from the interceptor filter, no filter reads Fetch
-responses (or only their top-level tagged fields), no per-topic counters are kept, and every
+A session is eligible when one filter that declares the engine may scan them in its place
+(`Filter.native`, the interceptor filter's) reads Fetch responses, no other reads them (or
+only their top-level tagged fields), no per-topic counters are kept, and every
 fetch-chain member applies to every topic and client, is live (not shadow), declares what it
 watches and appends nothing, has no batch hook, and needs headers or less.
 
@@ -30,19 +31,20 @@ from dataclasses import dataclass
 from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
 from interceptors.stats import ChainStats, MemberStats
-from interceptors.trace_links import FETCH_COUNTERS, NativeFetchedTraces, RememberFetched
+from interceptors.trace_links import NativeFetchedTraces, RememberFetched
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACEPARENT
-from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter, connection_info
+from protocol.contracts.native_relay import FETCH_LINK_EVENTS, LINK_COUNTS
+from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
-from proxy.native.stamp_plan import decompression_limits
 
 FETCH = int(ApiKey.FETCH)
 VERSIONS = CAPABILITIES.scan_versions
 """Fetch versions the engine scans, as it says (v13+ name topics by id: one Herald has not
 learnt goes to Python)."""
+
+_NO_LINKS = (0,) * len(LINK_COUNTS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,36 +56,37 @@ class FetchPlan:
     members: tuple[ChainMember, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 9) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = _NO_LINKS) -> None:
         """Add what the engine scanned to the counters the Python path keeps for a chain run
         that changes nothing: batches and records seen, by the chain and by each member.
         (`kept`, `kept_batches`: what stamping counts besides, always 0 for a scan;
         `compressed`: the compressed batches read, by codec, which change no counter;
-        `links[6:]`: records remembered, entries evicted and expired, the remembering
-        member's counters.)"""
+        `links`: the engine's link counts, of which the remembering member adds those it
+        declares a counter for, `FETCH_LINK_EVENTS`.)"""
         run = ChainStats(self.chain.path, {}, batches, 0, records)
         for m in self.members:
             st = run.members[m.name] = MemberStats(m.name, m.type, records)
             if isinstance(m.interceptor, RememberFetched):
-                for event, n in zip(FETCH_COUNTERS, links[6:9], strict=True):
-                    if n:
-                        st.count(event, n)
+                for at, event in FETCH_LINK_EVENTS:
+                    if links[at]:
+                        st.count(event, links[at])
         self.chain.add_run(run)
 
 
-def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
-    """The interceptor filter, when it reads the responses of every Fetch version the engine
-    scans and no filter reads their requests (whether other filters read the responses is
+def scanning_work(chain: FilterChain) -> NativeWork | None:
+    """What the engine scans for, when one filter that declares the engine may scan in its
+    place (`Filter.native`) reads the responses of every Fetch version the engine scans and
+    no filter reads their requests (whether other filters read the responses is
     `path_choice.passable_table`'s to say)."""
     found = None
     for version in VERSIONS:
         if chain.for_request(FETCH, version):
             return None
-        filters = [f for f in chain.for_response(FETCH, version)
-                   if isinstance(f, InterceptorFilter)]
-        if len(filters) != 1 or (found is not None and filters[0] is not found):
+        works = [f.native.work for f in chain.for_response(FETCH, version)
+                 if f.native.scan and f.native.work is not None]
+        if len(works) != 1 or (found is not None and works[0] is not found):
             return None
-        found = filters[0]
+        found = works[0]
     return found
 
 
@@ -98,10 +101,10 @@ def _watch_only(m: ChainMember) -> bool:
 def fetch_plan(chain: FilterChain, ctx: SessionContext | None = None) -> FetchPlan | None:
     """The session's plan, or None when its Fetch responses stay in Python (`ctx`, the
     session, gives the scope of links: without it traced responses go to Python)."""
-    filt = interceptor_filter(chain)
-    if filt is None or filt.tally is not None:
+    work = scanning_work(chain)
+    if work is None or work.counts_topics:
         return None
-    fetch = filt.chains.fetch
+    fetch = work.chains.fetch
     if not fetch.members or not all(_watch_only(m) for m in fetch.members):
         return None
     keys: set[str] = set()
@@ -109,19 +112,19 @@ def fetch_plan(chain: FilterChain, ctx: SessionContext | None = None) -> FetchPl
     for m in fetch.members:
         keys |= m.interceptor.stamps.watches
         prefixes += m.interceptor.stamps.watch_prefixes
-    links = _links(fetch.members, filt, ctx)
+    links = _links(fetch.members, work, ctx)
     if links is not None:
         keys.discard(TRACEPARENT)
     wire_keys = stamping.wire_keys(sorted(keys))
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None:
         return None
-    wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(filt.topics.names)),
-            *decompression_limits(filt), links)
+    wire = ((), wire_keys, wire_prefixes, 0, 0, -1, b"".join(sorted(work.topic_names())),
+            *work.decompression_limits(), links)
     return FetchPlan(wire, fetch, fetch.members)
 
 
-def _links(members: Sequence[ChainMember], filt: InterceptorFilter,
+def _links(members: Sequence[ChainMember], work: NativeWork,
            ctx: SessionContext | None) -> tuple | None:
     """The engine's form of the links the scan fills: (memory, the session's scope, no
     header, False, the name of each topic id the plan knows, in their order), when one
@@ -134,7 +137,7 @@ def _links(members: Sequence[ChainMember], filt: InterceptorFilter,
             m.interceptor.stamps.watched(TRACEPARENT)  # type: ignore[union-attr]
             for m in members if m is not remembering[0]):
         return None
-    names = filt.topics.names
+    names = work.topic_names()
     blob = b"".join(len(n).to_bytes(2, "big") + n
                     for n in (names[i].encode() for i in sorted(names)))
-    return (memory.native.capsule(), memory.scope(connection_info(ctx)), b"", False, blob)
+    return (memory.native.capsule(), memory.scope(work.connection(ctx)), b"", False, blob)

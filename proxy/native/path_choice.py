@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
+from protocol.contracts import native_relay
 from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import InterceptorFilter
 from proxy.limits.memory_budget import Holder
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
@@ -55,16 +55,20 @@ ENGINE_DECLINED = "engine_declined"  # the engine may serve this API but handed 
 BETWEEN_PHASES = "between_phases"  # it arrived while the session waited in Python to go back
 # (answers to Python's frames pending, or a session that keeps needing Python)
 MEMORY_BUDGET = "memory_budget"  # the memory budget had no room for the engine's buffers
-REAUTH = "reauth"  # Herald's own re-authentication to the broker was due or under way
+REAUTH = native_relay.REAUTH  # Herald's own re-authentication to the broker was due or
+# under way (the engine's hand-over reason of the same name)
+TLS_REFUSED = "tls_refused"  # the engine would not carry on the session's TLS connection when
+# it was offered (or a TLS side had no connection left to give it): Python keeps the session
 FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
-                 MEMORY_BUDGET, REAUTH)
+                 MEMORY_BUDGET, REAUTH, TLS_REFUSED)
 
 # The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
 # engine would not serve (the next one Python handles is counted as declined), and the
 # deadline of Herald's own re-authentication. tests/unit/proxy/native/test_path_choice.py
 # holds them to the engine's list.
-DECLINED_BY_ENGINE = "request"
-RESPONSE_BY_ENGINE = "response"  # the hand-over reason for a response Python must handle
+DECLINED_BY_ENGINE = native_relay.REQUEST
+RESPONSE_BY_ENGINE = native_relay.RESPONSE  # the hand-over reason for a response Python must
+# handle
 ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, REAUTH)
 
 # The table's byte values, by the names the engine gives them (0, Python's, where it has none).
@@ -132,9 +136,10 @@ def tls_refusal(transport: Transport, caps: Capabilities = CAPABILITIES) -> str 
 def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
                    caps: Capabilities = CAPABILITIES) -> bytes:
     """One byte per (api key, version): what the engine may do with that pair's requests.
-    With `stamp`, Produce requests the interceptor filter alone reads are stamped; with
-    `fetch`, Fetch responses the interceptor filter reads (and others at most for their
-    tagged fields) are scanned. A response some filter reads only for its top-level tagged
+    With `stamp`, Produce requests the one filter that declares the engine may stamp them
+    (`Filter.native`) alone reads are stamped; with `fetch`, Fetch responses the filters that
+    declare the engine may scan them read (and others at most for their tagged fields) are
+    scanned. A response some filter reads only for its top-level tagged
     fields passes unless it has some, where the engine reads them (`caps.tags`)."""
     max_version = caps.max_version
     table = bytearray(caps.max_api * max_version)
@@ -147,7 +152,7 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
                 continue
             readers = chain.for_response(api, version)
             if scanned:
-                readers = [f for f in readers if not isinstance(f, InterceptorFilter)]
+                readers = [f for f in readers if not f.native.scan]
                 if not readers:
                     table[api * max_version + version] = SCAN
                 elif version in tagged and all(f.tagged_only(api, version) for f in readers):
@@ -162,14 +167,15 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
 
 
 def table_reason(chain: FilterChain, api: int, version: int) -> str:
-    """Why a table marks (api, version) Python's: a filter reads it, or the interceptor
-    filter does for a chain (or version) the engine does not stamp or scan."""
+    """Why a table marks (api, version) Python's: a filter reads it, or only filters that
+    declare the engine may stamp or scan in their place (`Filter.native`) do, for a chain
+    (or version) the engine does not stamp or scan."""
     requests = chain.for_request(api, version)
     responses = chain.for_response(api, version)
-    if requests and all(isinstance(f, InterceptorFilter) for f in requests):
+    if requests and all(f.native.stamp for f in requests):
         return PRODUCE_CHAIN
-    if not requests and any(isinstance(f, InterceptorFilter) for f in responses) and all(
-            isinstance(f, InterceptorFilter) or f.tagged_only(api, version) for f in responses):
+    if not requests and any(f.native.scan for f in responses) and all(
+            f.native.scan or f.tagged_only(api, version) for f in responses):
         return FETCH_CHAIN
     return FILTER
 
@@ -206,6 +212,7 @@ class SessionPath:
         self._declined = False  # the next passable frame is the one the engine handed over
         self._stay = 0  # reads Python keeps the session for before offering it back
         self._stay_left = 0
+        self.refused = False  # the engine refused the session's TLS: never offered again
         if python_reason is not None:
             metrics.python_path.labels("session", python_reason, "").inc()
 
@@ -281,6 +288,24 @@ class SessionPath:
         self._why = REAUTH if reason == REAUTH else BETWEEN_PHASES
         return kind
 
+    def engine_tls(self, client: Transport, upstream: Transport
+                   ) -> tuple[object | None, object | None]:
+        """What the engine carries each side's TLS on (None: plaintext), from
+        `Transport.engine_tls`. A TLS side without its connection object (closed) must never
+        reach the engine, which would take it for a plaintext one: the session stays in
+        Python (`tls_refused`)."""
+        client_tls, upstream_tls = client.engine_tls(), upstream.engine_tls()
+        if (client.tls and client_tls is None) or (upstream.tls and upstream_tls is None):
+            self.tls_refused()
+        return client_tls, upstream_tls
+
+    def tls_refused(self) -> None:
+        """The engine would not carry on the session's TLS (relay_tls.c checks it before
+        anything moves): the session stays in Python from now on, and what Python handles is
+        counted as `tls_refused`."""
+        self.refused = True
+        self._why = TLS_REFUSED
+
     def reauth_due(self) -> None:
         """Herald's own re-authentication is due: what Python handles meanwhile is for it."""
         self._why = REAUTH
@@ -289,8 +314,9 @@ class SessionPath:
         """After a read: whether the session may be offered back to the engine now (the rest
         of the wait, for answers to what Python forwarded, is the caller's). A partial frame
         goes with the session when the engine's buffer holds it, and a session that keeps
-        needing Python stays for a few reads (`ended`)."""
-        if buffered > buffer:
+        needing Python stays for a few reads (`ended`); one whose TLS the engine refused
+        stays for good."""
+        if self.refused or buffered > buffer:
             return False
         if self._stay_left:
             self._stay_left -= 1

@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Codec ids: bits 0-2 of a batch's attributes (protocol/compression.py). */
-enum { NK_NONE = 0, NK_GZIP = 1, NK_SNAPPY = 2, NK_LZ4 = 3, NK_ZSTD = 4 };
-#define NK_CODEC_NAMES {"none", "gzip", "snappy", "lz4", "zstd"}
+/* Codec ids, bits 0-2 of a batch's attributes, and NK_CODEC_NAMES: contracts/native_relay.h,
+ * from protocol/compression.py. */
+#include "contracts/native_relay.h"
 
 /* The codecs whose batches the engine stamps (relay_stamp.c) and scans (relay_fetch.c)
  * itself: the decision module reads them (through _relay.c) to tell a compressed batch the

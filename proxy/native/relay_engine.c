@@ -51,6 +51,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "contracts/native_relay.h"
 #include "relay_fetch.h"
 #include "relay_frames.h"
 #include "relay_tls.h"
@@ -66,23 +67,13 @@
 enum { ACTIVE = 1, STOPPING = 2, HANDED = 3, DEAD = 4 };
 enum { CLIENT = 0, UPSTREAM = 1 };
 
-const char *const NE_REASONS[] = {
-    "", "request", "client_eof", "drain", "idle_timeout", "frame_timeout",
-    "client_closed", "upstream_closed", "upstream_bad", "socket_error", "detached", "response",
-    "reauth",
-};
-const char *const NE_REASON_KINDS[] = {
-    "", "resume", "resume", "resume", "deadline", "deadline",
-    "close", "upstream", "upstream", "close", "close", "resume",
-    "resume",
-};
-enum {
-    R_NONE, R_REQUEST, R_CLIENT_EOF, R_DRAIN, R_IDLE, R_FRAME, R_CLIENT_CLOSED,
-    R_UPSTREAM_CLOSED, R_UPSTREAM_BAD, R_SOCKET, R_DETACHED, R_RESPONSE, R_REAUTH, R_COUNT,
-};
-const int NE_N_REASONS = R_COUNT;
-_Static_assert(sizeof NE_REASONS / sizeof *NE_REASONS == R_COUNT, "a reason without a name");
-_Static_assert(sizeof NE_REASON_KINDS / sizeof *NE_REASON_KINDS == R_COUNT,
+/* The hand-over reasons, their names and kinds: protocol/contracts/native_relay.h. */
+const char *const NE_REASONS[] = HANDOVER_NAMES;
+const char *const NE_REASON_KINDS[] = HANDOVER_KINDS;
+const int NE_N_REASONS = HANDOVER_COUNT;
+_Static_assert(sizeof NE_REASONS / sizeof *NE_REASONS == HANDOVER_COUNT,
+               "a reason without a name");
+_Static_assert(sizeof NE_REASON_KINDS / sizeof *NE_REASON_KINDS == HANDOVER_COUNT,
                "a reason without a kind");
 
 /* Table values (relay_engine.h): a pair may not pass, passes, or passes when its response
@@ -594,7 +585,7 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
                                &corr, &check, &stamp, &scan);
         if (r == D_NEED) {
             if (d->parsed == 0 && d->len == d->cap) {
-                begin_stop(s, R_REQUEST); /* its header does not fit: Python reads it */
+                begin_stop(s, HANDOVER_REQUEST); /* its header does not fit: Python reads it */
             }
             return;
         }
@@ -602,7 +593,7 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
             return;
         }
         if (r == D_STOP) {
-            begin_stop(s, R_REQUEST);
+            begin_stop(s, HANDOVER_REQUEST);
             return;
         }
         if (stamp) {
@@ -612,7 +603,7 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
                 return;
             }
             if (done == S_PYTHON) {
-                begin_stop(s, R_REQUEST);
+                begin_stop(s, HANDOVER_REQUEST);
                 return;
             }
         }
@@ -706,7 +697,7 @@ static int walk_response(ne_engine *e, session_t *s) {
     if (r == NR_W_BAD) {
         /* As the Python path, whose walk (protocol/fetch_tail.py) refuses the same bytes:
          * the response has begun, so the session cannot go on. */
-        fail(e, s, R_UPSTREAM_BAD, "upstream sent a malformed Fetch response: its structure "
+        fail(e, s, HANDOVER_UPSTREAM_BAD, "upstream sent a malformed Fetch response: its structure "
                                    "does not fit its frame");
         return 0;
     }
@@ -715,7 +706,7 @@ static int walk_response(ne_engine *e, session_t *s) {
     }
     /* Leader hints: Python rewrites the tail, which must be here whole first. */
     if (tail > d->cap) {
-        fail(e, s, R_UPSTREAM_BAD, "upstream sent a Fetch response with a tail larger than "
+        fail(e, s, HANDOVER_UPSTREAM_BAD, "upstream sent a Fetch response with a tail larger than "
                                    "the relay's buffer");
         return 0;
     }
@@ -725,8 +716,8 @@ static int walk_response(ne_engine *e, session_t *s) {
     s->tail = tail;
     s->walking = 0;
     d->remaining = 0;
-    begin_stop(s, R_RESPONSE);
-    s->reason = R_RESPONSE; /* whatever stopped it first: Python must send the tail */
+    begin_stop(s, HANDOVER_RESPONSE);
+    s->reason = HANDOVER_RESPONSE; /* whatever stopped it first: Python must send the tail */
     return 0;
 }
 
@@ -758,20 +749,20 @@ static void parse_responses(ne_engine *e, session_t *s, double now) {
         char why[NE_DETAIL];
         if (size < 4 || (int64_t)size > s->max_frame) {
             snprintf(why, sizeof why, "upstream sent a bad frame: frame size %d", (int)size);
-            fail(e, s, R_UPSTREAM_BAD, why);
+            fail(e, s, HANDOVER_UPSTREAM_BAD, why);
             return;
         }
         if (s->fstarted >= s->fcount) {
             snprintf(why, sizeof why, "upstream answered correlation id %d, expected None",
                      (int)corr);
-            fail(e, s, R_UPSTREAM_BAD, why);
+            fail(e, s, HANDOVER_UPSTREAM_BAD, why);
             return;
         }
         pending_t *entry = &s->fifo[(s->fhead + s->fstarted) % s->fcap];
         if (entry->corr != corr) {
             snprintf(why, sizeof why, "upstream answered correlation id %d, expected %d",
                      (int)corr, (int)entry->corr);
-            fail(e, s, R_UPSTREAM_BAD, why);
+            fail(e, s, HANDOVER_UPSTREAM_BAD, why);
             return;
         }
         uint64_t whole = (uint64_t)size + 4;
@@ -781,7 +772,7 @@ static void parse_responses(ne_engine *e, session_t *s, double now) {
                 return;
             }
             if (r == S_PYTHON) {
-                begin_stop(s, R_RESPONSE); /* Python reads it, from its first byte */
+                begin_stop(s, HANDOVER_RESPONSE); /* Python reads it, from its first byte */
                 return;
             }
             observe(e, entry, now, 1);
@@ -803,7 +794,7 @@ static void parse_responses(ne_engine *e, session_t *s, double now) {
         }
         if (entry->check) {
             if (whole > d->cap) {
-                begin_stop(s, R_RESPONSE); /* too large to read here: Python streams it */
+                begin_stop(s, HANDOVER_RESPONSE); /* too large to read here: Python streams it */
                 return;
             }
             if (avail < whole) {
@@ -811,7 +802,7 @@ static void parse_responses(ne_engine *e, session_t *s, double now) {
             }
             if (nr_top_level_tags(d->buf + d->parsed, (size_t)whole, entry->api, entry->ver) !=
                 0) {
-                begin_stop(s, R_RESPONSE); /* leader hints (or unreadable): Python's */
+                begin_stop(s, HANDOVER_RESPONSE); /* leader hints (or unreadable): Python's */
                 return;
             }
         }
@@ -1098,7 +1089,7 @@ static void socket_error(ne_engine *e, session_t *s, const char *side, int err) 
         snprintf(why, sizeof why, "socket error on the %s connection: %s", side,
                  strerror(err));
     }
-    fail(e, s, R_SOCKET, why);
+    fail(e, s, HANDOVER_SOCKET_ERROR, why);
 }
 
 /* A TLS side whose connection holds bytes read from its socket that the engine has not
@@ -1168,10 +1159,10 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
             if (r == -1) {
                 s->client_eof = 1;
                 if (s->req.remaining > 0 || s->req.len > s->req.parsed) {
-                    fail(e, s, R_CLIENT_CLOSED, "client closed the connection");
+                    fail(e, s, HANDOVER_CLIENT_CLOSED, "client closed the connection");
                     return;
                 }
-                begin_stop(s, R_CLIENT_EOF);
+                begin_stop(s, HANDOVER_CLIENT_EOF);
                 readable_client = 0;
             } else if (r == 1) {
                 progress = 1;
@@ -1209,7 +1200,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
                 return;
             }
             if (r == -1) {
-                fail(e, s, R_UPSTREAM_CLOSED, "upstream closed the connection");
+                fail(e, s, HANDOVER_UPSTREAM_CLOSED, "upstream closed the connection");
                 return;
             }
             if (r == 1) {
@@ -1271,18 +1262,18 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             snprintf(why, sizeof why,
                      "limits.frame_timeout_s: a frame was not complete %g s after it began",
                      s->frame_s);
-            fail(e, s, R_FRAME, why);
+            fail(e, s, HANDOVER_FRAME_TIMEOUT, why);
             continue;
         }
         if (!busy && now >= s->last_active + s->idle_s) {
             char why[NE_DETAIL];
             snprintf(why, sizeof why, "limits.idle_timeout_s: idle for %g s", s->idle_s);
-            fail(e, s, R_IDLE, why);
+            fail(e, s, HANDOVER_IDLE_TIMEOUT, why);
             continue;
         }
         if (s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE) {
             s->handover_at = 0;
-            begin_stop(s, R_REAUTH);
+            begin_stop(s, HANDOVER_REAUTH);
             service(e, s, 0, 0); /* hands over now when no frame is under way */
             if (s->state != STOPPING) {
                 continue;
@@ -1352,7 +1343,7 @@ static void start_session(ne_engine *e, session_t *s) {
     s->registered = 1;
     s->state = ACTIVE;
     if (s->stop_requested) {
-        begin_stop(s, R_DRAIN);
+        begin_stop(s, HANDOVER_DRAIN);
     }
     service(e, s, 1, 0); /* bytes Python handed over, then whatever is waiting */
 }
@@ -1662,7 +1653,7 @@ int ne_stop(ne_engine *e, long long id) {
     int found = s != NULL;
     if (s != NULL) {
         s->stop_requested = 1;
-        begin_stop(s, R_DRAIN);
+        begin_stop(s, HANDOVER_DRAIN);
     }
     pthread_mutex_unlock(&e->mu);
     if (found) {
@@ -1725,7 +1716,7 @@ int ne_take(ne_engine *e, long long id, ne_handover *out) {
     }
     if (s->state != HANDED) {
         unregister(e, s);
-        s->reason = R_DETACHED;
+        s->reason = HANDOVER_DETACHED;
         s->state = HANDED;
         e->unannounced--;
     }

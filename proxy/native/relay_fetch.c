@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "contracts/features.h"
+#include "contracts/native_relay.h"
 #include "relay_codec.h"
 #include "relay_trace.h"
 #include <stdlib.h>
@@ -57,9 +58,6 @@ typedef struct {
     int prefix;           /* nf_verify_prefix: only CRCs, over the bytes here so far */
 } scan_room;
 
-#define TRACEPARENT_KEY "traceparent"
-#define TRACEPARENT_LEN 11
-
 typedef struct {
     nc_watch w;
     int tp;
@@ -69,7 +67,7 @@ typedef struct {
  * key stops the walk. */
 static int link_key(void *arg, const uint8_t *key, size_t len) {
     link_watch *k = arg;
-    if (len == TRACEPARENT_LEN && memcmp(key, TRACEPARENT_KEY, len) == 0) {
+    if (len == HEADER_TRACEPARENT_LEN && memcmp(key, HEADER_TRACEPARENT, len) == 0) {
         k->tp = 1;
         return 0;
     }
@@ -91,7 +89,7 @@ static int note_traced(const uint8_t *b, const uint8_t *records, const sc_rec *r
         p += key_len;
         sc_uvarint(records, &p, r->end, &z);
         int64_t vn = z == 1 ? -1 : (int64_t)(z >> 1);
-        if (key_len == TRACEPARENT_LEN && memcmp(key, TRACEPARENT_KEY, key_len) == 0) {
+        if (key_len == HEADER_TRACEPARENT_LEN && memcmp(key, HEADER_TRACEPARENT, key_len) == 0) {
             value = vn < 0 ? NULL : records + p;
             n = vn;
             break;

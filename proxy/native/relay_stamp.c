@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "contracts/features.h"
+#include "contracts/native_relay.h"
 #include "relay_codec.h"
 #include "stamp_core.h"
 
@@ -532,9 +533,6 @@ int nc_watched_key(void *arg, const uint8_t *key, size_t len) {
  * for Python, which looks at records carrying a watched header (R_PYTHON). */
 enum { R_PLAIN, R_KEPT, R_PYTHON };
 
-#define TRACESTATE "tracestate"
-#define TRACESTATE_LEN 10
-
 typedef struct {
     const nc_plan *plan;
     int other;       /* a watched key the keeper does not keep */
@@ -554,7 +552,7 @@ static int record_key(void *arg, const uint8_t *key, size_t len) {
             k->tp++;
             return 0;
         }
-        if (is_key(key, len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+        if (is_key(key, len, (const uint8_t *)HEADER_TRACESTATE, HEADER_TRACESTATE_LEN)) {
             k->ts++;
             return 0;
         }
@@ -590,7 +588,8 @@ static int classify(const uint8_t *b, const sc_rec *r, const rec_keys *k,
                 return R_PYTHON;
             }
             *tp_value = value;
-        } else if (is_key(key, key_len, (const uint8_t *)TRACESTATE, TRACESTATE_LEN)) {
+        } else if (is_key(key, key_len, (const uint8_t *)HEADER_TRACESTATE,
+                          HEADER_TRACESTATE_LEN)) {
             if (!nt_valid_tracestate(value, n)) {
                 return R_PYTHON; /* Python counts it (tracestate_invalid) */
             }

@@ -5,12 +5,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "contracts/native_relay.h"
 #include "link_memory.h"
 
-/* What a column's value is (interceptors.api.NativeColumn.kind); NC_KIND_NAMES names them, in
- * order, as interceptors.api does: Python sends a column's kind as its index there. */
-enum { NC_CONST = 0, NC_CLIENT_ID = 1, NC_TIME_MS_TEXT = 2, NC_UUID7 = 3, NC_TRACEPARENT = 4 };
-#define NC_KIND_NAMES {"const", "client_id", "time_ms_text", "uuid7", "traceparent"}
+/* What a column's value is (interceptors.api.NativeColumn.kind): NC_CONST .. NC_TRACEPARENT
+ * and NC_KIND_NAMES come from contracts/native_relay.h, in the order Python sends a column's
+ * kind as its index. */
 
 /* The Produce versions the stamp walks (v13 names topics by id: one Herald has not learnt goes
  * to Python). The batch codecs it stamps are relay_codec.h's NK_NATIVE_CODECS. */

@@ -14,11 +14,11 @@ to it. Any other request goes to Python at its
 frame boundary, which runs the chain as always: the Python chain is the reference the engine
 is tested against.
 
-A session is eligible when, apart from the interceptor filter, no filter reads Produce
-requests, tracing is off (spans need Python), no per-topic counters are kept, and every
-produce-chain member applies to every topic and client, is live (not shadow), stamps, and
-can give its columns natively for this connection. Otherwise Produce goes to Python exactly
-as before.
+A session is eligible when one filter reads Produce requests, and declares the engine may
+stamp them in its place (`Filter.native`, the interceptor filter's), tracing is off (spans
+need Python), no per-topic counters are kept, and every produce-chain member applies to
+every topic and client, is live (not shadow), stamps, and can give its columns natively for
+this connection. Otherwise Produce goes to Python exactly as before.
 """
 
 from __future__ import annotations
@@ -30,19 +30,22 @@ from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
 from interceptors.context import ConnectionInfo
 from interceptors.stats import ChainStats, MemberStats
-from interceptors.trace_links import LOST_HEADER, PRODUCE_COUNTERS
+from interceptors.trace_links import LOST_HEADER
 from protocol import stamping
 from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACESTATE
-from proxy.filters.chain import FilterChain, SessionContext
-from proxy.filters.interception import ON_LOOP_DECOMPRESSED, InterceptorFilter, connection_info
+from protocol.contracts.native_relay import LINK_COUNT, LINK_COUNTS, PRODUCE_LINK_EVENTS
+from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
-from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES
 
 PRODUCE = int(ApiKey.PRODUCE)
 VERSIONS = CAPABILITIES.stamp_versions
 """Produce versions the engine walks, as it says (v13+ name topics by id: the engine stamps
 those Herald has learnt, and leaves the others to Python, which refuses them until it has)."""
+
+_NO_LINKS = (0,) * len(LINK_COUNTS)
+_PARENTS, _LINKED_BATCHES = LINK_COUNT["parents"], LINK_COUNT["linked_batches"]
+_MARKED, _LOST_HEADERS = LINK_COUNT["marked"], LINK_COUNT["lost_headers"]
 
 
 
@@ -62,26 +65,25 @@ class StampPlan:
 
     wire: tuple
     chain: ProduceChain
-    interceptors: InterceptorFilter
+    work: NativeWork
     members: tuple[_Member, ...]
 
     def count(self, batches: int, records: int, kept: int = 0, kept_batches: int = 0,
-              compressed: Sequence[int] = (), links: Sequence[int] = (0,) * 14) -> None:
+              compressed: Sequence[int] = (), links: Sequence[int] = _NO_LINKS) -> None:
         """Add what the engine stamped to the counters the Python path keeps for the same
         work: the chain's and its members' (`ChainStats`), and the re-encoded batches.
 
         `kept` records kept their own traceparent (the keeping column appended nothing to
         them), and in `kept_batches` every record did: such a batch changed only if another
-        column appended to it, or link headers were (`links`: records linked, parent
-        headers, misses unseen, expired, evicted, kept batches with a record given link
-        headers; [6:9] the Fetch scan's; parents declared lost expired, evicted, overflow,
-        records given link headers, lost headers). `compressed[codec]` of the changed batches
+        column appended to it, or link headers were (`links`: the engine's link counts, in
+        the order of `native_relay.LINK_COUNTS`; the linking member adds those it declares a
+        counter for, `PRODUCE_LINK_EVENTS`). `compressed[codec]` of the changed batches
         were compressed and re-encoded with their codec, the others are counted as
         uncompressed. A member after the linking one counts its `Interceptor.native_links`
         events for each record given link headers."""
         fresh, fresh_batches = records - kept, batches - kept_batches
-        linked, parents, *missed, linked_batches = links[:6]
-        *lost, marked, lost_headers = links[9:14]
+        parents, linked_batches = links[_PARENTS], links[_LINKED_BATCHES]
+        marked, lost_headers = links[_MARKED], links[_LOST_HEADERS]
         only_keeps = all(m.appends == m.keeps for m in self.members)
         changed_batches = fresh_batches + linked_batches if only_keeps else batches
         run = ChainStats(self.chain.path, {}, batches, changed_batches, records)
@@ -98,46 +100,48 @@ class StampPlan:
                 if made:
                     st.count(event, made)
             if m.links:
-                for event, n in zip(PRODUCE_COUNTERS, (linked, parents, *missed, *lost),
-                                    strict=True):
-                    if n:
-                        st.count(event, n)
+                for at, event in PRODUCE_LINK_EVENTS:
+                    if links[at]:
+                        st.count(event, links[at])
             for event, each in m.linked:
                 if each * marked:
                     st.count(event, each * marked)
             run.members[m.member.name] = st
         self.chain.add_run(run)
-        reencoded = self.interceptors.codec.reencoded
+        work = self.work
         for codec, n in enumerate(compressed):
             if n and codec:
-                reencoded[codec] += n
+                work.count_reencoded(codec, n)
                 changed_batches -= n
-        reencoded[0] += changed_batches
+        work.count_reencoded(0, changed_batches)
 
 
-def interceptor_filter(chain: FilterChain) -> InterceptorFilter | None:
-    """The interceptor filter, when it is the only filter that reads the requests of every
-    Produce version the engine stamps."""
+def stamping_work(chain: FilterChain) -> NativeWork | None:
+    """What the engine stamps for, when one filter alone reads the requests of every Produce
+    version the engine stamps, and declares the engine may stamp them (`Filter.native`)."""
     found = None
     for version in VERSIONS:
         readers = chain.for_request(PRODUCE, version)
-        if len(readers) != 1 or not isinstance(readers[0], InterceptorFilter):
+        if len(readers) != 1:
             return None
-        if found is not None and readers[0] is not found:
+        takeover = readers[0].native
+        if not takeover.stamp or takeover.work is None:
             return None
-        found = readers[0]
+        if found is not None and takeover.work is not found:
+            return None
+        found = takeover.work
     return found
 
 
 def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
     """The session's plan, or None when its Produce requests stay in Python."""
-    filt = interceptor_filter(chain)
-    if filt is None or filt.report_traces or filt.tally is not None:
+    work = stamping_work(chain)
+    if work is None or work.reports_spans or work.counts_topics:
         return None
-    produce = filt.chains.produce
+    produce = work.chains.produce
     if not produce.members or not produce.fast_paths:
         return None
-    conn = connection_info(ctx)
+    conn = work.connection(ctx)
     columns: list[tuple] = []
     members: list[_Member] = []
     keys: set[str] = set()
@@ -176,38 +180,9 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
     wire_prefixes = stamping.wire_keys(prefixes)
     if wire_keys is None or wire_prefixes is None or not columns:
         return None
-    limits = filt.limits
-    wire = (tuple(columns), wire_keys, wire_prefixes, limits.max_batch_records,
-            limits.max_request_records, _batch_limit(filt), b"".join(sorted(filt.topics.names)),
-            *decompression_limits(filt), links)
-    return StampPlan(wire, produce, filt, tuple(members))
-
-
-def decompression_limits(filt: InterceptorFilter) -> tuple[int, int]:
-    """What the engine may decompress: one batch, one request (or one response).
-
-    Python's limits (`limits.max_batch_decompressed_bytes`, `max_request_decompressed_bytes`),
-    and no more than the share of the memory budget Python lets one large partition's
-    decompression book (`InterceptorFilter._run_big`), so that whatever the engine
-    decompresses Python would have decompressed too; past them the frame goes to Python, which
-    refuses it with the limit's own error. A batch is also kept to what Python decompresses
-    on its event loop without booking it (`ON_LOOP_DECOMPRESSED`): the engine holds one batch
-    at a time, decompressed and stamped, outside the memory budget, and a larger one goes to
-    Python, which books it and works in a worker thread."""
-    limits = filt.limits
-    batch, request = limits.max_batch_decompressed_bytes, limits.max_request_decompressed_bytes
-    if filt.memory is not None:
-        share = filt.memory.limit // (2 * limits.big_batch_workers)
-        batch, request = min(batch, share), min(request, share)
-    return min(batch, ON_LOOP_DECOMPRESSED), request
-
-
-def _batch_limit(filt: InterceptorFilter) -> int:
-    """The smallest batch size limit a stamped batch must keep to (-1: none): above it,
-    Python decides how the batch fits its topic."""
-    if filt.topic_limits is None:
-        return -1
-    return min((BROKER_DEFAULT_MAX_MESSAGE_BYTES, *filt.topic_limits.known.values()))
+    wire = (tuple(columns), wire_keys, wire_prefixes, *work.record_limits(), work.batch_limit(),
+            b"".join(sorted(work.topic_names())), *work.decompression_limits(), links)
+    return StampPlan(wire, produce, work, tuple(members))
 
 
 def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeColumn]]

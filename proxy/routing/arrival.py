@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from protocol.errors import CodecError
 from protocol.records import RecordBatch, split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.routing.origin import OriginSeal
 from proxy.routing.predicates import Header, last_value
 from proxy.routing.rules import ORIGIN_HEADER
@@ -46,6 +46,9 @@ class Arrivals(Filter):
     apply to, as they arrived, for the routing filter after the chains (`take`)."""
 
     name = "routing-arrivals"
+    # The engine takes over nothing this member reads: it reads what arrives for routing, in
+    # Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, routing: RoutingFilter) -> None:
         self.routing = routing

@@ -40,9 +40,16 @@ from protocol.contracts.kafka_errors import (
     REQUEST_TIMED_OUT,
     UNKNOWN_PRODUCER_ID,
 )
-from protocol.records import RecordBatch, build_batch, join_batches, split_batches
-from proxy.filters.chain import Exchange, Filter, SessionContext
-from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
+from protocol.records import (
+    RecordBatch,
+    build_batch,
+    join_batches,
+    split_batches,
+    with_base_sequence,
+)
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
+from proxy.filters.offload import OFFLOAD_BYTES
+from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.observability.logs import get_logger
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
 from proxy.routing.config import Rule
@@ -73,8 +80,6 @@ log = get_logger("routing")
 # INVALID_RECORD is not retriable: the client's application sees the message.
 # UNKNOWN_PRODUCER_ID: idempotent producers bump their epoch and send the batch again.
 # REQUEST_TIMED_OUT is retriable: every client retries it.
-_BASE_SEQUENCE_AT = 53  # offset of baseSequence in a batch header
-_CRC_AT, _CRC_FROM = 17, 21
 
 
 @dataclass(slots=True)
@@ -143,6 +148,9 @@ class _BatchPlan:
 
 class RoutingFilter(Filter):
     name = "routing"
+    # The engine takes over nothing this member reads: routing rewrites Produce requests in
+    # Python.
+    native = NATIVE_NOTHING
 
     def __init__(self, table: RoutingTable, topics: TopicIds,
                  destinations: dict[str, Destination], stats: RoutingStats,
@@ -451,7 +459,7 @@ def _kept_batch(batch: RecordBatch, moved: frozenset[int], attempt: Attempt | No
     """The batch with the moved records taken out, renumbered, under the upstream sequence."""
     base_sequence = attempt.upstream_base if attempt is not None else batch.base_sequence
     if not moved:
-        return _with_base_sequence(batch.raw, base_sequence)
+        return with_base_sequence(batch.raw, base_sequence)
     kept = [r for i, r in enumerate(batch.records) if i not in moved]
     if not kept:
         return b""
@@ -468,13 +476,3 @@ def _kept_batch(batch: RecordBatch, moved: frozenset[int], attempt: Attempt | No
         timestamp_type=batch.timestamp_type,
     )
 
-
-def _with_base_sequence(raw: bytes, base_sequence: int) -> bytes:
-    """The same batch bytes under another base sequence (CRC recomputed, records as they
-    were: a compressed batch is not recompressed)."""
-    from crc32c import crc32c
-
-    data = bytearray(raw)
-    data[_BASE_SEQUENCE_AT:_BASE_SEQUENCE_AT + 4] = base_sequence.to_bytes(4, "big", signed=True)
-    data[_CRC_AT:_CRC_AT + 4] = crc32c(bytes(data[_CRC_FROM:])).to_bytes(4, "big")
-    return bytes(data)

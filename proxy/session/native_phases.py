@@ -76,13 +76,7 @@ class NativePhases:
         self._id = next_session_id()
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
-        self._client_tls = client.engine_tls()
-        self._upstream_tls = upstream.engine_tls()
-        # The engine would not take the session's TLS: Python keeps it. A TLS side without its
-        # connection object (closed) must never reach the engine, which would take it for a
-        # plaintext one.
-        self._refused = (client.tls and self._client_tls is None) or (
-            upstream.tls and self._upstream_tls is None)
+        self._client_tls, self._upstream_tls = path.engine_tls(client, upstream)
         self._ctx = ctx
         self._chain = chain
         self._metrics = metrics
@@ -139,7 +133,7 @@ class NativePhases:
                 raise
             # The engine would not carry this TLS connection on (relay_tls.c checks it before
             # anything moves): the session stays in Python, with the bytes it had.
-            self._refused = True
+            self._path.tls_refused()
             self._requests.decoder.feed(prefill)
             log.warning("native_relay_tls_refused", reason=str(exc),
                         client=self._ctx.client_address)
@@ -191,7 +185,7 @@ class NativePhases:
         the next frame if part of it is here. Raises `HandBack` to stop the pumps for that."""
         # A partial frame goes to the engine with the session (it reads the rest), so a
         # client that never pauses between requests still gets back to the engine.
-        if self._refused or not self._path.may_offer(self._requests.decoder.buffered,
+        if not self._path.may_offer(self._requests.decoder.buffered,
                                                      BUFFER_SIZE):
             return
         await self._calls.wait_idle()

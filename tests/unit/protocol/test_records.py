@@ -19,6 +19,7 @@ from protocol.records import (
     build_batch,
     join_batches,
     split_batches,
+    with_base_sequence,
 )
 
 CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
@@ -489,3 +490,16 @@ def test_attribute_flags():
     assert batch.last_offset == 101
     struct.pack_into(">h", data, 21, batch.attributes | 0x40)
     assert only(bytes(data)).has_delete_horizon
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_batch_under_another_base_sequence_is_resealed_as_built(codec: int) -> None:
+    """The bytes are those a batch built with that base sequence has: the header field and
+    the CRC change, the (compressed) records do not."""
+    raw = sample(compression=codec, base_sequence=5)
+    moved = with_base_sequence(raw, 42)
+    assert moved == sample(compression=codec, base_sequence=42)
+    [batch] = split_batches(moved)
+    assert batch.base_sequence == 42 and batch.crc_is_valid()
+    assert with_base_sequence(memoryview(moved), -1)[HEADER_SIZE - 8:HEADER_SIZE - 4] == (
+        b"\xff" * 4)

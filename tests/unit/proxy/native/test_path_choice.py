@@ -6,7 +6,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import socket
+import ssl
 from pathlib import Path
+
+import trio
 
 from protocol.api_keys import ApiKey
 from proxy.config.proxy_yaml import parse_config
@@ -17,6 +21,7 @@ from proxy.limits.connection_guard import LIMITS
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native import fetch_plan, path_choice, relay, stamp_plan
 from proxy.native.capabilities import CAPABILITIES, Capabilities
+from proxy.net.transport import PlainTransport, TlsTransport
 from proxy.observability.metrics import Metrics
 from proxy.upstream.brokers import BrokerDirectory
 from tests.support.native_parts import native_module
@@ -194,3 +199,41 @@ def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
             "scope": "frame", "reason": "memory_budget", "api": "Heartbeat"}) == 1
     finally:
         engine.close()
+
+
+async def test_a_session_whose_tls_the_engine_refuses_is_counted_as_refused() -> None:
+    """A TLS side with no connection left to give the engine (closed) keeps the session in
+    Python; what Python handles then is counted as `tls_refused`, not `between_phases`."""
+    metrics = Metrics()
+
+    def counted(reason: str, api: str) -> float:
+        value = metrics.registry.get_sample_value(
+            "herald_python_path_total", {"scope": "frame", "reason": reason, "api": api})
+        return value or 0.0
+
+    left, right = socket.socketpair()
+    with right:
+        tls = TlsTransport(trio.SocketStream(trio.socket.from_stdlib_socket(left)),
+                           ssl.create_default_context(), server_side=False,
+                           server_hostname="broker")
+        tls.sock.close()  # the ssl module's connection object is gone with it
+        plain = PlainTransport(trio.SocketStream(trio.socket.from_stdlib_socket(right.dup())))
+        path = path_choice.SessionPath(metrics, None, _chain())
+        assert path.engine_tls(tls, plain) == (None, None)
+        assert path.refused
+        assert not path.may_offer(0, 1024)  # never offered to the engine again
+        path.frame(int(ApiKey.HEARTBEAT), 4)
+        assert counted("tls_refused", "Heartbeat") == 1
+        assert counted("between_phases", "Heartbeat") == 0
+        plain.sock.close()
+
+    # The engine refusing the TLS connection when offered counts the same way.
+    path = path_choice.SessionPath(metrics, None, _chain())
+    path._table = path_choice.passable_table(_chain())  # as a phase sets it
+    path.ended("request", 100)
+    path.frame(int(ApiKey.PRODUCE), 9)
+    path.tls_refused()
+    path.frame(int(ApiKey.PRODUCE), 9)
+    assert counted("engine_declined", "Produce") == 1
+    assert counted("tls_refused", "Produce") == 1
+    assert path_choice.TLS_REFUSED in path_choice.FRAME_REASONS
