@@ -25,6 +25,7 @@ from proxy.filters.member_services import build_chains, proxy_info
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
+from proxy.limits.session_limits import SessionLimits
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
 from proxy.observability.admin import AdminServer
@@ -40,6 +41,7 @@ from proxy.security.tls import ReloadingContext
 from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
+from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
@@ -71,24 +73,26 @@ class Proxy:
         self.proxy_info = proxy_info(config.instance_id)
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
         self.topic_limits = TopicLimits(self.cluster.request_once)
+        limits = config.limits
+        self.memory = MemoryBudget(limits.memory_budget_bytes)
+        self.metrics.watch_memory(self.memory)
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
-            config.limits, self.topic_limits, self.metrics.limits,
+            limits, self.topic_limits, self.metrics.limits,
+            memory=self.memory, report_traces=tracing is not None,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.
         traced: list[Filter] = []
         if tracing is not None:
-            self.interceptors.report_traces = True
             traced.append(TracingFilter(tracing, self.topic_ids, self.metrics.spans_skipped.inc))
         self.routing_stats = RoutingStats(self.metrics.registry)
         self.destinations = self._destinations(config)
         self.routing = RoutingFilter(
             RoutingTable(config.routing), self.topic_ids, self.destinations, self.routing_stats,
-            origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(),
+            origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(), tracing=tracing,
         )
-        self.routing.tracing = tracing
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             self._sasl_member(),
@@ -100,10 +104,6 @@ class Proxy:
             self.routing,  # after the chains: routed records carry what enrichment added
             *traced,
         ])
-        limits = config.limits
-        self.memory = MemoryBudget(limits.memory_budget_bytes)
-        self.metrics.watch_memory(self.memory)
-        self.interceptors.memory = self.memory
         self.guard = ConnectionGuard(
             limits.max_connections, limits.max_connections_per_source,
             lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
@@ -120,14 +120,19 @@ class Proxy:
             log.warning("native_relay_unavailable",
                         note="performance.native_relay is auto but proxy.native._relay is not "
                         "built; every session uses the Python path")
-        self.connections = Connections(
-            limits, self.cluster, self.directory, self.refresh_brokers, self.chain,
-            self.metrics, self.guard, self.memory, self.listen_tls, self.native, no_engine,
+        # Built once, from the parts above, and never changed: see SessionEnvironment for how
+        # a reload changes the chain without replacing it.
+        self.environment = SessionEnvironment(
+            chain=self.chain, metrics=self.metrics, limits=SessionLimits.of(limits),
+            cluster=self.cluster, directory=self.directory, guard=self.guard,
+            memory=self.memory, listen_tls=self.listen_tls, native=self.native,
+            no_engine=no_engine,
         )
+        self.connections = Connections(self.environment, self.refresh_brokers)
         self.sessions: set[Session] = self.connections.sessions
         self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
-        self._reload = ConfigReload(self.proxy_info, self.destinations, self.chain,
-                                    self.interceptors, self.routing, self.native, self.metrics)
+        self._reload = ConfigReload(self.environment, self.proxy_info, self.destinations,
+                                    self.interceptors, self.routing)
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""
