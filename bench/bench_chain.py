@@ -39,7 +39,7 @@ from protocol.messages.produce_request import (
 from protocol.records import Record, build_batch
 from proxy.filters.chain import Exchange, SessionContext
 from proxy.filters.interception import InterceptorFilter
-from proxy.session import wire
+from proxy.net import wire
 from proxy.upstream.topic_ids import TopicIds
 from tests.support.raw_client import request_frame
 

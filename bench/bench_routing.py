@@ -122,10 +122,10 @@ def filter_cost(size: int, rounds: int) -> dict[str, float]:
 
     from protocol.records import Record, build_batch
     from proxy.config.proxy_yaml import parse_config
-    from proxy.observability.routing_stats import RoutingStats
     from proxy.routing.destinations import Destination
     from proxy.routing.produce_filter import RoutingFilter
     from proxy.routing.rules import RoutingTable
+    from proxy.routing.stats import RoutingStats
     from proxy.upstream.topic_ids import TopicIds
 
     nowhere = "127.0.0.1:1"  # nothing listens: records stay queued until purged

@@ -6,7 +6,7 @@
 #
 #   bash deploy/build-image.sh [TAG]          (default herald:0.1.0; run as root)
 #
-# Then tests/k8s/test_image.py runs the image (podman with runc) in front of a real broker.
+# Then tests/k8s/deploy/test_image.py runs the image (podman with runc) in front of a real broker.
 # RUN steps use chroot isolation: it needs neither cgroups nor a container runtime, so the
 # build works inside a VM or a CI container that cannot start nested containers.
 set -euo pipefail

@@ -51,9 +51,9 @@ well under a microsecond; only traced records reach it).
 
 `FetchedTraces` is the reference. When the record stamper's extension is built, the memory is
 its C twin (protocol/link_memory.c, `NativeFetchedTraces` here, same methods and answers,
-tests/unit/test_link_memory.py holds them equal), which the native relay reads and fills
-from its own thread for the sessions it carries, so that a client's Python and native phases
-share one memory.
+tests/unit/interceptors/test_link_memory.py holds them equal), which the native relay reads
+and fills from its own thread for the sessions it carries, so that a client's Python and native
+phases share one memory.
 """
 
 from __future__ import annotations

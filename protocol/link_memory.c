@@ -1,5 +1,5 @@
 /* The bounded memory of fetched traces: see link_memory.h, and interceptors/trace_links.py,
- * the reference whose every step this follows (tests/unit/test_link_memory.py drives both
+ * the reference whose every step this follows (tests/unit/interceptors/test_link_memory.py drives both
  * with the same operations). Two hash tables with an order list each: the entries, least
  * recently fetched first, and the keys gone (evicted or expired), oldest first. An entry's
  * parents are allocated as they come (most traces have one), up to max_parents. */

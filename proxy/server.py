@@ -22,22 +22,24 @@ from proxy.filters.chain import Filter, FilterChain
 from proxy.filters.group_learner import ConsumerGroupLearner
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains, proxy_info
+from proxy.filters.sasl import SaslPrincipalLearner, SaslRefusal
+from proxy.filters.topic_ids import TopicIdLearner
+from proxy.filters.tracing import TracingFilter
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.session_limits import SessionLimits
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
-from proxy.observability.admin import AdminServer
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
-from proxy.observability.routing_stats import RoutingStats
-from proxy.observability.tracing import Tracing, TracingFilter, tracing_from_env
+from proxy.observability.tracing import Tracing, tracing_from_env
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import PRIMARY, RoutingTable
-from proxy.security.sasl_filters import SaslPrincipalLearner, SaslRefusal
+from proxy.routing.stats import RoutingStats
 from proxy.security.tls import ReloadingContext
+from proxy.serving.admin import AdminServer
 from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
@@ -45,7 +47,7 @@ from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
-from proxy.upstream.topic_ids import TopicIdLearner, TopicIds
+from proxy.upstream.topic_ids import TopicIds
 from proxy.upstream.topic_limits import TopicLimits
 
 log = get_logger("server")

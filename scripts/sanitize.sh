@@ -89,16 +89,16 @@ PY
 echo "sanitize: the native tests under ASan and UBSan ..."
 status=0
 LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
-  tests/unit/test_native_hostile.py tests/unit/test_native_relay_engine.py \
-  tests/unit/test_native_relay_session.py tests/unit/test_native_relay_config.py \
-  tests/unit/test_native_fetch.py tests/unit/test_native_stamp.py tests/unit/test_relay_trace.py \
-  tests/unit/test_stamping.py tests/unit/test_native_locking.py tests/unit/test_native_tls.py \
-  tests/unit/test_native_codecs.py tests/unit/test_link_memory.py tests/unit/test_trace_links.py tests/unit/test_native_links.py \
-  tests/unit/test_parents_lost.py \
-  tests/integration/test_native_relay.py tests/integration/test_native_fetch.py \
-  tests/unit/test_path_choice.py tests/integration/test_native_sasl.py \
-  tests/integration/test_native_stamp.py tests/integration/test_native_tls.py \
-  tests/integration/test_hostile_broker.py tests/integration/test_trace_links.py || status=$?
+  tests/unit/proxy/native/test_native_hostile.py tests/unit/proxy/native/test_native_relay_engine.py \
+  tests/unit/proxy/native/test_native_relay_session.py tests/unit/proxy/native/test_native_relay_config.py \
+  tests/unit/proxy/native/test_fetch_plan.py tests/unit/proxy/native/test_stamp_plan.py tests/unit/proxy/native/test_relay_trace.py \
+  tests/unit/protocol/test_stamping.py tests/unit/proxy/native/test_native_locking.py tests/unit/proxy/native/test_relay_tls.py \
+  tests/unit/proxy/native/test_native_codecs.py tests/unit/interceptors/test_link_memory.py tests/unit/interceptors/test_trace_links.py tests/unit/proxy/native/test_native_links.py \
+  tests/unit/interceptors/test_parents_lost.py \
+  tests/integration/proxy/native/test_native_relay.py tests/integration/proxy/native/test_native_fetch.py \
+  tests/unit/proxy/native/test_path_choice.py tests/integration/proxy/native/test_native_sasl.py \
+  tests/integration/proxy/native/test_native_stamp.py tests/integration/proxy/native/test_native_tls.py \
+  tests/integration/proxy/session/test_hostile_broker.py tests/integration/interceptors/test_causal_links.py || status=$?
 cd "$repo"
 if compgen -G "$logs/*" >/dev/null; then
   echo "sanitize: sanitizer reports:" >&2

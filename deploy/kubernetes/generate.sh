@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the manifests made from app.yaml (by `herald k8s inject`) and from the Helm chart
-# (gateway.yaml). tests/k8s/test_manifests.py fails when a committed file differs from what
+# (gateway.yaml). tests/k8s/deploy/test_manifests.py fails when a committed file differs from what
 # this script writes. Needs scripts/setup.sh to have run (Herald in .venv, helm in the cache).
 set -euo pipefail
 cd "$(dirname "$0")"

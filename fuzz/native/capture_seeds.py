@@ -43,7 +43,7 @@ from confluent_kafka import Consumer, Producer  # noqa: E402
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
 from proxy.native.capabilities import CAPABILITIES  # noqa: E402
 from proxy.native.path_choice import PASS, SCAN, STAMP, UNLESS_TAGGED  # noqa: E402
-from proxy.session.wire import (  # noqa: E402
+from proxy.net.wire import (  # noqa: E402
     decode_request,
     decode_response,
     parse_request_header,

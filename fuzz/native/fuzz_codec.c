@@ -9,7 +9,7 @@
  *     byte, whatever sizes the frame announces (the bound protocol/compression.py keeps);
  *   - what decompresses, compressed again by the engine, decompresses to the same bytes
  *     (what the engine writes after stamping, it reads back: and so does Python,
- *     tests/unit/test_native_codecs.py);
+ *     tests/unit/proxy/native/test_native_codecs.py);
  *   - the engine's lz4 writing of the same bytes is always the same (it is Python's). */
 #include "common.h"
 #include "relay_codec.h"

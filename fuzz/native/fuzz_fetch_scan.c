@@ -11,7 +11,7 @@
  * When the input's last byte is odd, the plan has links (trace_context `link`: a memory,
  * protocol/link_memory.c, and the names of the topic ids) and the scan remembers the traced
  * records it passes.
- * tests/unit/test_native_fetch.py and test_native_links.py hold the verdicts and what is
+ * tests/unit/proxy/native/test_fetch_plan.py and test_native_links.py hold the verdicts and what is
  * remembered to the Python fetch chain; here the scan must read nothing outside the frame,
  * what it counts must fit what the frame holds, and it remembers no more records than it
  * passes (none when it does not pass). The same frame is also scanned as the engine scans a

@@ -1,5 +1,5 @@
 /* The memory of fetched traces (protocol/link_memory.c) under a script of operations from the
- * input: remember, look up, time passing, an extra holder. tests/unit/test_link_memory.py
+ * input: remember, look up, time passing, an extra holder. tests/unit/interceptors/test_link_memory.py
  * holds its answers to the Python reference; here it must stay within its bounds (entries,
  * parents per entry), give back only parents remembered for that very (scope, trace), never
  * name or declare lost more parents than the (scope, trace) was given (a lookup's parents and

@@ -10,7 +10,7 @@
  *     with the 0x40 flag its whole batches are then compressed (codec from the version byte's
  *     high bits), so that they reach it through the engine's decompression and are stamped
  *     and recompressed.
- * tests/unit/test_native_stamp.py and test_native_codecs.py hold the output to the Python
+ * tests/unit/proxy/native/test_stamp_plan.py and test_native_codecs.py hold the output to the Python
  * chain byte for byte; here, besides reading nothing outside the frame and no undefined
  * behaviour, a stamped request must:
  *   - keep its header (api key, version, correlation id) and declare its own size;

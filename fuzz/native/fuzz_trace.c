@@ -1,5 +1,5 @@
 /* The W3C trace context checks the engine makes before it keeps a record's own traceparent
- * (proxy/native/relay_trace.c), on hostile header values. tests/unit/test_relay_trace.py
+ * (proxy/native/relay_trace.c), on hostile header values. tests/unit/proxy/native/test_relay_trace.py
  * holds them to the Python functions; here they must read nothing outside the value, and
  * what they accept must have the shape the rules ask for. */
 #include "common.h"

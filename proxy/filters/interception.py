@@ -41,7 +41,7 @@ from protocol.records import join_batches, split_batches
 from proxy.filters.chain import Exchange, Filter, SessionContext
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
-from proxy.observability.limit_stats import (
+from proxy.limits.stats import (
     BATCH_DECOMPRESSED,
     BATCH_RECORDS,
     MEMORY,

@@ -20,7 +20,7 @@ import select
 
 import trio
 
-from proxy.session.transport import Transport
+from proxy.net.transport import Transport
 
 SMALL = 16 * 1024
 """Holders below this may use the reserve, up to this: they are not the ones filling it."""

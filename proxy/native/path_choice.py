@@ -33,7 +33,7 @@ from proxy.observability.metrics import Metrics, bounded_api_labels
 
 if TYPE_CHECKING:
     from proxy.native.relay import NativeRelay
-    from proxy.session.transport import Transport
+    from proxy.net.transport import Transport
 
 # Why a whole session is Python's (scope="session"; its requests are counted with the same
 # reason, scope="frame").
@@ -61,8 +61,8 @@ FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PH
 
 # The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
 # engine would not serve (the next one Python handles is counted as declined), and the
-# deadline of Herald's own re-authentication. tests/unit/test_path_choice.py holds them to the
-# engine's list.
+# deadline of Herald's own re-authentication. tests/unit/proxy/native/test_path_choice.py
+# holds them to the engine's list.
 DECLINED_BY_ENGINE = "request"
 RESPONSE_BY_ENGINE = "response"  # the hand-over reason for a response Python must handle
 ENGINE_REASONS_NAMED = (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, REAUTH)

@@ -1,6 +1,6 @@
 /* The W3C trace context checks the engine makes before it keeps a record's own traceparent,
  * with interceptors/tracing.py as the reference (`valid_traceparent`, `parse_tracestate`;
- * tests/unit/test_relay_trace.py holds the two to the same answers).
+ * tests/unit/proxy/native/test_relay_trace.py holds the two to the same answers).
  *
  * Safety: every read is bounded by the value's length. */
 #include "relay_trace.h"

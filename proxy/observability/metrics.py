@@ -30,7 +30,7 @@ from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
 from proxy.limits.connection_guard import LIMITS as CONNECTION_LIMITS
 from proxy.limits.memory_budget import MemoryBudget
-from proxy.observability.limit_stats import LimitCollector, LimitStats
+from proxy.limits.stats import LimitCollector, LimitStats
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,

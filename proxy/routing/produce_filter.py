@@ -44,17 +44,6 @@ from protocol.records import RecordBatch, build_batch, join_batches, split_batch
 from proxy.filters.chain import Exchange, Filter, SessionContext
 from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
 from proxy.observability.logs import get_logger
-from proxy.observability.routing_spans import end_span, start_span
-from proxy.observability.routing_stats import (
-    BEST_EFFORT,
-    DELIVERED,
-    DUPLICATE,
-    FAILED,
-    REFUSED,
-    REJECTED,
-    SHADOW,
-    RoutingStats,
-)
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
@@ -66,6 +55,17 @@ from proxy.routing.rules import (
     Rule,
 )
 from proxy.routing.sequences import Attempt, SequenceMap
+from proxy.routing.spans import end_span, start_span
+from proxy.routing.stats import (
+    BEST_EFFORT,
+    DELIVERED,
+    DUPLICATE,
+    FAILED,
+    REFUSED,
+    REJECTED,
+    SHADOW,
+    RoutingStats,
+)
 from proxy.upstream.topic_ids import TopicIds
 
 log = get_logger("routing")

@@ -12,10 +12,10 @@ import ssl
 import trio
 from prometheus_client import Counter
 
+from proxy.net.transport import TlsTransport
 from proxy.observability.logs import get_logger
 from proxy.security.principal import NoRuleMatched, tls_principal
 from proxy.security.tls import ReloadingContext
-from proxy.session.transport import TlsTransport
 
 log = get_logger("server")
 

@@ -16,12 +16,12 @@ import trio
 
 from proxy.config.proxy_yaml import HostPort
 from proxy.filters.chain import SessionContext
+from proxy.net.transport import PlainTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.serving.client_tls import tls_handshake
 from proxy.serving.listeners import BOOTSTRAP
 from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
-from proxy.session.transport import PlainTransport, Transport
 
 log = get_logger("server")
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from protocol.framing import FrameDecoder
 from proxy.limits.memory_budget import Holder
+from proxy.net.transport import Transport
 from proxy.observability.metrics import CounterSeries
-from proxy.session.transport import Transport
 
 RECV = 256 * 1024
 """What one read from a socket asks for."""

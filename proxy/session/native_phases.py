@@ -29,13 +29,13 @@ from proxy.native.relay import (
     Handover,
     next_session_id,
 )
+from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.environment import SessionEnvironment
 from proxy.session.lanes import Lane
 from proxy.session.reauth import UpstreamReauth
-from proxy.session.transport import Transport
 
 log = get_logger("native_relay")
 

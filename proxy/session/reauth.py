@@ -17,11 +17,11 @@ import trio
 from interceptors.config import ConfigError
 from protocol.errors import CodecError
 from proxy.filters.chain import SessionContext
+from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import SaslError
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable
-from proxy.session.transport import Transport
 from proxy.upstream.cluster import FrameIO, UpstreamAuthError
 
 log = get_logger("session")

@@ -19,14 +19,14 @@ from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
 from proxy.limits.connection_guard import ClientDeadlines
 from proxy.native.path_choice import SessionPath
+from proxy.net import wire
+from proxy.net.transport import Transport
 from proxy.observability.metrics import Metrics
-from proxy.session import wire
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
 from proxy.session.native_phases import NativePhases
 from proxy.session.outgoing import Outgoing
-from proxy.session.transport import Transport
 
 
 class RequestPump:

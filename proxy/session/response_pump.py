@@ -15,7 +15,8 @@ import trio
 from protocol.errors import CodecError
 from protocol.primitives import Buffer
 from proxy.filters.chain import Exchange
-from proxy.session import wire
+from proxy.net import wire
+from proxy.net.transport import Transport
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
@@ -23,7 +24,6 @@ from proxy.session.outgoing import Outgoing
 from proxy.session.reauth import UpstreamReauth
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.streaming import ResponseStreamer
-from proxy.session.transport import Transport
 
 
 class ResponsePump:

@@ -22,6 +22,8 @@ from proxy.filters.chain import SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, awaiting_answer
 from proxy.limits.memory_budget import Holder
 from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason, tls_refusal
+from proxy.net.splice import Splicer
+from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
@@ -32,9 +34,7 @@ from proxy.session.reauth import UpstreamReauth
 from proxy.session.request_pump import RequestPump
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.response_pump import ResponsePump
-from proxy.session.splice import Splicer
 from proxy.session.streaming import ResponseStreamer
-from proxy.session.transport import Transport
 
 log = get_logger("session")
 

@@ -19,12 +19,12 @@ from prometheus_client import Counter
 
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from proxy.filters.chain import Exchange, Filter
+from proxy.net.splice import SpliceEOF, Splicer
+from proxy.net.transport import Transport
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
 from proxy.session.response_filters import ResponseFilters
-from proxy.session.splice import SpliceEOF, Splicer
-from proxy.session.transport import Transport
 
 # Responses from this size on are forwarded as they arrive; smaller ones are assembled first,
 # which costs little and lets every filter see them whole.

@@ -22,6 +22,8 @@ from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
 from proxy.config.proxy_yaml import HostPort, UpstreamConfig
+from proxy.net import wire
+from proxy.net.transport import PlainTransport, TlsTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import (
     SCRAM_HASHES,
@@ -32,8 +34,6 @@ from proxy.security.sasl import (
     plain_message,
 )
 from proxy.security.tls import ReloadingContext
-from proxy.session import wire
-from proxy.session.transport import PlainTransport, TlsTransport, Transport
 
 log = get_logger("cluster")
 

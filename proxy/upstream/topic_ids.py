@@ -3,22 +3,15 @@
 Produce v13 and Fetch v13+ name topics only by id (a UUID); interceptors are configured by
 topic name. Clients always ask Metadata (through Herald) before producing or fetching, so the
 map is filled before it is needed. One map serves all connections of the process. The cluster
-id (Metadata v2+) is what the audit interceptor stamps as the upstream cluster.
+id (Metadata v2+) is what the audit interceptor stamps as the upstream cluster. The chain
+member that fills it from Metadata responses is `proxy/filters/topic_ids.py`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from protocol.api_keys import ApiKey
-from protocol.contracts.features import (
-    METADATA_CLUSTER_ID_VERSION,
-    METADATA_TOPIC_ID_VERSION,
-    TOPIC_ID_VERSION,
-)
-from protocol.primitives import ZERO_UUID
-from proxy.filters.chain import Exchange, Filter, SessionContext
+from protocol.contracts.features import TOPIC_ID_VERSION
 
 
 def topic_key(name: str | None, topic_id: bytes, version: int) -> str | bytes | None:
@@ -51,23 +44,3 @@ class TopicIds:
         """The name of a topic of a Produce or Fetch message of `version` (None for an id
         not learned yet)."""
         return name if version < TOPIC_ID_VERSION else self.names.get(topic_id)
-
-
-class TopicIdLearner(Filter):
-    name = "topic_ids"
-
-    def __init__(self, topics: TopicIds) -> None:
-        self.topics = topics
-
-    def wants_response(self, api_key: int, version: int) -> bool:
-        return api_key == ApiKey.METADATA and version >= METADATA_CLUSTER_ID_VERSION
-
-    async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
-    ) -> bool:
-        self.topics.learn_cluster_id(msg.cluster_id)
-        if version >= METADATA_TOPIC_ID_VERSION:
-            for t in msg.topics:
-                if t.name is not None and t.topic_id != ZERO_UUID:
-                    self.topics.learn(t.topic_id, t.name)
-        return False

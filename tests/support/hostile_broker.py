@@ -40,7 +40,7 @@ from protocol.messages.produce_response import (
     TopicProduceResponse,
 )
 from protocol.records import RecordBatch, split_batches
-from proxy.session.wire import decode_request, expects_response, parse_request_header
+from proxy.net.wire import decode_request, expects_response, parse_request_header
 
 PRODUCE, FETCH, METADATA, API_VERSIONS = 0, 1, 3, 18
 VERSIONS = {PRODUCE: (3, 10), FETCH: (4, 16), METADATA: (1, 12), API_VERSIONS: (0, 4)}

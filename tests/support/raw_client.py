@@ -158,7 +158,7 @@ class SocketRawClient:
 def round_trip(address: str, api_key: int, version: int, body: Any,
                timeout: float = 15.0) -> Any:
     """One request on a fresh connection; the decoded response message."""
-    from proxy.session.wire import decode_response
+    from proxy.net.wire import decode_response
 
     client = SocketRawClient(address, timeout=timeout)
     try:

@@ -1,7 +1,7 @@
 """A producer and a consumer (librdkafka) that keep at it for a while, in a process of their
-own: tests/integration/test_hostile_broker.py runs them against a broker that mangles their
-answers. librdkafka may abort on such answers (an allocation of a size read from them); that
-ends this process, as it would end an application, not the test.
+own: tests/integration/proxy/session/test_hostile_broker.py runs them against a broker that
+mangles their answers. librdkafka may abort on such answers (an allocation of a size read from
+them); that ends this process, as it would end an application, not the test.
 
     python tests/support/victim_client.py BOOTSTRAP INDEX SECONDS
 """

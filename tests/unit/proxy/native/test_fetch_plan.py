@@ -1,0 +1,318 @@
+"""The native relay's Fetch scan (proxy/native/relay_fetch.c) held to the Python fetch chain.
+
+The engine may forward a Fetch response unchanged only when the Python chain would leave it
+byte for byte as it came, and must then count what the chain would have counted. Responses
+are built here (several versions, topics, partitions and batches, records with and without
+the dropped headers, truncated trailing batches, aborted transactions, control, compressed
+and legacy batches) and given to both; malformed ones must never crash the scan.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+import pytest
+import trio
+
+from interceptors import build_chains
+from protocol.compression import LZ4
+from protocol.messages.fetch_response import (
+    AbortedTransaction,
+    FetchableTopicResponse,
+    FetchResponse,
+    NodeEndpoint,
+    PartitionData,
+)
+from protocol.records import Record, build_batch
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.chain import Exchange, FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
+from proxy.native import relay as native_relay
+from proxy.native.fetch_plan import FetchPlan, fetch_plan
+from proxy.native.path_choice import PASS, SCAN, SCAN_UNLESS_TAGGED, passable_table
+from proxy.net.wire import decode_response, encode_response
+from proxy.upstream.topic_ids import TopicIds
+from tests.unit.proxy.native.test_stamp_plan import mangled
+
+pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+_relay = native_relay._relay
+
+DROPPED = ["x-debug", "prefix:x-tenant-"]
+VERSIONS = [4, 5, 7, 11, 12, 13, 15, 16, 18]
+
+
+def topic_id(t: int) -> bytes:
+    return bytes([t + 1]) * 16
+
+
+def setup(members: list[dict] | None = None) -> tuple[InterceptorFilter, FetchPlan]:
+    spec = members if members is not None else [{"type": "drop_headers", "headers": DROPPED}]
+    chains = build_chains({"fetch": spec})
+    topics = TopicIds()
+    for t in range(4):
+        topics.learn(topic_id(t), f"topic-{t}")
+    filt = InterceptorFilter(chains, topics)
+    plan = fetch_plan(FilterChain([filt]))
+    assert plan is not None
+    return filt, plan
+
+
+def session() -> SessionContext:
+    return SessionContext("10.1.2.3:5555", "bootstrap", "127.0.0.1:9092", client_id="app-1")
+
+
+def records(rng: random.Random, n: int, watched: float) -> list[Record]:
+    out = []
+    for i in range(n):
+        headers = [(f"h{j}", None if rng.random() < 0.2 else rng.randbytes(rng.randrange(0, 9)))
+                   for j in range(rng.choice((0, 0, 1, 3)))]
+        if rng.random() < watched:
+            headers.insert(rng.randrange(len(headers) + 1),
+                           (rng.choice(("x-debug", "x-tenant-blue")), b"secret"))
+        elif rng.random() < 0.2:  # near misses: not dropped
+            headers.append((rng.choice(("x-debu", "x-debugger", "x-tenant")), b"kept"))
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.randrange(0, 20))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 5, 200, 3000)))
+        out.append(Record(key, value, headers, offset_delta=i))
+    return out
+
+
+def chunk(rng: random.Random, batches: int, watched: float, compression: int = 0,
+          truncated: bool = False, control: bool = False) -> bytes:
+    out = b""
+    offset = 0
+    for _ in range(batches):
+        recs = records(rng, rng.randrange(1, 30), watched)
+        out += build_batch(recs, base_offset=offset, compression=compression,
+                           producer_id=rng.choice((-1, 42)), producer_epoch=1,
+                           is_transactional=rng.random() < 0.3)
+        offset += len(recs)
+    if control:
+        out += build_batch([Record(b"\x00\x00\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
+                           base_offset=offset, producer_id=42, producer_epoch=1,
+                           is_transactional=True, is_control=True)
+    if truncated:  # a Fetch response may end inside a batch
+        more = build_batch(records(rng, 5, watched), base_offset=offset + 10)
+        out += more[:rng.randrange(1, len(more) - 1)]
+    return out
+
+
+def response(rng: random.Random, version: int, topics: int, partitions: int, batches: int,
+             watched: float, **kw: Any) -> FetchResponse:
+    data = []
+    for t in range(topics):
+        parts = []
+        for p in range(partitions):
+            aborted = ([AbortedTransaction(producer_id=42, first_offset=rng.randrange(100))]
+                       if rng.random() < 0.5 else None)
+            parts.append(PartitionData(
+                partition_index=p, high_watermark=1000, last_stable_offset=900,
+                log_start_offset=0, aborted_transactions=aborted, preferred_read_replica=-1,
+                records=chunk(rng, batches, watched, **kw)))
+        parts.append(PartitionData(partition_index=partitions, records=None))
+        data.append(FetchableTopicResponse(topic=f"topic-{t}", topic_id=topic_id(t),
+                                           partitions=parts))
+    return FetchResponse(throttle_time_ms=0, session_id=0, responses=data)
+
+
+def frame(version: int, msg: FetchResponse, corr: int = 7) -> bytes:
+    payload = struct.pack(">i", corr) + (b"\x00" if version >= 12 else b"") + msg.encode(version)
+    return struct.pack(">i", len(payload)) + payload
+
+
+def python_unchanged(filt: InterceptorFilter, data: bytes, version: int) -> bool:
+    """Does the Python path send the response frame out byte for byte as it came?"""
+    payload = data[4:]
+    offset, msg = decode_response(1, version, payload)
+    changed = trio.run(filt.on_response, session(), Exchange(), 1, version, msg)
+    return not changed or encode_response(1, version, payload, offset, msg) == payload
+
+
+def scan(data: bytes, version: int, plan: FetchPlan, check_tags: bool = False) -> tuple:
+    return _relay.scan_fetch(data, version, plan.wire, check_tags)
+
+
+def scan_agrees_with_python(version: int, msg: FetchResponse) -> bool:
+    """The engine's verdict on the response is the Python chain's, and what it counts when
+    it passes the response is what the chain counted; True when it passed."""
+    filt, plan = setup()
+    data = frame(version, msg)
+    got = scan(data, version, plan)
+    before = filt.chains.fetch.stats.snapshot()
+    unchanged = python_unchanged(filt, data, version)
+    assert (got[0] is not None) == unchanged, got
+    if got[0] is None:
+        assert got[1] == "a record with a watched header"
+        return False
+    python = filt.chains.fetch.stats.snapshot()
+    assert python != before
+    filt2, plan2 = setup()
+    plan2.count(*got)
+    assert filt2.chains.fetch.stats.snapshot() == python
+    assert python["batches_seen"] == got[0] and python["records_seen"] == got[1]
+    return True
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_scan_agrees_with_the_python_chain(version: int) -> None:
+    rng = random.Random(version)
+    verdicts = set()
+    for round_ in range(12):
+        watched = (0.0, 0.0, 0.02, 0.3)[round_ % 4]
+        msg = response(rng, version, topics=1 + round_ % 3, partitions=1 + round_ % 2,
+                       batches=1 + round_ % 4, watched=watched, truncated=round_ % 3 == 1,
+                       control=round_ % 5 == 2)
+        verdicts.add(scan_agrees_with_python(version, msg))
+    assert verdicts == {True, False}
+
+
+def test_legacy_batches_and_unknown_topics_go_to_python() -> None:
+    rng = random.Random(2)
+    filt, plan = setup()
+    lz4 = frame(12, response(rng, 12, 1, 1, 2, 0.0, compression=LZ4))
+    assert scan(lz4, 12, plan)[0] is not None  # read decompressed, as Python reads it
+    assert python_unchanged(filt, lz4, 12)
+    legacy = bytearray(build_batch([Record(b"k", b"v")]))
+    legacy[16] = 1  # magic 1
+    msg = FetchResponse(responses=[FetchableTopicResponse(topic="topic-0", partitions=[
+        PartitionData(partition_index=0, records=bytes(legacy))])])
+    assert scan(frame(11, msg), 11, plan)[1] == "a batch of magic 0 or 1"
+    # v13+: a topic id Herald has not learnt; Python answers UNKNOWN_TOPIC_ID for it
+    msg = response(rng, 13, 1, 1, 1, 0.0)
+    msg.responses[0].topic_id = b"\x77" * 16
+    data = frame(13, msg)
+    assert scan(data, 13, plan) == (None, "a topic id Herald has not learnt")
+    assert not python_unchanged(filt, data, 13)
+    # versions the scan does not walk
+    assert scan(frame(3, response(rng, 3, 1, 1, 1, 0.0)), 3, plan)[0] is None
+
+
+def test_leader_hints_go_to_python_only_when_a_filter_reads_them() -> None:
+    rng = random.Random(3)
+    _, plan = setup()
+    msg = response(rng, 16, 1, 1, 1, 0.0)
+    msg.node_endpoints = [NodeEndpoint(node_id=1, host="b1", port=9092, rack=None)]
+    data = frame(16, msg)
+    assert scan(data, 16, plan, check_tags=True) == (None,
+                                                     "top-level tagged fields (leader hints)")
+    assert scan(data, 16, plan, check_tags=False)[0] is not None
+
+
+def test_malformed_responses_never_crash_or_pass_what_python_refuses() -> None:
+    rng = random.Random(11)
+    filt, plan = setup()
+    for version in (5, 12, 13):
+        base = frame(version, response(rng, version, 2, 2, 2, 0.0, truncated=True))
+        assert scan(base, version, plan)[0] is not None
+        for _ in range(300):
+            data = mangled(rng, base, 8)
+            got = scan(data, version, plan)
+            if got[0] is not None:  # it passed: Python must have left it as it is
+                assert python_unchanged(filt, data, version)
+
+
+def test_eligibility() -> None:
+    assert fetch_plan(FilterChain([])) is None
+    for spec in (
+        [{"type": "drop_headers", "headers": ["glob:x-*"]}],  # a pattern: Python matches it
+        [{"type": "drop_headers", "headers": ["x-debug"], "topics": ["orders*"]}],
+        [{"type": "drop_headers", "headers": ["x-debug"], "shadow": True}],
+        [{"type": "drop_headers", "headers": ["x-debug"]},
+         {"type": "insert_header", "header": "a", "value": "b"}],
+    ):
+        chains = build_chains({"fetch": spec})
+        assert fetch_plan(FilterChain([InterceptorFilter(chains, TopicIds())])) is None, spec
+    filt, plan = setup([{"type": "drop_headers", "headers": ["x-debug"]},
+                        {"type": "drop_headers", "headers": ["prefix:x-t-"]}])
+    assert plan.wire[1] == (b"x-debug",) and plan.wire[2] == (b"x-t-",)
+    assert len(plan.wire[6]) == 16 * 4  # the topic ids Herald knows
+
+
+def test_the_table_scans_fetch_v4_to_v18_only_with_a_plan() -> None:
+    filt, _ = setup()
+    chain = FilterChain([filt])
+    plain = passable_table(chain)
+    scanned = passable_table(chain, fetch=True)
+    fetch = [scanned[32 + v] for v in range(32)]
+    assert fetch[4:19] == [SCAN] * 15
+    assert fetch[:4] == [0] * 4 and fetch[19:] == [0] * 13
+    assert [plain[32 + v] for v in range(19)] == [0] * 19
+    assert scanned[0 * 32 + 7] == plain[0 * 32 + 7] == PASS  # Produce passes either way
+    assert SCAN_UNLESS_TAGGED not in fetch
+    # Herald's address rewriting reads leader hints (top-level tagged fields) from v16 on.
+    chain = FilterChain([AddressRewriter(None), filt])  # type: ignore[arg-type]
+    assert fetch_plan(chain) is not None
+    scanned = passable_table(chain, fetch=True)
+    assert [scanned[32 + v] for v in range(4, 19)] == [SCAN] * 12 + [SCAN_UNLESS_TAGGED] * 3
+
+
+def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
+    """Over socket pairs: clean Fetch responses pass byte for byte and are counted; the one
+    with a dropped header comes back to Python whole and unsent, with the requests after it
+    still in flight."""
+    from tests.unit.proxy.native.test_native_relay_engine import Rig, request
+
+    filt, plan = setup()
+    table = passable_table(FilterChain([filt]), fetch=True)
+    rng = random.Random(21)
+    clean = [frame(12, response(rng, 12, 2, 2, 3, 0.0), corr=i) for i in range(3)]
+    dirty = frame(12, response(rng, 12, 1, 1, 2, 1.0), corr=3)
+    rig = Rig(table)
+    try:
+        rig.replan(table, fetch=(plan.wire, 9, 1 << 20))
+        for corr in range(5):
+            rig.app.sendall(request(1, 12, corr, b"\x00" * 40, flexible=True))
+        for corr in range(5):  # the requests pass as they are
+            size = struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0]
+            assert struct.unpack_from(">i", rig.recv_exactly(rig.broker, size), 4)[0] == corr
+        sender = rig.send_in_pieces(rig.broker, b"".join(clean) + dirty)
+        for original in clean:
+            assert rig.recv_exactly(rig.app, len(original)) == original
+        sender.join()
+        state = rig.wait_handover()
+        assert state.reason == "response"
+        assert state.upstream == dirty and state.tail == 0
+        assert [e[0] for e in state.in_flight] == [3, 4]
+        assert rig.nothing_on(rig.app)
+        counted = rig.engine.collect_stamped()[9]
+        before = filt.chains.fetch.stats.snapshot()
+        for original in clean:
+            python_unchanged(filt, original, 12)
+        after = filt.chains.fetch.stats.snapshot()
+        assert counted[:4] == (after["batches_seen"] - before["batches_seen"],
+                               after["records_seen"] - before["records_seen"], 0, 0)
+        assert counted[0] == 3 * 2 * 2 * 3
+    finally:
+        rig.close()
+
+
+def test_a_response_larger_than_the_scan_buffer_goes_to_python() -> None:
+    from tests.unit.proxy.native.test_native_relay_engine import Rig, request
+
+    filt, plan = setup()
+    table = passable_table(FilterChain([filt]), fetch=True)
+    rng = random.Random(22)
+    small = frame(12, response(rng, 12, 1, 1, 2, 0.0), corr=0)
+    large = frame(12, response(rng, 12, 2, 2, 12, 0.0), corr=1)
+    assert len(small) < 64 * 1024 < len(large)
+    assert scan(large, 12, plan)[0] is not None  # clean: only its size sends it to Python
+    rig = Rig(table)
+    try:
+        rig.replan(table, fetch=(plan.wire, 9, 64 * 1024))  # no larger than the buffer
+        for corr in range(2):
+            rig.app.sendall(request(1, 12, corr, b"\x00" * 40, flexible=True))
+        for _ in range(2):
+            rig.recv_exactly(rig.broker, struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0])
+        # Its header tells its size: the engine hands it over without reading it all.
+        rig.broker.sendall(small + large[:20_000])
+        assert rig.recv_exactly(rig.app, len(small)) == small
+        state = rig.wait_handover()
+        assert state.reason == "response"
+        assert 8 <= len(state.upstream) <= 20_000
+        assert state.upstream == large[:len(state.upstream)]
+        assert [e[0] for e in state.in_flight] == [1]
+        assert rig.nothing_on(rig.app)
+    finally:
+        rig.close()

@@ -1,0 +1,197 @@
+"""`proxy/native/path_choice.py`: the one place that decides which path runs, from what the
+engine says it can do, restating none of it; and what it decides."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from protocol.api_keys import ApiKey
+from proxy.config.proxy_yaml import parse_config
+from proxy.filters.address_rewrite import AddressRewriter
+from proxy.filters.api_versions import ApiVersionsNegotiator
+from proxy.filters.chain import FilterChain, SessionContext
+from proxy.limits.connection_guard import LIMITS
+from proxy.limits.memory_budget import Holder, MemoryBudget
+from proxy.native import fetch_plan, path_choice, relay, stamp_plan
+from proxy.native.capabilities import CAPABILITIES, Capabilities
+from proxy.observability.metrics import Metrics
+from proxy.upstream.brokers import BrokerDirectory
+
+_relay = pytest.importorskip("proxy.native._relay")
+
+ROOT = Path(__file__).resolve().parents[4]
+CONFIG = parse_config({"upstream": {"bootstrap": "127.0.0.1:9092"},
+                       "listen": {"bootstrap": "127.0.0.1:0"}})
+
+
+def _chain() -> FilterChain:
+    return FilterChain([ApiVersionsNegotiator(), AddressRewriter(BrokerDirectory(CONFIG.listen))])
+
+
+def _python_sources() -> list[Path]:
+    return sorted([*(ROOT / "proxy" / "native").glob("*.py"),
+                   *(ROOT / "proxy" / "session").glob("*.py"), ROOT / "proxy" / "server.py"])
+
+
+def test_the_facts_are_the_engines() -> None:
+    said = _relay.capabilities()
+    assert CAPABILITIES.available
+    assert (relay.MAX_API, relay.MAX_VERSION) == (_relay.MAX_API, _relay.MAX_VERSION) == (
+        said["max_api"], said["max_version"])
+    first, last = said["stamp"]["versions"]
+    assert stamp_plan.VERSIONS == range(first, last + 1)
+    first, last = said["scan"]["versions"]
+    assert fetch_plan.VERSIONS == range(first, last + 1)
+    assert stamp_plan.PRODUCE == said["stamp"]["api"] and fetch_plan.FETCH == said["scan"]["api"]
+    values = said["table_values"]
+    for name in values:
+        assert getattr(path_choice, name.upper()) == values.index(name)
+    # The reasons Python tells apart are the engine's, of the kind it handles them as.
+    for reason in path_choice.ENGINE_REASONS_NAMED:
+        assert said["reasons"][reason] == "resume"
+    # Deadlines end a session as the limits of the same name do.
+    deadlines = {r for r, kind in said["reasons"].items() if kind == "deadline"}
+    assert deadlines and deadlines <= set(LIMITS)
+    assert set(said["reasons"].values()) <= {"resume", "deadline", "upstream", "close"}
+    # The column kinds it makes are the interceptor API's, which a member names.
+    from interceptors.api import NATIVE_KINDS
+    assert set(said["stamp"]["columns"]) == set(NATIVE_KINDS)
+
+
+def _restated(source: str, name: str, allowed: set[str]) -> list[str]:
+    """Literal version ranges and engine reason names (but `allowed`) in `source`."""
+    reasons = set(_relay.capabilities()["reasons"]) - allowed - {"response", "drain"}
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "range" and node.args
+                and all(isinstance(a, ast.Constant) for a in node.args)
+                and [a.value for a in node.args] != [0]):  # the empty range is no fact
+            found.append(f"{name}:{node.lineno}: range of literals")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value in reasons):
+            found.append(f"{name}:{node.lineno}: reason {node.value!r}")
+    return found
+
+
+def test_python_restates_no_version_range_or_reason_set() -> None:
+    """No module that decides or runs a path writes a literal range of versions, or the
+    names of the engine's hand-over reasons (other than those path_choice tells apart;
+    "response" and "drain" are words too common to tell)."""
+    found = []
+    for path in _python_sources():
+        allowed = set(path_choice.ENGINE_REASONS_NAMED) if path.name == "path_choice.py" else set()
+        found += _restated(path.read_text(), path.name, allowed)
+    assert found == []
+
+
+def test_the_check_finds_what_it_looks_for() -> None:
+    """What the modules held before the capability table: found."""
+    source = ("RESUME = frozenset({'request', 'client_eof'})\n"
+              "VERSIONS = range(3, 14)\n")
+    assert len(_restated(source, "old.py", set())) == 3
+
+
+def test_which_engine_and_which_sessions() -> None:
+    assert path_choice.engine_reason("off") == path_choice.NATIVE_RELAY_OFF
+    assert path_choice.engine_reason("auto") is None
+    assert path_choice.engine_reason("auto", Capabilities(available=False)) == (
+        path_choice.NATIVE_UNAVAILABLE)
+    assert path_choice.session_reason(None, False, False) is None
+    assert path_choice.session_reason("native_relay_off", False, False) == "native_relay_off"
+    no_tls = dataclasses.replace(CAPABILITIES, tls=False)
+    with_tls = dataclasses.replace(CAPABILITIES, tls=True)
+    assert path_choice.session_reason(None, True, False, no_tls) == path_choice.TLS_CLIENT
+    assert path_choice.session_reason(None, False, True, no_tls) == path_choice.TLS_UPSTREAM
+    assert path_choice.session_reason(None, True, True, with_tls) is None
+
+
+def test_the_table_follows_what_the_engine_says() -> None:
+    chain = _chain()
+    produce, fetch = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
+    table = path_choice.passable_table(chain)
+    at = CAPABILITIES.max_version
+    assert table[produce * at + 11] == path_choice.UNLESS_TAGGED
+    assert table[fetch * at + 17] == path_choice.UNLESS_TAGGED
+    # An engine that reads no response tags: the address rewriter's pairs are Python's.
+    blind = dataclasses.replace(CAPABILITIES, tags={})
+    table = path_choice.passable_table(chain, caps=blind)
+    assert table[produce * at + 11] == path_choice.PYTHON
+    assert table[fetch * at + 17] == path_choice.PYTHON
+    assert table[produce * at + 9] == path_choice.PASS
+
+
+def test_frames_handled_in_python_are_counted_with_why() -> None:
+    metrics = Metrics()
+
+    def counted(scope: str, reason: str, api: str) -> float:
+        value = metrics.registry.get_sample_value(
+            "herald_python_path_total", {"scope": scope, "reason": reason, "api": api})
+        return value or 0.0
+
+    whole = path_choice.SessionPath(metrics, path_choice.TLS_CLIENT, _chain())
+    whole.frame(int(ApiKey.PRODUCE), 9)
+    assert counted("session", "tls_client", "") == 1
+    assert counted("frame", "tls_client", "Produce") == 1
+
+    path = path_choice.SessionPath(metrics, None, _chain())
+    assert counted("session", "filter", "") == 0
+    path.frame(int(ApiKey.HEARTBEAT), 4)  # before the first phase
+    assert counted("frame", "between_phases", "Heartbeat") == 1
+    path._table = path_choice.passable_table(_chain())  # as a phase sets it
+    path.frame(int(ApiKey.METADATA), 12)  # the address rewriter reads it
+    assert counted("frame", "filter", "Metadata") == 1
+    assert path.ended("request", 3) == "resume"
+    path.frame(int(ApiKey.PRODUCE), 9)  # the engine would pass it: it declined this one
+    path.frame(int(ApiKey.PRODUCE), 9)  # and this one came before the session went back
+    assert counted("frame", "engine_declined", "Produce") == 1
+    assert counted("frame", "between_phases", "Produce") == 1
+    assert path.ended("upstream_closed", 3) == "upstream"
+    assert path.ended("idle_timeout", 3) == "deadline"
+
+
+def test_reauthentication_bounds_a_native_phase() -> None:
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    assert path.handover_s(math.inf, 10.0) == 0.0  # no deadline
+    assert path.handover_s(25.0, 10.0) == 15.0
+    assert path.handover_s(10.0, 10.0) is None  # due: no phase begins
+    assert path._why == path_choice.REAUTH
+
+
+def test_a_session_that_keeps_needing_python_stays_a_few_reads() -> None:
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    path.ended("request", 0)  # a phase that passed nothing
+    assert not path.may_offer(0, 1024)
+    assert path.may_offer(0, 1024)
+    path.ended("request", 0)
+    assert [path.may_offer(0, 1024) for _ in range(3)] == [False, False, True]
+    path.ended("request", 100)  # a long phase: back at once
+    assert path.may_offer(0, 1024)
+    assert not path.may_offer(2048, 1024)  # a partial frame larger than the engine's buffer
+
+
+def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
+    metrics = Metrics()
+    engine = relay.NativeRelay(metrics)
+    try:
+        chain = _chain()
+        ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="b")
+        path = path_choice.SessionPath(metrics, None, chain)
+        roomy = Holder(MemoryBudget(64 << 20))
+        phase = path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE,
+                           relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE)
+        assert phase is not None and phase.booked == 2 * relay.BUFFER_SIZE
+        assert phase.table == path_choice.passable_table(chain)
+        tight = Holder(MemoryBudget(relay.BUFFER_SIZE, reserve=0))
+        assert path.phase(engine, chain, ctx, tight, relay.BUFFER_SIZE,
+                          relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE) is None
+        path.frame(int(ApiKey.HEARTBEAT), 4)
+        assert metrics.registry.get_sample_value("herald_python_path_total", {
+            "scope": "frame", "reason": "memory_budget", "api": "Heartbeat"}) == 1
+    finally:
+        engine.close()
