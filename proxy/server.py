@@ -114,11 +114,9 @@ class Proxy:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
-        self.native: NativeRelay | None = None
         no_engine = engine_reason(config.native_relay)
-        if no_engine is None:
-            self.native = NativeRelay(self.metrics)
-        elif no_engine == NATIVE_UNAVAILABLE:
+        self.native = NativeRelay(self.metrics) if no_engine is None else None
+        if no_engine == NATIVE_UNAVAILABLE:
             log.warning("native_relay_unavailable",
                         note="performance.native_relay is auto but proxy.native._relay is not "
                         "built; every session uses the Python path")
