@@ -414,8 +414,9 @@ def proxies(args: argparse.Namespace) -> tuple[str, ...]:
 
 @contextmanager
 def herald_from(tree: str, config: dict[str, Any]) -> Iterator[HeraldProcess]:
-    """A Herald run from the sources of another checkout (`python -m proxy` in that folder,
-    with this interpreter), to compare two versions in the same run."""
+    """A Herald run from the sources of another checkout (`python -m herald` in that folder,
+    or `python -m proxy` in one from before that package, with this interpreter), to compare
+    two versions in the same run."""
     saved = herald_process.REPO
     herald_process.REPO = Path(tree).resolve()
     try:

@@ -1,7 +1,7 @@
 """`herald pipeline batch|stream|report`: the analytics pipeline from the command line.
 
-`proxy.cli` hands everything after `pipeline` to `main` here, importing this module only
-then, so Herald's own start never imports Spark.
+The `herald` command (its registry names `main` here) hands it everything after `pipeline`,
+importing this module only then, so Herald's own start never imports Spark.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ Injecting twice changes nothing: pods marked {sidecar.INJECTED} are left as they
 """
 
 
-def add_parser(sub: Any) -> None:
-    k8s = sub.add_parser("k8s", help="Kubernetes: add the Herald sidecar to workload manifests")
+def add_arguments(k8s: argparse.ArgumentParser) -> None:
+    """The arguments of `herald k8s` (its own subcommands) on the command's parser."""
     k8s_sub = k8s.add_subparsers(dest="k8s_command", required=True, metavar="K8S_COMMAND")
     p = k8s_sub.add_parser("inject", help="add the Herald sidecar to workload manifests",
                            description=INJECT_HELP,

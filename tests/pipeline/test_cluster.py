@@ -30,7 +30,7 @@ def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: 
     config, local = batch_run
     output = tmp_path / "cluster"
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
-        cmd = [sys.executable, "-m", "proxy", "pipeline", "batch",
+        cmd = [sys.executable, "-m", "herald", "pipeline", "batch",
                "--master", cluster.master_url, "--driver-memory", "768m",
                "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
                "--terminal-topics", ",".join(config.terminal_topics),
@@ -68,7 +68,7 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
     config = replace(_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0,
                              flow_gap_s=15.0), output=str(tmp_path / "cluster"))
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
-        cmd = [sys.executable, "-m", "proxy", "pipeline", "stream",
+        cmd = [sys.executable, "-m", "herald", "pipeline", "stream",
                "--master", cluster.master_url, "--driver-memory", "768m",
                "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
                "--terminal-topics", ",".join(config.terminal_topics),

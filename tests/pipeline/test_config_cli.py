@@ -18,7 +18,7 @@ from pipeline.hops import to_hops
 from proxy.config.proxy_yaml import load_config
 from tests.support.herald_process import REPO
 
-HERALD = [sys.executable, "-m", "proxy"]
+HERALD = [sys.executable, "-m", "herald"]
 
 
 def _write(tmp_path: Path, doc: object) -> Path:
@@ -110,12 +110,21 @@ def test_cli_help_errors_and_report(tmp_path: Path, batch_run) -> None:
     assert html.read_text() == (Path(config.output) / "report.html").read_text()
 
 
-def test_herald_itself_never_imports_spark() -> None:
-    code = ("import sys; from proxy import cli; cli._parser().parse_args(['run', '-c', 'x']); "
-            "import proxy.server; print('pyspark' in sys.modules)")
+def test_herald_itself_never_imports_spark(tmp_path: Path) -> None:
+    """`herald run` reads the file's `pipeline:` section as `check` does (pipeline/config.py,
+    which imports no Spark), then loads the proxy: Spark is still not loaded."""
+    herald = yaml.safe_load((REPO / "proxy.yaml").read_text())
+    path = _write(tmp_path, {**herald, "pipeline": {"topics": ["a"]}})
+    code = ("import sys; from herald import cli, registry, sections; "
+            "cmd = next(c for c in registry.COMMANDS if c.name == 'run'); "
+            f"args = cli.command_parser(cmd).parse_args(['-c', {str(path)!r}]); "
+            "read = sections.read_sections(args.config); registry.resolve(cmd.run); "
+            "import proxy.server; "
+            "print(read['pipeline'].topics, 'pyspark' in sys.modules, "
+            "'pipeline.cli' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=60)
-    assert out.stdout.strip() == "False", out.stderr
+    assert out.stdout.strip() == "['a'] False False", out.stderr
 
 
 TRACEPARENTS = [

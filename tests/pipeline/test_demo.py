@@ -83,7 +83,7 @@ def test_the_demo_on_the_shipped_config_gives_a_graph_of_herald_s_links(
                               (topics["payments"], topics["shipments"])}
 
     output = tmp_path / "pipeline-out"
-    batch = subprocess.run([sys.executable, "-m", "proxy", *args, "--output", str(output)],
+    batch = subprocess.run([sys.executable, "-m", "herald", *args, "--output", str(output)],
                            cwd=REPO, capture_output=True, text=True, timeout=600)
     assert batch.returncode == 0, batch.stderr[-4000:]
     printed = json.loads(batch.stdout.strip().splitlines()[-1])

@@ -2,12 +2,13 @@
 
 Dependencies run one way (DESIGN.md, *Layout*): `protocol` is the codec and imports nothing of
 Herald's; `interceptors` is pure header code over `protocol`; the pipeline runs where Spark
-runs and never imports `proxy`; and the proxy reaches members through their declared
-interface (`interceptors.api`), never by naming a built-in (`interceptors.builtin`), so a
-plugin can do whatever a built-in does. The checker reads every import with `ast`: module
-level or inside a function, `from x import y` (and `y` as a submodule of `x`), relative
-imports resolved, and `importlib.import_module("x")` / `__import__("x")` with a string
-literal, so a lazy import cannot slip past.
+runs and never imports `proxy`, nor the proxy `pipeline` (the `herald` command above both
+finds each through `herald.registry`, and neither imports it); and the proxy reaches members
+through their declared interface (`interceptors.api`), never by naming a built-in
+(`interceptors.builtin`), so a plugin can do whatever a built-in does. The checker reads
+every import with `ast`: module level or inside a function, `from x import y` (and `y` as a
+submodule of `x`), relative imports resolved, and `importlib.import_module("x")` /
+`__import__("x")` with a string literal, so a lazy import cannot slip past.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-HERALD = frozenset({"protocol", "interceptors", "proxy", "pipeline", "tests", "bench", "fuzz"})
+HERALD = frozenset({"protocol", "interceptors", "proxy", "pipeline", "herald", "tests", "bench",
+                    "fuzz"})
 """Herald's own top-level packages: anything else is the standard library or third-party."""
 
 CHECKED = ("protocol", "interceptors", "pipeline", "proxy")
@@ -49,6 +51,11 @@ RULES = (
          lambda name: _top(name) in HERALD - {"interceptors", "protocol"}),
     Rule("pipeline", "pipeline never imports proxy",
          lambda name: _top(name) == "proxy"),
+    Rule("pipeline", "pipeline never imports the herald command above it",
+         lambda name: _top(name) == "herald"),
+    Rule("proxy", "proxy never imports pipeline nor the herald command above them (the "
+         "command finds both through herald.registry)",
+         lambda name: _top(name) in ("pipeline", "herald")),
     Rule("proxy", "proxy never imports a built-in interceptor (interceptors.builtin); it asks "
          "members through their declared interface",
          lambda name: _under(name, "interceptors.builtin")),

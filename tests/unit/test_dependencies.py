@@ -86,3 +86,18 @@ def test_an_allowed_pair_lets_that_file_and_module_through_only(tmp_path: Path) 
     assert [(v.path, v.line) for v in violations(root, allowed)] == [("protocol/other.py", 1)]
     assert [(v.path, v.line) for v in violations(root)] == [
         ("protocol/codegen/jars.py", 2), ("protocol/other.py", 1)]
+
+
+def test_the_products_import_neither_each_other_nor_the_command(tmp_path: Path) -> None:
+    """`herald` (the command) knows the proxy and the pipeline; they know neither it nor each
+    other, even through a lazy import inside a function."""
+    root = _tree(tmp_path, {
+        "proxy/cli.py": "def main():\n    from pipeline.cli import main\n",
+        "proxy/check.py": "import herald.registry\n",
+        "pipeline/cli.py": "import importlib\n\nm = importlib.import_module('herald.cli')\n",
+        "interceptors/x.py": "from herald import cli\n",
+        "herald/cli.py": "import proxy.cli\nimport pipeline.cli\n",
+    })
+    assert [(v.path, v.line, v.name) for v in violations(root)] == [
+        ("interceptors/x.py", 1, "herald"), ("pipeline/cli.py", 3, "herald.cli"),
+        ("proxy/check.py", 1, "herald.registry"), ("proxy/cli.py", 2, "pipeline.cli")]

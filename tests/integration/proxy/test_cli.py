@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from tests.support.clients import consume_all
 from tests.support.herald_process import REPO, herald_config
 
-HERALD = [sys.executable, "-m", "proxy"]
+HERALD = [sys.executable, "-m", "herald"]
 
 
 def test_help_documents_both_modes() -> None:
@@ -36,8 +36,8 @@ def test_invalid_config_is_refused_with_the_yaml_path(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(config))
     out = subprocess.run([*HERALD, "run", "--config", str(path)], capture_output=True,
                          text=True, cwd=REPO, timeout=60)
-    assert out.returncode == 2
-    assert "interceptors.produce[0].header: required" in out.stderr
+    assert out.returncode == 1
+    assert f"{path}: interceptors.produce[0].header: required" in out.stderr.splitlines()
 
 
 def _children(pid: int) -> list[tuple[int, str]]:

@@ -104,7 +104,7 @@ def test_pod_runs_probes_answer_and_sigterm_loses_nothing(
     app_spec = spec["containers"][0]
     assert herald_spec["name"] == "herald" and app_spec["name"] == "app"
     # The image's entrypoint is `herald`; here it is this checkout's.
-    herald = Container(herald_spec, pod, network, [PYTHON, "-m", "proxy"], volumes,
+    herald = Container(herald_spec, pod, network, [PYTHON, "-m", "herald"], volumes,
                        pod_dir / "herald.log", {"PYTHONPATH": str(REPO)})
     topic = f"pod-{uuid.uuid4().hex[:8]}"
     app = Container(app_spec, pod, network, [PYTHON, str(APP)], volumes, pod_dir / "app.log",

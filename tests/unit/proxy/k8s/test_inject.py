@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from proxy.cli import main
+from herald.cli import main
 from proxy.config.proxy_yaml import parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.command import dump_documents

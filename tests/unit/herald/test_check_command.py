@@ -18,7 +18,7 @@ import yaml
 from tests.support.certs import CertificateAuthority
 from tests.support.herald_process import REPO
 
-HERALD = [sys.executable, "-m", "proxy"]
+HERALD = [sys.executable, "-m", "herald"]
 
 
 def herald(*args: str) -> subprocess.CompletedProcess[str]:
@@ -138,9 +138,34 @@ def test_run_refuses_a_bad_file_with_every_error_before_serving(tmp_path: Path) 
     doc["logging"] = {"level": "loud"}
     path = write(tmp_path, doc)
     out = herald("run", "--config", str(path))
-    assert out.returncode == 2
+    assert out.returncode == 1
     assert out.stdout == ""
     lines = out.stderr.splitlines()
-    assert "herald: invalid config: listen.colour: unknown key" in lines
-    assert any(line.startswith("herald: invalid config: logging.level: expected one of")
+    assert f"{path}: listen.colour: unknown key" in lines
+    assert any(line.startswith(f"{path}: logging.level: expected one of")
                for line in lines), lines
+
+
+def test_run_and_dev_refuse_what_check_refuses_in_the_same_words(tmp_path: Path) -> None:
+    """One reading of the file: the `pipeline:` section is checked by `run` too, every error
+    is a line `FILE: YAML.PATH: message`, and the exit status is 1, before anything starts."""
+    doc = base()
+    doc["listen"]["colour"] = "blue"
+    doc["pipeline"] = {"topics": ["orders"], "time_source": "sundial"}
+    path = write(tmp_path, doc)
+    checked = herald("check", "--config", str(path))
+    assert checked.returncode == 1
+    assert sorted(checked.stderr.splitlines()) == [
+        f"{path}: listen.colour: unknown key",
+        f"{path}: pipeline.time_source: expected one of herald, broker, got 'sundial'",
+    ], checked.stderr
+    for command in ("run", "dev"):
+        out = herald(command, "--config", str(path))
+        assert (out.returncode, out.stdout, out.stderr) == (1, "", checked.stderr), command
+    only_pipeline = write(tmp_path, {**base(), "pipeline": {"max_wait_ms": 0}}, "p.yaml")
+    out = herald("run", "--config", str(only_pipeline))
+    assert (out.returncode, out.stderr) == (
+        1, f"{only_pipeline}: pipeline.max_wait_ms: must be > 0\n")
+    missing = herald("run", "--config", str(tmp_path / "nope.yaml"))
+    assert (missing.returncode, missing.stderr) == (
+        1, f"{tmp_path / 'nope.yaml'}: cannot read (No such file or directory)\n")
