@@ -29,6 +29,7 @@ from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.session_limits import SessionLimits
+from proxy.limits.stats import LimitMetrics
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
@@ -66,7 +67,10 @@ class Proxy:
         tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        limits = config.limits
+        self.memory = MemoryBudget(limits.memory_budget_bytes)
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
+        self.limit_metrics = LimitMetrics(self.metrics, self.memory)
         self.upstream_reachable = False
         self.cluster = UpstreamCluster(config.upstream)
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
@@ -75,13 +79,10 @@ class Proxy:
         self.proxy_info = proxy_info(config.instance_id)
         self.topic_ids = TopicIds(on_cluster_id=self._set_cluster_id)
         self.topic_limits = TopicLimits(self.cluster.request_once)
-        limits = config.limits
-        self.memory = MemoryBudget(limits.memory_budget_bytes)
-        self.metrics.watch_memory(self.memory)
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
-            limits, self.topic_limits, self.metrics.limits,
+            limits, self.topic_limits, self.limit_metrics.stats,
             memory=self.memory, report_traces=tracing is not None,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)

@@ -5,9 +5,8 @@ the broker's range is narrowed to what Herald can parse; advertising a version H
 decode would break the client the first time that API needs decoding. APIs Herald has no codec
 for pass through exactly as the broker advertises them: their frames are never decoded.
 
-The body of an ApiVersions response is not always in the version asked for: a broker answers a
-version it does not know with a v0 body carrying UNSUPPORTED_VERSION, so that the client can
-retry lower (KIP-511). `decode_body` and `encode_body` are the session's codec for it.
+The body of an ApiVersions response is not always in the version asked for; its codec is
+`protocol/api_versions.py`.
 """
 
 from __future__ import annotations
@@ -15,44 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.api_keys import ApiKey
-from protocol.messages import REQUESTS, RESPONSES
-from protocol.primitives import Buffer
+from protocol.messages import REQUESTS
 from proxy.filters.chain import Exchange, Filter, SessionContext
 
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
 # tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
 _MIN_VERSIONS = {ApiKey.SASL_HANDSHAKE: 1}
-_UNSUPPORTED_VERSION = b"\x00\x23"  # error code 35, where every version's body starts
-
-
-def decode_body(payload: Buffer, version: int, offset: int) -> Any:
-    """The ApiVersions response body at `offset`: in `version`, or the v0 fallback (wrapped
-    so that it is written back as v0 and filters see the usual attributes)."""
-    cls = RESPONSES[ApiKey.API_VERSIONS]
-    if payload[offset : offset + 2] == _UNSUPPORTED_VERSION:
-        return _Version0(cls.decode(payload, 0, offset))
-    return cls.decode(payload, version, offset)
-
-
-def encode_body(msg: Any, version: int) -> bytes:
-    if isinstance(msg, _Version0):
-        return msg.inner.encode(0)
-    return msg.encode(version)
-
-
-class _Version0:
-    """Wraps an ApiVersions v0 error body so filters see the usual attributes."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self, inner: Any) -> None:
-        object.__setattr__(self, "inner", inner)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self.inner, name, value)
 
 
 def codec_range(api_key: int) -> tuple[int, int] | None:

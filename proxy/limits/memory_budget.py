@@ -4,7 +4,8 @@ Counted: bytes of frames received from clients and not yet forwarded (partial fr
 included), bytes of responses received from brokers and not yet sent on, and the
 decompressed records of partitions processed in worker threads. Every read from a socket
 asks the budget first how much it may read, and books what it read before anything else
-runs, so the total never goes past `limit`.
+runs, so the total never goes past `limit`. The budget only books: the reading is
+`proxy/net/booked.py`'s.
 
 When little is left, the connections holding the most are the ones that wait: the last
 `reserve` bytes of the budget are only for holders of less than `SMALL` bytes, and each of
@@ -16,11 +17,7 @@ TCP pushes back on it alone.
 
 from __future__ import annotations
 
-import select
-
 import trio
-
-from proxy.net.transport import Transport
 
 SMALL = 16 * 1024
 """Holders below this may use the reserve, up to this: they are not the ones filling it."""
@@ -90,39 +87,6 @@ class Holder:
             await self.budget._wait()
         self.set(self.held + n)
 
-    async def receive(self, transport: Transport, max_bytes: int, drained: bool = False
-                      ) -> tuple[bytes, bool]:
-        """`Transport.receive`, reading only what the budget allows and booking it at once
-        (no scheduling point between the read and the booking)."""
-        fd = transport.sock.fileno()
-        waited = False
-        if drained and not transport.tls:  # see `sockio.receive`
-            await transport.wait_receivable()
-            waited = True
-        while True:
-            n = self.room(max_bytes)
-            if n == 0:
-                # Not reading means not seeing the peer go away: look once a second.
-                with trio.move_on_after(1.0):
-                    await self.budget._wait()
-                if _peer_closed(fd):
-                    return b"", True
-                waited = True
-                continue
-            data = transport.receive_nowait(n)
-            if data is None:
-                await transport.wait_receivable()
-                waited = True
-                continue
-            self.set(self.held + len(data))
-            return data, waited
-
-
-_CLOSED = select.POLLRDHUP | select.POLLHUP | select.POLLERR
-
-
-def _peer_closed(fd: int) -> bool:
-    """Has the peer closed (or reset) the connection, even with unread data before the end?"""
-    poller = select.poll()
-    poller.register(fd, _CLOSED)
-    return any(events & _CLOSED for _, events in poller.poll(0))
+    async def wait(self) -> None:
+        """Until the budget frees something (not necessarily enough for this holder)."""
+        await self.budget._wait()

@@ -1,7 +1,9 @@
 """Counters of the batch limits, as plain ints the hot path bumps and /metrics reads.
 
 Like `CodecStats`: updating one costs an addition, and label values are fixed here (codec
-names, the reasons below), never taken from client input.
+names, the reasons below), never taken from client input. `LimitMetrics` puts them, the
+memory budget and the connection limits' label values into the process's metrics: the
+limits know the metrics registry, the registry knows nothing of the limits.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from protocol.compression import CODEC_NAMES
+from proxy.limits.connection_guard import LIMITS as CONNECTION_LIMITS
 from proxy.limits.memory_budget import MemoryBudget
+from proxy.observability.metrics import Metrics
 
 # Why a partition of a Produce request was refused by a limit rather than by the chain.
 BATCH_RECORDS = "max_batch_records"
@@ -35,9 +39,9 @@ class LimitStats:
 
 
 class LimitCollector(Collector):
-    def __init__(self, stats: LimitStats) -> None:
+    def __init__(self, stats: LimitStats, memory: MemoryBudget | None = None) -> None:
         self.stats = stats
-        self.memory: MemoryBudget | None = None
+        self.memory = memory
 
     def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         return iter(self._families())
@@ -85,3 +89,16 @@ class LimitCollector(Collector):
                 "Times a connection or a batch waited for room in the memory budget "
                 "(reading from that client paused)"),
         ]
+
+
+class LimitMetrics:
+    """The limits' share of a process's `Metrics`: the batch limits' counters (`stats`, handed
+    to the interception member), the memory budget's limit, use, peak and waits when there is
+    one, and every connection limit's label, present at zero before it is first hit."""
+
+    def __init__(self, metrics: Metrics, memory: MemoryBudget | None = None) -> None:
+        self.stats = LimitStats()
+        self.collector = LimitCollector(self.stats, memory)
+        metrics.registry.register(self.collector)
+        for limit in CONNECTION_LIMITS:
+            metrics.connection_limit_hits.labels(limit)

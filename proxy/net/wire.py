@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from protocol import api_versions
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.headers import (
@@ -23,7 +24,6 @@ from protocol.headers import (
 from protocol.messages import REQUESTS, RESPONSES
 from protocol.peek import answered, skip_tagged_fields
 from protocol.primitives import Buffer
-from proxy.filters import api_versions
 
 _INT16 = struct.Struct(">h")
 

@@ -28,9 +28,6 @@ from interceptors import Chains, ChainStats
 from protocol.api_keys import API_KEYS
 from protocol.compression import CODEC_NAMES
 from protocol.kafka_versions import KAFKA_VERSION
-from proxy.limits.connection_guard import LIMITS as CONNECTION_LIMITS
-from proxy.limits.memory_budget import MemoryBudget
-from proxy.limits.stats import LimitCollector, LimitStats
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -246,9 +243,6 @@ class Metrics:
     def __init__(self, topic_allowlist: frozenset[str] = frozenset()) -> None:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.codec = CodecStats()
-        self.limits = LimitStats()
-        self.limit_collector = LimitCollector(self.limits)
-        r.register(self.limit_collector)
         self.topics = TopicTally(topic_allowlist)
         self.interceptor_collector: InterceptorCollector | None = None
         self.connections_active = Gauge(
@@ -315,8 +309,6 @@ class Metrics:
             "herald_connection_limit_hits",
             "Client connections refused (max_connections, max_connections_per_source) or "
             "closed (idle_timeout, frame_timeout) by a limit", ["limit"], registry=r)
-        for limit in CONNECTION_LIMITS:
-            self.connection_limit_hits.labels(limit)
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_children: dict[tuple[str, str], ApiMetrics] = {}
@@ -335,10 +327,6 @@ class Metrics:
         if self.interceptor_collector is None:
             self.interceptor_collector = InterceptorCollector(source, self.codec, self.topics)
             self.registry.register(self.interceptor_collector)
-
-    def watch_memory(self, budget: MemoryBudget) -> None:
-        """Export the memory budget's limit, use, peak and waits on scrape."""
-        self.limit_collector.memory = budget
 
     def retire_chains(self, chains: Chains) -> None:
         """`chains` are being replaced: keep their totals so the counters stay monotonic."""

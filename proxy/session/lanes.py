@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from protocol.framing import FrameDecoder
 from proxy.limits.memory_budget import Holder
+from proxy.net.booked import receive_booked
 from proxy.net.transport import Transport
 from proxy.observability.metrics import CounterSeries
 
@@ -31,7 +32,7 @@ class Lane:
         """`Transport.receive`, through the memory budget when there is one."""
         if self.held is None:
             return await transport.receive(RECV, drained)
-        return await self.held.receive(transport, RECV, drained)
+        return await receive_booked(transport, self.held, RECV, drained)
 
     def book(self) -> None:
         """The lane holds what its decoder buffers now."""
