@@ -8,8 +8,8 @@ flows broken on purpose and a few records written straight to the broker without
 
 The broker address is the `upstream=` of Herald's ready line. Prints the topic names and the
 `herald pipeline batch` command that reads them. The services are the ones the integration
-tests play (tests/pipeline/scenario.py). They continue each trace (same trace id, a span of
-their own) and name nothing else: Herald writes the links. proxy.yaml turns on
+tests play (tests/support/pipeline/scenario.py). They continue each trace (same trace id, a
+span of their own) and name nothing else: Herald writes the links. proxy.yaml turns on
 `trace_context`'s `link`, so Herald remembers the traced records each service fetched and
 puts a `herald.parent` header naming them on what that service then produces. The services
 all run in this process and reach Herald from one address, so proxy.yaml's scope is
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.pipeline.scenario import MAX_WAIT_MS, play, topic_names  # noqa: E402
+from tests.support.pipeline.scenario import MAX_WAIT_MS, play, topic_names  # noqa: E402
 
 
 def main() -> int:

@@ -9,17 +9,19 @@ for tool in java mvn; do
 done
 PYTHON=${PYTHON:-python3}
 # The native relay links the system's codec libraries (setup.py CODEC_LIBRARIES) to stamp and
-# scan compressed batches: their headers come with Debian's -dev packages.
-codec_headers=(/usr/include/zlib.h /usr/include/snappy-c.h /usr/include/lz4.h /usr/include/zstd.h)
+# scan compressed batches, and the system OpenSSL (the libssl.so.3 Python's ssl module loads)
+# to carry TLS sessions on: their headers come with Debian's -dev packages.
+codec_headers=(/usr/include/zlib.h /usr/include/snappy-c.h /usr/include/lz4.h /usr/include/zstd.h
+               /usr/include/openssl/ssl.h)
 for header in "${codec_headers[@]}"; do
   if [ ! -f "$header" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      packages=(zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev)
+      packages=(zlib1g-dev libsnappy-dev liblz4-dev libzstd-dev libssl-dev)
       apt-get install -y -q "${packages[@]}" >/dev/null || { apt-get update -q >/dev/null &&
         apt-get install -y -q "${packages[@]}" >/dev/null; }
     else
       echo "setup: $header is missing; install zlib1g-dev libsnappy-dev liblz4-dev" \
-        "libzstd-dev (the native relay's codecs)" >&2
+        "libzstd-dev libssl-dev (the native relay's codecs and TLS)" >&2
     fi
     break
   fi
@@ -35,6 +37,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e '.[test,pipeline]'
   echo "$want" > "$stamp"
+fi
+# Strict (CI, .ci/run): the native parts must be built, and the engine must run the OpenSSL
+# Python's ssl module runs (tests/support/native_parts.py says which part is missing and why).
+if [ "${HERALD_TEST_STRICT:-}" = 1 ]; then
+  .venv/bin/python - <<'PY' || { rm -f "$stamp"; exit 1; }
+import sys
+from tests.support.native_parts import missing
+if absent := missing():
+    sys.exit("setup: HERALD_TEST_STRICT=1 and a native part is missing:\n  " + "\n  ".join(absent))
+PY
 fi
 .venv/bin/python - <<'PY'
 from protocol.kafka_versions import KAFKA_VERSION

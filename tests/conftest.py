@@ -13,9 +13,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster
+from tests.support import native_parts
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.kafka_version import kafka_version
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 
 # scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
@@ -23,15 +24,6 @@ from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 # (tests/support/herald_process.py), the Java brokers and tools do not.
 if os.environ.get("HERALD_SANITIZER_RUNTIME"):
     os.environ.pop("LD_PRELOAD", None)
-
-
-def kafka_version() -> str:
-    explicit = os.environ.get("HERALD_TEST_KAFKA_VERSION")
-    if explicit:
-        return explicit
-    if os.environ.get("HERALD_TEST_KAFKA", "").startswith("3.9"):
-        return KAFKA_LEGACY_VERSION
-    return KAFKA_VERSION
 
 
 @pytest.fixture(scope="session")
@@ -77,3 +69,11 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name per test (auto-created or created by the test)."""
     base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:40]
     return f"t-{base}-{uuid.uuid4().hex[:8]}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under `HERALD_TEST_STRICT=1` (CI) a run without every native part stops before any
+    test: a failed optional build must not pass as a suite of skips."""
+    if native_parts.STRICT and (absent := native_parts.missing()):
+        raise pytest.UsageError("HERALD_TEST_STRICT=1 and a native part is missing:\n  "
+                                + "\n  ".join(absent))

@@ -24,7 +24,11 @@
  *     records find some: no more records linked than kept, no more parents than the memory
  *     holds per trace; some traces fetched more often than max_parents or long ago, whose
  *     records declare lost parents (`herald.parents_lost`): at most one header per reason,
- *     only on records that kept their own traceparent. */
+ *     only on records that kept their own traceparent;
+ *   - read as a Produce request of its version, hold the same topics and partitions, and in
+ *     them the same batches in the same order, each whole, with its CRC32C right, and with
+ *     everything but its length and CRC (offsets, producer id, epoch, sequence, attributes,
+ *     timestamps, record count) as the request had it: the counts are theirs. */
 #include <time.h>
 
 #include "common.h"
@@ -119,6 +123,151 @@ static uint8_t *request(int ver, const uint8_t *records, size_t n, size_t *len) 
     return out;
 }
 
+/* ---- a plain reading of a Produce request's batches, to hold the stamped one to ----------- */
+
+#define MAX_BATCHES 256
+
+typedef struct {
+    const uint8_t *at[MAX_BATCHES]; /* each batch's header */
+    size_t size[MAX_BATCHES];
+    size_t n;
+    uint64_t records;
+    size_t parts; /* partitions, with their topic's position folded in */
+    uint64_t shape; /* a hash of the topics' names or ids and the partitions' indexes */
+    int whole;    /* every records field is whole batches, each with its CRC right */
+} batches;
+
+static uint32_t rd_be(sc_reader *r, int bytes) {
+    if (r->bad || r->end - r->pos < (size_t)bytes) {
+        r->bad = 1;
+        return 0;
+    }
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; i++) {
+        v = v << 8 | r->p[r->pos++];
+    }
+    return v;
+}
+
+static void fold(batches *b, const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        b->shape = (b->shape ^ p[i]) * 1099511628211ULL;
+    }
+}
+
+static void walk_records(const uint8_t *f, size_t n, batches *b) {
+    size_t pos = 0;
+    while (pos < n) {
+        if (n - pos < 61 || b->n == MAX_BATCHES) {
+            b->whole = 0;
+            return;
+        }
+        const uint8_t *h = f + pos;
+        uint32_t length = be32(h + 8);
+        if (length < 49 || (uint64_t)length + 12 > n - pos || h[16] != 2 ||
+            be32(h + 17) != sc_crc32c(0, h + 21, length - 9)) {
+            b->whole = 0;
+            return;
+        }
+        b->at[b->n] = h;
+        b->size[b->n++] = (size_t)length + 12;
+        b->records += be32(h + 57);
+        pos += (size_t)length + 12;
+    }
+}
+
+/* Read `frame` as a Produce request of its version (3-13); 1 when it reads so. */
+static int walk_request(const uint8_t *frame, size_t len, batches *b) {
+    memset(b, 0, sizeof *b);
+    b->whole = 1;
+    sc_reader r = {frame, 6, len, 0, 0};
+    int ver = (int16_t)rd_be(&r, 2);
+    int flexible = ver >= 9;
+    rd_be(&r, 4);                                     /* correlation id */
+    int16_t client_id = (int16_t)rd_be(&r, 2);
+    sc_read_skip(&r, client_id > 0 ? (uint64_t)client_id : 0);
+    if (flexible) {
+        sc_read_tagged(&r);
+    }
+    if (flexible) {                                   /* transactional id */
+        int64_t n = sc_read_compact(&r);
+        sc_read_skip(&r, n > 0 ? (uint64_t)n : 0);
+    } else {
+        int16_t n = (int16_t)rd_be(&r, 2);
+        sc_read_skip(&r, n > 0 ? (uint64_t)n : 0);
+    }
+    rd_be(&r, 2);                                     /* acks */
+    rd_be(&r, 4);                                     /* timeout */
+    int64_t topics = flexible ? sc_read_compact(&r) : (int32_t)rd_be(&r, 4);
+    for (int64_t t = 0; t < topics && !r.bad; t++) {
+        size_t name_at = r.pos;
+        if (ver >= 13) {
+            sc_read_skip(&r, 16);
+        } else {
+            int64_t n = flexible ? sc_read_compact(&r) : (int16_t)rd_be(&r, 2);
+            sc_read_skip(&r, n > 0 ? (uint64_t)n : 0);
+        }
+        if (!r.bad) {
+            fold(b, frame + name_at, r.pos - name_at);
+        }
+        int64_t parts = flexible ? sc_read_compact(&r) : (int32_t)rd_be(&r, 4);
+        for (int64_t p = 0; p < parts && !r.bad; p++) {
+            size_t index_at = r.pos;
+            rd_be(&r, 4);
+            if (!r.bad) {
+                fold(b, frame + index_at, 4);
+            }
+            int64_t n = flexible ? sc_read_compact(&r) : (int32_t)rd_be(&r, 4);
+            size_t at = r.pos;
+            sc_read_skip(&r, n > 0 ? (uint64_t)n : 0);
+            if (!r.bad && n > 0) {
+                walk_records(frame + at, (size_t)n, b);
+            }
+            b->parts++;
+            if (flexible) {
+                sc_read_tagged(&r);
+            }
+        }
+        if (flexible) {
+            sc_read_tagged(&r);
+        }
+    }
+    if (flexible) {
+        sc_read_tagged(&r);
+    }
+    return !r.bad && ver >= 3 && ver <= 13;
+}
+
+/* The stamped request `out` against the request `in` it was made from, and its counts. */
+static void same_batches(const uint8_t *in, size_t in_len, const uint8_t *out, size_t out_len,
+                         const nc_counts *counts) {
+    batches *was = malloc(sizeof *was), *now = malloc(sizeof *now);
+    int read_in = walk_request(in, in_len, was);
+    FUZZ_CHECK(walk_request(out, out_len, now), "a stamped request that is not one");
+    FUZZ_CHECK(now->whole, "a stamped batch is cut, not of magic 2, or its CRC is wrong");
+    FUZZ_CHECK(now->n == counts->batches && now->records == counts->records,
+               "%zu batches of %llu records, counted %llu of %llu", now->n,
+               (unsigned long long)now->records, (unsigned long long)counts->batches,
+               (unsigned long long)counts->records);
+    /* What it stamped reads as a Produce request too (the engine refuses what does not)
+     * with the same partitions and batches. */
+    FUZZ_CHECK(read_in && was->whole, "the engine stamped a request that is not well formed");
+    FUZZ_CHECK(was->parts == now->parts && was->shape == now->shape,
+               "%zu partitions became %zu, or their topics or indexes changed", was->parts,
+               now->parts);
+    FUZZ_CHECK(was->n == now->n && was->records == now->records,
+               "%zu batches of %llu records became %zu of %llu", was->n,
+               (unsigned long long)was->records, now->n, (unsigned long long)now->records);
+    for (size_t i = 0; i < now->n; i++) {
+        const uint8_t *a = was->at[i], *b = now->at[i];
+        FUZZ_CHECK(memcmp(a, b, 8) == 0 && memcmp(a + 12, b + 12, 5) == 0 &&
+                       memcmp(a + 21, b + 21, 40) == 0,
+                   "batch %zu: its header changed beyond its length and CRC", i);
+    }
+    free(was);
+    free(now);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2) {
         return 0;
@@ -199,6 +348,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                    (unsigned long long)counts.records, (unsigned long long)counts.kept,
                    (unsigned long long)counts.kept_batches);
         FUZZ_CHECK(out.limit == 0 || out.len <= out.limit + len, "grew past its limit");
+        same_batches(frame, len, out.buf, out.len, &counts);
         FUZZ_CHECK(counts.lost_headers <= 3 * counts.marked && counts.marked <= counts.kept &&
                        counts.linked <= counts.marked &&
                        counts.lost[0] + counts.lost[1] + counts.lost[2] >= counts.lost_headers &&

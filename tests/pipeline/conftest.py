@@ -5,18 +5,17 @@ that several tests read."""
 
 from __future__ import annotations
 
-import json
-import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
 
 from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.scenario import (
+from tests.support.clients import create_topic
+from tests.support.herald_process import HeraldProcess, shipped_config
+from tests.support.pipeline.observations import FETCH_TOPIC, read_observations
+from tests.support.pipeline.scenario import (
     MAX_WAIT_MS,
     ROLES,
     TERMINAL_ROLES,
@@ -24,10 +23,7 @@ from tests.pipeline.scenario import (
     play,
     topic_names,
 )
-from tests.support.clients import create_topic
-from tests.support.herald_process import HeraldProcess, shipped_config
 
-FETCH_TOPIC = f"herald-fetches-{uuid.uuid4().hex[:8]}"
 UNLINKED = "svc-f"  # the service herald_traced leaves out of the links
 
 
@@ -74,31 +70,9 @@ def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
     def complete(found: list[dict]) -> bool:
         return {(o["c"], (o["t"], o["p"], o["o"])) for o in found} >= want
 
-    played.fetches = _observations(kafka.bootstrap, set(t.values()), len(want), complete)
+    played.fetches = read_observations(kafka.bootstrap, set(t.values()), len(want), complete)
     assert complete(played.fetches)
     return played
-
-
-def _observations(bootstrap: str, topics: set[str], count: int,
-                  done: Callable[[list[dict]], bool] | None = None) -> list[dict]:
-    """The fetch_log observations of `topics` (other tests' fetches share the topic): at
-    least `count`, and until `done` says the list is complete when it is given."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([FETCH_TOPIC])
-    found: list[dict] = []
-    deadline = time.monotonic() + 60
-    try:
-        while (len(found) < count or (done is not None and not done(found))) \
-                and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                obs = json.loads(msg.value())
-                if obs["t"] in topics:
-                    found.append(obs)
-    finally:
-        consumer.close()
-    return found
 
 
 def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object

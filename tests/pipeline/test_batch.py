@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.config import PipelineConfig
 from pipeline.hops import HOP_COLUMNS
-from tests.pipeline.scenario import (
+from tests.support.pipeline.scenario import (
     FULL,
     LEGACY_RECORDS,
     PLAN,

@@ -16,7 +16,7 @@ import yaml
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.stream_metrics import StreamCollector
-from tests.pipeline.test_stream_metrics import _aggregates
+from tests.support.pipeline.aggregates import sample_aggregates
 from tests.support.prometheus import MISSING, binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def _rule_exprs() -> list[str]:
 def _exported() -> set[str]:
     """Every series name the exporter serves over aggregates with each kind of figure."""
     collector = StreamCollector(PipelineConfig(topics=["orders"], stream=StreamConfig()))
-    agg = _aggregates()  # with the lost-parents counts (docs/pipeline.md)
+    agg = sample_aggregates()  # with the lost-parents counts (docs/pipeline.md)
     for entry in [*agg["pathways"].values(), *agg["edges"].values()]:
         entry.setdefault("incomplete", 0)
     collector.publish(agg)

@@ -9,15 +9,14 @@ those records' times; never with the Spark code under test.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from pipeline.config import PipelineConfig
-from tests.pipeline.scenario import (
+from tests.support.pipeline.graph_log import BASE_MS, Key, Log, hops_df, trace
+from tests.support.pipeline.scenario import (
     branches,
     expected_graph,
     expected_lag,
@@ -28,44 +27,6 @@ from tests.pipeline.scenario import (
 )
 
 MAX_WAIT_MS = 1000
-BASE_MS = 1_700_000_000_000
-Key = tuple[str, int, int]
-
-
-@dataclass
-class Log:
-    """Records as services write them: each with its trace, time, producer and parents."""
-
-    hops: list[dict[str, Any]] = field(default_factory=list)
-    fetches: list[dict[str, Any]] = field(default_factory=list)
-    truth: list[tuple[Key, Key]] = field(default_factory=list)  # (parent, child) made
-    _next: Counter = field(default_factory=Counter)
-
-    def put(self, trace: str | None, topic: str, ms: int, client: str,
-            links: tuple[Key, ...] = (), came_from: tuple[Key, ...] | None = None,
-            partition: int = 0) -> Key:
-        """Write a record. `links` go into its parent headers; `came_from` is what it really
-        continued (the links unless the service writes none)."""
-        offset = self._next[(topic, partition)]
-        self._next[(topic, partition)] += 1
-        key = (topic, partition, offset)
-        self.hops.append({"trace_id": trace, "topic": topic, "partition": partition,
-                          "offset": offset, "herald_time_ms": BASE_MS + ms,
-                          "timestamp_ms": BASE_MS + ms, "client_id": client,
-                          "parents": [{"topic": t, "partition": p, "offset": o}
-                                      for t, p, o in links]})
-        for parent in (links if came_from is None else came_from):
-            self.truth.append((parent, key))
-        return key
-
-    def fetch(self, key: Key, consumer: str, group: str | None, ms: int) -> None:
-        """A fetch_log observation, as Herald publishes it."""
-        self.fetches.append({"tr": None, "t": key[0], "p": key[1], "o": key[2],
-                             "c": consumer, "g": group, "f": BASE_MS + ms})
-
-
-def trace() -> str:
-    return os.urandom(16).hex()
 
 
 def build() -> tuple[Log, list[str]]:
@@ -159,26 +120,6 @@ def build() -> tuple[Log, list[str]]:
     return log, terminal
 
 
-def _hops_df(spark, hops: list[dict[str, Any]]):
-    from pyspark.sql import functions as F
-
-    schema = ("trace_id string, topic string, partition int, offset long, event_ms long, "
-              "client_id string, parents array<struct<topic:string,partition:int,offset:long>>")
-    df = spark.createDataFrame([tuple(h[c] for c in (
-        "trace_id", "topic", "partition", "offset", "herald_time_ms", "client_id", "parents"))
-        for h in hops], schema)
-    return (df.withColumn("parent_span", F.lit(None).cast("string"))
-            .withColumn("timestamp_ms", F.col("event_ms"))
-            .withColumn("herald_time_ms", F.col("event_ms"))
-            .withColumn("principal", F.lit("User:ANONYMOUS"))
-            .withColumn("origin", F.lit("c1"))
-            .withColumn("size", F.lit(100).cast("long"))
-            .withColumn("parents_lost", F.lit(0).cast("long"))
-            .withColumn("lost_reasons", F.array().cast("array<string>"))
-            .withColumn("source_host", F.lit(None).cast("string"))
-            .withColumn("event_time", F.timestamp_millis("event_ms")))
-
-
 @pytest.fixture(scope="module")
 def analysed(spark) -> tuple[Log, dict[str, list[dict]], PipelineConfig]:
     from pipeline.flows import analyze
@@ -191,7 +132,7 @@ def analysed(spark) -> tuple[Log, dict[str, list[dict]], PipelineConfig]:
         [tuple(f[c] for c in ("t", "p", "o", "c", "g", "f")) for f in log.fetches],
         "topic string, partition int, offset long, consumer string, group string, "
         "fetched_ms long")
-    tables = analyze(_hops_df(spark, log.hops), config, fetches=fetches)
+    tables = analyze(hops_df(spark, log.hops), config, fetches=fetches)
     got = {name: [r.asDict(recursive=True) for r in getattr(tables, name).collect()]
            for name in ("links", "branches", "flows", "edges", "pathways", "transit", "lag",
                         "unresolved")}
@@ -399,7 +340,7 @@ def test_records_without_trace_context_make_no_graph(spark) -> None:
     log = Log()
     first = log.put(None, "nt.orders", 0, "legacy")
     log.put(None, "nt.pay", 5, "legacy", (first,))  # a link, but from an untraced record
-    tables = analyze(_hops_df(spark, log.hops), PipelineConfig(topics=["nt.orders", "nt.pay"]))
+    tables = analyze(hops_df(spark, log.hops), PipelineConfig(topics=["nt.orders", "nt.pay"]))
     try:
         assert [tables.nodes.count(), tables.links.count(), tables.branches.count(),
                 tables.flows.count(), tables.edges.count()] == [0, 0, 0, 0, 0]

@@ -26,9 +26,9 @@ from confluent_kafka import Consumer, Producer
 
 from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.scenario import _continue, _each, hop_key, key_of, read_back
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.pipeline.scenario import _continue, _each, hop_key, key_of, read_back
 
 Key = tuple[str, int, int]
 ORDERS = 9

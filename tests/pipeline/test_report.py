@@ -4,28 +4,15 @@ non-blank picture of the pathway graph and charts, from a file that fetches noth
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from html import escape
 from pathlib import Path
 
 from PIL import Image
 
 from pipeline.report import fmt_count, fmt_ms, pathway_graph, render
+from tests.support.pipeline.screenshot import screenshot
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
 NODE_BLUE = (0x2E, 0x86, 0xC1)
-
-
-def screenshot(html: Path, png: Path, profile: Path, size: tuple[int, int]) -> None:
-    chromium = shutil.which("chromium")
-    assert chromium, "chromium is missing: scripts/setup.sh installs Debian's package"
-    cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-           f"--window-size={size[0]},{size[1]}", f"--screenshot={png}", html.as_uri()]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and png.exists(), result.stderr[-2000:]
 
 
 def test_report_is_self_contained(batch_run) -> None:

@@ -11,53 +11,30 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from PIL import Image
 
-from pipeline.config import PipelineConfig, StreamConfig
-from pipeline.hops import to_hops
-from pipeline.jobs import read_batch, start_stream, write_outputs
+from pipeline.config import PipelineConfig
+from pipeline.jobs import start_stream
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.scenario import topic_names
-from tests.pipeline.synthetic import FANOUT, RETRY, SLOW, STOPPED, Hop, Traffic
-from tests.pipeline.test_report import screenshot
+from tests.support.pipeline.scenario import topic_names
+from tests.support.pipeline.screenshot import screenshot
+from tests.support.pipeline.stream_runs import (
+    KINDS,
+    T0,
+    TABLE_KEYS,
+    assert_stream_equals_batch,
+    batch_without,
+    lost_parents_of,
+    observe,
+    stream_config,
+    table_rows,
+)
+from tests.support.pipeline.synthetic import Hop, Traffic
 
-T0 = 1_780_000_000_000
-KINDS = ["", FANOUT, "", STOPPED, RETRY, SLOW]
-TABLE_KEYS = {"links": ["key", "parent_key"], "branches": ["trace_id", "root", "leaf"],
-              "flows": ["trace_id"], "edges": ["from_topic", "to_topic"],
-              "pathways": ["path"], "audit": ["hour", "client_id", "principal", "origin"],
-              "transit": ["topic", "group"], "lag": ["topic", "group", "bucket_ms"]}
-EXACT = ("count", "max_ms", "linked", "inferred", "link", "broken", "incomplete")
-# The bound |stream - batch| <= accuracy * |batch| is reached exactly (a median between a
-# zero and a value of the lowest bucket), where floating point may round either way.
-ROUNDING = 1 + 1e-9
-SKETCHED = ("p50_ms", "p90_ms", "p99_ms")
 # (exact, sketched) columns of the tables measured from fetch_log observations
 LOSSY_BAND = (0xFD, 0xF2, 0xE9)  # the report's background of the line on lost parents
-MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
-            "lag": (("fetches", "max_s"), ("p50_s",))}
-
-
-def _rows(spark, path: str, keys: list[str]) -> list[dict]:
-    df = spark.read.parquet(path)
-    if "batch_id" in df.columns:
-        df = df.drop("batch_id")
-    return [r.asDict(recursive=True) for r in df.orderBy(*keys).collect()]
-
-
-def _config(topics: dict[str, str], bootstrap: str, tmp: Path, fetch_topic: str = "",
-            **stream: object) -> PipelineConfig:
-    return PipelineConfig(
-        bootstrap=bootstrap, topics=list(topics.values()),
-        terminal_topics=[topics["shipments"], topics["fraud"]], max_wait_ms=4000,
-        time_bucket_s=1, output=str(tmp / "stream"), shuffle_partitions=2,
-        fetch_topic=fetch_topic,
-        stream=StreamConfig(checkpoint=str(tmp / "checkpoint"), trigger="available_now",
-                            **stream))
 
 
 def _run(spark, config: PipelineConfig) -> None:
@@ -72,106 +49,6 @@ def _lines(output: str, name: str) -> list[dict]:
 
 def _progress(output: str) -> list[dict]:
     return _lines(output, "progress.jsonl")
-
-
-def _batch_without(spark, config: PipelineConfig, skip: set, output: Path) -> dict:
-    """The batch job's analysis over the same offsets, less the records the stream sets
-    apart by design (late and behind-the-watermark hops)."""
-    from pyspark.sql import functions as F
-
-    hops = to_hops(read_batch(spark, config), config)
-    key = F.concat_ws(":", "topic", "partition", "offset")
-    hops = hops.where(~key.isin([":".join(map(str, k)) for k in skip]))
-    hops.write.mode("overwrite").parquet(str(output / "hops"))
-    batch = replace(config, output=str(output))
-    return write_outputs(spark, str(output / "hops"), batch, {"mode": "batch"})
-
-
-def _assert_within_bound(got: dict, want: dict, keys: tuple, accuracy: float, name: str
-                         ) -> None:
-    """The sketch's relative bound (docs/pipeline.md, "Percentiles: the bound")."""
-    for k in keys:
-        assert got[k] == pytest.approx(want[k], rel=accuracy * ROUNDING, abs=1e-12), \
-            (name, k, got, want)
-
-
-def assert_stream_equals_batch(spark, out: Path, batch_out: Path, accuracy: float,
-                               measured: bool = True) -> None:
-    """Counts and tables exactly equal; sketched percentiles within the relative bound.
-    `measured`: the run had fetch observations, so transit and lag are compared too."""
-    summary = json.loads((out / "summary.json").read_text())
-    batch = json.loads((batch_out / "summary.json").read_text())
-    for key in ("records", "offsets", "flows", "branches", "links", "incomplete",
-                "broken_branches"):
-        assert summary[key] == batch[key], key
-    for name in ("hops", "links", "branches", "flows", "audit"):
-        order = TABLE_KEYS.get(name, ["topic", "partition", "offset"])
-        assert _rows(spark, str(out / name), order) == \
-            _rows(spark, str(batch_out / name), order), name
-    for name in ("edges", "pathways"):
-        streamed = _rows(spark, str(out / name), TABLE_KEYS[name])
-        batched = _rows(spark, str(batch_out / name), TABLE_KEYS[name])
-        assert len(streamed) == len(batched) > 2, name
-        for s, b in zip(streamed, batched, strict=True):
-            assert {k: s[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b} == \
-                {k: b[k] for k in TABLE_KEYS[name] + [*EXACT] if k in b}, name
-            _assert_within_bound(s, b, SKETCHED, accuracy, name)
-    for e in summary["edges"]:
-        assert sum(e["histogram"]) == e["count"]
-    for name, (exact, sketched) in MEASURED.items() if measured else ():
-        keys = TABLE_KEYS[name]
-        streamed = _rows(spark, str(out / name), keys)
-        batched = _rows(spark, str(batch_out / name), keys)
-        assert len(streamed) == len(batched) > 2, name
-        for s, b in zip(streamed, batched, strict=True):
-            assert set(s) == set(b), name
-            assert {k: s[k] for k in [*keys, *exact]} == {k: b[k] for k in [*keys, *exact]}, name
-            _assert_within_bound(s, b, sketched, accuracy, name)
-        assert [[r[k] for k in [*keys, *exact]] for r in summary[name]] == \
-            [[r[k] for k in [*keys, *exact]] for r in batch[name]], name
-
-
-def _observe(traffic: Traffic, hops: list[int], n: int) -> None:
-    """The observations of the services reading a flow's hops: B (group payments-app) reads
-    the order, some time later for some flows, so that its lag grows; F (fraud-app) reads it
-    too when the flow has a fraud check, before writing it (the evidence its unlinked check is
-    inferred from); C (shipping-app) reads the payments; an auditor without a group reads the
-    rest. `n` numbers the flow."""
-    t = traffic.topics
-    fraud_checked = any(traffic.hops[i].topic == t["fraud"] for i in hops)
-    for i in hops:
-        topic = traffic.hops[i].topic
-        if topic == t["orders"]:
-            traffic.fetch(i, "svc-b", "payments-app", 5 + (n % 4) * 2000)
-            if fraud_checked:
-                traffic.fetch(i, "svc-f", "fraud-app", 5)
-        elif topic == t["payments"]:
-            traffic.fetch(i, "svc-c", "shipping-app", 5)
-        else:
-            traffic.fetch(i, "svc-audit", None, 5)
-
-
-def _lost_parents(traffic: Traffic, start_ms: int) -> dict[str, list[int]]:
-    """Three flows whose records carry `herald.parents_lost` as Herald writes it: a shipment
-    that names its payment and lost another input (`expired:1`); a payment that names nothing
-    and lost three (`evicted:2`, `overflow:1`) although B's fetch of the order was observed,
-    which must stay a root, nothing inferred in its place; and a payment whose values do not
-    declare a loss (not a reason, not a number, zero), which is complete."""
-    t = traffic.topics
-    made = {}
-    for name, lost in (("expired", ["expired:1"]), ("root", ["evicted:2", "overflow:1"]),
-                       ("bad", ["expired:x", "gone:3", "expired:0"])):
-        trace = os.urandom(16).hex()
-        order = traffic.add(Hop(t["orders"], start_ms, trace, client="svc-a"))
-        pay = traffic.add(Hop(t["payments"], start_ms + 20, trace,
-                              [] if name == "root" else [order], "svc-b",
-                              lost=lost if name != "expired" else []))
-        ship = traffic.add(Hop(t["shipments"], start_ms + 40, trace, [pay], "svc-c",
-                               lost=lost if name == "expired" else []))
-        traffic.fetch(order, "svc-b", "payments-app", 5)
-        made[name] = [order, pay, ship]
-        start_ms += 1000
-    return made
 
 
 def _fraud_by_host(traffic: Traffic, start_ms: int) -> dict[str, int]:
@@ -200,13 +77,13 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     topics = topic_names()
     # The watermark covers the disorder between the two sources (records and observations
     # are read at rates of their own, micro-batch by micro-batch).
-    config = _config(topics, kafka.bootstrap, tmp_path, f"fetches-{uuid.uuid4().hex[:8]}",
-                     watermark_s=20.0, flow_gap_s=15.0, max_flow_hops=5,
-                     max_offsets_per_trigger=25)
+    config = stream_config(topics, kafka.bootstrap, tmp_path, f"fetches-{uuid.uuid4().hex[:8]}",
+                           watermark_s=20.0, flow_gap_s=15.0, max_flow_hops=5,
+                           max_offsets_per_trigger=25)
     traffic = Traffic(topics, fetch_topic=config.fetch_topic)
     first = [traffic.flow(T0 + i * 3000, KINDS[i % len(KINDS)]) for i in range(12)]
     for n, made in enumerate(first):
-        _observe(traffic, made, n)
+        observe(traffic, made, n)
     for i in range(3):  # written straight to the broker by a legacy client: no trace
         legacy = traffic.add(Hop(topics["orders"], T0 + 500 + i, None, client="legacy"))
         traffic.fetch(legacy, "svc-b", "payments-app")
@@ -214,7 +91,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     traffic.fetch(first[0][0], "svc-b2", "payments-app", 60)
     traffic.fetch(first[0][-1], "svc-audit", None, 10)
     traffic.fetch(first[2][-1], "svc-audit-2", None, 7)  # a second reader without a group
-    lost = _lost_parents(traffic, T0 + 36_000)
+    lost = lost_parents_of(traffic, T0 + 36_000)
     written = set(traffic.write(kafka.bootstrap))
     _run(spark, config)
     summary = json.loads((Path(config.output) / "summary.json").read_text())
@@ -238,21 +115,21 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
                            [first[0][1]]))
     behind = traffic.add(Hop(topics["orders"], T0 - 60_000, "ab" * 16))
     for i in range(12):
-        _observe(traffic, traffic.flow(end + 2000 + i * 700, KINDS[i % len(KINDS)]), 12 + i)
+        observe(traffic, traffic.flow(end + 2000 + i * 700, KINDS[i % len(KINDS)]), 12 + i)
     # A fraud check written after the payment, unlinked: by time its parent would be the
     # payment, but F fetched the order (and not the payment) before writing it.
     trace = "ef" * 16
     order = traffic.add(Hop(topics["orders"], end + 2500, trace, client="svc-a"))
     paid = traffic.add(Hop(topics["payments"], end + 2520, trace, [order], "svc-b"))
     check = traffic.add(Hop(topics["fraud"], end + 2530, trace, [], "svc-f"))
-    _observe(traffic, [order, paid, check], 1)
+    observe(traffic, [order, paid, check], 1)
     by_host = _fraud_by_host(traffic, end + 2600)
     # A flow of six hops, more than max_flow_hops: evicted (analysed at once, counted).
     trace = "cd" * 16
     chain = [traffic.add(Hop(topics["orders"], end + 3000, trace))]
     for n in range(5):
         chain.append(traffic.add(Hop(topics["payments"], end + 3010 + n, trace, [chain[-1]])))
-    _observe(traffic, chain, 0)
+    observe(traffic, chain, 0)
     written |= set(traffic.write(kafka.bootstrap, create=False))
     _run(spark, config)
     tick = traffic.add(Hop(topics["orders"], end + 120_000, None, client="clock"))
@@ -261,11 +138,11 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     skip = {traffic.keys[late], traffic.keys[behind]}
 
     out = Path(config.output)
-    hops = _rows(spark, str(out / "hops"), ["topic", "partition", "offset"])
+    hops = table_rows(spark, str(out / "hops"), ["topic", "partition", "offset"])
     keys = [(h["topic"], h["partition"], h["offset"]) for h in hops]
     assert len(keys) == len(set(keys))         # nothing twice across the restart
     assert set(keys) == written - skip         # nothing lost
-    late_rows = _rows(spark, str(out / "late"), ["topic", "partition", "offset"])
+    late_rows = table_rows(spark, str(out / "late"), ["topic", "partition", "offset"])
     assert [(h["topic"], h["partition"], h["offset"]) for h in late_rows] == [
         traffic.keys[late]]
     summary = json.loads((out / "summary.json").read_text())
@@ -278,7 +155,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     assert [p["batch_id"] for p in _progress(config.output)].count(replayed) == 2
     assert traffic.keys[tick] in set(keys)
 
-    batch = _batch_without(spark, config, skip, tmp_path / "batch")
+    batch = batch_without(spark, config, skip, tmp_path / "batch")
     assert summary["flows"]["total"] == batch["flows"]["total"] == 30
     assert_stream_equals_batch(spark, out, tmp_path / "batch", config.stream.accuracy)
     inferred = [e for e in summary["edges"] if e["to_topic"] == topics["fraud"]]
@@ -293,7 +170,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     assert summary["links"]["by_evidence"] == {
         "header": summary["links"]["linked"], "fetch_host": 1, "fetch_host_client_id": 0,
         "fetch_client_id": 5, "time": 0}
-    links = _rows(spark, str(out / "links"), TABLE_KEYS["links"])
+    links = table_rows(spark, str(out / "links"), TABLE_KEYS["links"])
     parent_of = {tuple(lk["key"].values()): lk for lk in links}
     assert tuple(parent_of[traffic.keys[check]]["parent_key"].values()) == traffic.keys[order]
     host_link = parent_of[traffic.keys[by_host["check"]]]
@@ -311,21 +188,21 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
 
 def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, list[int]],
                          summary: dict) -> None:
-    """What `_lost_parents` declared, in the hops, links, branches, edges, pathways, flows,
+    """What `lost_parents_of` declared, in the hops, links, branches, edges, pathways, flows,
     the summary and the report (the stream's; batch's equal them, checked before)."""
     from pipeline.report import links_line
 
     t = traffic.topics
     key = traffic.keys
     hops = {(h["topic"], h["partition"], h["offset"]): h
-            for h in _rows(spark, str(out / "hops"), ["topic", "partition", "offset"])}
+            for h in table_rows(spark, str(out / "hops"), ["topic", "partition", "offset"])}
     got = {name: [(hops[key[i]]["parents_lost"], hops[key[i]]["lost_reasons"]) for i in made]
            for name, made in lost.items()}
     assert got == {"expired": [(0, []), (0, []), (1, ["expired"])],
                    "root": [(0, []), (3, ["evicted", "overflow"]), (0, [])],
                    "bad": [(0, []), (0, []), (0, [])]}
     links = {tuple(lk["key"].values()): lk
-             for lk in _rows(spark, str(out / "links"), TABLE_KEYS["links"])}
+             for lk in table_rows(spark, str(out / "links"), TABLE_KEYS["links"])}
     order, pay, ship = lost["expired"]
     assert links[key[ship]]["incomplete"] and links[key[ship]]["lost_reasons"] == ["expired"]
     assert not links[key[pay]]["incomplete"]
@@ -333,13 +210,13 @@ def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, lis
     # fetched the order; it is a root, and a lost one.
     order, pay, ship = lost["root"]
     assert key[pay] not in links and not links[key[ship]]["incomplete"]
-    branches = [b for b in _rows(spark, str(out / "branches"), TABLE_KEYS["branches"])
+    branches = [b for b in table_rows(spark, str(out / "branches"), TABLE_KEYS["branches"])
                 if b["trace_id"] == traffic.hops[pay].trace]
     assert sorted((b["path"], b["incomplete"], b["lost_root"], b["parents_lost"],
                    b["lost_reasons"]) for b in branches) == [
         (t["orders"], False, False, 0, []),
         (f"{t['payments']} > {t['shipments']}", True, True, 3, ["evicted", "overflow"])]
-    flows = {f["trace_id"]: f for f in _rows(spark, str(out / "flows"), ["trace_id"])}
+    flows = {f["trace_id"]: f for f in table_rows(spark, str(out / "flows"), ["trace_id"])}
     assert [(flows[traffic.hops[made[0]].trace]["incomplete"],
              flows[traffic.hops[made[0]].trace]["parents_lost"]) for made in lost.values()] == [
         (True, 1), (True, 3), (False, 0)]
@@ -375,11 +252,15 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
     """Flows arrive at a steady rate over many micro-batches: the state stays flat instead of
-    growing with the batches, each batch touches at most the hold's buckets, and every flow is
-    counted once at the end."""
+    growing with the batches (its rows are the hold's buckets, fewer than the flows it holds
+    at once and than the traces a batch brings), and every flow is counted once at the end."""
     topics = topic_names()
-    config = _config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=1.0,
-                     late_retention_s=1.0, max_offsets_per_trigger=36)
+    # Fewer buckets than the flows held at once (about 20) and than a batch's traces (36
+    # records, 12 flows): state kept per trace would show in the rows Spark counts.
+    buckets = 8
+    config = stream_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=1.0,
+                           late_retention_s=1.0, max_offsets_per_trigger=36,
+                           state_buckets=buckets)
     traffic = Traffic(topics)
     flows = 240
     for i in range(flows):
@@ -390,10 +271,12 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
 
     progress = [p for p in _progress(config.output) if p["input_rows"]]
     assert len(progress) >= 20
-    # Spark's state rows are the hold's buckets: a few dozen keys, however many flows.
+    # Spark's state rows are the hold's buckets, however many flows: the state never holds
+    # more rows than buckets, nor does a batch touch more, while every batch with records
+    # touches some.
     for p in progress:
         touched = p["state"]["numRowsUpdated"] + p["state"]["numRowsRemoved"]
-        assert touched <= config.stream.state_buckets, p
+        assert 0 < touched <= buckets and p["state"]["numRowsTotal"] <= buckets, p
     # What the buckets hold: flows waiting and tombstones cover about 2 s of event time (gap
     # plus retention), 20 flows at 100 ms apart, whatever the number of batches so far.
     held = [b for b in _lines(config.output, "batches.jsonl") if sum(b["emitted"].values())]
@@ -402,6 +285,8 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
     half = len(steady) // 2
     assert max(steady[half:]) <= max(steady[:half]) + 5, steady
     assert 0 < max(steady) <= 40, steady
+    # ... and they held more flows at once than there are rows: rows are not flows.
+    assert max(b["held_flows"] for b in held) > buckets, steady
     assert held[-1]["held_flows"] == 0
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     assert summary["flows"]["total"] == flows and summary["flows"]["broken"] == 0

@@ -5,7 +5,6 @@ cannot state left out, and a port already taken never stopping the stream."""
 
 from __future__ import annotations
 
-import json
 import socket
 import urllib.request
 from dataclasses import replace
@@ -18,67 +17,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
-from pipeline.sketch import Sketch
-from pipeline.stream import _empty_aggregates
 from pipeline.stream_metrics import OTHER, LabelBudget, exporter_for
+from tests.support.pipeline.aggregates import sample_aggregates
 from tests.support.pod_sim import free_port
 
 EDGE = "traces_service_graph_request"
-
-
-def _entry(values: list[int], **more: int) -> dict:
-    sk = Sketch()
-    hist = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
-    for v in values:
-        sk.add(v)
-        hist[next((i for i, b in enumerate(HISTOGRAM_BOUNDS_MS) if v <= b),
-                  len(HISTOGRAM_BOUNDS_MS))] += 1
-    return {"sketch": sk.to_json(), "histogram": hist, "sum_ms": sum(values), **more}
-
-
-def _aggregates() -> dict:
-    agg = _empty_aggregates()
-    agg["batch_id"] = 7
-    agg["edges"] = {
-        "orders\0payments": _entry([3, 20, 20, 700], linked=4, inferred=0, incomplete=1),
-        "payments\0shipments": _entry([20, 40, 90], linked=2, inferred=1, incomplete=0),
-        "orders\0fraud": _entry([1], linked=0, inferred=1, incomplete=0),
-        "fraud\0alerts": _entry([60_001, 5], linked=2, inferred=0, incomplete=0),
-    }
-    old = _entry([10, 10], linked=2, inferred=0)  # merged by a version without sums
-    del old["sum_ms"]
-    agg["edges"]["legacy\0payments"] = old
-    partial = _entry([10], broken=0, inferred=0)  # a histogram short of its sketch
-    partial["histogram"] = [0] * (len(HISTOGRAM_BOUNDS_MS) + 1)
-    agg["pathways"] = {"orders > payments": _entry([25, 30], broken=1, inferred=0),
-                       "orders > fraud": partial}
-    agg["branches"] = {"total": 5, "broken": 2, "stopped": 1, "slow": 2, "open": 0}
-    # `fetch`: merged before the fetch evidence was split by match (client ids, as now)
-    agg["links"] = {"header": 6, "fetch": 2, "fetch_client_id": 1, "time": 1}
-    agg["incomplete"] = {"hops": 2, "parents_lost": 3, "roots": 0, "links": 2, "branches": 1,
-                         "flows": 1, "by_reason": {"expired": {"hops": 1, "links": 1,
-                                                               "branches": 1}}}
-    agg["offsets"] = {"orders\x000": {"topic": "orders", "partition": 0, "first": 0,
-                                      "last": 9, "records": 10, "untraced": 3, "bytes": 100},
-                      "fraud\x000": {"topic": "fraud", "partition": 0, "first": 0, "last": 0,
-                                     "records": 1, "untraced": 0, "bytes": 9}}
-    lag = {}
-    for group, bucket_ms, values in (("pay", 0, [900]), ("pay", 60_000, [0, 2000]),
-                                     ("ship", 60_000, [100]), (None, 0, [5])):
-        sk = Sketch()
-        for v in values:
-            sk.add(v)
-        lag[json.dumps(["orders", group, bucket_ms])] = {"sketch": sk.to_json()}
-    agg["lag"] = lag
-    transit = {}
-    for group, n in (("pay", 30), ("ship", 10), (None, 1)):
-        sk = Sketch()
-        sk.add(5, n)
-        transit[json.dumps(["orders", group])] = {"sketch": sk.to_json(), "consumers": ["c"]}
-    agg["transit"] = transit
-    agg["stream"].update({"late_hops": 4, "watermark_ms": 1_000_000,
-                          "buckets": {"3": [6, 2, 9]}})
-    return agg
 
 
 def _config(port: int, top: int) -> PipelineConfig:
@@ -118,7 +61,7 @@ def served():
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=3))
     assert exporter is not None and exporter.port == port
-    exporter.collector.publish(_aggregates())
+    exporter.collector.publish(sample_aggregates())
     exporter.collector.on_progress({"batch_id": 7, "input_rows": 40, "duration_ms": 1500,
                                     "state": {"numRowsTotal": 12, "memoryUsedBytes": 4096,
                                               "numRowsDroppedByWatermark": 2}})
@@ -236,7 +179,7 @@ def test_groups_over_the_budget_fold_into_other_with_merged_lag() -> None:
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=1))
     assert exporter is not None
-    exporter.collector.publish(_aggregates())
+    exporter.collector.publish(sample_aggregates())
     m = _scrape(port)
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders", group="pay") == 30
     assert _value(m, "herald_stream_consumer_fetches_total", topic="orders",
@@ -275,7 +218,7 @@ def test_aggregates_without_lost_parents_counts_export_none() -> None:
     port = free_port("127.0.0.1")
     exporter = exporter_for(_config(port, top=3))
     assert exporter is not None
-    agg = _aggregates()
+    agg = sample_aggregates()
     del agg["incomplete"]
     for entry in agg["edges"].values():
         entry.pop("incomplete", None)

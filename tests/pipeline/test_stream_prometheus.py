@@ -18,9 +18,9 @@ import pytest
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.scenario import topic_names
-from tests.pipeline.synthetic import Hop, Traffic
-from tests.pipeline.test_stream import KINDS, T0, _config, _lost_parents, _observe
+from tests.support.pipeline.scenario import topic_names
+from tests.support.pipeline.stream_runs import KINDS, T0, lost_parents_of, observe, stream_config
+from tests.support.pipeline.synthetic import Hop, Traffic
 from tests.support.pod_sim import free_port
 from tests.support.prometheus import MISSING, Prometheus, binary, running_prometheus
 
@@ -86,8 +86,8 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
     spark, kafka: KafkaCluster, tmp_path: Path
 ) -> None:
     topics = topic_names()
-    config = _config(topics, kafka.bootstrap, tmp_path, f"fetches-{uuid.uuid4().hex[:8]}",
-                     watermark_s=20.0, flow_gap_s=15.0)
+    config = stream_config(topics, kafka.bootstrap, tmp_path, f"fetches-{uuid.uuid4().hex[:8]}",
+                           watermark_s=20.0, flow_gap_s=15.0)
     port = free_port("127.0.0.1")
     config = replace(config, stream=replace(
         config.stream, trigger="processing_time", interval_s=1.0,
@@ -95,8 +95,8 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
     traffic = Traffic(topics, fetch_topic=config.fetch_topic)
     flows = [traffic.flow(T0 + i * 3000, KINDS[i % len(KINDS)]) for i in range(12)]
     for n, made in enumerate(flows):
-        _observe(traffic, made, n)
-    lossy = _lost_parents(traffic, T0 + 40_000)  # records declaring lost parents
+        observe(traffic, made, n)
+    lossy = lost_parents_of(traffic, T0 + 40_000)  # records declaring lost parents
     for i in range(3):  # no trace context
         traffic.add(Hop(topics["orders"], T0 + 500 + i, None, client="legacy"))
     end = max(h.event_ms for h in traffic.hops)

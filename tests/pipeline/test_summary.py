@@ -8,7 +8,7 @@ from __future__ import annotations
 from pipeline.config import PipelineConfig
 from pipeline.graph import FETCH_CLIENT_ID, LEGACY_EVIDENCE, evidence_counts
 from pipeline.summary import link_counts
-from tests.pipeline.test_graph import Log, _hops_df, trace
+from tests.support.pipeline.graph_log import Log, hops_df, trace
 
 
 def test_legacy_fetch_evidence_counts_as_fetch_client_id() -> None:
@@ -53,7 +53,7 @@ def test_tally_counts_what_lost_parents_touched(spark) -> None:
     log.put(c, "tl.pay", 210, "svc-b", (order,))
     log.put(None, "tl.orders", 300, "legacy")
 
-    hops = _hops_df(spark, log.hops)
+    hops = hops_df(spark, log.hops)
     for (topic, partition, offset), (n, reasons) in lost.items():
         this = ((F.col("topic") == topic) & (F.col("partition") == partition)
                 & (F.col("offset") == offset))

@@ -17,11 +17,11 @@ from kafka import KafkaConsumer, TopicPartition
 
 from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.pipeline.conftest import FETCH_TOPIC, _observations
-from tests.pipeline.scenario import expected_transit
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, run_tool
+from tests.support.pipeline.observations import FETCH_TOPIC, read_observations
+from tests.support.pipeline.scenario import expected_transit
 
 RECORDS = 24
 PARTITIONS = 2
@@ -79,8 +79,8 @@ def test_transit_is_reported_per_consumer_group(spark, herald_traced: HeraldProc
         return all({(o["p"], o["o"]) for o in found if o["c"] == c} == offsets
                    for c in group_of)
 
-    fetches = _observations(kafka.bootstrap, {topic}, 3 * RECORDS,
-                            every_reader_seen_every_record)
+    fetches = read_observations(kafka.bootstrap, {topic}, 3 * RECORDS,
+                                every_reader_seen_every_record)
     by_consumer: dict[str, set[tuple[int, int]]] = {c: set() for c in group_of}
     for o in fetches:
         assert o["g"] == group_of[o["c"]], o

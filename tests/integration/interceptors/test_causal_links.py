@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape, total, wait_for
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape, total, wait_for
+from tests.support.native_parts import ENGINE, needs, require
 from tests.support.source_socks import SourceSocks
 
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}},
@@ -25,14 +24,6 @@ CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}},
 EVENTS = "herald_interceptor_events_total"
 PYTHON_PATH = "herald_python_path_total"
 ENGINE_COULD_NOT = ("produce_chain", "fetch_chain", "engine_declined")
-
-
-@pytest.fixture(scope="module")
-def herald_links(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    config = herald_config(kafka.bootstrap, interceptors=CHAINS,
-                           admin={"bind": f"127.0.0.1:{free_port()}"})
-    with HeraldProcess(config) as proc:
-        yield proc
 
 
 def _trace() -> str:
@@ -106,18 +97,18 @@ def _value(key: tuple[str, int, int]) -> bytes:
 
 
 def test_sidecar_links_what_one_client_fetched_to_what_another_produces(
-    herald_links: HeraldProcess, kafka: KafkaCluster
+    herald_chain: HeraldProcess, kafka: KafkaCluster
 ) -> None:
     """One pod: its consumer and its producer are different clients (different client ids,
     different connections) of the same host. The producer's records that continue a trace the
     consumer fetched name the fetched record, exactly; the others name none."""
     src, dst, traces, written = _inputs(kafka.bootstrap, "side", 3)
-    before = scrape(herald_links)
-    fetched = _consume(herald_links.bootstrap, src, 3, "svc-reader")
+    before = scrape(herald_chain)
+    fetched = _consume(herald_chain.bootstrap, src, 3, "svc-reader")
     assert sorted((m.topic(), m.partition(), m.offset()) for m in fetched) == \
         sorted(written.values())
     unfetched = _trace()
-    producer = Producer({"bootstrap.servers": herald_links.bootstrap, "client.id": "svc-writer"})
+    producer = Producer({"bootstrap.servers": herald_chain.bootstrap, "client.id": "svc-writer"})
     for trace in [*traces[:2], unfetched]:
         producer.produce(dst, b"out", headers=[("traceparent", _tp(trace))])
     producer.produce(dst, b"untraced")
@@ -130,7 +121,7 @@ def test_sidecar_links_what_one_client_fetched_to_what_another_produces(
     assert "herald.parent" not in got[unfetched][0]
     (new,) = [r for t, rs in got.items() if t not in (*traces, unfetched) for r in rs]
     assert "herald.parent" not in new  # a new trace Herald started continues nothing
-    after = wait_for(herald_links, lambda s: total(s, EVENTS, event="link_made")
+    after = wait_for(herald_chain, lambda s: total(s, EVENTS, event="link_made")
                      - total(before, EVENTS, event="link_made") >= 2)
 
     def moved(event: str) -> float:
@@ -142,7 +133,7 @@ def test_sidecar_links_what_one_client_fetched_to_what_another_produces(
                  interceptor="trace_context.fetched", level="link_memory_entries") >= 3
 
 
-def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
+def test_gateway_never_links_across_pods(herald_chain: HeraldProcess,
                                          kafka: KafkaCluster) -> None:
     """Two pods behind one Herald (127.0.0.1, and 127.0.0.2 through a SOCKS proxy bound to
     it) read records of the same trace from different topics. Each pod's continuation names
@@ -156,21 +147,21 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
     r0, r2 = _write_direct(kafka.bootstrap, in1, [shared, only_pod1])
     (r1,) = _write_direct(kafka.bootstrap, in2, [shared])
 
-    _consume(herald_links.bootstrap, in1, 2, "pod1-reader")
+    _consume(herald_chain.bootstrap, in1, 2, "pod1-reader")
     with SourceSocks("127.0.0.2") as pod2:
-        consumer = KafkaConsumer(in2, bootstrap_servers=herald_links.bootstrap,
+        consumer = KafkaConsumer(in2, bootstrap_servers=herald_chain.bootstrap,
                                  group_id=uuid.uuid4().hex, client_id="pod2-reader",
                                  auto_offset_reset="earliest", enable_auto_commit=False,
                                  consumer_timeout_ms=20000, proxy_url=pod2.url)
         got = next(iter(consumer))
         consumer.close()
         assert (got.topic, got.partition, got.offset) == r1
-        producer = KafkaProducer(bootstrap_servers=herald_links.bootstrap,
+        producer = KafkaProducer(bootstrap_servers=herald_chain.bootstrap,
                                  client_id="pod2-writer", proxy_url=pod2.url)
         for trace in (shared, only_pod1):
             producer.send(out, b"pod2", headers=[("traceparent", _tp(trace))]).get(30)
         producer.close()
-    pod1 = Producer({"bootstrap.servers": herald_links.bootstrap, "client.id": "pod1-writer"})
+    pod1 = Producer({"bootstrap.servers": herald_chain.bootstrap, "client.id": "pod1-writer"})
     pod1.produce(out, b"pod1", headers=[("traceparent", _tp(shared))])
     assert pod1.flush(30) == 0
 
@@ -184,8 +175,21 @@ def test_gateway_never_links_across_pods(herald_links: HeraldProcess,
     assert "herald.parent" not in lone and r2[0] == in1
 
 
-@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
-def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: HeraldProcess,
+def _on_the_engine(before: dict, after: dict, produced: int) -> None:
+    """The session reached the engine and its Produce requests ran there: no session was
+    Python's whole, none of the `produced` one-record requests went to Python because the
+    engine could not take it, and most of them were not handled in Python at all."""
+    assert moved(before, after, PYTHON_PATH, scope="session") == 0
+    requests = moved(before, after, "herald_requests_total", api="Produce")
+    in_python = moved(before, after, PYTHON_PATH, scope="frame", api="Produce")
+    assert requests >= produced and in_python < produced // 2, (requests, in_python)
+    for reason in ENGINE_COULD_NOT:
+        assert moved(before, after, PYTHON_PATH, scope="frame", reason=reason,
+                     api="Produce") == 0, reason
+
+
+@needs(ENGINE)
+def test_with_links_on_untraced_and_traced_records_stay_native(herald_chain: HeraldProcess,
                                                                kafka: KafkaCluster) -> None:
     """With links on, Produce requests are stamped by the engine (one request per record, far
     fewer hand-overs to Python than requests): records without trace context get a new trace
@@ -194,30 +198,37 @@ def test_with_links_on_untraced_and_traced_records_stay_native(herald_links: Her
     topic = f"native-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, 1)
     count = 40
-    before = scrape(herald_links)
-    producer = Producer({"bootstrap.servers": herald_links.bootstrap, "linger.ms": 0,
+    before = scrape(herald_chain)
+    producer = Producer({"bootstrap.servers": herald_chain.bootstrap, "linger.ms": 0,
                          "client.id": "plain-app"})
     for i in range(count):
         producer.produce(topic, b"v%d" % i)
         assert producer.flush(30) == 0
-    after = wait_for(herald_links, lambda s: moved(
+    after = wait_for(herald_chain, lambda s: moved(
         before, s, "herald_interceptor_records_total", path="produce", outcome="seen",
         interceptor="trace_context") >= count)
+    assert moved(before, after, "herald_interceptor_records_total", path="produce",
+                 outcome="seen", interceptor="trace_context") == count
     assert moved(before, after, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
+    _on_the_engine(before, after, count)
     for i in range(count):
         producer.produce(topic, b"t%d" % i, headers=[("traceparent", _tp(_trace()))])
         assert producer.flush(30) == 0
-    traced = wait_for(herald_links, lambda s: moved(
+    traced = wait_for(herald_chain, lambda s: moved(
         after, s, "herald_interceptor_events_total", event="link_missed_unseen") >= count)
+    # Every traced record was looked up and missed: none of their traces was fetched.
+    assert moved(after, traced, EVENTS, event="link_missed_unseen") == count
+    assert moved(after, traced, EVENTS, event="link_made") == 0
     assert moved(after, traced, "herald_native_relay_handovers_total", reason="request") \
         < count // 2
+    _on_the_engine(after, traced, count)
     got = _read_back(kafka.bootstrap, topic, 2 * count)
     assert sum(len(rs) for rs in got.values()) == 2 * count
     assert not any("herald.parent" in r for rs in got.values() for r in rs)
 
 
-@pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+@needs(ENGINE)
 @pytest.mark.parametrize("audit_after", [False, True], ids=["audit_first", "audit_after"])
 def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster, audit_after: bool) -> None:
     """A service's consumer fetches traced records through Herald, whose engine scans the
@@ -302,8 +313,8 @@ def test_a_memory_too_small_declares_the_parents_it_lost_on_the_records(
     b and c name their second input and declare the first. No parent is silently lost, on
     the native relay as with it off; on the native relay neither Fetch nor Produce went to
     Python because the engine could not take it."""
-    if relay == "auto" and not native_relay.available():
-        pytest.skip("native relay not built")
+    if relay == "auto":
+        require(ENGINE)
     chains = {"produce": [{"type": "trace_context", "link": {"capacity": 2}},
                           {"type": "audit"}]}
     config = herald_config(kafka.bootstrap, interceptors=chains,

@@ -14,8 +14,9 @@ from interceptors.trace_links import (
     LinkMemory,
     NativeFetchedTraces,
 )
+from tests.support.native_parts import STAMPER, needs
 
-pytestmark = pytest.mark.skipif(LinkMemory is None, reason="the extension is not built")
+pytestmark = needs(STAMPER)
 
 TRACES = [bytes(f"{i:032x}", "ascii") for i in range(6)]
 SCOPES = ["10.0.0.1", "10.0.0.2", "[::1]"]

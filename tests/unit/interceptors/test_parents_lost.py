@@ -12,16 +12,16 @@ import pytest
 from interceptors import ConnectionInfo, ProxyInfo
 from interceptors.config.chains import build_chains
 from interceptors.testing import make_batch
-from interceptors.trace_links import FetchedTraces, LinkConfig, LinkMemory, NativeFetchedTraces
+from interceptors.trace_links import FetchedTraces, LinkConfig, NativeFetchedTraces
 from protocol.contracts.headers import PARENTS_LOST_VALUE_RE
+from tests.support.native_parts import STAMPER, needs
 
 PARENT, LOST = "herald.parent", "herald.parents_lost"
 MINUTE = 60.0
 SERVICE = ConnectionInfo("ledger", "10.0.0.7:40000")
 SERVICE_OUT = ConnectionInfo("ledger-out", "10.0.0.7:40001")  # its producer: same pod
 
-MEMORIES = [False, pytest.param(True, marks=pytest.mark.skipif(
-    LinkMemory is None, reason="the extension is not built"))]
+MEMORIES = [False, pytest.param(True, marks=needs(STAMPER))]
 
 
 class Clock:

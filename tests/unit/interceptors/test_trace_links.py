@@ -24,6 +24,7 @@ from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 from proxy.native.fetch_plan import fetch_plan
 from proxy.upstream.topic_ids import TopicIds
+from tests.support.native_parts import STAMPER, require
 
 PARENT = "herald.parent"
 
@@ -294,7 +295,7 @@ def test_the_memory_holds_its_bound_under_threads(native: bool) -> None:
     import threading
 
     if native and LinkMemory is None:
-        pytest.skip("the extension is not built")
+        require(STAMPER)
     mem = (NativeFetchedTraces if native else FetchedTraces)(
         LinkConfig(capacity=50, max_parents=2))
     traces = [_trace() for _ in range(200)]

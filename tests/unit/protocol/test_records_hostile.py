@@ -10,16 +10,15 @@ import struct
 import time
 
 import pytest
-from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from protocol.errors import CodecError
 from protocol.records import Record, RecordBatch, build_batch, join_batches, split_batches
+from tests.support.records import TS, records_payload, reseal
 
 CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
-TS = 1_700_000_000_000
 
 
 def sample(codec: int = NONE, n: int = 6) -> bytes:
@@ -28,20 +27,6 @@ def sample(codec: int = NONE, n: int = 6) -> bytes:
         for i in range(n)
     ]
     return build_batch(recs, compression=codec, base_timestamp=TS, producer_id=5)
-
-
-def reseal(data: bytes | bytearray) -> bytes:
-    """Fix batchLength and CRC after tampering, as a careful attacker would."""
-    data = bytearray(data)
-    struct.pack_into(">i", data, 8, len(data) - 12)
-    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
-    return bytes(data)
-
-
-def records_payload(records: bytes, count: int) -> bytes:
-    crc_part = struct.pack(">hiqqqhii", 0, max(count - 1, 0), TS, TS, -1, -1, -1, count)
-    head = struct.pack(">qiibI", 0, 49 + len(records), -1, 2, 0)
-    return reseal(head + crc_part + records)
 
 
 def exercise(data: bytes) -> None:

@@ -11,9 +11,10 @@ from protocol import stamping
 from protocol.compression import GZIP, NONE, ZSTD
 from protocol.errors import CodecError
 from protocol.records import Record, RecordBatch, build_batch
-from tests.unit.protocol.test_records_hostile import records_payload, reseal
+from tests.support.native_parts import STAMPER, needs
+from tests.support.records import records_payload, reseal
 
-needs_native = pytest.mark.skipif(not stamping.NATIVE, reason="protocol._stamp was not built")
+needs_native = needs(STAMPER)
 
 keys = st.sampled_from(["a", "traceparent", "herald.msg_id", "herald.", "x-é", "tr", ""])
 values = st.none() | st.binary(max_size=300)

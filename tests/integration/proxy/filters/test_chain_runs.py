@@ -8,9 +8,7 @@ import signal
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -20,21 +18,13 @@ from protocol.messages.fetch_response import FetchResponse
 from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, build_batch, split_batches
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.integration.proxy.limits.test_amplification import produce_request, send_and_answer
-from tests.integration.proxy.observability.test_metrics import moved, scrape, total, wait_for
 from tests.support import raw_client as raw
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape, total, wait_for
+from tests.support.raw_produce import produce_request, send_and_answer
 
 MIB = 1024 * 1024
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}
-
-
-@pytest.fixture(scope="module")
-def herald_chain(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    config = herald_config(kafka.bootstrap, interceptors=CHAINS,
-                           admin={"bind": f"127.0.0.1:{free_port()}"})
-    with HeraldProcess(config) as proc:
-        yield proc
 
 
 def create_topic(kafka: KafkaCluster, name: str, **config: str) -> None:

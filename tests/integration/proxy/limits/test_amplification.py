@@ -7,33 +7,18 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.compression import ZSTD
-from protocol.messages.produce_request import (
-    PartitionProduceData,
-    ProduceRequest,
-    TopicProduceData,
-)
-from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support import raw_client as raw
-from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.herald_process import HeraldProcess
+from tests.support.raw_produce import produce_request, send_and_answer
 
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}
 MIB = 1024 * 1024
-
-
-@pytest.fixture(scope="module")
-def herald_chain(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    config = herald_config(kafka.bootstrap, interceptors=CHAINS,
-                           admin={"bind": f"127.0.0.1:{free_port()}"})
-    with HeraldProcess(config) as proc:
-        yield proc
 
 
 def _zigzag(n: int) -> bytes:
@@ -59,12 +44,6 @@ def tiny_records_batch(n: int, hostile: bool = False) -> bytes:
     batch.last_offset_delta = n - 1
     batch.replace_records(bytes(payload))
     return batch.to_bytes(codec=ZSTD)
-
-
-def produce_request(corr: int, topic: str, records: bytes) -> bytes:
-    body = ProduceRequest(acks=1, timeout_ms=30000, topic_data=[TopicProduceData(
-        name=topic, partition_data=[PartitionProduceData(index=0, records=records)])])
-    return raw.request_frame(0, 9, corr, body)
 
 
 class LatencyProbe:
@@ -117,20 +96,6 @@ def assert_kept_latency(probe: LatencyProbe, quiet: LatencyProbe) -> None:
           f"{quiet.median() * 1000:.1f} ms, p99 {quiet.p99() * 1000:.1f} ms)")
     assert probe.median() < 0.05
     assert probe.p99() < max(0.05, 2 * quiet.p99())
-
-
-def send_and_answer(proc: HeraldProcess, request: bytes) -> tuple[object, float]:
-    client = raw.SocketRawClient(proc.bootstrap, timeout=120)
-    try:
-        started = time.monotonic()
-        client.send(request)
-        payload = client.recv()
-        took = time.monotonic() - started
-    finally:
-        client.close()
-    assert payload is not None
-    msg = ProduceResponse.decode(payload, 9, 5)  # correlation id, then a tagged section
-    return msg.responses[0].partition_responses[0], took
 
 
 def test_a_million_tiny_records_are_refused_before_decompressing(

@@ -8,20 +8,20 @@ decompressed).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from proxy.native import relay as native_relay
-from tests.integration.proxy.native.test_native_relay import _herald as herald_with
-from tests.integration.proxy.native.test_native_stamp import _by_labels
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.metrics import by_labels, moved, scrape, wait_for
+from tests.support.native_herald import native_herald
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 CHAINS = {"fetch": [{"type": "drop_headers", "headers": ["x-debug", "prefix:x-tenant-"]}]}
 HANDOVERS = "herald_native_relay_handovers_total"
@@ -31,15 +31,8 @@ BATCHES, PER_BATCH = 40, 25
 
 
 @pytest.fixture(scope="module")
-def scanning_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def scanning_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
-        yield proc
+def herald_for(kafka: KafkaCluster) -> Callable[[str], HeraldProcess]:
+    return partial(native_herald, kafka, interceptors=CHAINS)
 
 
 def _fill(bootstrap: str, topic: str, **conf: object) -> list[tuple[bytes, list]]:
@@ -61,15 +54,15 @@ def _fill(bootstrap: str, topic: str, **conf: object) -> list[tuple[bytes, list]
 
 
 @pytest.mark.parametrize("codec", ["none", "lz4", "zstd", "gzip", "snappy"])
-def test_scanned_natively_as_in_python(kafka: KafkaCluster, scanning_on: HeraldProcess,
-                                       scanning_off: HeraldProcess, topic_name: str,
+def test_scanned_natively_as_in_python(kafka: KafkaCluster, herald_on: HeraldProcess,
+                                       herald_off: HeraldProcess, topic_name: str,
                                        codec: str) -> None:
     create_topic(kafka.bootstrap, topic_name)
     sent = _fill(kafka.bootstrap, topic_name, **{"compression.type": codec})
     total = len(sent)
     expected = [(v, [h for h in hs if not h[0].startswith("x-")]) for v, hs in sent]
     counted = {}
-    for proc in (scanning_on, scanning_off):
+    for proc in (herald_on, herald_off):
         before = scrape(proc)
         got = consume_all(proc.bootstrap, topic_name, total,
                           conf={"fetch.max.bytes": 4096, "message.max.bytes": 4096,
@@ -77,11 +70,11 @@ def test_scanned_natively_as_in_python(kafka: KafkaCluster, scanning_on: HeraldP
         assert [(m.value(), list(m.headers() or [])) for m in got] == expected
         after = wait_for(proc, lambda s, b=before: moved(
             b, s, "herald_interceptor_records_total", outcome="seen") >= total)
-        counted[proc is scanning_on] = {name: _by_labels(before, after, name)
-                                        for name in COUNTERS}
-        counted[proc is scanning_on]["handovers"] = moved(before, after, HANDOVERS,
-                                                          reason="response")
-        if proc is scanning_off and codec != "none":  # the batches were compressed indeed
+        counted[proc is herald_on] = {name: by_labels(before, after, name)
+                                      for name in COUNTERS}
+        counted[proc is herald_on]["handovers"] = moved(before, after, HANDOVERS,
+                                                        reason="response")
+        if proc is herald_off and codec != "none":  # the batches were compressed indeed
             assert moved(before, after, "herald_compression_seconds_total", compression=codec,
                          operation="decompress") > 0
     on, off = counted[True], counted[False]

@@ -7,41 +7,30 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
 
 from bench.bench_proxy import send
-from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
-from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.metrics import moved, scrape, wait_for
+from tests.support.native_herald import native_herald
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 HANDOVERS = "herald_native_relay_handovers_total"
 PYTHON_PATH = "herald_python_path_total"
 
 
-def _herald(kafka: KafkaCluster, mode: str, **overrides: object) -> HeraldProcess:
-    return HeraldProcess(herald_config(
-        kafka.bootstrap, admin={"bind": f"127.0.0.1:{free_port()}"},
-        performance={"native_relay": mode}, **overrides))
-
-
 @pytest.fixture(scope="module")
-def herald_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with _herald(kafka, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with _herald(kafka, "off") as proc:
-        yield proc
+def herald_for(kafka: KafkaCluster) -> Callable[[str], HeraldProcess]:
+    return partial(native_herald, kafka)
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], **conf: object) -> None:
@@ -199,7 +188,7 @@ def test_a_producer_that_never_pauses_gets_back_to_the_engine(herald_on: HeraldP
 
 def test_a_chain_on_produce_still_sees_every_record(kafka: KafkaCluster, topic_name: str) -> None:
     chains = {"produce": [{"type": "insert_header", "header": "app.id", "value": "checkout"}]}
-    with _herald(kafka, "auto", interceptors=chains) as proc:
+    with native_herald(kafka, "auto", interceptors=chains) as proc:
         create_topic(proc.bootstrap, topic_name)
         before = scrape(proc)
         values = [f"r{i}".encode() for i in range(100)]

@@ -16,17 +16,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import free_port
-from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape
 from tests.support.clients import consume_all
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import moved, scrape
+from tests.support.native_parts import ENGINE, needs
 from tests.support.secure_cluster import REAUTH_MS, USERS, SecureCluster
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}]}
 PYTHON_PATH = "herald_python_path_total"

@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from proxy.native import relay as native_relay
-from tests.integration.proxy.native.test_native_relay import _herald as herald_with
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.metrics import by_labels, moved, scrape, wait_for
+from tests.support.native_herald import native_herald
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 CHAINS = {"produce": [{"type": "trace_context", "mode": "record"}, {"type": "audit"}]}
 HANDOVERS = "herald_native_relay_handovers_total"
@@ -34,15 +35,8 @@ GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 @pytest.fixture(scope="module")
-def stamping_on(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "auto", interceptors=CHAINS) as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def stamping_off(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
-    with herald_with(kafka, "off", interceptors=CHAINS) as proc:
-        yield proc
+def herald_for(kafka: KafkaCluster) -> Callable[[str], HeraldProcess]:
+    return partial(native_herald, kafka, interceptors=CHAINS)
 
 
 def _send(bootstrap: str, topic: str, count: int, **conf: object) -> list[bytes]:
@@ -64,13 +58,13 @@ COUNTERS = ("herald_interceptor_records_total", "herald_interceptor_headers_adde
             "herald_batches_reencoded_total")
 
 
-def test_stamped_natively_as_in_python(stamping_on: HeraldProcess, stamping_off: HeraldProcess,
+def test_stamped_natively_as_in_python(herald_on: HeraldProcess, herald_off: HeraldProcess,
                                        topic_name: str) -> None:
     count = 150
     keys = {}
     counted = {}
-    for proc in (stamping_on, stamping_off):
-        on = proc is stamping_on
+    for proc in (herald_on, herald_off):
+        on = proc is herald_on
         topic = f"{topic_name}-{on}"
         create_topic(proc.bootstrap, topic)
         before = scrape(proc)
@@ -131,14 +125,14 @@ AUDIT = ["herald.client_id", "herald.principal", "herald.source", "herald.proxy"
 
 
 def test_records_with_their_own_traceparent_stay_native(
-        stamping_on: HeraldProcess, stamping_off: HeraldProcess, topic_name: str) -> None:
+        herald_on: HeraldProcess, herald_off: HeraldProcess, topic_name: str) -> None:
     """Every record keeps its own trace context byte for byte and gets the audit headers;
     the Produce requests are stamped by the engine (no hand-over: without the keeping rule
     each would go to Python); the keys and the counters are those of the Python path."""
     counted = {}
     keys = {}
-    for proc in (stamping_on, stamping_off):
-        on = proc is stamping_on
+    for proc in (herald_on, herald_off):
+        on = proc is herald_on
         topic = f"{topic_name}-{on}"
         create_topic(proc.bootstrap, topic, partitions=2)
         # A first record per partition, so that no request counted below is refused and
@@ -179,21 +173,10 @@ def _counted(proc: HeraldProcess, before: dict, records: int, sent: dict | None 
     the Produce requests, and the requests handed to Python until `sent` (default: now)."""
     after = wait_for(proc, lambda s: moved(
         before, s, "herald_interceptor_records_total", outcome="seen") >= 2 * records)
-    counted: dict = {name: _by_labels(before, after, name) for name in COUNTERS}
+    counted: dict = {name: by_labels(before, after, name) for name in COUNTERS}
     counted["produce"] = moved(before, after, "herald_requests_total", api="Produce")
     counted["handovers"] = moved(before, sent or after, HANDOVERS, reason="request")
     return counted
-
-
-def _by_labels(before: dict, after: dict, name: str) -> dict:
-    """Every series of a counter family that moved, by its labels (topic labels aside)."""
-    out = {}
-    for (metric, labels), value in after.items():
-        if metric == name:
-            delta = value - before.get((metric, labels), 0)
-            if delta:
-                out[labels] = delta
-    return out
 
 
 CODECS = ("lz4", "zstd", "gzip", "snappy")
@@ -221,7 +204,7 @@ def _send_compressed(bootstrap: str, topic: str, codec: str) -> list[tuple[bytes
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_compressed_batches_stamped_natively_as_in_python(
-        stamping_on: HeraldProcess, stamping_off: HeraldProcess, topic_name: str,
+        herald_on: HeraldProcess, herald_off: HeraldProcess, topic_name: str,
         codec: str) -> None:
     """librdkafka with compression.type lz4, zstd, gzip and snappy: the same records and
     headers as through the Python path, the same counters (the batches re-encoded with the
@@ -229,8 +212,8 @@ def test_compressed_batches_stamped_natively_as_in_python(
     total = ROUNDS * PER_ROUND
     keys = {}
     counted = {}
-    for proc in (stamping_on, stamping_off):
-        on = proc is stamping_on
+    for proc in (herald_on, herald_off):
+        on = proc is herald_on
         topic = f"{topic_name}-{on}"
         create_topic(proc.bootstrap, topic)
         before = scrape(proc)
@@ -256,13 +239,13 @@ def test_compressed_batches_stamped_natively_as_in_python(
     assert sum(n for labels, n in reencoded.items() if f"'{codec}'" in str(labels)) == ROUNDS
 
 
-def test_java_producer_lz4(stamping_on: HeraldProcess, stamping_off: HeraldProcess) -> None:
+def test_java_producer_lz4(herald_on: HeraldProcess, herald_off: HeraldProcess) -> None:
     """The Java producer (ProducerPerformance, compression.type=lz4, idempotent): every
     record read back with the same headers as through the Python path; the engine stamped
     its batches (re-encoded lz4 batches counted, few requests handed to Python)."""
     records = 3_000
     lines = {}
-    for proc in (stamping_on, stamping_off):
+    for proc in (herald_on, herald_off):
         topic = f"t-nstamp-jlz4-{uuid.uuid4().hex[:8]}"
         create_topic(proc.bootstrap, topic, partitions=3)
         before = scrape(proc)
@@ -284,12 +267,12 @@ def test_java_producer_lz4(stamping_on: HeraldProcess, stamping_off: HeraldProce
         stamped = [line for line in result.stdout.splitlines() if "herald.msg_id:" in line]
         assert len(stamped) == records
         assert all("traceparent:00-" in line for line in stamped)
-        lines[proc is stamping_on] = {_header_keys(line) for line in stamped}
+        lines[proc is herald_on] = {_header_keys(line) for line in stamped}
         assert moved(before, after, "herald_interceptor_records_total", outcome="changed",
                      interceptor="audit") == records
         reencoded = moved(before, after, "herald_batches_reencoded_total", compression="lz4")
         assert reencoded > 0
-        if proc is stamping_on:
+        if proc is herald_on:
             produced = moved(before, after, "herald_requests_total", api="Produce")
             assert moved(before, after, HANDOVERS, reason="request") < produced / 2
     assert lines[True] == lines[False]
@@ -301,20 +284,20 @@ def _header_keys(line: str) -> tuple[str, ...]:
     return tuple(pair.split(":", 1)[0] for pair in headers.split(","))
 
 
-def test_java_producer(stamping_on: HeraldProcess) -> None:
+def test_java_producer(herald_on: HeraldProcess) -> None:
     topic = f"t-nstamp-java-{uuid.uuid4().hex[:8]}"
-    create_topic(stamping_on.bootstrap, topic, partitions=3)
+    create_topic(herald_on.bootstrap, topic, partitions=3)
     records = 5_000
-    before = scrape(stamping_on)
+    before = scrape(herald_on)
     result = run_tool(
-        PRODUCER_PERF, "--bootstrap-server", stamping_on.bootstrap, "--topic", topic,
+        PRODUCER_PERF, "--bootstrap-server", herald_on.bootstrap, "--topic", topic,
         "--num-records", str(records), "--record-size", "512", "--throughput", "-1",
         "--command-property", "acks=all", "--command-property", "compression.type=none",
         timeout=120,
     )
     assert "Exception" not in result.stderr, result.stderr[-3000:]
     result = run_tool(
-        CONSOLE_CONSUMER, "--bootstrap-server", stamping_on.bootstrap, "--topic", topic,
+        CONSOLE_CONSUMER, "--bootstrap-server", herald_on.bootstrap, "--topic", topic,
         "--from-beginning", "--max-messages", str(records), "--timeout-ms", "30000",
         "--property", "print.headers=true", timeout=120,
     )
@@ -322,7 +305,7 @@ def test_java_producer(stamping_on: HeraldProcess) -> None:
     lines = [line for line in result.stdout.splitlines() if "herald.msg_id:" in line]
     assert len(lines) == records
     assert all("traceparent:00-" in line for line in lines)
-    after = scrape(stamping_on)
+    after = scrape(herald_on)
     assert moved(before, after, "herald_interceptor_records_total", outcome="changed",
                  interceptor="audit") == records
     # Its Produce requests (v13: topics by id) were stamped by the engine, not handed over.

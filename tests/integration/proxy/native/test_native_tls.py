@@ -10,21 +10,21 @@ through TLS itself.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from kafka import KafkaConsumer, KafkaProducer
 
-from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import moved, scrape, wait_for
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
+from tests.support.metrics import moved, scrape, wait_for
+from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import SecureCluster, tls_herald_config
 
-pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
-                                reason="native relay not built with TLS")
+pytestmark = needs(TLS)
 
 TLS_BYTES = "herald_native_relay_tls_bytes_total"
 HANDOVERS = "herald_native_relay_handovers_total"
@@ -41,15 +41,8 @@ def _herald(secure: SecureCluster, mode: str, **overrides: Any) -> HeraldProcess
 
 
 @pytest.fixture(scope="module")
-def herald_on(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "auto") as proc:
-        yield proc
-
-
-@pytest.fixture(scope="module")
-def herald_off(secure: SecureCluster) -> Iterator[HeraldProcess]:
-    with _herald(secure, "off") as proc:
-        yield proc
+def herald_for(secure: SecureCluster) -> Callable[[str], HeraldProcess]:
+    return partial(_herald, secure)
 
 
 def _tls(secure: SecureCluster) -> dict[str, Any]:
@@ -70,8 +63,9 @@ def test_librdkafka_same_records_natively_and_in_python(
     payload = sum(map(len, values))
     conf = _tls(secure)
     carried = {}
+    topics = {}
     for proc in (herald_on, herald_off):
-        topic = f"ntls-{uuid.uuid4().hex[:8]}"
+        topic = topics[proc is herald_on] = f"ntls-{uuid.uuid4().hex[:8]}"
         create_topic(secure.plaintext, topic)
         before = scrape(proc)
         _produce(proc.bootstrap, conf, topic, values)
@@ -96,9 +90,12 @@ def test_librdkafka_same_records_natively_and_in_python(
     assert carried[True][0] > payload and carried[True][1] > payload / 2
     assert carried[True][2] > 0
     assert carried[False] == (0, 0, 0)
-    # The same records are in the cluster, as each Herald put them there.
-    direct = consume_all(secure.plaintext, topic, len(values))
-    assert [m.value() for m in direct] == values
+    # The same records are in the cluster, as each Herald put them there: read straight from
+    # the broker, the engine's topic and the Python path's alike.
+    for on, topic in topics.items():
+        direct = consume_all(secure.plaintext, topic, len(values))
+        assert [m.value() for m in direct] == values, on
+        assert [m.headers() for m in direct] == [[("h", v[:8])] for v in values], on
 
 
 def test_kafka_python_produces_and_consumes_natively(

@@ -11,19 +11,17 @@ import signal
 import socket
 import struct
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import yaml
 from confluent_kafka import Producer
-from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import http_get, moved, scrape, wait_for
 
 LABELLED = f"labelled-{uuid.uuid4().hex[:8]}"
 CHAINS = {
@@ -33,8 +31,6 @@ CHAINS = {
     ],
     "fetch": [],
 }
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture(scope="module")
@@ -46,43 +42,6 @@ def herald_admin(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
     )
     with HeraldProcess(config) as proc:
         yield proc
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-def scrape(proc: HeraldProcess) -> Samples:
-    status, text = http_get(proc.admin_url + "/metrics")
-    assert status == 200
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def total(samples: Samples, name: str, **labels: str) -> float:
-    """The sum of the samples named `name` whose labels include `labels`."""
-    want = set(labels.items())
-    return sum(v for (n, lbl), v in samples.items() if n == name and want <= set(lbl))
-
-
-def moved(before: Samples, after: Samples, name: str, **labels: str) -> float:
-    return total(after, name, **labels) - total(before, name, **labels)
-
-
-def wait_for(proc: HeraldProcess, check: Callable[[Samples], bool], timeout: float = 10) -> Samples:
-    deadline = time.monotonic() + timeout
-    while True:
-        samples = scrape(proc)
-        if check(samples) or time.monotonic() > deadline:
-            return samples
-        time.sleep(0.1)
 
 
 def produce_one_by_one(bootstrap: str, topic: str, values: list[bytes], **conf: object) -> None:

@@ -7,27 +7,19 @@ APM tool can join the two.
 
 from __future__ import annotations
 
-import gzip
-import http.server
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.otlp_receiver import Exported, Receiver
 
 RUN = uuid.uuid4().hex[:8]
 BATCH_TOPIC = f"tb-{RUN}"
@@ -45,86 +37,6 @@ CHAINS = {
          "topics": [f"prefix:tr-{RUN}"]},
     ],
 }
-
-
-@dataclass
-class Exported:
-    name: str
-    kind: int
-    trace_id: str
-    span_id: str
-    attributes: dict[str, Any]
-    links: list[tuple[str, str]]
-    status: int
-    service: str
-
-
-@dataclass
-class Receiver:
-    """Collects the spans of every OTLP/HTTP export request it receives."""
-
-    spans: list[Exported] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, request: ExportTraceServiceRequest) -> None:
-        with self.lock:
-            for rs in request.resource_spans:
-                res = {a.key: a.value.string_value for a in rs.resource.attributes}
-                for ss in rs.scope_spans:
-                    for s in ss.spans:
-                        self.spans.append(Exported(
-                            s.name, s.kind, s.trace_id.hex(), s.span_id.hex(),
-                            {a.key: _value(a.value) for a in s.attributes},
-                            [(link.trace_id.hex(), link.span_id.hex()) for link in s.links],
-                            s.status.code, res.get("service.name", ""),
-                        ))
-
-    def wait(self, check: Callable[[list[Exported]], bool], timeout: float = 20) -> list[Exported]:
-        deadline = time.monotonic() + timeout
-        while True:
-            with self.lock:
-                spans = list(self.spans)
-            if check(spans) or time.monotonic() > deadline:
-                return spans
-            time.sleep(0.1)
-
-
-def _value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    return getattr(v, kind) if kind else None
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[tuple[Receiver, int]]:
-    collected = Receiver()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if self.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-            request = ExportTraceServiceRequest()
-            request.ParseFromString(body)
-            if self.path == "/v1/traces":
-                collected.add(request)
-            reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200 if self.path == "/v1/traces" else 404)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield collected, server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,19 +18,20 @@ from confluent_kafka import KafkaException, Producer
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.routing.partitioner import key_partition
 from proxy.routing.rules import ORIGIN_HEADER
-from tests.conftest import kafka_version
-from tests.integration.proxy.observability import test_tracing
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
-
-receiver = test_tracing.receiver  # the OTLP/HTTP receiver fixture, shared
-
-
-@pytest.fixture(scope="module")
-def kafka_b() -> Iterator[KafkaCluster]:
-    """A second, independent cluster: the routing destination."""
-    with KafkaCluster(size=1, version=kafka_version()) as cluster:
-        yield cluster
+from tests.support.routing_runs import (
+    assert_where_rules_say,
+    by_partition,
+    end_offsets,
+    expect,
+    header,
+    is_eu,
+    metric,
+    mixed_records,
+    produce,
+    strip_origin,
+)
 
 
 def routing_herald(kafka: KafkaCluster, kafka_b: KafkaCluster, rules: list[dict],
@@ -41,91 +41,6 @@ def routing_herald(kafka: KafkaCluster, kafka_b: KafkaCluster, rules: list[dict]
                            clusters={"b": {"bootstrap": kafka_b.bootstrap}},
                            routing={"rules": rules, "delivery_timeout_s": 60}, **extra)
     return HeraldProcess(config)
-
-
-def produce(bootstrap: str, topic: str, records: list[dict], pause_every: int = 0,
-            progress: list[int] | None = None, **conf: Any) -> list[str]:
-    """Produce through `bootstrap` with one producer; the delivery errors (empty when all were
-    acknowledged). `pause_every` N records it sleeps half a second, to spread the writes."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "linger.ms": 20, **conf})
-    errors: list[str] = []
-
-    def report(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    for n, r in enumerate(records, 1):
-        if pause_every and n % pause_every == 0:
-            producer.poll(0.5)
-        while True:
-            try:
-                producer.produce(topic, key=r["key"], value=r["value"],
-                                 partition=r["partition"], headers=r["headers"],
-                                 on_delivery=report)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-        if progress is not None:
-            progress.append(n)
-    left = producer.flush(120)
-    assert left == 0, f"{left} records not delivered"
-    return errors
-
-
-def mixed_records(n: int, partitions: int) -> list[dict]:
-    """Records with a mix of headers: a third eu, some debug, some big amounts, the rest plain."""
-    out = []
-    for i in range(n):
-        headers: list[tuple[str, bytes]] = [("seq", str(i).encode())]
-        if i % 3 == 0:
-            headers.append(("region", b"eu"))
-        elif i % 3 == 1:
-            headers.append(("region", b"us"))
-        if i % 7 == 0:
-            headers.append(("debug", b"1"))
-        headers.append(("amount", str(i * 3 % 500).encode()))
-        out.append({"key": f"k{i}".encode(), "value": f"v{i}-{uuid.uuid4().hex}".encode(),
-                    "partition": i % partitions, "headers": headers})
-    return out
-
-
-def as_tuple(msg: Any) -> tuple:
-    return (msg.key(), msg.value(), tuple((k, v) for k, v in (msg.headers() or [])))
-
-
-def by_partition(messages: list[Any]) -> dict[int, list[tuple]]:
-    out: dict[int, list[tuple]] = {}
-    for m in sorted(messages, key=lambda m: (m.partition(), m.offset())):
-        out.setdefault(m.partition(), []).append(as_tuple(m))
-    return out
-
-
-def expect(records: list[dict], keep: Any, extra_headers: tuple = ()) -> dict[int, list[tuple]]:
-    out: dict[int, list[tuple]] = {}
-    for r in records:
-        if keep(r):
-            out.setdefault(r["partition"], []).append(
-                (r["key"], r["value"], tuple(r["headers"]) + extra_headers))
-    return out
-
-
-def header(r: dict, key: str) -> bytes | None:
-    return next((v for k, v in reversed(r["headers"]) if k == key), None)
-
-
-def metric(herald: HeraldProcess, name: str, **labels: str) -> float:
-    import urllib.request
-
-    text = urllib.request.urlopen(f"{herald.admin_url}/metrics", timeout=10).read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if not line.startswith(name + "{"):
-            continue
-        if all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaCluster,
@@ -172,11 +87,11 @@ def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaC
         got_debug = by_partition(consume_all(kafka_b.bootstrap, debug,
                                              sum(map(len, mirrored.values()))))
         assert got_stay == stay
-        assert _strip_origin(got_big) == moved_big
-        assert _strip_origin(got_b) == moved_b
+        assert strip_origin(got_big) == moved_big
+        assert strip_origin(got_b) == moved_b
         # The mirror copies of one topic's two partitions interleave in one partition:
         # per source partition, their order is kept.
-        copies = _strip_origin(got_debug)[0]
+        copies = strip_origin(got_debug)[0]
         for source in (0, 1):
             assert [c for c in copies if c in mirrored[source]] == mirrored[source]
         assert sorted(copies) == sorted(mirrored[0] + mirrored[1])
@@ -186,51 +101,6 @@ def test_records_go_where_their_headers_say(kafka: KafkaCluster, kafka_b: KafkaC
         assert metric(herald, "herald_routing_bytes_total", rule="eu", cluster="b") == sum(
             len(key) + len(value) for key, value, _ in moved)
         assert metric(herald, "herald_routing_ack_seconds_count", cluster="b") >= 1
-
-
-def is_eu(r: dict) -> bool:
-    return header(r, "region") == b"eu"
-
-
-def assert_where_rules_say(primary: str, destination: str, topic: str, records: list[dict],
-                           moves: Any) -> None:
-    """The records `moves` selects are on the destination (with the origin header), the others
-    on the primary: each once, in order per source partition, and nothing else."""
-    stay = expect(records, lambda r: not moves(r))
-    moved = expect(records, moves, ((ORIGIN_HEADER, None),))
-    got_stay = by_partition(consume_all(primary, topic, sum(map(len, stay.values()))))
-    got_moved = by_partition(consume_all(destination, topic, sum(map(len, moved.values()))))
-    assert got_stay == stay, topic
-    assert _strip_origin(got_moved) == moved, topic
-    # Nothing beyond them either: each partition ends where its expected records do.
-    assert end_offsets(primary, topic) == {p: len(rows) for p, rows in stay.items()}, topic
-    assert end_offsets(destination, topic) == {p: len(rows) for p, rows in moved.items()}, topic
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each non-empty partition's end offset (its record count: no transactions here)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in partitions}
-    finally:
-        consumer.close()
-    return {p: end for p, end in ends.items() if end}
-
-
-def _strip_origin(parts: dict[int, list[tuple]]) -> dict[int, list[tuple]]:
-    """The origin header's value is the primary's cluster id: checked present, then blanked."""
-    out = {}
-    for p, items in parts.items():
-        rows = []
-        for key, value, headers in items:
-            assert headers and headers[-1][0] == ORIGIN_HEADER and headers[-1][1]
-            rows.append((key, value, headers[:-1] + ((ORIGIN_HEADER, None),)))
-        out[p] = rows
-    return out
 
 
 def test_idempotent_producer_through_a_destination_restart(
@@ -378,7 +248,7 @@ def test_mirror_copies_arrive_and_originals_equal_a_run_without_rules(
         assert mirrored == unrouted == expect(records, lambda r: True)
         copies = consume_all(kafka_b.bootstrap, topic_name, 400, timeout=10)
         is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
-        assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
+        assert strip_origin(by_partition(copies)) == expect(records, is_debug,
                                                              ((ORIGIN_HEADER, None),))
 
 
@@ -479,7 +349,7 @@ def test_a_failed_destination_fails_the_partition_and_client_retries_deliver_onc
         got_stay = by_partition(consume_all(kafka.bootstrap, topic_name, 201, timeout=20))
         got_b = by_partition(consume_all(kafka_b.bootstrap, topic_name, 101, timeout=20))
         assert got_stay == expect(records, lambda r: not is_eu(r))
-        assert _strip_origin(got_b) == expect(records, is_eu, ((ORIGIN_HEADER, None),))
+        assert strip_origin(got_b) == expect(records, is_eu, ((ORIGIN_HEADER, None),))
         logs = herald.logs()
         assert logs.count("routing_destination_down cluster=b") == 1
         assert logs.count("routing_destination_up cluster=b") == 2  # at start, and back
@@ -577,7 +447,7 @@ def test_batches_rules_only_mirror_or_shadow_reach_the_broker_byte_identical(
         is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
         mirrored = sum(map(is_debug, records))
         copies = consume_all(kafka_b.bootstrap, topic_name, mirrored, timeout=30)
-        assert _strip_origin(by_partition(copies)) == expect(records, is_debug,
+        assert strip_origin(by_partition(copies)) == expect(records, is_debug,
                                                              ((ORIGIN_HEADER, None),))
         assert end_offsets(kafka_b.bootstrap, topic_name) == {0: mirrored}
         assert metric(herald, "herald_routing_records_total", rule="eu",

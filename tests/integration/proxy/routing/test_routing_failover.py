@@ -23,15 +23,15 @@ from confluent_kafka.admin import AdminClient
 
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.routing.partitioner import key_partition
-from tests.integration.proxy.routing.test_routing import (
+from tests.support.clients import create_topic
+from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
+from tests.support.java_tools import CONSOLE_PRODUCER, tool_command
+from tests.support.routing_runs import (
     assert_where_rules_say,
     is_eu,
     metric,
     mixed_records,
 )
-from tests.support.clients import create_topic
-from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
-from tests.support.java_tools import CONSOLE_PRODUCER, tool_command
 
 PHASES = 3
 

@@ -19,20 +19,17 @@ import pytest
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.routing.origin import OriginSeal
 from proxy.routing.rules import ORIGIN_HEADER
-from tests.integration.proxy.routing.test_routing import (
+from tests.support.clients import consume_all, create_topic
+from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
+from tests.support.routing_runs import (
     by_partition,
     end_offsets,
     expect,
     header,
-    kafka_b,
     metric,
     mixed_records,
     produce,
 )
-from tests.support.clients import consume_all, create_topic
-from tests.support.herald_process import HeraldProcess, free_port_block, herald_config
-
-__all__ = ["kafka_b"]  # the second cluster, shared with test_routing's fixture
 
 SECRET = "the origin key every Herald of these tests shares"
 SEAL = OriginSeal(SECRET.encode())

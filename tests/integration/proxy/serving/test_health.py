@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import signal
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 
@@ -16,17 +14,10 @@ import pytest
 from confluent_kafka import Consumer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.conftest import kafka_version
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
-
-
-def http_get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+from tests.support.kafka_version import kafka_version
+from tests.support.metrics import http_get
 
 
 def wait_status(url: str, status: int, timeout: float) -> tuple[int, str, float]:

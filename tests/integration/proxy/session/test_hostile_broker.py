@@ -28,16 +28,17 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from proxy.devtools.embedded_kafka import free_port
-from proxy.native import relay as native_relay
-from tests.integration.proxy.observability.test_metrics import http_get, scrape, total
 from tests.support.herald_process import REPO, HeraldProcess, herald_config
 from tests.support.hostile_broker import HostileBroker
+from tests.support.metrics import http_get, scrape, total
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 IDLE_S, FRAME_S = 3.0, 3.0
 PHASE_S = 15.0
 VICTIMS = 4
+PYTHON_PATH = "herald_python_path_total"
 CHAINS = {"produce": [{"type": "trace_context"}],
           "fetch": [{"type": "drop_headers", "headers": ["x-debug"]}]}
 
@@ -148,6 +149,20 @@ def client_sessions(proc: HeraldProcess) -> tuple[float, float, float]:
             total(samples, "herald_memory_budget_bytes", kind="used"))
 
 
+def _stamped_and_scanned_on_the_engine(samples: dict) -> None:
+    """With the chains, the engine stamped Produce requests and scanned Fetch responses
+    itself: requests of both ran outside Python (every one the engine runs goes through the
+    chain's plan: it stamps each Produce and scans each Fetch response), the members counted
+    records on both paths, and none went to Python because the engine could not take it."""
+    for api, path in (("Produce", "produce"), ("Fetch", "fetch")):
+        requests = total(samples, "herald_requests_total", api=api)
+        in_python = total(samples, PYTHON_PATH, scope="frame", api=api)
+        assert requests - in_python > 0, (api, requests, in_python)
+        assert total(samples, "herald_interceptor_records_total", path=path) > 0, path
+        for reason in ("produce_chain", "fetch_chain"):
+            assert total(samples, PYTHON_PATH, scope="frame", reason=reason, api=api) == 0
+
+
 @pytest.mark.parametrize("chains", [False, True], ids=["relay", "stamp_and_scan"])
 def test_hostile_broker_sessions_end_and_herald_stays_up(broker: HostileBroker,
                                                          chains: bool) -> None:
@@ -174,6 +189,8 @@ def test_hostile_broker_sessions_end_and_herald_stays_up(broker: HostileBroker,
         # The engine met the hostile bytes itself, and closed sessions for them.
         assert total(samples, "herald_native_relay_handovers_total",
                      reason="upstream_bad") > 0
+        if chains:
+            _stamped_and_scanned_on_the_engine(samples)
         assert proc.process is not None and proc.process.poll() is None
         assert http_get(proc.admin_url + "/healthz") == (200, "ok\n")
         # And a client that comes now is served.

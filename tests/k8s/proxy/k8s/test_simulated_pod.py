@@ -21,8 +21,8 @@ import pytest
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster
 from proxy.k8s.inject import InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
-from tests.conftest import kafka_version
 from tests.support.clients import consume_all
+from tests.support.kafka_version import kafka_version
 from tests.support.pod_sim import (
     HOST_IP,
     PYTHON,

@@ -26,10 +26,9 @@ from proxy.filters.chain import FilterChain
 from proxy.native import relay as native_relay
 from proxy.native.path_choice import passable_table
 from proxy.net.wire import decode_request, parse_request_header
-from tests.unit.proxy.native import test_stamp_plan as stamp_tests
-from tests.unit.proxy.native.test_native_relay_engine import (
+from tests.support.native import stamp as stamp_tests
+from tests.support.native.engine import (
     PRODUCE,
-    Rig,
     checked_table,
     fetches,
     request,
@@ -37,26 +36,14 @@ from tests.unit.proxy.native.test_native_relay_engine import (
     table,
     uvarint,
 )
+from tests.support.native_parts import ENGINE, needs
+from tests.support.records import read_varint
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 _relay = native_relay._relay
 
 TWO_63 = b"\x80" * 9 + b"\x01"  # the unsigned varint 2^63
 """A compact count or length of 2^63: cast to int64 and decremented, it overflowed."""
-
-
-@pytest.fixture
-def rigs():
-    made: list[Rig] = []
-
-    def make(*args, **kwargs) -> Rig:
-        rig = Rig(*args, **kwargs)
-        made.append(rig)
-        return rig
-
-    yield make
-    for rig in made:
-        rig.close()
 
 
 # ---- a malformed streamed Fetch v16+ response ends the session -----------------------------
@@ -215,14 +202,8 @@ def longer_varints(batch: bytes) -> bytes:
     head, body = bytearray(batch[:61]), batch[61:]
     out, pos = bytearray(), 0
     while pos < len(body):
-        start, value, shift = pos, 0, 0
-        while True:
-            b = body[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        start = pos
+        value, pos = read_varint(body, pos)
         varint = bytearray(body[start:pos])
         varint[-1] |= 0x80
         out += varint + b"\x00" + body[pos:pos + (value >> 1)]

@@ -26,13 +26,13 @@ from proxy.filters.interception import InterceptorFilter, connection_info
 from proxy.native.fetch_plan import fetch_plan
 from proxy.native.stamp_plan import stamp_plan
 from proxy.upstream.topic_ids import TopicIds
-from tests.unit.proxy.native.test_native_codecs import (
+from tests.support.native.codecs import (
     SAME_BYTES,
     assert_same_batches,
     batches_of,
     compressed_request,
 )
-from tests.unit.proxy.native.test_stamp_plan import (
+from tests.support.native.stamp import (
     CLUSTER,
     INSTANCE,
     NOW,
@@ -46,8 +46,9 @@ from tests.unit.proxy.native.test_stamp_plan import (
     session,
     topic_id,
 )
+from tests.support.native_parts import native_module
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 TRACE = {"type": "trace_context", "link": {"max_parents": 3}}
 AUDIT = {"type": "audit"}
@@ -390,8 +391,8 @@ def test_the_scan_remembers_what_the_python_chain_remembers(version: int, drop: 
         PartitionData,
     )
     from protocol.records import build_batch
-    from tests.unit.proxy.native.test_fetch_plan import frame as fetch_frame
-    from tests.unit.proxy.native.test_fetch_plan import python_unchanged
+    from tests.support.native.fetch import frame as fetch_frame
+    from tests.support.native.fetch import python_unchanged
 
     rng = random.Random(version * 3 + drop)
     traces = [b"%032x" % rng.getrandbits(128) for _ in range(12)]

@@ -28,13 +28,15 @@ from protocol.messages.fetch_response import (
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
-from tests.unit.proxy.native.test_fetch_plan import frame
-from tests.unit.proxy.native.test_native_relay_engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.native.engine import FETCH, MAX_VERSION, Rig, request
+from tests.support.native.fetch import frame
+from tests.support.native_parts import ENGINE, STAMPER, needs
+from tests.support.records import read_varint
 
 if stamping.NATIVE:
     from protocol import _stamp
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 KEYS = tuple(sorted(f"x{j:07d}".encode() for j in range(300)))
 PLAN = ((), KEYS, (), 0, 0, -1, b"")  # drops 300 header names, none of them present
@@ -159,21 +161,15 @@ def split_records(data: bytes) -> list[bytes]:
     """The records of a records section, each with its length varint."""
     out, pos = [], 0
     while pos < len(data):
-        start, n, shift = pos, 0, 0
-        while True:
-            b = data[pos]
-            pos += 1
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
+        start = pos
+        n, pos = read_varint(data, pos)
         pos += n >> 1  # zigzag, never negative here
         out.append(data[start:pos])
     assert pos == len(data)
     return out
 
 
-@pytest.mark.skipif(not stamping.NATIVE, reason="record stamper not built")
+@needs(STAMPER)
 def test_append_copies_the_columns_as_they_were_while_they_change() -> None:
     """protocol._stamp.append copies records without the GIL. It used to read the columns'
     lists meanwhile: a thread that replaced their items (freeing the bytes they held) made it

@@ -32,9 +32,10 @@ from proxy.observability.metrics import Metrics
 from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory
 from tests.support.certs import CertificateAuthority
+from tests.support.native_parts import ENGINE, TLS, needs
 from tests.support.session_env import session_environment
 
-pytestmark = pytest.mark.skipif(not native_relay.available(), reason="native relay not built")
+pytestmark = needs(ENGINE)
 
 FETCH, HEARTBEAT = 1, 12
 CONFIG = parse_config({"upstream": {"bootstrap": "127.0.0.1:9092"},
@@ -148,7 +149,7 @@ def _contexts(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-@pytest.mark.skipif(not native_relay.carries_tls(), reason="native relay not built with TLS")
+@needs(TLS)
 @pytest.mark.parametrize("keylog", [False, True])
 async def test_tls_sessions_move_to_the_engine_and_back(tmp_path: Path, keylog: bool) -> None:
     """TLS on both sides: the session goes to the engine after its first request, as a

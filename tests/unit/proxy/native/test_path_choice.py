@@ -8,8 +8,6 @@ import dataclasses
 import math
 from pathlib import Path
 
-import pytest
-
 from protocol.api_keys import ApiKey
 from proxy.config.proxy_yaml import parse_config
 from proxy.filters.address_rewrite import AddressRewriter
@@ -21,8 +19,9 @@ from proxy.native import fetch_plan, path_choice, relay, stamp_plan
 from proxy.native.capabilities import CAPABILITIES, Capabilities
 from proxy.observability.metrics import Metrics
 from proxy.upstream.brokers import BrokerDirectory
+from tests.support.native_parts import native_module
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 ROOT = Path(__file__).resolve().parents[4]
 CONFIG = parse_config({"upstream": {"bootstrap": "127.0.0.1:9092"},

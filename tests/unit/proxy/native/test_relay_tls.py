@@ -20,7 +20,7 @@ import pytest
 
 from proxy.native import relay as native_relay
 from tests.support.certs import CertificateAuthority
-from tests.unit.proxy.native.test_native_relay_engine import (
+from tests.support.native.engine import (
     API_VERSIONS,
     FETCH,
     METADATA,
@@ -28,9 +28,9 @@ from tests.unit.proxy.native.test_native_relay_engine import (
     response,
     table,
 )
+from tests.support.native_parts import TLS, needs
 
-pytestmark = pytest.mark.skipif(not native_relay.carries_tls(),
-                                reason="native relay not built with TLS")
+pytestmark = needs(TLS)
 
 VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 ALLOWED = table((API_VERSIONS, 3), (FETCH, 12))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import itertools
 
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from interceptors.tracing import parse_tracestate, valid_traceparent
+from tests.support.native_parts import native_module
 
-_relay = pytest.importorskip("proxy.native._relay")
+_relay = native_module("proxy.native._relay")
 
 HEX = "0123456789abcdef"
 GIVEN = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"

@@ -18,7 +18,7 @@ from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import ORIGIN_HEADER, RoutingTable
 from proxy.routing.stats import RoutingStats
 from proxy.upstream.topic_ids import TopicIds
-from tests.unit.proxy.routing.test_routing_rules import config
+from tests.support.routing_config import config
 
 SECRET = "a shared origin key, long enough"
 SEAL = OriginSeal(SECRET.encode())

@@ -5,31 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from interceptors.config import ConfigError
 from protocol.records import Record, RecordBatch, build_batch
-from proxy.config.proxy_yaml import parse_config
 from proxy.routing.arrival import PartitionArrival
 from proxy.routing.partitioner import key_partition, murmur2
 from proxy.routing.predicates import compile_predicate
 from proxy.routing.produce_filter import _kept_batch
 from proxy.routing.rules import ORIGIN_HEADER, RoutingTable
 from proxy.routing.sequences import SequenceMap
-
-BASE = {"upstream": {"bootstrap": "127.0.0.1:9092"},
-        "listen": {"bootstrap": "127.0.0.1:19092"}}
-
-
-def config(rules: list, clusters: dict | None = None, **routing: object) -> object:
-    data = dict(BASE, clusters=clusters or {"eu": {"bootstrap": "10.0.0.1:9092"}},
-                routing={"rules": rules, **routing})
-    return parse_config(data)
-
-
-def error(rules: list, clusters: dict | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        config(rules, clusters)
-    return str(info.value)
-
+from tests.support.routing_config import BASE, config, error
 
 # --- configuration ---------------------------------------------------------------------------
 

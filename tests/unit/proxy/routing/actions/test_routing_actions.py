@@ -19,7 +19,7 @@ from proxy.routing.produce_filter import RoutingFilter, _Refuse
 from proxy.routing.rules import RoutingTable, parse_routing
 from proxy.routing.stats import RoutingStats
 from proxy.upstream.topic_ids import TopicIds
-from tests.unit.proxy.routing.test_routing_rules import config, error
+from tests.support.routing_config import config, error
 
 
 def test_every_registered_action_declares_its_settings_and_owns_its_keys() -> None:

@@ -1,0 +1,1 @@
+"""Frames, rigs and references shared by the native engine's tests."""

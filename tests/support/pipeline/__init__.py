@@ -1,0 +1,1 @@
+"""Traffic, scenarios and references shared by the pipeline's tests."""
