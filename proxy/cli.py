@@ -15,9 +15,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from interceptors.config import HostPort
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
-from proxy.config.proxy_yaml import HostPort, ListenError, ProxyConfig, UpstreamConfig
+from proxy.config.proxy_yaml import ProxyConfig
+from proxy.net.config import ListenError
 from proxy.observability import logs
+from proxy.upstream.config import UpstreamConfig
 
 
 def run_arguments(parser: argparse.ArgumentParser) -> None:

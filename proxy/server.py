@@ -14,14 +14,13 @@ from collections.abc import Callable
 
 import trio
 
-from proxy.config.proxy_yaml import ListenError, ProxyConfig
-from proxy.config.watch import watch_file
+from proxy.config.proxy_yaml import ProxyConfig, load_config
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import Filter, FilterChain
 from proxy.filters.group_learner import ConsumerGroupLearner
 from proxy.filters.interception import InterceptorFilter
-from proxy.filters.member_services import build_chains, proxy_info
+from proxy.filters.member_services import build_chains
 from proxy.filters.sasl import SaslPrincipalLearner, SaslRefusal
 from proxy.filters.topic_ids import TopicIdLearner
 from proxy.filters.tracing import TracingFilter
@@ -32,6 +31,7 @@ from proxy.limits.session_limits import SessionLimits
 from proxy.limits.stats import LimitMetrics
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
+from proxy.net.config import ListenError
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.observability.tracing import Tracing, tracing_from_env
@@ -39,11 +39,13 @@ from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import PRIMARY, RoutingTable
 from proxy.routing.stats import RoutingStats
+from proxy.security.kafka_clients import proxy_info
 from proxy.security.tls import ReloadingContext
 from proxy.serving.admin import AdminServer
 from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
+from proxy.serving.watch import watch_file
 from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
@@ -133,7 +135,7 @@ class Proxy:
         self.sessions: set[Session] = self.connections.sessions
         self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
         self._reload = ConfigReload(self.environment, self.proxy_info, self.destinations,
-                                    self.interceptors, self.routing)
+                                    self.interceptors, self.routing, load_config)
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""

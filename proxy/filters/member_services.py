@@ -1,12 +1,13 @@
 """The chains as the proxy builds them: with the services members may use
 (`interceptors.services`).
 
-Members are built with a `ProxyInfo`; the proxy's carries what a member may ask for beyond
-records: Kafka clients towards a cluster of its own (`KafkaClientFactory`, whose security
-sections are checked as `upstream`'s are, so a bad `tls.ca_file` fails the chains, naming
-`interceptors.fetch[N].tls.ca_file`), and the consumer groups clients read for (filled in by
-`ConsumerGroupLearner`, which takes the same `ProxyInfo`). Build chains through here wherever
-the proxy's checks should hold: at start, on reload, when a configuration is checked.
+Members are built with a `ProxyInfo`; the proxy's (`proxy.security.kafka_clients.proxy_info`)
+carries what a member may ask for beyond records: Kafka clients towards a cluster of its own
+(`KafkaClientFactory`, whose security sections are checked as `upstream`'s are, so a bad
+`tls.ca_file` fails the chains, naming `interceptors.fetch[N].tls.ca_file`), and the consumer
+groups clients read for (filled in by `ConsumerGroupLearner`, which takes the same
+`ProxyInfo`). The running proxy builds its chains through here, at start and on reload; a
+configuration being checked builds them with the same `proxy_info` (`proxy.config`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,7 @@ from typing import Any
 
 from interceptors import Chains, ProxyInfo
 from interceptors.config.chains import build_chains as build_member_chains
-from proxy.security.kafka_clients import KafkaClientFactory
-
-
-def proxy_info(instance_id: str | None = None) -> ProxyInfo:
-    """A `ProxyInfo` with the proxy's services in place (`instance_id` None: a fresh one)."""
-    info = ProxyInfo() if instance_id is None else ProxyInfo(instance_id)
-    info.kafka = KafkaClientFactory()
-    return info
+from proxy.security.kafka_clients import proxy_info
 
 
 def build_chains(spec: Any, info: ProxyInfo | None = None) -> Chains:

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
-from proxy.config.proxy_yaml import NATIVE_RELAY_AUTO
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.limits.memory_budget import Holder
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
 from proxy.native.capabilities import CAPABILITIES, Capabilities
+from proxy.native.config import NATIVE_RELAY_AUTO
 from proxy.observability.metrics import Metrics, bounded_api_labels
 
 if TYPE_CHECKING:

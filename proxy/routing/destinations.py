@@ -20,10 +20,10 @@ from typing import Any
 
 import trio
 
-from proxy.config.proxy_yaml import UpstreamConfig
 from proxy.observability.logs import get_logger
 from proxy.security.config import librdkafka_security
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
+from proxy.upstream.config import UpstreamConfig
 
 log = get_logger("routing")
 

@@ -45,6 +45,7 @@ from proxy.filters.chain import Exchange, Filter, SessionContext
 from proxy.filters.interception import OFFLOAD_BYTES, Rejected, merge_answers
 from proxy.observability.logs import get_logger
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
+from proxy.routing.config import Rule
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.rules import (
     KEY,
@@ -52,7 +53,6 @@ from proxy.routing.rules import (
     SAME,
     STAY,
     RoutingTable,
-    Rule,
 )
 from proxy.routing.sequences import Attempt, SequenceMap
 from proxy.routing.spans import end_span, start_span

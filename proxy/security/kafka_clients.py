@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from interceptors import ProxyInfo
 from interceptors.config import ConfigError, InvalidConfig, Node
 from proxy.security.config import (
     ClientTlsConfig,
@@ -52,3 +53,13 @@ class KafkaClientFactory:
         except ConfigError as exc:
             where, _, message = str(exc).partition(": ")
             raise InvalidConfig(where, message) from None
+
+
+def proxy_info(instance_id: str | None = None) -> ProxyInfo:
+    """A `ProxyInfo` with the Kafka clients service in place (`instance_id` None: a fresh
+    one): what the chains are built with wherever the proxy's checks should hold, at start, on
+    reload, when a configuration is checked. The consumer groups service is put in by
+    `ConsumerGroupLearner` when the proxy runs."""
+    info = ProxyInfo() if instance_id is None else ProxyInfo(instance_id)
+    info.kafka = KafkaClientFactory()
+    return info

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from proxy.config.proxy_yaml import HostPort
+from interceptors.config import HostPort
 from proxy.filters.chain import SessionContext
 from proxy.net.transport import PlainTransport, Transport
 from proxy.observability.logs import get_logger

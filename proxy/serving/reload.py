@@ -7,9 +7,11 @@ a restart, and a change to them is logged. An invalid file changes nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interceptors import ConfigError, ProxyInfo
-from proxy.config.proxy_yaml import ProxyConfig, load_config
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains
 from proxy.observability.logs import get_logger
@@ -17,6 +19,9 @@ from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import RoutingTable
 from proxy.session.environment import SessionEnvironment
+
+if TYPE_CHECKING:  # the assembled config is a layer above; the proxy hands over its loader
+    from proxy.config.proxy_yaml import ProxyConfig
 
 log = get_logger("server")
 
@@ -31,10 +36,13 @@ class ConfigReload:
         destinations: dict[str, Destination],
         interceptors: InterceptorFilter,
         routing: RoutingFilter,
+        load: Callable[[Path], ProxyConfig],
     ) -> None:
         """`interceptors` and `routing` are members of `env.chain`: a reload swaps their
         chains and table, each in one assignment, and resets the chain's plans, so the
-        environment's chain stays the same object (see `SessionEnvironment`)."""
+        environment's chain stays the same object (see `SessionEnvironment`). `load` reads
+        and checks the whole file, as at start."""
+        self._load = load
         self._proxy_info = proxy_info
         self._destinations = destinations
         self._chain = env.chain
@@ -50,7 +58,7 @@ class ConfigReload:
         if source is None:
             return None
         try:
-            fresh = load_config(source)
+            fresh = self._load(source)
             chains = build_chains(fresh.interceptors, self._proxy_info)
             missing = fresh.routing.clusters() - set(self._destinations)
             if missing:

@@ -9,10 +9,14 @@ broker it has not seen before, before the client can learn the new address.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
+from interceptors.config import HostPort
 from protocol.errors import CodecError
-from proxy.config.proxy_yaml import HostPort, ListenConfig
 from proxy.observability.logs import get_logger
+
+if TYPE_CHECKING:  # the `listen` section is the serving layer's; read here, never built
+    from proxy.serving.config import ListenConfig
 
 log = get_logger("brokers")
 

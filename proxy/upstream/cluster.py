@@ -14,14 +14,13 @@ from typing import Any, Protocol
 
 import trio
 
-from interceptors.config import ConfigError
+from interceptors.config import ConfigError, HostPort
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, frame
 from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
-from proxy.config.proxy_yaml import HostPort, UpstreamConfig
 from proxy.net import wire
 from proxy.net.transport import PlainTransport, TlsTransport, Transport
 from proxy.observability.logs import get_logger
@@ -34,6 +33,7 @@ from proxy.security.sasl import (
     plain_message,
 )
 from proxy.security.tls import ReloadingContext
+from proxy.upstream.config import UpstreamConfig
 
 log = get_logger("cluster")
 

@@ -12,17 +12,7 @@ from tests.support.import_rules import PROXY_LAYERS, imported_names, proxy_part,
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TEMPORARILY_ALLOWED = frozenset({
-    # Config types still read from the file that assembles proxy.yaml, until each folder has
-    # its own config.py.
-    ("proxy/native/path_choice.py", "proxy.config.proxy_yaml"),
-    ("proxy/routing/destinations.py", "proxy.config.proxy_yaml"),
-    ("proxy/serving/admin.py", "proxy.config.proxy_yaml"),
-    ("proxy/serving/connections.py", "proxy.config.proxy_yaml"),
-    ("proxy/serving/reload.py", "proxy.config.proxy_yaml"),
-    ("proxy/upstream/brokers.py", "proxy.config.proxy_yaml"),
-    ("proxy/upstream/cluster.py", "proxy.config.proxy_yaml"),
-})
+TEMPORARILY_ALLOWED: frozenset[tuple[str, str]] = frozenset()
 """Imports against the rules that are known and on their way out: exact (file, module) pairs.
 Remove a pair as soon as its import is gone; a pair that no longer excuses anything fails
 `test_the_temporary_allowances_are_all_still_needed`."""

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 from interceptors.config import InvalidConfig, yaml_key
 
 if TYPE_CHECKING:
-    from proxy.routing.rules import Rule
+    from proxy.routing.config import Rule
 
 PRIMARY = "upstream"
 """The name the primary cluster goes by in rules and metrics."""

@@ -18,7 +18,7 @@ from interceptors.config import InvalidConfig
 from proxy.routing.actions.api import Action, Planner, RuleSite
 
 if TYPE_CHECKING:
-    from proxy.routing.rules import Rule
+    from proxy.routing.config import Rule
 
 
 @dataclass

@@ -1,30 +1,14 @@
-"""`${NAME}` expansion in `instance.id` and `listen.advertised_host`, and `reload.watch_s`."""
+"""`${NAME}` expansion in `instance.id` and `listen.advertised_host` (the expansion itself:
+tests/unit/interceptors/config/test_env_expand.py), and `reload.watch_s`."""
 
 from __future__ import annotations
 
 import pytest
 
-from proxy.config.env_expand import UnsetVariable, expand_env
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError
+from proxy.config.proxy_yaml import parse_config
 
 BASE = {"upstream": {"bootstrap": "k:9092"}, "listen": {"bootstrap": "127.0.0.1:19092"}}
-
-
-def test_expand_replaces_references_and_keeps_other_dollars() -> None:
-    env = {"POD_NAME": "web-7", "POD_NAMESPACE": "shop"}
-    assert expand_env("${POD_NAMESPACE}/${POD_NAME}", env) == "shop/web-7"
-    assert expand_env("cost $5 and $$ and $HOME", env) == "cost $5 and $ and $HOME"
-    assert expand_env("$${POD_NAME}", env) == "${POD_NAME}"
-
-
-@pytest.mark.parametrize("text, message", [
-    ("${NODE_NAME}", "environment variable NODE_NAME is not set"),
-    ("${1BAD}", "'${1BAD}' is not a valid reference"),
-    ("${OPEN", "'${OPEN' is not a valid reference"),
-])
-def test_expand_refuses_unset_and_malformed_references(text: str, message: str) -> None:
-    with pytest.raises(UnsetVariable, match=message.replace("$", r"\$").replace("{", r"\{")):
-        expand_env(text, {})
 
 
 def test_instance_id_and_advertised_host_come_from_the_environment(

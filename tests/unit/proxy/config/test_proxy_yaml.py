@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxy.config.proxy_yaml import ConfigError, HostPort, load_config, parse_config
+from interceptors.config import ConfigError, HostPort
+from proxy.config.proxy_yaml import load_config, parse_config
 from tests.support.links import link_scope
 
 REPO = Path(__file__).resolve().parents[4]

@@ -19,8 +19,8 @@ from protocol.messages import REQUESTS
 from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import Exchange, SessionContext
 from proxy.filters.group_learner import ConsumerGroupLearner
-from proxy.filters.member_services import build_chains, proxy_info
-from proxy.security.kafka_clients import KafkaClientFactory, MemberCluster
+from proxy.filters.member_services import build_chains
+from proxy.security.kafka_clients import KafkaClientFactory, MemberCluster, proxy_info
 
 
 class GroupReader(Interceptor):

@@ -6,7 +6,8 @@ import resource
 
 import pytest
 
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError
+from proxy.config.proxy_yaml import parse_config
 from proxy.limits.config import FDS_PER_CONNECTION, MIB, default_memory_budget, machine_memory
 
 

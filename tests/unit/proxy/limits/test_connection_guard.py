@@ -12,9 +12,10 @@ import time
 import pytest
 import trio
 
+from interceptors.config import HostPort
 from protocol.errors import CodecError
-from proxy.config.proxy_yaml import HostPort, ListenConfig
 from proxy.limits.connection_guard import peer_closed
+from proxy.serving.config import ListenConfig
 from proxy.upstream.brokers import BrokerDirectory
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from interceptors.config import ConfigError
 from protocol.api_keys import ApiKey
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.config.proxy_yaml import parse_config
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import Filter, FilterChain

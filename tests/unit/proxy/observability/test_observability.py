@@ -20,6 +20,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from interceptors import build_chains
+from interceptors.config import ConfigError
 from protocol.compression import GZIP
 from protocol.messages.produce_request import (
     PartitionProduceData,
@@ -32,7 +33,7 @@ from protocol.messages.produce_response import (
     TopicProduceResponse,
 )
 from protocol.records import Record, build_batch, split_batches
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from proxy.config.proxy_yaml import parse_config
 from proxy.filters.chain import Exchange, SessionContext
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.tracing import TracingFilter

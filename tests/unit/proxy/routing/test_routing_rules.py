@@ -239,9 +239,9 @@ def test_producer_settings_carry_the_cluster_security(monkeypatch: pytest.Monkey
     from pathlib import Path
 
     from interceptors.config import HostPort
-    from proxy.config.proxy_yaml import UpstreamConfig
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import ClientTlsConfig, SaslClientConfig, SecretRef
+    from proxy.upstream.config import UpstreamConfig
 
     monkeypatch.setenv("EU_USER", "router")
     monkeypatch.setenv("EU_PASS", "s3cret")
@@ -276,9 +276,9 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
     from confluent_kafka import Producer
 
     from interceptors.config import HostPort
-    from proxy.config.proxy_yaml import UpstreamConfig
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import SaslClientConfig, SecretRef
+    from proxy.upstream.config import UpstreamConfig
 
     claims = base64.urlsafe_b64encode(json.dumps({"sub": "r", "exp": 2000000000}).encode())
     token = "e30." + claims.decode().rstrip("=") + "."

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config.proxy_yaml import ConfigError, parse_config
+from interceptors.config import ConfigError
+from proxy.config.proxy_yaml import parse_config
 from proxy.security.principal import (
     NoRuleMatched,
     PrincipalMapper,

@@ -15,8 +15,9 @@ from protocol.records import Record, RecordBatch, build_batch
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import PRIMARY, Route, RuleSite, Target
 from proxy.routing.arrival import PartitionArrival
+from proxy.routing.config import parse_routing
 from proxy.routing.produce_filter import RoutingFilter, _Refuse
-from proxy.routing.rules import RoutingTable, parse_routing
+from proxy.routing.rules import RoutingTable
 from proxy.routing.stats import RoutingStats
 from proxy.upstream.topic_ids import TopicIds
 from tests.support.routing_config import config, error

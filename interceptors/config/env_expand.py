@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
+
+from interceptors.config.node import Node
 
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\$|\$\{[^}]*\}?")
 
@@ -36,3 +39,23 @@ def expand_env(text: str, environ: Mapping[str, str] | None = None) -> str:
         return value
 
     return _REFERENCE.sub(replace, text)
+
+
+def expanded(
+    node: Node, key: str, default: str | None, environ: Mapping[str, str] | None
+) -> Any:
+    """`key` of `node`, a string in which `${NAME}` is replaced by the environment variable
+    (`environ`, by default this process's); an unset variable or an empty result is recorded
+    as an error naming the key, and `default` used."""
+    text = node.string(key)
+    if text is None:
+        return default
+    try:
+        value = expand_env(text, environ)
+    except UnsetVariable as exc:
+        node.errors.add(f"{node.key_path(key)}: {exc}")
+        return default
+    if not value:
+        node.errors.add(f"{node.key_path(key)}: {text!r} expands to an empty string")
+        return default
+    return value

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import trio
 
-from proxy.config.watch import watch_file
+from proxy.serving.watch import watch_file
 
 PERIOD = 0.02
 
