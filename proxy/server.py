@@ -27,6 +27,7 @@ from proxy.filters.tracing import TracingFilter
 from proxy.limits import allocator
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
+from proxy.limits.session_limits import SessionLimits
 from proxy.limits.stats import LimitMetrics
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
@@ -45,6 +46,7 @@ from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
 from proxy.serving.watch import watch_file
+from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory, BrokerOutOfRange
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
@@ -67,8 +69,10 @@ class Proxy:
         tracing: Tracing | None = None,
     ) -> None:
         self.config = config
+        limits = config.limits
+        self.memory = MemoryBudget(limits.memory_budget_bytes)
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
-        self.limit_metrics = LimitMetrics(self.metrics)
+        self.limit_metrics = LimitMetrics(self.metrics, self.memory)
         self.upstream_reachable = False
         self.cluster = UpstreamCluster(config.upstream)
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
@@ -80,21 +84,20 @@ class Proxy:
         self.interceptors = InterceptorFilter(
             build_chains(config.interceptors, self.proxy_info), self.topic_ids,
             self.metrics.codec, self.metrics.topics,
-            config.limits, self.topic_limits, self.limit_metrics.stats,
+            limits, self.topic_limits, self.limit_metrics.stats,
+            memory=self.memory, report_traces=tracing is not None,
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.
         traced: list[Filter] = []
         if tracing is not None:
-            self.interceptors.report_traces = True
             traced.append(TracingFilter(tracing, self.topic_ids, self.metrics.spans_skipped.inc))
         self.routing_stats = RoutingStats(self.metrics.registry)
         self.destinations = self._destinations(config)
         self.routing = RoutingFilter(
             RoutingTable(config.routing), self.topic_ids, self.destinations, self.routing_stats,
-            origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(),
+            origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(), tracing=tracing,
         )
-        self.routing.tracing = tracing
         self.chain = FilterChain([
             ApiVersionsNegotiator(),
             self._sasl_member(),
@@ -106,10 +109,6 @@ class Proxy:
             self.routing,  # after the chains: routed records carry what enrichment added
             *traced,
         ])
-        limits = config.limits
-        self.memory = MemoryBudget(limits.memory_budget_bytes)
-        self.limit_metrics.watch_memory(self.memory)
-        self.interceptors.memory = self.memory
         self.guard = ConnectionGuard(
             limits.max_connections, limits.max_connections_per_source,
             lambda limit: self.metrics.connection_limit_hits.labels(limit).inc(),
@@ -118,23 +117,25 @@ class Proxy:
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self.ready = trio.Event()
-        self.native: NativeRelay | None = None
         no_engine = engine_reason(config.native_relay)
-        if no_engine is None:
-            self.native = NativeRelay(self.metrics)
-        elif no_engine == NATIVE_UNAVAILABLE:
+        self.native = NativeRelay(self.metrics) if no_engine is None else None
+        if no_engine == NATIVE_UNAVAILABLE:
             log.warning("native_relay_unavailable",
                         note="performance.native_relay is auto but proxy.native._relay is not "
                         "built; every session uses the Python path")
-        self.connections = Connections(
-            limits, self.cluster, self.directory, self.refresh_brokers, self.chain,
-            self.metrics, self.guard, self.memory, self.listen_tls, self.native, no_engine,
+        # Built once, from the parts above, and never changed: see SessionEnvironment for how
+        # a reload changes the chain without replacing it.
+        self.environment = SessionEnvironment(
+            chain=self.chain, metrics=self.metrics, limits=SessionLimits.of(limits),
+            cluster=self.cluster, directory=self.directory, guard=self.guard,
+            memory=self.memory, listen_tls=self.listen_tls, native=self.native,
+            no_engine=no_engine,
         )
+        self.connections = Connections(self.environment, self.refresh_brokers)
         self.sessions: set[Session] = self.connections.sessions
         self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
-        self._reload = ConfigReload(self.proxy_info, self.destinations, self.chain,
-                                    self.interceptors, self.routing, self.native, self.metrics,
-                                    load_config)
+        self._reload = ConfigReload(self.environment, self.proxy_info, self.destinations,
+                                    self.interceptors, self.routing, load_config)
 
     def _destinations(self, config: ProxyConfig) -> dict[str, Destination]:
         """A producer per named cluster, and one for the primary when a rule writes there."""

@@ -263,7 +263,11 @@ class InterceptorFilter(Filter):
         limits: LimitsConfig | None = None,
         topic_limits: TopicLimits | None = None,
         limit_stats: LimitStats | None = None,
+        memory: MemoryBudget | None = None,
+        report_traces: bool = False,
     ) -> None:
+        """`memory`: the budget big batches are decoded within (None: no budget);
+        `report_traces`: hand on the trace contexts the produce chain wrote (tracing is on)."""
         self.chains = chains
         self.topics = topics
         # The engine stamps the Produce requests and scans the Fetch responses this member
@@ -271,12 +275,12 @@ class InterceptorFilter(Filter):
         self.native = NativeTakeover(stamp=True, scan=True, work=_EngineWork(self))
         self.codec = codec if codec is not None else CodecStats()
         self.tally = tally if tally is not None and tally.allowlist else None
-        self.report_traces = False  # set by the proxy when tracing is on
+        self.report_traces = report_traces
         self.limits = limits if limits is not None else LimitsConfig()
         self.topic_limits = topic_limits
         self.limit_stats = limit_stats if limit_stats is not None else LimitStats()
         self._big_work = trio.CapacityLimiter(self.limits.big_batch_workers)
-        self.memory: MemoryBudget | None = None  # set by the proxy
+        self.memory = memory
         # Chain runs overlap freely (on the loop and in worker threads), except runs of
         # chains with a member that is not `concurrent` (a plugin written for one run at a
         # time): those take this lock, on the loop as in a worker.

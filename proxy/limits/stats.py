@@ -39,9 +39,9 @@ class LimitStats:
 
 
 class LimitCollector(Collector):
-    def __init__(self, stats: LimitStats) -> None:
+    def __init__(self, stats: LimitStats, memory: MemoryBudget | None = None) -> None:
         self.stats = stats
-        self.memory: MemoryBudget | None = None
+        self.memory = memory
 
     def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         return iter(self._families())
@@ -93,16 +93,12 @@ class LimitCollector(Collector):
 
 class LimitMetrics:
     """The limits' share of a process's `Metrics`: the batch limits' counters (`stats`, handed
-    to the interception member), the memory budget once there is one, and every connection
-    limit's label, present at zero before it is first hit."""
+    to the interception member), the memory budget's limit, use, peak and waits when there is
+    one, and every connection limit's label, present at zero before it is first hit."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, memory: MemoryBudget | None = None) -> None:
         self.stats = LimitStats()
-        self.collector = LimitCollector(self.stats)
+        self.collector = LimitCollector(self.stats, memory)
         metrics.registry.register(self.collector)
         for limit in CONNECTION_LIMITS:
             metrics.connection_limit_hits.labels(limit)
-
-    def watch_memory(self, budget: MemoryBudget) -> None:
-        """Export the memory budget's limit, use, peak and waits on scrape."""
-        self.collector.memory = budget

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from proxy.filters.chain import FilterChain, SessionContext
+from proxy.limits.session_limits import SessionLimits
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
 from proxy.native.capabilities import CAPABILITIES
@@ -188,9 +189,8 @@ class NativeRelay:
         """Stop the engine's thread (once no session is left on it)."""
         self._engine.close()
 
-    async def relay(self, session_id: int, client_fd: int, upstream_fd: int, table: bytes,
-                    max_frame_bytes: int, max_in_flight: int, idle_timeout_s: float,
-                    frame_timeout_s: float, prefill: bytes = b"",
+    async def relay(self, session_id: int, client_fd: int, upstream_fd: int,
+                    limits: SessionLimits, table: bytes, *, prefill: bytes = b"",
                     stamp: tuple[native_stamp.StampPlan, int] | None = None,
                     fetch: tuple[native_fetch.FetchPlan, int] | None = None,
                     frame_age: float = 0.0, handover_s: float = 0.0,
@@ -198,10 +198,11 @@ class NativeRelay:
                     upstream_tls: object | None = None) -> Handover:
         """Run a session natively until the engine hands it back. Cancelled, the session is
         taken back at once (reason "detached"), so its descriptors can be closed safely.
-        With `stamp` (from `stamp_plan`) the engine stamps the Produce requests the table
-        marks STAMP; with `fetch` (from `fetch_plan`) it scans the Fetch responses the table
-        marks SCAN. `frame_age`: seconds since a partial request in `prefill` began (its
-        frame deadline runs from then). `handover_s` > 0: the engine hands the session back
+        The engine keeps the session's `limits` as its Python pumps do. With `stamp` (from
+        `stamp_plan`) the engine stamps the Produce requests the table marks STAMP; with
+        `fetch` (from `fetch_plan`) it scans the Fetch responses the table marks SCAN.
+        `frame_age`: seconds since a partial request in `prefill` began (its frame deadline
+        runs from then). `handover_s` > 0: the engine hands the session back
         (reason "reauth") at the first frame boundary after that many seconds. `client_tls`,
         `upstream_tls`: a TLS side's `Transport.engine_tls()`; the engine carries its TLS on
         and hands it back as it was (ValueError or TypeError, before anything moved, when it
@@ -209,8 +210,9 @@ class NativeRelay:
         event = self._waiting[session_id] = trio.Event()
         try:
             self._engine.register(
-                session_id, client_fd, upstream_fd, table, max_frame_bytes, max_in_flight,
-                BUFFER_SIZE, idle_timeout_s, frame_timeout_s, prefill,
+                session_id, client_fd, upstream_fd, table, limits.max_frame_bytes,
+                limits.max_in_flight, BUFFER_SIZE, limits.idle_timeout_s,
+                limits.frame_timeout_s, prefill,
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
                 None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
                 frame_age, handover_s, client_tls, upstream_tls)

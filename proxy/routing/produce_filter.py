@@ -154,14 +154,15 @@ class RoutingFilter(Filter):
 
     def __init__(self, table: RoutingTable, topics: TopicIds,
                  destinations: dict[str, Destination], stats: RoutingStats,
-                 origin: Any = lambda: PRIMARY) -> None:
+                 origin: Any = lambda: PRIMARY, tracing: Any = None) -> None:
+        """`tracing`: observability.tracing.Tracing when on, and then a span per batch."""
         self.table = table
         self.topics = topics
         self.destinations = destinations
         self.stats = stats
         self.sequences = SequenceMap()
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
-        self.tracing: Any = None  # observability.tracing.Tracing when on: a span per batch
+        self.tracing: Any = tracing  # dropped at the first span that fails (see `_span`)
         # The member to place before the interceptor chains: the records as they arrived,
         # on which the origin mark is checked (see arrival.py).
         self.arrivals = Arrivals(self)

@@ -15,20 +15,13 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from interceptors.config import HostPort
-from proxy.filters.chain import FilterChain, SessionContext
-from proxy.limits.config import LimitsConfig
-from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
-from proxy.limits.memory_budget import MemoryBudget
-from proxy.native.relay import NativeRelay
+from proxy.filters.chain import SessionContext
 from proxy.net.transport import PlainTransport, Transport
 from proxy.observability.logs import get_logger
-from proxy.observability.metrics import Metrics
-from proxy.security.tls import ReloadingContext
 from proxy.serving.client_tls import tls_handshake
 from proxy.serving.listeners import BOOTSTRAP
+from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
-from proxy.upstream.brokers import BrokerDirectory
-from proxy.upstream.cluster import UpstreamCluster
 
 log = get_logger("server")
 
@@ -38,29 +31,18 @@ class Connections:
 
     def __init__(
         self,
-        limits: LimitsConfig,
-        cluster: UpstreamCluster,
-        directory: BrokerDirectory,
+        env: SessionEnvironment,
         refresh_brokers: Callable[[], Awaitable[bool]],
-        chain: FilterChain,
-        metrics: Metrics,
-        guard: ConnectionGuard,
-        memory: MemoryBudget,
-        listen_tls: ReloadingContext | None,
-        native: NativeRelay | None,
-        no_engine: str | None = None,
     ) -> None:
-        self._limits = limits
-        self._cluster = cluster
-        self._directory = directory
+        """`refresh_brokers`: ask the upstream cluster for its brokers again (a listener
+        stands for a broker the directory does not know yet)."""
+        self._env = env
+        self._cluster = env.cluster
+        self._directory = env.directory
         self._refresh_brokers = refresh_brokers
-        self._chain = chain
-        self._metrics = metrics
-        self._guard = guard
-        self._memory = memory
-        self._listen_tls = listen_tls
-        self._native = native
-        self._no_engine = no_engine  # why `native` is None (path_choice.engine_reason)
+        self._metrics = env.metrics
+        self._guard = env.guard
+        self._listen_tls = env.listen_tls
         self.sessions: set[Session] = set()
 
     async def handle(self, client: trio.SocketStream, target: str) -> None:
@@ -109,18 +91,8 @@ class Connections:
         m.connections_active.labels("upstream").inc()
         ctx = SessionContext(client_address=peer, listener=target, upstream_address=address,
                              principal=principal or self._cluster.identity())
-        limits = self._limits
-        session = Session(
-            transport, upstream.transport, ctx, self._chain,
-            limits.max_frame_bytes, limits.max_in_flight, m,
-            reauthenticate=self._cluster.authenticate,
-            session_lifetime_ms=upstream.session_lifetime_ms,
-            reauth_timeout_s=self._cluster.config.connect_timeout_s,
-            deadlines=ClientDeadlines(limits.idle_timeout_s, limits.frame_timeout_s),
-            memory=self._memory,
-            native=self._native,
-            no_engine=self._no_engine,
-        )
+        session = Session(transport, upstream.transport, ctx, self._env,
+                          session_lifetime_ms=upstream.session_lifetime_ms)
         self.sessions.add(session)
         log.debug("connection_opened", client=peer, target=target, upstream=address)
         try:

@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from interceptors import ConfigError, ProxyInfo
-from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains
-from proxy.native.relay import NativeRelay
 from proxy.observability.logs import get_logger
-from proxy.observability.metrics import Metrics
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import RoutingTable
+from proxy.session.environment import SessionEnvironment
 
 if TYPE_CHECKING:  # the assembled config is a layer above; the proxy hands over its loader
     from proxy.config.proxy_yaml import ProxyConfig
@@ -33,23 +31,25 @@ class ConfigReload:
 
     def __init__(
         self,
+        env: SessionEnvironment,
         proxy_info: ProxyInfo,
         destinations: dict[str, Destination],
-        chain: FilterChain,
         interceptors: InterceptorFilter,
         routing: RoutingFilter,
-        native: NativeRelay | None,
-        metrics: Metrics,
         load: Callable[[Path], ProxyConfig],
     ) -> None:
-        self._load = load  # reads and checks the whole file, as at start
+        """`interceptors` and `routing` are members of `env.chain`: a reload swaps their
+        chains and table, each in one assignment, and resets the chain's plans, so the
+        environment's chain stays the same object (see `SessionEnvironment`). `load` reads
+        and checks the whole file, as at start."""
+        self._load = load
         self._proxy_info = proxy_info
         self._destinations = destinations
-        self._chain = chain
+        self._chain = env.chain
         self._interceptors = interceptors
         self._routing = routing
-        self._native = native
-        self._metrics = metrics
+        self._native = env.native
+        self._metrics = env.metrics
 
     def apply(self, config: ProxyConfig) -> ProxyConfig | None:
         """Re-read the file `config` was loaded from; return the config the proxy runs with

@@ -18,23 +18,22 @@ import math
 
 import trio
 
-from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.chain import SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
-from proxy.limits.memory_budget import Holder, MemoryBudget
+from proxy.limits.memory_budget import Holder
 from proxy.native.path_choice import RESPONSE_BY_ENGINE, SessionPath
 from proxy.native.relay import (
     BUFFER_SIZE,
     FETCH_BUFFER_SIZE,
     STAMP_BUFFER_SIZE,
     Handover,
-    NativeRelay,
     next_session_id,
 )
 from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
-from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
+from proxy.session.environment import SessionEnvironment
 from proxy.session.lanes import Lane
 from proxy.session.reauth import UpstreamReauth
 
@@ -54,22 +53,22 @@ class NativePhases:
 
     def __init__(
         self,
-        relay: NativeRelay,
+        env: SessionEnvironment,
         client: Transport,
         upstream: Transport,
         ctx: SessionContext,
-        chain: FilterChain,
-        metrics: Metrics,
         requests: Lane,
         responses: Lane,
         calls: CorrelationTable,
-        max_frame_bytes: int,
-        max_in_flight: int,
         deadlines: ClientDeadlines | None,
-        memory: MemoryBudget | None,
         path: SessionPath,
         reauth: UpstreamReauth | None = None,
     ) -> None:
+        """`env.native` is the engine the session moves to (an environment without one has
+        no native phases)."""
+        relay = env.native
+        if relay is None:
+            raise ValueError("native phases need the proxy's native relay")
         self._relay = relay
         self._path = path
         self._reauth = reauth
@@ -78,14 +77,14 @@ class NativePhases:
         self._upstream_sock = upstream.sock
         self._client_tls, self._upstream_tls = path.engine_tls(client, upstream)
         self._ctx = ctx
-        self._chain = chain
-        self._metrics = metrics
+        self._chain = env.chain
+        self._metrics = env.metrics
+        self._limits = env.limits
         self._requests = requests
         self._responses = responses
         self._calls = calls
-        self._max_frame_bytes = max_frame_bytes
-        self._max_in_flight = max_in_flight
         self._deadlines = deadlines
+        memory = env.memory
         self._held = Holder(memory) if memory is not None else None  # the engine's buffers
         self._in_native = False
         self._draining = False
@@ -116,17 +115,15 @@ class NativePhases:
         prefill = self._requests.decoder.take()
         self._in_native = True
         try:
+            # The limits hold the deadlines this session keeps (infinite when it keeps none).
             state = await native.relay(
                 self._id, self._client_sock.fileno(), self._upstream_sock.fileno(),
-                phase.table,
-                self._max_frame_bytes,
-                self._max_in_flight,
-                deadlines.idle_s if deadlines is not None else math.inf,
-                deadlines.frame_s if deadlines is not None else math.inf,
-                prefill, phase.stamp, phase.fetch,
-                trio.current_time() - deadlines.frame_started
+                self._limits, phase.table, prefill=prefill, stamp=phase.stamp,
+                fetch=phase.fetch,
+                frame_age=trio.current_time() - deadlines.frame_started
                 if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
-                handover_s, client_tls=self._client_tls, upstream_tls=self._upstream_tls,
+                handover_s=handover_s, client_tls=self._client_tls,
+                upstream_tls=self._upstream_tls,
             )
         except (ValueError, TypeError) as exc:
             if self._client_tls is None and self._upstream_tls is None:

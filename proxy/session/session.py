@@ -18,17 +18,16 @@ import trio
 
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder
-from proxy.filters.chain import FilterChain, SessionContext
-from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines, awaiting_answer
-from proxy.limits.memory_budget import Holder, MemoryBudget
+from proxy.filters.chain import SessionContext
+from proxy.limits.connection_guard import IDLE_TIMEOUT, awaiting_answer
+from proxy.limits.memory_budget import Holder
 from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason, tls_refusal
-from proxy.native.relay import NativeRelay
 from proxy.net.splice import Splicer
 from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
-from proxy.observability.metrics import Metrics
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
+from proxy.session.environment import SessionEnvironment
 from proxy.session.lanes import Lane
 from proxy.session.native_phases import HandBack, NativePhases
 from proxy.session.reauth import UpstreamReauth
@@ -36,7 +35,6 @@ from proxy.session.request_pump import RequestPump
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.response_pump import ResponsePump
 from proxy.session.streaming import ResponseStreamer
-from proxy.upstream.cluster import FrameIO
 
 log = get_logger("session")
 
@@ -49,25 +47,21 @@ class Session:
         client: Transport,
         upstream: Transport,
         ctx: SessionContext,
-        chain: FilterChain,
-        max_frame_bytes: int,
-        max_in_flight: int,
-        metrics: Metrics,
-        reauthenticate: Callable[[FrameIO], Awaitable[int]] | None = None,
+        env: SessionEnvironment,
         session_lifetime_ms: int = 0,
-        reauth_timeout_s: float = 10.0,
-        deadlines: ClientDeadlines | None = None,
-        memory: MemoryBudget | None = None,
-        native: NativeRelay | None = None,
-        no_engine: str | None = None,
     ) -> None:
-        """`native`: the proxy's engine, or None, and then `no_engine` says why
-        (`path_choice.engine_reason`; performance.native_relay: off when not given)."""
+        """`env`: what the proxy's sessions share; `session_lifetime_ms` > 0: the upstream
+        connection's authentication expires after that long (KIP-368), and Herald renews
+        it."""
         self.client = client
         self.upstream = upstream
         self.ctx = ctx
-        self.metrics = metrics
-        self.deadlines = deadlines
+        self.metrics = metrics = env.metrics
+        self.deadlines = deadlines = env.deadlines()
+        chain = env.chain
+        memory = env.memory
+        native = env.native
+        max_frame_bytes = env.limits.max_frame_bytes
         self._reason: SessionClosed | None = None
         self._hand_back = False
         # What this connection holds of the global memory budget: request bytes read and
@@ -82,20 +76,21 @@ class Session:
             metrics.bytes.labels("upstream_to_proxy"), metrics.bytes.labels("proxy_to_client"),
         )
         self._lanes = (requests, responses)
-        self._calls = CorrelationTable(max_in_flight)
+        self._calls = CorrelationTable(env.limits.max_in_flight)
         self._reauth = UpstreamReauth(
-            upstream, ctx, self._calls, reauthenticate, session_lifetime_ms, reauth_timeout_s,
-        ) if reauthenticate is not None and session_lifetime_ms > 0 else None
+            upstream, ctx, self._calls, env.reauthenticate, session_lifetime_ms,
+            env.reauth_timeout_s,
+        ) if session_lifetime_ms > 0 else None
         # Where this session runs: path_choice decides, and counts what Python handles. The
         # engine carries on the TLS connections made here (proxy/native/relay_tls.c) unless
         # the connection is one it must not adopt.
         self._path = SessionPath(metrics, session_reason(
-            (no_engine or NATIVE_RELAY_OFF) if native is None else None,
+            (env.no_engine or NATIVE_RELAY_OFF) if native is None else None,
             client.tls, upstream.tls, client_refusal=tls_refusal(client),
             upstream_refusal=tls_refusal(upstream)), chain)
         self._native = NativePhases(
-            native, client, upstream, ctx, chain, metrics, requests, responses, self._calls,
-            max_frame_bytes, max_in_flight, deadlines, memory, self._path, self._reauth,
+            env, client, upstream, ctx, requests, responses, self._calls, deadlines,
+            self._path, self._reauth,
         ) if native is not None and self._path.python_reason is None else None
         filters = ResponseFilters(chain, ctx)
         self._streamer = ResponseStreamer(client, upstream, responses, self._calls, filters,

@@ -33,6 +33,7 @@ from proxy.session.session import Session
 from proxy.upstream.brokers import BrokerDirectory
 from tests.support.certs import CertificateAuthority
 from tests.support.native_parts import ENGINE, TLS, needs
+from tests.support.session_env import session_environment
 
 pytestmark = needs(ENGINE)
 
@@ -74,8 +75,8 @@ async def test_leader_hints_in_a_streamed_fetch_tail_are_rewritten() -> None:
     relay = native_relay.NativeRelay(metrics)
     chain = FilterChain([ApiVersionsNegotiator(), AddressRewriter(BrokerDirectory(CONFIG.listen))])
     ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="broker")
-    session = Session(PlainTransport(client_end), PlainTransport(upstream_end), ctx, chain,
-                      8 << 20, 100, metrics, native=relay)
+    session = Session(PlainTransport(client_end), PlainTransport(upstream_end), ctx,
+                      session_environment(chain, metrics, native=relay))
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(relay.run)
@@ -164,7 +165,7 @@ async def test_tls_sessions_move_to_the_engine_and_back(tmp_path: Path, keylog: 
     relay = native_relay.NativeRelay(metrics)
     chain = FilterChain([ApiVersionsNegotiator(), AddressRewriter(BrokerDirectory(CONFIG.listen))])
     ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="broker")
-    session = Session(client_end, upstream_end, ctx, chain, 8 << 20, 100, metrics, native=relay)
+    session = Session(client_end, upstream_end, ctx, session_environment(chain, metrics, relay))
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(relay.run)
