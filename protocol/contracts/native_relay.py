@@ -40,6 +40,13 @@ RESPONSE = "response"
 REAUTH = "reauth"
 """Herald's own re-authentication to the broker is due."""
 
+# What a session ended by a client deadline says, with the limit's YAML path, as printf
+# formats (`%g`: the limit in seconds) that C's `snprintf` and Python's `%` read alike.
+IDLE_TIMEOUT_MESSAGE = "limits.idle_timeout_s: idle for %g s"
+FRAME_TIMEOUT_MESSAGE = "limits.frame_timeout_s: a frame was not complete %g s after it began"
+MESSAGES = {"IDLE_TIMEOUT": IDLE_TIMEOUT_MESSAGE, "FRAME_TIMEOUT": FRAME_TIMEOUT_MESSAGE}
+"""C macro suffix (``MESSAGE_<suffix>``) -> the message format."""
+
 HANDOVER_REASONS = (
     (REQUEST, RESUME),
     (CLIENT_EOF, RESUME),

@@ -133,14 +133,12 @@ class ClientDeadlines:
             now = trio.current_time()
             frame_deadline = self.frame_started + self.frame_s
             if now >= frame_deadline:
-                return FRAME_TIMEOUT, (
-                    f"limits.frame_timeout_s: a frame was not complete {self.frame_s:g} s "
-                    "after it began")
+                return FRAME_TIMEOUT, native_relay.FRAME_TIMEOUT_MESSAGE % self.frame_s
             if busy():
                 self.last_active = now
             idle_deadline = self.last_active + self.idle_s
             if now >= idle_deadline:
-                return IDLE_TIMEOUT, f"limits.idle_timeout_s: idle for {self.idle_s:g} s"
+                return IDLE_TIMEOUT, native_relay.IDLE_TIMEOUT_MESSAGE % self.idle_s
             # While busy the idle clock is pushed on at every wake-up, at least once a second.
             wake = min(frame_deadline, idle_deadline, now + 1.0 if busy() else math.inf)
             with trio.move_on_at(wake) as self._sleep:

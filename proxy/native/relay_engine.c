@@ -1259,15 +1259,13 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
         }
         if (s->frame_started > 0 && now >= s->frame_started + s->frame_s) {
             char why[NE_DETAIL];
-            snprintf(why, sizeof why,
-                     "limits.frame_timeout_s: a frame was not complete %g s after it began",
-                     s->frame_s);
+            snprintf(why, sizeof why, MESSAGE_FRAME_TIMEOUT, s->frame_s);
             fail(e, s, HANDOVER_FRAME_TIMEOUT, why);
             continue;
         }
         if (!busy && now >= s->last_active + s->idle_s) {
             char why[NE_DETAIL];
-            snprintf(why, sizeof why, "limits.idle_timeout_s: idle for %g s", s->idle_s);
+            snprintf(why, sizeof why, MESSAGE_IDLE_TIMEOUT, s->idle_s);
             fail(e, s, HANDOVER_IDLE_TIMEOUT, why);
             continue;
         }

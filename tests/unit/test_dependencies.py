@@ -12,24 +12,9 @@ from tests.support.import_rules import PROXY_LAYERS, imported_names, proxy_part,
 
 ROOT = Path(__file__).resolve().parents[2]
 
-TEMPORARILY_ALLOWED: frozenset[tuple[str, str]] = frozenset()
-"""Imports against the rules that are known and on their way out: exact (file, module) pairs.
-Remove a pair as soon as its import is gone; a pair that no longer excuses anything fails
-`test_the_temporary_allowances_are_all_still_needed`."""
-
-
 def test_the_packages_import_only_what_their_layer_may() -> None:
-    found = violations(ROOT, TEMPORARILY_ALLOWED)
-    assert not found, "imports against the dependency rules:\n" + "\n".join(map(str, found))
-
-
-def test_the_temporary_allowances_are_all_still_needed() -> None:
     found = violations(ROOT)
-    stale = sorted((path, module) for path, module in TEMPORARILY_ALLOWED
-                   if not any(v.path == path and (v.name == module
-                                                  or v.name.startswith(module + "."))
-                              for v in found))
-    assert not stale, f"allowed imports that are gone (remove them): {stale}"
+    assert not found, "imports against the dependency rules:\n" + "\n".join(map(str, found))
 
 
 def test_every_part_of_proxy_has_a_layer() -> None:

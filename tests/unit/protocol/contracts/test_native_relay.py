@@ -25,6 +25,9 @@ COUNTERS = set(native_relay.FETCH_COUNTERS + native_relay.PRODUCE_COUNTERS)
 HEADER_KEYS = set(native_relay.HEADERS.values())
 KINDS = set(native_relay.COLUMN_KINDS) - {native_relay.COLUMN_CONST}  # "const": a C keyword
 CODECS = set(CODEC_NAMES.values()) - {"none"}
+MESSAGE_HEADS = tuple(text.partition(": ")[0] + ": " for text in native_relay.MESSAGES.values())
+"""How each deadline message begins (the limit's YAML path): a literal that begins so writes
+the message again."""
 
 # Literals that are the same words for something else: the engine's keyword arguments are
 # named after the limits.
@@ -50,14 +53,15 @@ def _c_literals(text: str) -> list[tuple[int, str]]:
 def restated_in_c(name: str, text: str) -> list[str]:
     facts = REASONS | HEADER_KEYS | KINDS | CODECS
     return [f"{name}:{line}: {value!r}" for line, value in _c_literals(text)
-            if value in facts and (name, value) not in C_ALLOWED]
+            if (value in facts or value.startswith(MESSAGE_HEADS))
+            and (name, value) not in C_ALLOWED]
 
 
 def restated_in_python(name: str, text: str) -> list[str]:
     facts = REASONS | COUNTERS
     return [f"{name}:{node.lineno}: {node.value!r}" for node in ast.walk(ast.parse(text))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and node.value in facts]
+            and (node.value in facts or node.value.startswith(MESSAGE_HEADS))]
 
 
 def test_the_committed_header_is_what_the_generator_renders() -> None:
@@ -93,11 +97,13 @@ def test_the_checks_find_what_they_look_for() -> None:
     """What the sources held before the contract: found."""
     c = ('const char *const NE_REASONS[] = {"", "request", "client_eof"}; /* "drain" */\n'
          '#define TRACESTATE "tracestate"\n'
-         '#define NK_CODEC_NAMES {"none", "gzip"}\n')
+         '#define NK_CODEC_NAMES {"none", "gzip"}\n'
+         'snprintf(why, n, "limits.idle_timeout_s: idle for %g s", s->idle_s);\n')
     assert restated_in_c("relay_engine.c", c) == [
         "relay_engine.c:1: 'client_eof'", "relay_engine.c:2: 'tracestate'",
-        "relay_engine.c:3: 'gzip'"]
+        "relay_engine.c:3: 'gzip'", "relay_engine.c:4: 'limits.idle_timeout_s: idle for %g s'"]
     python = ('FETCH_COUNTERS = ("link_remembered", "link_evicted", "link_expired")\n'
-              'IDLE_TIMEOUT = "idle_timeout"\n')
-    assert len(restated_in_python("old.py", python)) == 4
+              'IDLE_TIMEOUT = "idle_timeout"\n'
+              'why = f"limits.frame_timeout_s: a frame was not complete {s:g} s after it began"\n')
+    assert len(restated_in_python("old.py", python)) == 5
 
