@@ -116,7 +116,7 @@ class NativePhases:
         self._in_native = True
         try:
             # The limits hold the deadlines this session keeps (infinite when it keeps none).
-            state = await native.relay(
+            relaying = native.relay(
                 self._id, self._client_sock.fileno(), self._upstream_sock.fileno(),
                 self._limits, phase.table, prefill=prefill, stamp=phase.stamp,
                 fetch=phase.fetch,
@@ -125,6 +125,9 @@ class NativePhases:
                 handover_s=handover_s, client_tls=self._client_tls,
                 upstream_tls=self._upstream_tls,
             )
+            # The plans live on in the engine's counters, not in every session it holds.
+            del phase
+            state = await relaying
         except (ValueError, TypeError) as exc:
             if self._client_tls is None and self._upstream_tls is None:
                 raise
