@@ -26,13 +26,12 @@ def diff(old: Any, new: Any) -> list[dict[str, Any]]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    # JSON tells true from 1, Python's == does not.
+    """Equal as JSON: true is not 1, though Python's == says it is. Mappings and lists of the
+    same length never get here: they are compared item by item."""
     return type(a) is type(b) and a == b
 
 
 def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) -> None:
-    if _same(old, new):
-        return
     if isinstance(old, dict) and isinstance(new, dict):
         for key in old:
             if key not in new:
@@ -47,4 +46,5 @@ def _diff(old: Any, new: Any, path: list[str | int], ops: list[dict[str, Any]]) 
         for i, (a, b) in enumerate(zip(old, new, strict=True)):
             _diff(a, b, [*path, i], ops)
         return
-    ops.append({"op": "replace", "path": pointer(path), "value": new})
+    if not _same(old, new):
+        ops.append({"op": "replace", "path": pointer(path), "value": new})
