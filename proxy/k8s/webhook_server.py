@@ -34,6 +34,8 @@ from proxy.security.tls import ReloadingContext
 log = get_logger("webhook")
 
 MAX_HEAD = 16 * 1024
+LINGER_S = 2.0
+LINGER_BYTES = 64 * 1024 * 1024
 _JSON = "application/json"
 _TEXT = "text/plain; charset=utf-8"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
@@ -165,8 +167,10 @@ class WebhookServer:
                     if not reader.buffer:
                         return  # idle too long: close quietly, as HTTP servers do
                 first = False
-                keep = await self._exchange(reader, stream, reviews)
+                keep, status = await self._exchange(reader, stream, reviews)
                 if not keep:
+                    if status >= 400:
+                        await _linger(stream)
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, EOFError):
             pass  # includes failed TLS handshakes: a scanner, or a client without our CA
@@ -177,8 +181,9 @@ class WebhookServer:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                     pass
 
-    async def _exchange(self, reader: _Reader, stream: trio.abc.Stream, reviews: bool) -> bool:
-        """One request and its answer; whether the connection stays open."""
+    async def _exchange(self, reader: _Reader, stream: trio.abc.Stream,
+                        reviews: bool) -> tuple[bool, int]:
+        """One request and its answer: whether the connection stays open, and the status."""
         status, ctype, body, keep = 408, _TEXT, b"", False
         with trio.move_on_after(self.limits.request_timeout_s) as timer:
             try:
@@ -197,8 +202,8 @@ class WebhookServer:
                 f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode()
         with trio.move_on_after(self.limits.request_timeout_s):
             await stream.send_all(head + body)
-            return keep
-        return False
+            return keep, status
+        return False, status
 
     async def _read(self, reader: _Reader) -> _Request:
         head = await reader.head()
@@ -257,6 +262,19 @@ class WebhookServer:
         _log_decision(log.info if decision.outcome != admission.REFUSED else log.warning,
                       decision, request, meta)
         return json.dumps(decision.review).encode()
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Read and drop what the client still sends, for a moment, before closing: a client that
+    writes its whole body before reading (most do) then reads our error answer instead of a
+    reset connection."""
+    dropped = 0
+    with trio.move_on_after(LINGER_S):
+        while dropped < LINGER_BYTES:
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                return
+            dropped += len(chunk)
 
 
 def _log_decision(emit: Callable[..., None], decision: admission.Decision,
