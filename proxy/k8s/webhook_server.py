@@ -184,10 +184,11 @@ class WebhookServer:
     async def _exchange(self, reader: _Reader, stream: trio.abc.Stream,
                         reviews: bool) -> tuple[bool, int]:
         """One request and its answer: whether the connection stays open, and the status."""
-        status, ctype, body, keep = 408, _TEXT, b"", False
+        status, ctype, body, keep, head_only = 408, _TEXT, b"", False, False
         with trio.move_on_after(self.limits.request_timeout_s) as timer:
             try:
                 request = await self._read(reader)
+                head_only = request.method == "HEAD"
                 status, ctype, body = self._route(request, reviews)
                 keep = request.keep_alive and status < 400
             except _HttpError as exc:
@@ -201,7 +202,7 @@ class WebhookServer:
                 f"Content-Length: {len(body)}\r\n"
                 f"Connection: {'keep-alive' if keep else 'close'}\r\n\r\n").encode()
         with trio.move_on_after(self.limits.request_timeout_s):
-            await stream.send_all(head + body)
+            await stream.send_all(head if head_only else head + body)
             return keep, status
         return False, status
 

@@ -204,6 +204,29 @@ def test_an_oversized_review_is_refused_before_its_body_is_read(webhook: Webhook
         assert _read_all(sock).startswith(b"HTTP/1.1 411 ")
 
 
+def test_garbage_gets_an_answer_or_a_closed_connection_and_nothing_else(
+        webhook: Webhook) -> None:
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"\x00\x01garbage\r\n\r\n")
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"request line" in answer
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 20000)
+        assert _read_all(sock).startswith(b"HTTP/1.1 431 ")
+    # Plain HTTP on the HTTPS port: the handshake fails, the connection is closed.
+    with socket.create_connection(("127.0.0.1", webhook.port), timeout=30) as plain:
+        plain.sendall(b"POST /mutate/namespace HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        try:
+            answer = plain.recv(65536)  # a TLS alert, or nothing
+        except ConnectionResetError:
+            answer = b""
+        assert b"HTTP/1.1" not in answer
+    conn = webhook.connection()
+    review, body = _review_body()
+    assert webhook.post(conn, "/mutate/namespace", body)[0] == 200
+    conn.close()
+
+
 def test_a_slow_client_sending_garbage_holds_up_nobody(webhook: Webhook) -> None:
     slow = _raw_tls(webhook)
     try:
@@ -269,10 +292,17 @@ def test_health_and_metrics(webhook: Webhook) -> None:
         before['reviews_total{outcome="skipped"}'] + 1)
     assert after['rejected_requests_total{status="400"}'] == (
         before.get('rejected_requests_total{status="400"}', 0) + 1)
-    # HTTPS serves the same routes.
+    # HTTPS serves the same routes; HEAD gets the head only.
     conn = webhook.connection()
     conn.request("GET", "/readyz")
-    assert conn.getresponse().status == 200
+    response = conn.getresponse()
+    assert (response.status, response.read()) == (200, b"ready\n")
+    conn.request("HEAD", "/healthz")
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("Content-Length") == "3"
+    assert response.read() == b""
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().read() == b"ok\n"  # the kept-alive connection is in step
     conn.close()
 
 
