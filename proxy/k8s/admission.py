@@ -79,6 +79,8 @@ def parse_review(body: bytes) -> dict[str, Any]:
         doc = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReviewError(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ReviewError("the body is not JSON Herald reads: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ReviewError("expected an AdmissionReview (a JSON object)")
     if doc.get("kind") != "AdmissionReview" or doc.get("apiVersion") != API_VERSION:

@@ -174,6 +174,8 @@ class WebhookServer:
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, EOFError):
             pass  # includes failed TLS handshakes: a scanner, or a client without our CA
+        except Exception as exc:  # a bug: this connection ends, the server goes on
+            log.error("webhook_connection_failed", exc_info=exc)
         finally:
             with trio.move_on_after(1):
                 try:

@@ -165,6 +165,7 @@ def test_reviews_are_answered_on_a_kept_alive_connection(webhook: Webhook) -> No
 @pytest.mark.parametrize("path, body, headers, status, message", [
     ("/mutate/namespace", b"{not json", {}, 400, "not JSON"),
     ("/mutate/namespace", b'{"kind": "Pod"}', {}, 400, "AdmissionReview"),
+    ("/mutate/namespace", b"[" * 200_000, {}, 400, "nested too deeply"),
     ("/mutate/namespace", b"x" * (MAX_REVIEW + 1), {}, 413, "over the limit"),
     ("/mutate/namespace", b"{}", {"Content-Type": "text/yaml"}, 415, "application/json"),
     ("/mutate", b"{}", {}, 404, "no route"),

@@ -247,6 +247,7 @@ def test_what_is_not_a_pod_creation_passes_untouched() -> None:
     (b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {}}',
      "request.uid"),
     (b"\xff\xfe", "not JSON"),
+    (b"[" * 200_000, "nested too deeply"),
 ])
 def test_what_is_not_an_admission_review_is_refused_with_the_reason(body: bytes,
                                                                      message: str) -> None:
