@@ -63,6 +63,9 @@ def add_webhook_parser(k8s_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout-s", type=float, default=Limits.request_timeout_s,
                    help="a request must arrive whole within this (default "
                         f"{Limits.request_timeout_s:g})")
+    p.add_argument("--max-connections", type=int, default=Limits.max_connections, metavar="N",
+                   help="open HTTPS connections at most; more are closed at once (default "
+                        f"{Limits.max_connections})")
     p.add_argument("--shutdown-grace-s", type=float, default=5.0,
                    help="on SIGTERM, report not ready and keep answering this long (default 5)")
     p.add_argument("--log-level", default="info",
@@ -93,15 +96,17 @@ def run_webhook(args: argparse.Namespace) -> int:
             args.health_listen) else None
     except ConfigError as exc:
         return _fail("; ".join(exc.errors))
-    if args.max_review_bytes < 1024 or args.request_timeout_s <= 0:
-        return _fail("--max-review-bytes must be at least 1024, --request-timeout-s above 0")
+    if args.max_review_bytes < 1024 or args.request_timeout_s <= 0 or args.max_connections < 1:
+        return _fail("--max-review-bytes must be at least 1024, --request-timeout-s above 0, "
+                     "--max-connections at least 1")
     try:
         tls = ReloadingContext(ServerTlsConfig(cert_file=args.cert, key_file=args.key,
                                                path="--cert/--key"))
     except TlsSetupError as exc:
         return _fail(str(exc))
     server = WebhookServer(options, tls, Limits(max_body=args.max_review_bytes,
-                                                request_timeout_s=args.request_timeout_s))
+                                                request_timeout_s=args.request_timeout_s,
+                                                max_connections=args.max_connections))
     try:
         trio.run(_main, server, listen, health, args.shutdown_grace_s)
     except ListenError as exc:

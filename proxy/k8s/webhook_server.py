@@ -56,6 +56,10 @@ class WebhookMetrics:
         self.rejected = Counter("herald_webhook_rejected_requests",
                                 "requests refused with an HTTP error, by status", ["status"],
                                 registry=self.registry)
+        self.refused_connections = Counter(
+            "herald_webhook_refused_connections",
+            "review connections closed at once: max_connections were open",
+            registry=self.registry)
         self.tls_reloads = Counter("herald_webhook_tls_reloads",
                                    "certificate reloads, by result (applied, failed)",
                                    ["result"], registry=self.registry)
@@ -69,6 +73,9 @@ class Limits:
     max_body: int = 4 * 1024 * 1024
     request_timeout_s: float = 10.0
     idle_timeout_s: float = 60.0
+    # Open review connections at most: beyond, a new one is closed at once, so a flood of
+    # clients cannot take every file descriptor (the health listener is not counted).
+    max_connections: int = 512
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ class WebhookServer:
         self.metrics = metrics or WebhookMetrics()
         self.ready = False
         self.draining = False
+        self.connections = 0  # open review connections
 
     def readiness(self) -> tuple[bool, str]:
         if self.draining:
@@ -150,6 +158,22 @@ class WebhookServer:
         await trio.serve_listeners(lambda s: self._connection(s, reviews), listeners)
 
     async def _connection(self, raw: trio.SocketStream, reviews: bool) -> None:
+        if not reviews:
+            await self._serve(raw, reviews)
+            return
+        if self.connections >= self.limits.max_connections:
+            self.metrics.refused_connections.inc()
+            log.warning("webhook_connection_refused", open=self.connections,
+                        max_connections=self.limits.max_connections)
+            await raw.aclose()
+            return
+        self.connections += 1
+        try:
+            await self._serve(raw, reviews)
+        finally:
+            self.connections -= 1
+
+    async def _serve(self, raw: trio.SocketStream, reviews: bool) -> None:
         stream: trio.abc.Stream = raw
         if reviews and self.tls is not None:
             result = self.tls.check()

@@ -101,9 +101,7 @@ def _wait_listening(proc: subprocess.Popen, log: Path) -> tuple[int, int]:
     raise AssertionError(f"the webhook did not listen: {log.read_text()}")
 
 
-@pytest.fixture(scope="module")
-def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    folder = tmp_path_factory.mktemp("webhook")
+def _start(folder: Path, *flags: str) -> Webhook:
     authority = CertificateAuthority(folder / "ca")
     cert, key = folder / "tls.crt", folder / "tls.key"
     _install(_issue(authority, "first"), cert, key)
@@ -114,15 +112,26 @@ def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
         [sys.executable, "-m", "herald", "k8s", "webhook", "--listen", "127.0.0.1:0",
          "--health-listen", "127.0.0.1:0", "--cert", str(cert), "--key", str(key),
          "--upstream", "kafka.data:9092", "--max-review-bytes", str(MAX_REVIEW),
-         "--request-timeout-s", "3", "--shutdown-grace-s", "0.2"],
+         "--shutdown-grace-s", "0.2", *flags],
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=log.open("w"))
     try:
         port, health_port = _wait_listening(proc, log)
-        yield Webhook(proc, port, health_port, ca, cert, key, authority, log)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return Webhook(proc, port, health_port, ca, cert, key, authority, log)
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    started = _start(tmp_path_factory.mktemp("webhook"), "--request-timeout-s", "3")
+    try:
+        yield started
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        if started.proc.poll() is None:
+            started.proc.kill()
+            started.proc.wait()
 
 
 def _review_body(kind: str = "Deployment", **pod_changes: Any) -> tuple[dict, bytes]:
@@ -338,3 +347,38 @@ def test_bad_certificate_files_stop_it_at_start_with_the_reason(tmp_path: Path) 
         timeout=60)
     assert done.returncode == 2
     assert "herald k8s webhook: --cert/--key: cannot read" in done.stderr
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_probes_still_answer(
+        tmp_path: Path) -> None:
+    webhook = _start(tmp_path, "--max-connections", "2", "--request-timeout-s", "60")
+    held = []
+    try:
+        held = [_raw_tls(webhook) for _ in range(2)]  # idle: they hold their slots
+        with pytest.raises((ssl.SSLError, OSError)):
+            with _raw_tls(webhook) as third:
+                third.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+                if not _read_all(third):
+                    raise ConnectionResetError("closed without an answer")
+        assert webhook.get("/healthz") == (200, "ok\n")  # the health listener is not counted
+        assert _counts(webhook)["refused_connections_total"] >= 1
+        held.pop().close()
+        # Once a slot is free the next connection is served (the webhook notices the close
+        # at its own pace, so a refused attempt before that is retried).
+        for _attempt in range(100):
+            try:
+                conn = webhook.connection()
+                review, body = _review_body()
+                status, _ = webhook.post(conn, "/mutate/namespace", body)
+                conn.close()
+                break
+            except (ssl.SSLError, OSError, http.client.HTTPException):
+                time.sleep(0.1)
+        else:
+            raise AssertionError("no connection was served after one was closed")
+        assert status == 200
+    finally:
+        for sock in held:
+            sock.close()
+        webhook.proc.kill()
+        webhook.proc.wait()

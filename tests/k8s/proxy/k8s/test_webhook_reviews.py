@@ -209,19 +209,32 @@ def test_a_pod_that_cannot_be_injected_is_allowed_unchanged_with_a_warning(
     assert len(warning) <= admission.WARNING_MAX
 
 
-def test_a_fixed_proxy_yaml_refuses_per_pod_upstreams() -> None:
-    """With the webhook's own --config-map every pod reads the same proxy.yaml: a pod asking
-    for another cluster is told, never silently sent to the default one."""
+FIXED_YAML = "upstream: {bootstrap: 'kafka.fixed:9092'}\n"
+
+
+@pytest.mark.parametrize("fixed", [
+    InjectOptions(SidecarSpec(), config_map="herald-sidecar"),
+    InjectOptions(SidecarSpec(), proxy_yaml=FIXED_YAML, config_in_pod=True),
+])
+def test_a_fixed_proxy_yaml_refuses_per_pod_upstreams(fixed: InjectOptions) -> None:
+    """With the webhook's own --config or --config-map every pod gets the same proxy.yaml: a
+    pod asking for another cluster is told, never silently sent to the default one."""
     pod = pod_of(workload("Deployment", "web"))
-    pod["metadata"]["annotations"] = {admission.UPSTREAM: "other:9092"}
-    fixed = InjectOptions(SidecarSpec(), config_map="herald-sidecar")
+    for key, value in ((admission.UPSTREAM, "other:9092"), (admission.SCOPE, "client_id")):
+        pod["metadata"]["annotations"] = {key: value}
+        response, decision = _answer(pod, options=fixed)
+        assert decision.outcome == admission.REFUSED
+        assert key in response["warnings"][0] and "--config" in response["warnings"][0]
+    pod["metadata"]["annotations"] = {admission.SIDECAR_MODE: "classic"}  # not in proxy.yaml
     response, decision = _answer(pod, options=fixed)
-    assert decision.outcome == admission.REFUSED and "--config-map" in response["warnings"][0]
-    del pod["metadata"]["annotations"]
-    response, decision = _answer(pod, options=fixed)
-    volume = {v["name"]: v for v in patched(pod, response)["spec"]["volumes"]}[
-        sidecar.CONFIG_VOLUME]
-    assert volume["configMap"] == {"name": "herald-sidecar"}
+    after = patched(pod, response)
+    _valid(after)
+    volume = {v["name"]: v for v in after["spec"]["volumes"]}[sidecar.CONFIG_VOLUME]
+    if fixed.config_map:
+        assert volume["configMap"] == {"name": "herald-sidecar"}
+        assert sidecar.CONFIG_ANNOTATION not in after["metadata"]["annotations"]
+    else:
+        assert after["metadata"]["annotations"][sidecar.CONFIG_ANNOTATION] == FIXED_YAML
 
 
 def test_what_is_not_a_pod_creation_passes_untouched() -> None:
