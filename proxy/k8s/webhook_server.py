@@ -99,7 +99,7 @@ class _Reader:
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
-        self.buffer = b""
+        self.buffer = bytearray()  # grows in place: a 4 MiB body is not copied per chunk
 
     async def _more(self) -> bool:
         chunk = await self.stream.receive_some(65536)
@@ -115,16 +115,18 @@ class _Reader:
                 raise _HttpError(431, f"request head over {MAX_HEAD} bytes")
             if not await self._more():
                 raise EOFError
-        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        head, _, rest = self.buffer.partition(b"\r\n\r\n")
+        self.buffer = rest
         if len(head) > MAX_HEAD:
             raise _HttpError(431, f"request head over {MAX_HEAD} bytes")
-        return head
+        return bytes(head)
 
     async def body(self, length: int) -> bytes:
         while len(self.buffer) < length:
             if not await self._more():
                 raise EOFError
-        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        body = bytes(self.buffer[:length])
+        del self.buffer[:length]
         return body
 
 
