@@ -81,7 +81,6 @@ def test_short_lived_clients_over_tls_with_scram_run_their_data_path_natively(
                             "max.partition.fetch.bytes": 512})
     after = wait_for(herald, lambda s: moved(
         before, s, "herald_interceptor_records_total", outcome="seen") >= 2 * RECORDS)
-    print("python path:", by_labels(before, after, PYTHON_PATH))
     assert [m.value() for m in got] == [value for value, _ in sent]
     for (_, own), m in zip(sent, got, strict=True):
         headers = dict(m.headers())
@@ -95,4 +94,4 @@ def test_short_lived_clients_over_tls_with_scram_run_their_data_path_natively(
     assert moved(before, after, PYTHON_PATH, scope="session") == 0
     # The login and the rest went through Python: the test sees the phases it is about.
     assert moved(before, after, PYTHON_PATH, scope="frame", api="SaslAuthenticate") > 0
-    assert _in_python(before, after) == {}
+    assert _in_python(before, after) == {}, by_labels(before, after, PYTHON_PATH)
