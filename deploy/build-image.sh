@@ -5,6 +5,7 @@
 # builds the Dockerfile on it; pip inside the build reaches PyPI.
 #
 #   bash deploy/build-image.sh [TAG]    (default $HERALD_IMAGE, else herald:0.1.0; run as root)
+#   bash deploy/build-image.sh --archive  (print the Debian archive it would use, and stop)
 #
 # The Debian archive is the one this machine's apt already uses (its sources and its
 # Acquire::http(s)::Proxy), for debootstrap and for the Dockerfile's apt steps alike. The image
@@ -17,6 +18,8 @@
 # build works inside a VM or a CI container that cannot start nested containers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+only_archive=
+[ "${1:-}" = --archive ] && { only_archive=1; shift; }
 tag=${1:-${HERALD_IMAGE:-herald:0.1.0}}
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}/image
 suite=bookworm
@@ -25,16 +28,15 @@ label=io.herald.build-inputs
 
 die() { echo "build-image: $*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap and buildah's chroot isolation); run it as root"
 command -v apt-config >/dev/null ||
   die "no apt here (apt-config is missing): the Debian archive is taken from apt's sources"
 
 # ---- the Debian archive, from this machine's apt sources ---------------------------------------
 # Every `deb` source as "URI SUITE COMPONENTS...", in apt's order: the sources list, then the
 # parts folder's *.list (one-line form) and *.sources (deb822 form) files by name.
+sourcelist= sourceparts=
+eval "$(apt-config shell sourcelist Dir::Etc::sourcelist/f sourceparts Dir::Etc::sourceparts/d)"
 apt_sources() {
-  local sourcelist sourceparts
-  eval "$(apt-config shell sourcelist Dir::Etc::sourcelist/f sourceparts Dir::Etc::sourceparts/d)"
   local files=() file
   [ -f "$sourcelist" ] && files+=("$sourcelist")
   while IFS= read -r file; do
@@ -77,9 +79,9 @@ sources=$(apt_sources)
 mirror=$(awk -v re="^$debian_suite\$" '$2 ~ re && / main( |$)/ { print $1; exit }' <<<"$sources")
 security=$(awk -v re="^$debian_suite-security\$" '$2 ~ re { print $1; exit }' <<<"$sources")
 if [ -z "$mirror" ]; then
-  where=$(apt-config shell l Dir::Etc::sourcelist/f p Dir::Etc::sourceparts/d | tr '\n' ' ')
-  die "no Debian archive in this machine's apt sources ($where): need a \`deb URI <release> main\` \
-line (one-line .list or deb822 .sources) naming the Debian mirror to build from"
+  die "no Debian archive in this machine's apt sources ($sourcelist, ${sourceparts}*.list," \
+      "${sourceparts}*.sources): the build needs a \`deb <mirror> <Debian release> main\` source" \
+      "there, the mirror debootstrap and the image's apt use"
 fi
 mirror=${mirror%/}
 security=${security%/}
@@ -90,6 +92,8 @@ apt_proxy=${apt_proxy:-}
 [[ $apt_proxy == DIRECT ]] && apt_proxy=
 echo "build-image: Debian archive $mirror${security:+, security $security}${apt_proxy:+, through $apt_proxy} (this machine's apt sources)"
 [ -n "$security" ] || echo "build-image: no -security source in apt's sources: the image gets no security archive"
+[ -z "$only_archive" ] || exit 0
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap and buildah's chroot isolation); run it as root"
 
 # ---- nothing to do when the image has these very inputs ----------------------------------------
 inputs=$({
