@@ -53,8 +53,12 @@ def _build_failure() -> str | None:
     if not status or status[0] != "failed":
         return None
     log = (record / "build.log").read_text(errors="replace").splitlines()
+    # The script's own last word names the cause; when something else had the last word
+    # (a command that stopped the script), its last lines come too.
     said = [line for line in log if line.startswith("build-image: ")]
-    why = said[-1].removeprefix("build-image: ") if said else "\n".join(log[-15:])
+    why = said[-1].removeprefix("build-image: ") if said else ""
+    if not said or log[-1] != said[-1]:
+        why += "\n" + "\n".join(log[-10:])
     return f"deploy/build-image.sh failed (exit {status[1]}): {why} (log: {record / 'build.log'})"
 
 
@@ -70,13 +74,17 @@ def _image_missing() -> str | None:
             f"`bash scripts/test.sh` without arguments runs that first")
 
 
-def _require_image() -> None:
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The image to run; session-scoped and first in the tests' arguments, so a missing image
+    stops them before a broker is started for nothing."""
     missing = _image_missing()
     if missing and STRICT:
         pytest.fail(f"HERALD_TEST_STRICT=1: the image must be built and tested: {missing}",
                     pytrace=False)
     if missing:
         pytest.skip(missing)
+    return IMAGE
 
 
 @pytest.fixture
@@ -103,9 +111,8 @@ def _status_of_herald(name: str) -> dict[str, str]:
 
 
 def test_the_image_serves_as_the_manifests_run_it(
-    kafka: KafkaCluster, config_dir: Path, topic_name: str
+    image: str, kafka: KafkaCluster, config_dir: Path, topic_name: str
 ) -> None:
-    _require_image()
     base = free_port_block()
     admin = base + 15
     config = sidecar.proxy_config(sidecar.SidecarSpec(upstream=kafka.bootstrap))
@@ -117,7 +124,7 @@ def test_the_image_serves_as_the_manifests_run_it(
            "--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL",
            "--security-opt", "no-new-privileges",
            "-e", "POD_NAME=web-1", "-e", "POD_NAMESPACE=shop", "-e", "NODE_NAME=node-a",
-           "-v", f"{config_dir}:{sidecar.CONFIG_DIR}:ro", IMAGE]
+           "-v", f"{config_dir}:{sidecar.CONFIG_DIR}:ro", image]
     process = subprocess.Popen(run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -184,10 +191,9 @@ def test_the_image_serves_as_the_manifests_run_it(
             process.wait(timeout=30)
 
 
-def test_the_image_has_no_shell() -> None:
-    _require_image()
+def test_the_image_has_no_shell(image: str) -> None:
     for shell in ("/bin/sh", "/bin/bash"):
-        done = subprocess.run([*PODMAN, "run", "--rm", *LIMITS, "--entrypoint", shell, IMAGE,
+        done = subprocess.run([*PODMAN, "run", "--rm", *LIMITS, "--entrypoint", shell, image,
                                "-c", "true"], capture_output=True, text=True, timeout=60)
         assert done.returncode != 0
         assert "no such file or directory" in done.stderr.lower(), done.stderr
