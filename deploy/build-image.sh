@@ -147,9 +147,15 @@ secret=()
 for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
   if [ -f "$bundle" ]; then secret=(--secret "id=ca,src=$bundle"); break; fi
 done
+previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 buildah bud --isolation chroot --network host --layers "${secret[@]}" \
   --build-arg "BASE=$base" --build-arg "DEBIAN_MIRROR=$mirror" \
   --build-arg "DEBIAN_SECURITY=$security" --build-arg "APT_PROXY=$apt_proxy" \
   --label "$label=$inputs" -f deploy/Dockerfile -t "$tag" . ||
   die "buildah could not build deploy/Dockerfile (see its messages above)"
+# The image this one replaces keeps no name: remove it (unless a container still uses it).
+if [ -n "$previous" ] && [ "$(podman image inspect --format '{{.Id}}' "$tag")" != "$previous" ] &&
+   [ -z "$(podman image inspect --format '{{join .RepoTags " "}}' "$previous")" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 podman image inspect "$tag" --format 'build-image: {{.Id}} {{.Size}} bytes, user {{.Config.User}}'

@@ -18,6 +18,7 @@ if [ "${HERALD_IMAGE_BUILD:-$build_image}" = 1 ]; then
   record=${HERALD_CACHE_DIR:-$PWD/.cache}/image
   mkdir -p "$record"
   rm -f "$record/build.status"
+  echo "test: building the image if its inputs changed (deploy/build-image.sh > $record/build.log)"
   start=$SECONDS
   if bash deploy/build-image.sh >"$record/build.log" 2>&1; then
     status=built
