@@ -407,3 +407,17 @@ class Traffic:
         assert not self.lib.errors.beyond_connection_loss(), self.lib.errors.seen
         for m in self.members:
             assert not m.errors.beyond_connection_loss(), m.errors.seen
+
+
+def time_wait(herald: HeraldProcess) -> int:
+    """Connections in TIME_WAIT on the Herald's ports (what a dead process leaves behind, and
+    what its successor must bind next to)."""
+    ports = range(herald.port_base, herald.port_base + 16)
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in list(f)[1:]:
+                fields = line.split()
+                if fields[3] == "06" and int(fields[1].rsplit(":", 1)[1], 16) in ports:
+                    count += 1
+    return count

@@ -15,7 +15,12 @@ import signal
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess
-from tests.support.restart_clients import Traffic, client_connections, herald_with_admin
+from tests.support.restart_clients import (
+    Traffic,
+    client_connections,
+    herald_with_admin,
+    time_wait,
+)
 
 
 def kill(herald: HeraldProcess) -> None:
@@ -37,11 +42,12 @@ def test_gateway_member_killed_mid_traffic(kafka: KafkaCluster, topic_name: str)
         victim = max((a, b), key=client_connections)
         kill(victim)
         traffic.wait_flowing("through the survivor")
+        lingering = time_wait(victim)
         victim.start()  # same config, same ports: the listeners bind again
         traffic.join(both)  # the partitions move: each member resumes from committed offsets
         traffic.wait_flowing("after the restart")
         figures = traffic.finish(kafka.bootstrap)
-    print("gateway, SIGKILL:", figures)
+    print("gateway, SIGKILL:", figures, "TIME_WAIT at restart:", lingering)
 
 
 def test_sidecar_killed_mid_traffic(kafka: KafkaCluster, topic_name: str) -> None:
@@ -59,15 +65,17 @@ def test_sidecar_killed_mid_traffic(kafka: KafkaCluster, topic_name: str) -> Non
         traffic.wait_flowing("before the kill")
         for s in (lib, java, first):
             kill(s)
+        lingering = sum(map(time_wait, (lib, java, first)))
+        assert lingering, "no connection in TIME_WAIT: the restart would show nothing of it"
         for s in (lib, java, first):
-            s.start()
+            s.start()  # binds next to the connections the killed process left in TIME_WAIT
         traffic.join(first.bootstrap)  # the partitions move, as when a pod is replaced
         traffic.wait_flowing("after the restart")
         figures = traffic.finish(kafka.bootstrap)
     finally:
         for s in sidecars:
             s.__exit__()
-    print("sidecar, SIGKILL:", figures)
+    print("sidecar, SIGKILL:", figures, "TIME_WAIT at restart:", lingering)
 
 
 def test_gateway_rolling_restart_under_sigterm(kafka: KafkaCluster, topic_name: str) -> None:
