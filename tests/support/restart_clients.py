@@ -213,7 +213,7 @@ class GroupLog:
     def check(self, ends: dict[int, int]) -> dict[str, int]:
         """Every offset below each partition's end was read; an offset read again was not yet
         covered by a successful commit when it was read again (the at-least-once window);
-        returns the figures: records read, read again, commits."""
+        returns the figures: records read, read again, offsets committed."""
         committed: dict[int, int] = {}
         read: dict[int, set[int]] = {}
         again = commits = 0
@@ -231,7 +231,8 @@ class GroupLog:
         for p, end in ends.items():
             missing = sorted(set(range(end)) - read.get(p, set()))
             assert not missing, f"partition {p}: offsets never read: {missing[:20]}"
-        return {"read": sum(map(len, read.values())), "read_again": again, "commits": commits}
+        return {"read": sum(map(len, read.values())), "read_again": again,
+                "committed": commits}
 
 
 class GroupMember(threading.Thread):
@@ -353,6 +354,12 @@ class Traffic:
         self.members.append(member)
         member.start()
 
+    def wait_joined(self) -> None:
+        """Until the newest member was given partitions and read from them: it started from
+        the offsets the others committed (GroupLog.check proves none was read again)."""
+        wait_for(lambda: bool(self.members[-1].values),
+                 "the new member to be given partitions and read")
+
     def consumed(self, tag: str) -> int:
         return sum(1 for m in self.members for v in m.values if v.startswith(tag.encode()))
 
@@ -389,6 +396,7 @@ class Traffic:
             "lib_errors": self.lib.errors.counts(),
             "java_disconnects": self.java.stderr.count("disconnected")
             + self.java.stderr.count("could not be established"),
+            "member_reads": [len(m.values) for m in self.members],
             "member_errors": [m.errors.counts() for m in self.members],
             "commit_errors": [str(e) for m in self.members for e in m.commit_errors],
         }

@@ -30,22 +30,27 @@ def kill(herald: HeraldProcess) -> None:
 
 
 def test_gateway_member_killed_mid_traffic(kafka: KafkaCluster, topic_name: str) -> None:
-    """Two Heralds in front of one broker, every client bootstrapped with both. The one holding
-    more client connections is killed mid-traffic; the clients carry on through the other
-    while it is down, and it starts again on the same ports."""
+    """Two Heralds in front of one broker, every client bootstrapped with both. Each in turn
+    (the one holding more client connections first, so every client loses its Herald at
+    least once) is killed mid-traffic: the clients carry on through the other while it is
+    down, and it starts again on the same ports. A member joining the group afterwards takes
+    partitions over from their committed offsets."""
     create_topic(kafka.bootstrap, topic_name, 3)
     a, b = herald_with_admin(kafka.bootstrap), herald_with_admin(kafka.bootstrap)
     with a, b:
         both = f"{a.bootstrap},{b.bootstrap}"
         traffic = Traffic(topic_name, lib=both, java=both, members=[both, both])
         traffic.wait_flowing("before the kill")
-        victim = max((a, b), key=client_connections)
-        kill(victim)
-        traffic.wait_flowing("through the survivor")
-        lingering = time_wait(victim)
-        victim.start()  # same config, same ports: the listeners bind again
-        traffic.join(both)  # the partitions move: each member resumes from committed offsets
-        traffic.wait_flowing("after the restart")
+        first = max((a, b), key=client_connections)
+        lingering = []
+        for victim in (first, b if first is a else a):
+            kill(victim)
+            traffic.wait_flowing("through the survivor")
+            lingering.append(time_wait(victim))
+            victim.start()  # same config, same ports: the listeners bind again
+            traffic.wait_flowing("after the restart")
+        traffic.join(both)
+        traffic.wait_joined()
         figures = traffic.finish(kafka.bootstrap)
     print("gateway, SIGKILL:", figures, "TIME_WAIT at restart:", lingering)
 
@@ -69,8 +74,9 @@ def test_sidecar_killed_mid_traffic(kafka: KafkaCluster, topic_name: str) -> Non
         assert lingering, "no connection in TIME_WAIT: the restart would show nothing of it"
         for s in (lib, java, first):
             s.start()  # binds next to the connections the killed process left in TIME_WAIT
-        traffic.join(first.bootstrap)  # the partitions move, as when a pod is replaced
         traffic.wait_flowing("after the restart")
+        traffic.join(first.bootstrap)  # the partitions move, as when a pod is added
+        traffic.wait_joined()
         figures = traffic.finish(kafka.bootstrap)
     finally:
         for s in sidecars:
