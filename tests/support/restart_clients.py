@@ -8,6 +8,8 @@ checks after the run compare those books with what the broker holds.
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -22,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from tests.support.herald_process import HeraldProcess, herald_config
-from tests.support.java_tools import CONSOLE_PRODUCER, tool_command
+from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, tool_command
 
 
 def herald_with_admin(upstream: str, **overrides: Any) -> HeraldProcess:
@@ -284,6 +286,55 @@ class GroupMember(threading.Thread):
         assert self.exception is None, self.exception
 
 
+class JavaGroupMember:
+    """Kafka's console consumer (the Java client) as a member of the group, with the Java
+    consumer's defaults (auto commit every 5 s, and on close). It prints each record's
+    partition and offset, which go into the group's log as it reads them; its commits are
+    not logged, so the group's check holds it to the librdkafka members' commits only."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, log: GroupLog) -> None:
+        self.log = log
+        self.values: list[bytes] = []
+        self.errors = ClientErrors()
+        self.commit_errors: list[KafkaError] = []
+        self._err = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            tool_command(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
+                         "--group", group,
+                         "--formatter-property", "print.partition=true",
+                         "--formatter-property", "print.offset=true"),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._err)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.stderr = ""
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            found = re.match(rb"Partition:(\d+)\s+Offset:(\d+)\s+(.*)", raw.rstrip(b"\n"))
+            if found:
+                self.log.add("read", [(int(found[1]), int(found[2]))])
+                self.values.append(found[3])
+
+    @property
+    def poll_errors(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if "ERROR" in line]
+
+    def finish(self) -> None:
+        """SIGTERM, as a pod's stop: the consumer commits and leaves the group."""
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._reader.join(10)
+            self._err.seek(0)
+            self.stderr = self._err.read().decode(errors="replace")
+            self._err.close()
+
+
 def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "restart-ends"})
     try:
@@ -342,14 +393,18 @@ class Traffic:
         self.lib = IdempotentProducer(lib, topic)
         self.java = JavaProducer(java, topic)
         self.group = f"restart-{uuid.uuid4().hex[:8]}"
-        self.members: list[GroupMember] = []
+        self.members: list[GroupMember | JavaGroupMember] = []
         self.lib.start()
         for b in members:
             self.join(b)
 
-    def join(self, bootstrap: str) -> None:
-        """A member joins the group: the partitions are shared out again, and each goes on
-        from the offset committed for it, whoever read it before."""
+    def join(self, bootstrap: str, java: bool = False) -> None:
+        """A member joins the group (a librdkafka one, or the Java console consumer): the
+        partitions are shared out again, and each goes on from the offset committed for it,
+        whoever read it before."""
+        if java:
+            self.members.append(JavaGroupMember(bootstrap, self.topic, self.group, self.log))
+            return
         member = GroupMember(bootstrap, self.topic, self.group, self.log)
         self.members.append(member)
         member.start()

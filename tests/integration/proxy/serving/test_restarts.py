@@ -1,5 +1,6 @@
 """A Herald that dies loses nothing: real clients (an idempotent librdkafka producer, the Java
-producer, a group of two librdkafka consumers) keep working while a Herald in front of them is
+producer, a group of librdkafka consumers that a Java or a librdkafka consumer joins after a
+restart) keep working while a Herald in front of them is
 SIGKILLed and started again with the same command and ports (what a kubelet does), or stopped
 with SIGTERM and started again, one after the other (a rolling restart).
 
@@ -33,8 +34,8 @@ def test_gateway_member_killed_mid_traffic(kafka: KafkaCluster, topic_name: str)
     """Two Heralds in front of one broker, every client bootstrapped with both. Each in turn
     (the one holding more client connections first, so every client loses its Herald at
     least once) is killed mid-traffic: the clients carry on through the other while it is
-    down, and it starts again on the same ports. A member joining the group afterwards takes
-    partitions over from their committed offsets."""
+    down, and it starts again on the same ports. A Java consumer joining the group afterwards
+    takes partitions over from their committed offsets."""
     create_topic(kafka.bootstrap, topic_name, 3)
     a, b = herald_with_admin(kafka.bootstrap), herald_with_admin(kafka.bootstrap)
     with a, b:
@@ -49,7 +50,7 @@ def test_gateway_member_killed_mid_traffic(kafka: KafkaCluster, topic_name: str)
             lingering.append(time_wait(victim))
             victim.start()  # same config, same ports: the listeners bind again
             traffic.wait_flowing("after the restart")
-        traffic.join(both)
+        traffic.join(both, java=True)
         traffic.wait_joined()
         figures = traffic.finish(kafka.bootstrap)
     print("gateway, SIGKILL:", figures, "TIME_WAIT at restart:", lingering)
