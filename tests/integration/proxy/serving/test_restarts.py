@@ -1,8 +1,8 @@
 """A Herald that dies loses nothing: real clients (an idempotent librdkafka producer, the Java
 producer, a group of librdkafka consumers that a Java or a librdkafka consumer joins after a
-restart) keep working while a Herald in front of them is
-SIGKILLed and started again with the same command and ports (what a kubelet does), or stopped
-with SIGTERM and started again, one after the other (a rolling restart).
+restart) keep working while a Herald in front of them is SIGKILLed and started again with the
+same command and ports (what a kubelet does), or stopped with SIGTERM and started again, one
+after the other (a rolling restart).
 
 Afterwards a fresh consumer reads the topic straight from the broker: every acknowledged
 record is there exactly once, the group read every offset and re-read none it had committed,
