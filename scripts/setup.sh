@@ -109,3 +109,15 @@ if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
     echo "setup: prometheus is missing; install Debian's 'prometheus' package (metrics tests)" >&2
   fi
 fi
+
+# HAProxy (Debian's package): the TLS relay bench/bench_production.py measures as the floor of
+# Herald's TLS profiles (bench/haproxy_floor.py). Only the benchmark needs it.
+if ! command -v haproxy >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends haproxy >/dev/null \
+      || { apt-get update -qq && apt-get install -y -q --no-install-recommends haproxy >/dev/null; }
+  else
+    echo "setup: haproxy is missing; install Debian's 'haproxy' package (production benchmark)" >&2
+  fi
+fi
