@@ -179,6 +179,28 @@ def test_a_session_that_keeps_needing_python_stays_a_few_reads() -> None:
     assert not path.may_offer(2048, 1024)  # a partial frame larger than the engine's buffer
 
 
+def test_phases_the_data_path_did_not_end_keep_no_session_in_python() -> None:
+    """The login, metadata and group coordination end short phases by design: the session
+    goes back once they are answered. Only a short phase that a Produce or Fetch (or its
+    response) ended makes it stay, the count going on from where the data path left it."""
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    for api in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.METADATA,
+                ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP):
+        path.ended("request", 0, int(api))
+        assert path.may_offer(0, 1024), api
+    path.ended("response", 1, int(ApiKey.FETCH))  # a Fetch response Python must handle
+    assert [path.may_offer(0, 1024) for _ in range(2)] == [False, True]
+    path.ended("request", 0, int(ApiKey.METADATA))
+    assert path.may_offer(0, 1024)
+    path.ended("request", 2, int(ApiKey.PRODUCE))  # the second short one of the data path
+    assert [path.may_offer(0, 1024) for _ in range(3)] == [False, False, True]
+    for reason in ("client_eof", "reauth", "drain"):  # no frame of the data path ended these
+        path.ended(reason, 0)
+        assert path.may_offer(0, 1024), reason
+    path.ended("request", 0)  # a frame too short to name: counted as the data path's
+    assert [path.may_offer(0, 1024) for _ in range(5)] == [False] * 4 + [True]
+
+
 def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
     metrics = Metrics()
     engine = relay.NativeRelay(metrics)
