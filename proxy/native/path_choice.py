@@ -17,6 +17,7 @@ the API label is bounded like every API label of Herald's.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -86,6 +87,7 @@ SCAN_UNLESS_TAGGED = CAPABILITIES.value("scan_unless_tagged")
 # a hand-over per request. A phase that a frame Python handles by design ended (the login,
 # metadata, group coordination: frames filters read) says nothing about the data path: the
 # session goes back as soon as that frame is answered, and the count stays where it was.
+_API_VERSION = struct.Struct(">hh")  # a request's API key and version, after its size
 _FEW_NATIVE = 8
 _MAX_STAY_READS = 64
 
@@ -330,18 +332,30 @@ class SessionPath:
         """Herald's own re-authentication is due: what Python handles meanwhile is for it."""
         self._why = REAUTH
 
-    def may_offer(self, buffered: int, buffer: int) -> bool:
+    def may_offer(self, buffered: int, buffer: int, head: bytes = b"") -> bool:
         """After a read: whether the session may be offered back to the engine now (the rest
         of the wait, for answers to what Python forwarded, is the caller's). A partial frame
-        goes with the session when the engine's buffer holds it, and a session that keeps
-        needing Python stays for a few reads (`ended`); one whose TLS the engine refused
-        stays for good."""
-        if self.refused or buffered > buffer:
+        goes with the session when the engine's buffer holds it and the engine would not
+        hand it straight back (`head`: its first bytes, size prefix included, when they are
+        here), and a session that keeps needing Python stays for a few reads (`ended`); one
+        whose TLS the engine refused stays for good."""
+        if self.refused or buffered > buffer or not self._passes(head):
             return False
         if self._stay_left:
             self._stay_left -= 1
             return False
         return True
+
+    def _passes(self, head: bytes) -> bool:
+        """Whether the engine would carry on the partial frame beginning with `head` (True
+        when too little of it is here to tell)."""
+        table = self._table
+        if table is None or len(head) < 8:
+            return True
+        api, version = _API_VERSION.unpack_from(head, 4)
+        caps = self._caps
+        return (0 <= api < caps.max_api and 0 <= version < caps.max_version
+                and table[api * caps.max_version + version] != PYTHON)
 
     def handover_s(self, due: float, now: float) -> float | None:
         """Seconds the next native phase may last before Herald's own re-authentication, due

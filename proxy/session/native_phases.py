@@ -197,8 +197,8 @@ class NativePhases:
         the next frame if part of it is here. Raises `HandBack` to stop the pumps for that."""
         # A partial frame goes to the engine with the session (it reads the rest), so a
         # client that never pauses between requests still gets back to the engine.
-        if not self._path.may_offer(self._requests.decoder.buffered,
-                                                     BUFFER_SIZE):
+        decoder = self._requests.decoder
+        if not self._path.may_offer(decoder.buffered, BUFFER_SIZE, decoder.head(8)):
             return
         await self._calls.wait_idle()
         reauth = self._reauth

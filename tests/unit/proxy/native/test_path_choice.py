@@ -8,6 +8,7 @@ import dataclasses
 import math
 import socket
 import ssl
+import struct
 from pathlib import Path
 
 import trio
@@ -199,6 +200,19 @@ def test_phases_the_data_path_did_not_end_keep_no_session_in_python() -> None:
         assert path.may_offer(0, 1024), reason
     path.ended("request", 0)  # a frame too short to name: counted as the data path's
     assert [path.may_offer(0, 1024) for _ in range(5)] == [False] * 4 + [True]
+
+
+def test_a_partial_frame_the_engine_would_hand_straight_back_stays_in_python() -> None:
+    """A partial request of an API Python handles goes back to the engine only to be handed
+    over again at once: the session keeps it until it is whole, however the phase ended."""
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    path._table = path_choice.passable_table(_chain())  # as a phase sets it
+    assert path.ended("request", 0, int(ApiKey.API_VERSIONS)) == "resume"
+    api_versions = struct.pack(">ihh", 1 << 20, int(ApiKey.API_VERSIONS), 3)
+    produce = struct.pack(">ihh", 1 << 20, int(ApiKey.PRODUCE), 9)
+    assert not path.may_offer(len(api_versions), 1024, api_versions)
+    assert path.may_offer(len(produce), 1024, produce)
+    assert path.may_offer(3, 1024, api_versions[:3])  # too little to tell: the engine reads it
 
 
 def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
