@@ -118,7 +118,7 @@ class Proxy:
         self._stopping = False
         self.ready = trio.Event()
         no_engine = engine_reason(config.native_relay)
-        self.native = NativeRelay(self.metrics) if no_engine is None else None
+        self.native = NativeRelay(self.metrics, self.memory) if no_engine is None else None
         if no_engine == NATIVE_UNAVAILABLE:
             log.warning("native_relay_unavailable",
                         note="performance.native_relay is auto but proxy.native._relay is not "

@@ -191,9 +191,10 @@ typedef struct {
 } engine_obj;
 
 static int engine_init(engine_obj *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"bounds", NULL};
+    static char *kwlist[] = {"bounds", "grow_limit", NULL};
     PyObject *bounds;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &bounds)) {
+    Py_ssize_t grow_limit = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|n", kwlist, &bounds, &grow_limit)) {
         return -1;
     }
     if (self->e != NULL) {
@@ -222,6 +223,9 @@ static int engine_init(engine_obj *self, PyObject *args, PyObject *kwds) {
     if (e == NULL) {
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
+    }
+    if (grow_limit >= 0) {
+        ne_set_grow_limit(e, (size_t)grow_limit);
     }
     if (ne_start(e) != NE_OK) {
         ne_destroy(e);
@@ -585,6 +589,18 @@ static PyObject *engine_spliced(engine_obj *self, void *closure) {
     return PyLong_FromUnsignedLongLong((unsigned long long)n);
 }
 
+static PyObject *engine_grown(engine_obj *self, void *closure) {
+    ne_engine *e = engine_of(self);
+    if (e == NULL) {
+        return NULL;
+    }
+    size_t n;
+    Py_BEGIN_ALLOW_THREADS
+    n = ne_grown(e);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromSize_t(n);
+}
+
 static PyObject *engine_tls_bytes(engine_obj *self, void *closure) {
     ne_engine *e = engine_of(self);
     if (e == NULL) {
@@ -620,6 +636,9 @@ static PyGetSetDef engine_getset[] = {
     {"tls_bytes", (getter)engine_tls_bytes, NULL,
      "Of the bytes moved (client->proxy, proxy->upstream, upstream->proxy, proxy->client), "
      "those through TLS sides (since the engine began).", NULL},
+    {"grown", (getter)engine_grown, NULL,
+     "Bytes session buffers have grown by past their base size, now (at most grow_limit).",
+     NULL},
     {"spliced", (getter)engine_spliced, NULL,
      "Bytes moved socket to socket through a pipe, never copied (since the engine began).",
      NULL},

@@ -256,28 +256,17 @@ class SessionPath:
         counter.inc()
 
     def phase(self, relay: NativeRelay, chain: FilterChain, ctx: SessionContext,
-              held: Holder | None, buffer: int, stamp_buffer: int, fetch_buffer: int
-              ) -> Phase | None:
+              held: Holder | None, buffer: int) -> Phase | None:
         """The next native phase, or None when the memory budget has no room for the
-        engine's buffers. Stamping books a larger request buffer and the stamped request's,
-        scanning a larger response buffer; without room for those, Python does that work."""
+        engine's buffers of `buffer` bytes each way. What they grow by for a large frame to
+        stamp or scan comes from the engine's growth pool, booked as it grows
+        (`relay.GROWTH_SHARE`), not by every session that might one day need it."""
+        booked = 2 * buffer
+        if held is not None and held.room(booked) < booked:
+            self._why = MEMORY_BUDGET
+            return None
         stamp = relay.stamp_plan(chain, ctx)
         fetch = relay.fetch_plan(chain, ctx)
-        booked = 2 * buffer
-        if held is not None:
-            stamping = buffer + 2 * stamp_buffer
-            if stamp is not None and held.room(stamping) >= stamping:
-                booked = stamping
-            else:
-                stamp = None
-            scanning = booked - buffer + fetch_buffer
-            if fetch is not None and held.room(scanning) >= scanning:
-                booked = scanning
-            else:
-                fetch = None
-            if held.room(booked) < booked:
-                self._why = MEMORY_BUDGET
-                return None
         table = relay.table(chain, stamp is not None, fetch is not None)
         self._table = table
         return Phase(table, stamp, fetch, booked)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from proxy.filters.chain import FilterChain, SessionContext
+from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.limits.session_limits import SessionLimits
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
@@ -48,13 +49,18 @@ BUFFER_SIZE = 128 * 1024
 
 STAMP_BUFFER_SIZE = 2 * 1024 * 1024
 """What a session whose Produce requests the engine stamps may buffer for one request, and
-again for its stamped form (a request that would grow past it goes to Python): booked, with
-the response buffer, in the memory budget. Clients send requests of up to about 1 MiB."""
+again for its stamped form (a request that would grow past it goes to Python), from the
+engine's growth pool. Clients send requests of up to about 1 MiB."""
 
 FETCH_BUFFER_SIZE = 4 * 1024 * 1024
 """What a session whose Fetch responses the engine scans may buffer for one response (a
-larger one goes to Python), booked in the memory budget. Consumers ask for up to 1 MiB per
+larger one goes to Python), from the engine's growth pool. Consumers ask for up to 1 MiB per
 partition by default (librdkafka, the Java client), and a response may hold several."""
+
+GROWTH_SHARE = 4
+"""The engine's buffers may grow past their base size, for large frames to stamp or scan, by
+a quarter of the memory budget in all, counted in the budget as they grow: a held session
+books its base buffers only, however large the frames it may one day carry."""
 
 MAX_API = CAPABILITIES.max_api
 MAX_VERSION = CAPABILITIES.max_version
@@ -116,10 +122,17 @@ class NativeRelay:
     """One engine for a proxy: a thread of its own, and a trio task that wakes the sessions
     the engine handed back."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, memory: MemoryBudget | None = None) -> None:
+        """`memory`: the budget the engine's growth is bounded by and counted in (None:
+        unbounded, as the sessions' buffers are)."""
         if _relay is None:
             raise RuntimeError("the native relay is not built (no C compiler at install?)")
-        self._engine = _relay.Engine(LATENCY_BUCKETS)
+        if memory is None:
+            self._engine = _relay.Engine(LATENCY_BUCKETS)
+            self._growth = None
+        else:
+            self._engine = _relay.Engine(LATENCY_BUCKETS, memory.limit // GROWTH_SHARE)
+            self._growth = Holder(memory, always_small=True)
         self._metrics = metrics
         self._waiting: dict[int, trio.Event] = {}
         self._tables: dict[tuple[int, bool, bool], tuple[FilterChain, bytes]] = {}
@@ -258,6 +271,8 @@ class NativeRelay:
             if n > before:
                 m.native_tls_bytes.labels(label).inc(n - before)
         self._tls = tls
+        if self._growth is not None:
+            self._growth.set(self._engine.grown)
 
 
 def _add(series: LatencySeries, counts: tuple[int, ...], total: float) -> None:

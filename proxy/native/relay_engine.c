@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,7 @@ typedef struct session {
     nc_plan plan;
     long long stamp_key; /* whose counters its stamping adds to (proxy/native/stamp_plan.py) */
     nc_buf stamped;      /* the last stamped frame */
+    size_t stamped_booked; /* of the engine's growth, what `stamped` holds */
     uint64_t stamped_at; /* stream offset + 1 of the frame `stamped` holds while it waits for
                           * room in the buffer; 0: none */
     nc_counts stamped_counts;
@@ -195,6 +197,11 @@ struct ne_engine {
      * cost a turn nothing, however many there are. */
     double scan_at;
     int again_any;
+    /* What session buffers may grow by in all past their base size, for a large frame to
+     * stamp or scan (Python books it in the memory budget once), and what they have grown by:
+     * idle sessions book nothing beyond their base buffers. */
+    size_t grow_limit;
+    size_t grown;
     long long *events;
     size_t nevents, events_cap;
     size_t unannounced; /* registered sessions not handed over yet: each may add one event */
@@ -489,24 +496,31 @@ static void count_stamped(ne_engine *e, long long key, const nc_counts *counts) 
 
 enum { S_DONE, S_WAIT, S_PYTHON };
 
-/* Let a buffer grow to `cap` (once: Python booked that much). 1 when it grew. It moves the
- * buffer: callers take pointers into it only after this. */
-static int grow_to(dir_t *d, size_t cap) {
-    if (d->cap >= cap) {
+/* Room left in the engine's growth pool. */
+static size_t growth_room(const ne_engine *e) {
+    return e->grown < e->grow_limit ? e->grow_limit - e->grown : 0;
+}
+
+/* Let a buffer grow to `cap` (once), from the engine's growth pool. 1 when it grew; 0 when
+ * it could not (the pool is spent: Python takes the frame). It moves the buffer: callers
+ * take pointers into it only after this. */
+static int grow_to(ne_engine *e, dir_t *d, size_t cap) {
+    if (d->cap >= cap || cap - d->cap > growth_room(e)) {
         return 0;
     }
     uint8_t *grown = realloc(d->buf, cap);
     if (grown == NULL) {
         return 0;
     }
+    e->grown += cap - d->cap;
     d->buf = grown;
     d->cap = cap;
     return 1;
 }
 
 /* Let the request buffer grow to the session's stamp_cap. */
-static int grow_for_stamping(session_t *s) {
-    return grow_to(&s->req, s->stamp_cap);
+static int grow_for_stamping(ne_engine *e, session_t *s) {
+    return grow_to(e, &s->req, s->stamp_cap);
 }
 
 /* The Produce request frame of *total bytes at d->parsed, stamped in place: S_DONE (with
@@ -517,7 +531,7 @@ static int grow_for_stamping(session_t *s) {
  * its shortest form, as Python does, and a client may have written them longer. */
 static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
     dir_t *d = &s->req;
-    if (*total > d->cap && (*total > s->stamp_cap || !grow_for_stamping(s))) {
+    if (*total > d->cap && (*total > s->stamp_cap || !grow_for_stamping(e, s))) {
         return S_PYTHON;
     }
     if (d->len - d->parsed < *total) {
@@ -526,7 +540,16 @@ static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
     size_t old_len = (size_t)*total;
     uint64_t frame_at = d->off + d->parsed + 1;
     if (s->stamped_at != frame_at) { /* not stamped already, waiting for room */
-        s->stamped.limit = s->stamp_cap; /* a larger frame could not be held here anyway */
+        /* A larger frame could not be held here anyway; nor one the growth pool has no
+         * room left for. */
+        size_t limit = s->stamp_cap;
+        if (s->stamped.cap + growth_room(e) < limit) {
+            limit = s->stamped.cap + growth_room(e);
+        }
+        if (limit < old_len) {
+            return S_PYTHON;
+        }
+        s->stamped.limit = limit;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -536,6 +559,10 @@ static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
         int r = nc_stamp_produce(frame, old_len, &s->plan, engine_draw, e, now_ms, &s->stamped,
                                  &s->stamped_counts, &why);
         relock_after_work(e, s);
+        if (s->stamped.cap > s->stamped_booked) { /* its growth comes from the pool */
+            e->grown += s->stamped.cap - s->stamped_booked;
+            s->stamped_booked = s->stamped.cap;
+        }
         if (r != NC_OK) {
             return S_PYTHON;
         }
@@ -552,7 +579,7 @@ static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
             d->sent = 0;
         }
         if (d->len + grown > d->cap) {
-            grow_for_stamping(s);
+            grow_for_stamping(e, s);
         }
         if (d->len + grown > d->cap) {
             /* what follows the frame leaves no room: wait for what precedes it to go out,
@@ -648,7 +675,7 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
  * run the chain over it (or it is larger than the session may buffer). */
 static int scan_response(ne_engine *e, session_t *s, const pending_t *entry, uint64_t whole) {
     dir_t *d = &s->resp;
-    if (whole > d->cap && (whole > s->fetch_cap || !grow_to(d, s->fetch_cap))) {
+    if (whole > d->cap && (whole > s->fetch_cap || !grow_to(e, d, s->fetch_cap))) {
         return S_PYTHON;
     }
     uint64_t frame_at = d->off + d->parsed + 1;
@@ -1326,7 +1353,11 @@ static void close_pipe(dir_t *d) {
     }
 }
 
-static void free_session(session_t *s) {
+static void free_session(ne_engine *e, session_t *s) {
+    size_t grown = (s->req.cap - s->base_cap) + (s->resp.cap - s->base_cap) + s->stamped_booked;
+    if (grown > 0) { /* back to the pool */
+        e->grown -= grown < e->grown ? grown : e->grown;
+    }
     close_pipe(&s->req);
     close_pipe(&s->resp);
     for (int side = 0; side < 2; side++) {
@@ -1373,7 +1404,7 @@ static void bury(ne_engine *e) {
     while (e->graveyard != NULL) {
         session_t *dead = e->graveyard;
         e->graveyard = dead->next;
-        free_session(dead);
+        free_session(e, dead);
     }
 }
 
@@ -1486,6 +1517,7 @@ ne_engine *ne_create(const double *bounds, int nbounds) {
     memcpy(e->bounds, bounds, (size_t)nbounds * sizeof(double));
     e->nbounds = nbounds;
     e->clock = monotonic;
+    e->grow_limit = SIZE_MAX;
     if (getrandom(e->rng, sizeof e->rng, 0) != (ssize_t)sizeof e->rng) {
         goto fail;
     }
@@ -1544,7 +1576,7 @@ void ne_close(ne_engine *e) {
     pthread_mutex_lock(&e->mu);
     for (session_t *s = e->active; s != NULL;) {
         session_t *next = s->next;
-        free_session(s);
+        free_session(e, s);
         s = next;
     }
     e->active = NULL;
@@ -1582,6 +1614,12 @@ static session_t *find(ne_engine *e, long long id, session_t ***link_out) {
     return *link;
 }
 
+void ne_set_grow_limit(ne_engine *e, size_t limit) {
+    pthread_mutex_lock(&e->mu);
+    e->grow_limit = limit;
+    pthread_mutex_unlock(&e->mu);
+}
+
 int ne_register(ne_engine *e, ne_session_args *a) {
     if (a->buffer_size < 4096 || a->prefill_len > a->buffer_size || a->max_in_flight < 1) {
         return NE_INVALID;
@@ -1604,7 +1642,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     s->fcap = a->max_in_flight;
     s->fifo = calloc(s->fcap, sizeof(pending_t));
     if (s->req.buf == NULL || s->resp.buf == NULL || s->fifo == NULL) {
-        free_session(s);
+        free_session(e, s);
         return NE_NOMEM;
     }
     if (a->prefill_len > 0) {
@@ -1617,7 +1655,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     pthread_mutex_lock(&e->mu);
     if (find(e, a->id, NULL) != NULL) {
         pthread_mutex_unlock(&e->mu);
-        free_session(s);
+        free_session(e, s);
         return NE_EXISTS;
     }
     /* A slot for the event that will announce this session's hand-over (push_event). */
@@ -1630,7 +1668,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
         long long *grown = realloc(e->events, cap * sizeof(long long));
         if (grown == NULL) {
             pthread_mutex_unlock(&e->mu);
-            free_session(s);
+            free_session(e, s);
             return NE_NOMEM;
         }
         e->events = grown;
@@ -1845,6 +1883,13 @@ int ne_collect_stamped(ne_engine *e, ne_stamp_counts **rows, size_t *n) {
     }
     pthread_mutex_unlock(&e->mu);
     return NE_OK;
+}
+
+size_t ne_grown(ne_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    size_t n = e->grown;
+    pthread_mutex_unlock(&e->mu);
+    return n;
 }
 
 uint64_t ne_spliced(ne_engine *e) {

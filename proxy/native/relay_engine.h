@@ -126,6 +126,9 @@ typedef double (*ne_clock_fn)(void *arg);
 
 /* An engine with no thread yet (NULL with errno set). `bounds`: the latency buckets. */
 ne_engine *ne_create(const double *bounds, int nbounds);
+/* What session buffers may grow by in all past their base size (`buffer_size`), for large
+ * frames to stamp or scan; SIZE_MAX until set. A frame the rest cannot hold goes to Python. */
+void ne_set_grow_limit(ne_engine *e, size_t limit);
 /* Its thread, which runs ne_turn until ne_destroy: NE_OK or NE_SYSTEM. */
 int ne_start(ne_engine *e);
 /* Stop the thread and free every session; the counters stay readable. */
@@ -156,6 +159,8 @@ int ne_collect(ne_engine *e, ne_counters *out);
 void ne_counters_free(ne_counters *c);
 /* What was stamped or scanned since the last call, by plan key, and reset. */
 int ne_collect_stamped(ne_engine *e, ne_stamp_counts **rows, size_t *n);
+/* What session buffers have grown by past their base size, now (see ne_set_grow_limit). */
+size_t ne_grown(ne_engine *e);
 /* Bytes moved socket to pipe to socket since the engine began. */
 uint64_t ne_spliced(ne_engine *e);
 /* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),

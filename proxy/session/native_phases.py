@@ -25,8 +25,6 @@ from proxy.limits.memory_budget import Holder
 from proxy.native.path_choice import DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, SessionPath
 from proxy.native.relay import (
     BUFFER_SIZE,
-    FETCH_BUFFER_SIZE,
-    STAMP_BUFFER_SIZE,
     Handover,
     next_session_id,
 )
@@ -117,8 +115,7 @@ class NativePhases:
                 return None
             handover_s = left
         held = self._held
-        phase = self._path.phase(native, self._chain, self._ctx, held, BUFFER_SIZE,
-                                 STAMP_BUFFER_SIZE, FETCH_BUFFER_SIZE)
+        phase = self._path.phase(native, self._chain, self._ctx, held, BUFFER_SIZE)
         if phase is None:
             return None
         if held is not None:

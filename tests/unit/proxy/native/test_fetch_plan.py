@@ -178,6 +178,38 @@ def test_the_engine_scans_in_flight_and_hands_the_rest_to_python() -> None:
         rig.close()
 
 
+@pytest.mark.parametrize("pool", [0, 8 << 20])
+def test_a_buffer_grows_from_the_engines_pool_or_the_frame_goes_to_python(pool: int) -> None:
+    """Held sessions book their base buffers only; growing for a large response comes from
+    the engine's pool (`relay.GROWTH_SHARE` of the memory budget). With the pool spent, the
+    response goes to Python; with room, the engine scans it, and what the buffer grew by is
+    the pool's again once the session is taken back."""
+    from tests.support.native.engine import Rig, request, send_behind
+
+    filt, plan = setup()
+    table = passable_table(FilterChain([filt]), fetch=True)
+    large = frame(12, response(random.Random(22), 12, 2, 2, 12, 0.0), corr=0)
+    assert len(large) > 64 * 1024
+    rig = Rig(table, grow_limit=pool)
+    try:
+        rig.replan(table, fetch=(plan.wire, 9, 4 << 20))  # may grow to 4 MiB
+        rig.app.sendall(request(1, 12, 0, b"\x00" * 40, flexible=True))
+        rig.recv_exactly(rig.broker, struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0])
+        send_behind(rig.broker, large)
+        if pool == 0:
+            state = rig.wait_handover()
+            assert state.reason == "response"
+            assert [e[0] for e in state.in_flight] == [0]
+        else:
+            assert rig.recv_exactly(rig.app, len(large)) == large
+            assert 0 < rig.engine.grown <= pool
+            rig.engine.stop(rig.sid)
+            rig.wait_handover()
+        assert rig.engine.grown == 0
+    finally:
+        rig.close()
+
+
 def test_a_response_larger_than_the_scan_buffer_goes_to_python() -> None:
     from tests.support.native.engine import Rig, request
 

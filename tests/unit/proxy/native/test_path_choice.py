@@ -223,13 +223,11 @@ def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
         ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="b")
         path = path_choice.SessionPath(metrics, None, chain)
         roomy = Holder(MemoryBudget(64 << 20))
-        phase = path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE,
-                           relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE)
+        phase = path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE)
         assert phase is not None and phase.booked == 2 * relay.BUFFER_SIZE
         assert phase.table == path_choice.passable_table(chain)
         tight = Holder(MemoryBudget(relay.BUFFER_SIZE, reserve=0))
-        assert path.phase(engine, chain, ctx, tight, relay.BUFFER_SIZE,
-                          relay.STAMP_BUFFER_SIZE, relay.FETCH_BUFFER_SIZE) is None
+        assert path.phase(engine, chain, ctx, tight, relay.BUFFER_SIZE) is None
         path.frame(int(ApiKey.HEARTBEAT), 4)
         assert metrics.registry.get_sample_value("herald_python_path_total", {
             "scope": "frame", "reason": "memory_budget", "api": "Heartbeat"}) == 1
