@@ -1,13 +1,17 @@
 """Tail latency, memory and idle CPU of Herald while it holds thousands of idle connections.
 
     python bench/bench_idle_connections.py [--connections 0,1000,4000,10000] [--seconds 30]
-                                           [--idle-seconds 10] [--per-source 500]
-                                           [--gc-stats] [--unpinned] [--data-dir DIR]
+                                           [--warmup-seconds 15] [--idle-seconds 10]
+                                           [--per-source 500]
+                                           [--gc-stats] [--past-fd-limit] [--unpinned]
+                                           [--data-dir DIR]
 
 A fleet's producers and consumers mostly sit idle on connections they opened long ago; a proxy
 that slows down as it holds more of them fails at the tail long before throughput shows it.
 This starts one broker and one Herald in front of it with the shipped configuration (its
-produce chain is `trace_context` + `audit`), then for each N of `--connections`, smallest first:
+produce chain is `trace_context` + `audit`), warms both up with `--warmup-seconds` of each
+live client below (not measured: a fresh broker JVM is orders of magnitude slower in its first
+seconds), then for each N of `--connections`, smallest first:
 
 1. **Held connections.** Connections are added until N are held, each after real work: on its
    own socket, ApiVersions, Metadata and one Produce of a record carrying a W3C `traceparent`
@@ -26,7 +30,9 @@ produce chain is `trace_context` + `audit`), then for each N of `--connections`,
    `--seconds` through Herald, one after the other (the order alternates per step), each after
    2 s of warm-up that is not counted. Latency is per record, produce() to its delivery report
    (time.perf_counter); records are sent on schedule even after a stall, so a stall shows in
-   every record it delayed.
+   every record it delayed. Beside it, Herald's CPU over its window and how long its threads
+   waited for a CPU (/proc/PID/task/*/schedstat): a wait well above zero says the machine, not
+   Herald, set that window's latency.
 5. **Consume latency.** A producer writes 1,000 records/s straight to the broker, each carrying
    its send time; two librdkafka consumers read them at the same time, one straight from the
    broker, one through Herald. Latency is end to end, produce() to the consumer's poll()
@@ -45,7 +51,9 @@ Herald on CPU 1 (bench/pinning.py), every thread checked before each measured wi
 `--unpinned` leaves everything on every core. The soft limit on open files is raised to the
 hard one for this process, the broker and Herald. Herald needs two descriptors per held
 connection (its client socket and its upstream one) plus some for itself, so N held
-connections need a hard limit above 2N + 128: the script says so up front when it is lower.
+connections need a hard limit above 2N + 128. An N the hard limit cannot hold is refused up
+front with the largest one it can; `--past-fd-limit` runs it anyway, to see what Herald does
+when it runs out of descriptors (its log, counted by event, is printed after each step).
 Herald's `limits.max_connections` is raised to the largest N plus room for the live clients,
 and both idle timeouts (Herald's `limits.idle_timeout_s`, the broker's
 `connections.max.idle.ms`) to an hour: a real idle client refreshes its metadata every few
@@ -55,7 +63,8 @@ With `--gc-stats`, the lines of Herald's /metrics that describe its garbage coll
 printed before and after each step's Herald produce window, when Herald exposes any; otherwise
 the script says there are none.
 
-Anything Herald logs during a step (warnings and errors) is printed after it.
+What Herald logs during a step (warnings and errors, counted by event and reason) is printed
+after it.
 """
 
 from __future__ import annotations
@@ -86,7 +95,14 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.bench_proxy import CpuClock, data_bytes, data_dir, log  # noqa: E402
-from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify_tree  # noqa: E402
+from bench.pinning import (  # noqa: E402
+    PROXY_CPU,
+    RunQueueWait,
+    can_pin,
+    pin,
+    pin_self_to_load_cpu,
+    verify_tree,
+)
 from protocol.framing import FrameDecoder  # noqa: E402
 from protocol.messages.api_versions_request import ApiVersionsRequest  # noqa: E402
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic  # noqa: E402
@@ -135,8 +151,8 @@ class Latency:
 
 
 def percentiles(seconds: list[float], errors: list[str]) -> Latency:
-    """Nearest-rank percentiles: p999 of 30,000 records is the 30th slowest, no interpolation
-    that would pull a lone stall towards its neighbours."""
+    """Nearest-rank percentiles (the value at rank ceil(q * n)): no interpolation that would
+    pull a lone stall towards its neighbours."""
     if not seconds:
         return Latency(errors=errors or ["no record timed"])
     ordered = sorted(seconds)
@@ -422,6 +438,24 @@ def idle_millicores(pid: int, seconds: float) -> float:
     return (sum(clock.read()) - before) / (time.monotonic() - started) * 1000
 
 
+class Busy:
+    """Herald's CPU (millicores) and its threads' wait for a CPU (ms per second: time runnable
+    but not running, which on a quiet machine with Herald on a core of its own stays near
+    zero) since it was made. A window in which Herald waited is a window of the machine,
+    not of Herald."""
+
+    def __init__(self, pid: int) -> None:
+        self.clock = CpuClock(pid)
+        self.cpu = sum(self.clock.read())
+        self.wait = RunQueueWait([pid])
+        self.started = time.monotonic()
+
+    def read(self) -> tuple[float, float]:
+        elapsed = time.monotonic() - self.started
+        return ((sum(self.clock.read()) - self.cpu) / elapsed * 1000,
+                self.wait.seconds() / elapsed * 1000)
+
+
 def raise_own_fd_limit() -> tuple[int, int]:
     """Soft limit to the hard one, for this process and everything it starts."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -436,18 +470,33 @@ def gc_lines(admin_url: str) -> list[str]:
     return [line for line in text.splitlines() if GC_METRIC.match(line)]
 
 
+_EVENT = re.compile(r'level=(\w+) event=(\S+)(?: reason=("[^"]*"|\S+))?')
+
+
 class LogTail:
-    """Herald's log lines written since the last look."""
+    """Herald's log lines written since the last look, counted by what they say: an event
+    line by its level, event and reason, any other line (a library's message) by its text;
+    the lines of a traceback are left out."""
 
     def __init__(self, herald: HeraldProcess) -> None:
         self.herald = herald
         self.seen = 0
 
-    def new(self) -> list[str]:
+    def new(self) -> Counter[str]:
         text = self.herald.logs()
         lines = text[self.seen:].splitlines()
         self.seen = len(text)
-        return [line for line in lines if line.strip()]
+        kinds: Counter[str] = Counter()
+        for line in lines:
+            if not line.strip() or line.startswith((" ", "Traceback")):
+                continue
+            event = _EVENT.search(line)
+            if event:
+                level, name, reason = event.groups()
+                kinds[f"{level} {name}" + (f" reason={reason}" if reason else "")] += 1
+            else:
+                kinds[line[:200]] += 1
+        return kinds
 
 
 # --- the run -------------------------------------------------------------------------------
@@ -466,6 +515,9 @@ class Step:
     idle_mc: float = math.nan
     produce: dict[str, Latency] = field(default_factory=dict)
     consume: dict[str, Latency] = field(default_factory=dict)
+    logged: Counter[str] = field(default_factory=Counter)
+    produce_mc: float = math.nan  # Herald's CPU during its produce window
+    waited_ms_per_s: float = math.nan  # Herald's wait for a CPU during that window
 
     @property
     def rss_per_conn_kib(self) -> float:
@@ -473,7 +525,7 @@ class Step:
 
 
 def create_topics(broker: str, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": broker})
+    admin = AdminClient({"bootstrap.servers": broker, "log_level": 3})
     futures = admin.create_topics([NewTopic(t, 1, 1) for t in names])
     for name, future in futures.items():
         try:
@@ -490,6 +542,10 @@ def run(args: argparse.Namespace, counts: list[int], workdir: Path, pinned: bool
         config["admin"]["bind"] = f"127.0.0.1:{free_port()}"
         config["limits"].update(max_connections=max(counts) + LIVE_CONNECTIONS,
                                 idle_timeout_s=HOUR_S)
+        per_source = config["limits"]["max_connections_per_source"]
+        if args.per_source > per_source:
+            raise SystemExit(f"--per-source {args.per_source} is above Herald's "
+                             f"limits.max_connections_per_source ({per_source})")
         log(f"chain: {[m['type'] for m in config['interceptors']['produce']]}")
         with HeraldProcess(config) as herald:
             assert herald.process is not None
@@ -502,15 +558,17 @@ def run(args: argparse.Namespace, counts: list[int], workdir: Path, pinned: bool
             need = FDS_PER_HELD * max(counts) + FDS_KEPT
             if soft < need:
                 log(f"WARNING: Herald may open {soft} files; holding {max(counts)} connections "
-                    f"needs about {need} ({FDS_PER_HELD} per connection + {FDS_KEPT}). Raise "
-                    "the hard limit (ulimit -Hn, LimitNOFILE=) to measure that many; this run "
-                    "goes on and shows what Herald does at its limit.")
+                    f"needs about {need} ({FDS_PER_HELD} per connection + {FDS_KEPT}): this "
+                    "run shows what Herald does at its limit.")
             tag = uuid.uuid4().hex[:6]
             held_topic = f"bench-idle-held-{tag}"
             create_topics(cluster.bootstrap, [held_topic])
             held = HeldConnections(herald.bootstrap, held_topic, args.per_source)
+            if args.warmup_seconds > 0:
+                warm_up(cluster.bootstrap, herald.bootstrap, f"bench-idle-warm-{tag}",
+                        args.warmup_seconds)
             logs = LogTail(herald)
-            logs.new()  # the start-up lines
+            logs.new()  # the start-up and warm-up lines
             steps = []
             try:
                 for index, n in enumerate(counts):
@@ -521,6 +579,17 @@ def run(args: argparse.Namespace, counts: list[int], workdir: Path, pinned: bool
             finally:
                 held.close()
     return steps
+
+
+def warm_up(broker: str, herald: str, topic: str, seconds: float) -> None:
+    """Each live client for `seconds`, not measured. A fresh broker JVM answers in seconds at
+    first and in milliseconds once compiled: measured, that would penalise whichever window
+    came first."""
+    log(f"warm-up: {seconds:.0f} s of each live client, not measured")
+    create_topics(broker, [topic])
+    for target in (broker, herald):
+        timed_produce(target, topic, seconds)
+    timed_consume(broker, herald, topic, seconds)
 
 
 def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
@@ -560,8 +629,13 @@ def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
         if pinned:
             verify_tree([pid])
         gc_before = gc_lines(herald.admin_url) if args.gc_stats and name == "herald" else []
+        busy = Busy(pid)
         step.produce[name] = timed_produce(targets[name], topics[name], args.seconds)
         log(f"   produce {name:6}: {fmt(step.produce[name])}")
+        if name == "herald":
+            step.produce_mc, step.waited_ms_per_s = busy.read()
+            log(f"                   Herald: {step.produce_mc:.0f} millicores, waited "
+                f"{step.waited_ms_per_s:.0f} ms/s for a CPU")
         if args.gc_stats and name == "herald":
             show_gc(gc_before, gc_lines(herald.admin_url))
     if pinned:
@@ -571,11 +645,11 @@ def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
         log(f"   consume {name:6}: {fmt(step.consume[name])}")
     step.held = held.still_open()
     log(f"   {step.held} of {n} still held open after the step")
-    lines = logs.new()
-    if lines:
-        log(f"   Herald logged {len(lines)} line(s) during the step; the first ones:")
-        for line in lines[:12]:
-            log(f"     {line[:400]}")
+    step.logged = logs.new()
+    if step.logged:
+        log("   Herald logged during the step (count: line, tracebacks left out):")
+        for kind, count in step.logged.most_common(12):
+            log(f"     {count:6}: {kind}")
     return step
 
 
@@ -625,10 +699,14 @@ def report(steps: list[Step], args: argparse.Namespace, pinned: bool) -> bool:
                   f"{h.p50 - d.p50:+9.2f} {h.p99 - d.p99:+7.2f} {h.p999 - d.p999:+7.2f}")
     print("\nHerald's memory and CPU")
     print(f"{'N':>6} {'held':>6} {'sources':>7} {'added':>6} {'RSS MiB':>8} {'RSS/conn KiB':>12} "
-          f"{'fds':>6} {'idle millicores':>15}")
+          f"{'fds':>6} {'idle millicores':>15} {'produce millicores':>18} "
+          f"{'CPU wait ms/s':>13}")
     for s in steps:
         print(f"{s.n:>6} {s.held:>6} {s.sources:>7} {s.added:>6} {s.rss_after / 2**20:8.1f} "
-              f"{s.rss_per_conn_kib:12.1f} {s.fds:>6} {s.idle_mc:15.1f}")
+              f"{s.rss_per_conn_kib:12.1f} {s.fds:>6} {s.idle_mc:15.1f} {s.produce_mc:18.0f} "
+              f"{s.waited_ms_per_s:13.0f}")
+    print("(produce millicores, CPU wait: Herald during its produce window; a wait well above "
+          "zero means the machine was not quiet and the latencies are the machine's)")
     errors = [(s.n, kind, name, lat.errors) for s in steps for kind in ("produce", "consume")
               for name, lat in getattr(s, kind).items() if lat.errors]
     for n, kind, name, errs in errors:
@@ -672,12 +750,16 @@ def main(argv: list[str] | None = None) -> int:
                              "(default 0,1000,4000,10000)")
     parser.add_argument("--seconds", type=float, default=30.0,
                         help="measured length of each latency window (plus 2 s of warm-up)")
+    parser.add_argument("--warmup-seconds", type=float, default=15.0,
+                        help="unmeasured run of each live client before the first step")
     parser.add_argument("--idle-seconds", type=float, default=10.0,
                         help="window of the idle CPU figure")
     parser.add_argument("--per-source", type=int, default=500,
                         help="held connections per loopback source address")
     parser.add_argument("--gc-stats", action="store_true",
                         help="print Herald's garbage collector metrics, if it exposes any")
+    parser.add_argument("--past-fd-limit", action="store_true",
+                        help="go on when the open-files limit is too low for the largest N")
     parser.add_argument("--unpinned", action="store_true",
                         help="leave every process on every core")
     parser.add_argument("--data-dir", default=None,
@@ -688,10 +770,14 @@ def main(argv: list[str] | None = None) -> int:
     counts = args.connections
 
     soft, hard = raise_own_fd_limit()
-    need = max(counts) + FDS_KEPT
     log(f"open-files limit {soft}/{hard} for this process, the broker and Herald")
-    if hard < need:
-        log(f"WARNING: this process needs about {need} open files to hold {max(counts)}")
+    holdable = (hard - FDS_KEPT) // FDS_PER_HELD
+    if max(counts) > holdable and not args.past_fd_limit:
+        parser.error(
+            f"the open-files hard limit is {hard}: Herald can hold about {holdable} "
+            f"connections ({FDS_PER_HELD} descriptors each, {FDS_KEPT} kept for itself), not "
+            f"{max(counts)}. Raise the hard limit (ulimit -Hn, LimitNOFILE=) or ask for fewer; "
+            "--past-fd-limit runs anyway, to see what Herald does at its limit")
     pinned = not args.unpinned and can_pin()
     if pinned:
         pin_self_to_load_cpu()  # the broker and every client thread inherit CPU 0
