@@ -22,7 +22,9 @@ seconds), then for each N of `--connections`, smallest first:
    once; every step checks how many of the held sockets are still open.
 2. **Memory.** Herald's VmRSS (/proc/PID/status) just before and just after the step's new
    connections: RSS per connection is the growth divided by the connections added, in KiB.
-   Herald's open file descriptors are counted too (/proc/PID/fd).
+   Herald's open file descriptors are counted too (/proc/PID/fd), and how much of its memory
+   budget (`limits.memory_budget_bytes`, from /metrics) the held sessions have booked: room
+   every read must find, so a budget booked full by idle sessions stalls the busy ones.
 3. **Idle CPU.** Herald's user + system time (/proc/PID/stat) over `--idle-seconds` with N held
    and no traffic at all, in millicores.
 4. **Produce latency.** A librdkafka producer (confluent-kafka) at 1,000 records/s, 1 KiB,
@@ -131,6 +133,7 @@ LIVE_CONNECTIONS = 64  # room above N in max_connections for the live clients
 HOUR_S = 3600
 _API_VERSIONS = ApiVersionsRequest(client_software_name="bench-idle", client_software_version="1")
 
+BUDGET_USED = 'herald_memory_budget_bytes{kind="used"} '
 GC_METRIC = re.compile(r"^(?:python_gc|herald_gc|\w*_gc_)\w*(?:\{[^}]*\})? ")
 """Lines of Herald's /metrics about its garbage collector, whatever their exact names."""
 
@@ -464,10 +467,22 @@ def raise_own_fd_limit() -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def gc_lines(admin_url: str) -> list[str]:
+def metrics_text(admin_url: str) -> str:
     with urllib.request.urlopen(f"{admin_url}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    return [line for line in text.splitlines() if GC_METRIC.match(line)]
+        return answer.read().decode()
+
+
+def gc_lines(admin_url: str) -> list[str]:
+    return [line for line in metrics_text(admin_url).splitlines() if GC_METRIC.match(line)]
+
+
+def budget_used(admin_url: str) -> float:
+    """Bytes of Herald's memory budget (`limits.memory_budget_bytes`) booked now: what its
+    sessions hold for their buffers, which reads must find room in. NaN if not exposed."""
+    for line in metrics_text(admin_url).splitlines():
+        if line.startswith(BUDGET_USED):
+            return float(line.rsplit(" ", 1)[1])
+    return math.nan
 
 
 _EVENT = re.compile(r'level=(\w+) event=(\S+)(?: reason=("[^"]*"|\S+))?')
@@ -516,6 +531,7 @@ class Step:
     produce: dict[str, Latency] = field(default_factory=dict)
     consume: dict[str, Latency] = field(default_factory=dict)
     logged: Counter[str] = field(default_factory=Counter)
+    budget: float = math.nan  # bytes of Herald's memory budget booked with N held, idle
     produce_mc: float = math.nan  # Herald's CPU during its produce window
     waited_ms_per_s: float = math.nan  # Herald's wait for a CPU during that window
 
@@ -577,6 +593,10 @@ def run(args: argparse.Namespace, counts: list[int], workdir: Path, pinned: bool
                     if herald.process.poll() is not None:
                         raise RuntimeError(f"Herald exited:\n{herald.logs()[-3000:]}")
             finally:
+                # The broker closes its ends first: closed from this side, Herald would close
+                # its thousands of upstream sockets itself, and each would hold its loopback
+                # port in TIME_WAIT for a minute, too many for the next run to find free ports.
+                cluster.stop()
                 held.close()
     return steps
 
@@ -610,9 +630,11 @@ def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
     step.held = held.still_open()
     step.sources = held.sources()
     step.fds = open_fds(pid)
+    step.budget = budget_used(herald.admin_url)
     log(f"   {step.added} opened in {time.monotonic() - started:.1f} s from {step.sources} "
         f"source address(es); {step.held} of {n} held open; Herald RSS "
-        f"{step.rss_before / 2**20:.1f} -> {step.rss_after / 2**20:.1f} MiB, {step.fds} fds")
+        f"{step.rss_before / 2**20:.1f} -> {step.rss_after / 2**20:.1f} MiB, {step.fds} fds, "
+        f"memory budget booked {step.budget / 2**20:.0f} MiB")
     for reason, count in step.failures.most_common():
         log(f"   FAILED {count}x: {reason}")
 
@@ -699,14 +721,15 @@ def report(steps: list[Step], args: argparse.Namespace, pinned: bool) -> bool:
                   f"{h.p50 - d.p50:+9.2f} {h.p99 - d.p99:+7.2f} {h.p999 - d.p999:+7.2f}")
     print("\nHerald's memory and CPU")
     print(f"{'N':>6} {'held':>6} {'sources':>7} {'added':>6} {'RSS MiB':>8} {'RSS/conn KiB':>12} "
-          f"{'fds':>6} {'idle millicores':>15} {'produce millicores':>18} "
+          f"{'fds':>6} {'budget MiB':>10} {'idle millicores':>15} {'produce millicores':>18} "
           f"{'CPU wait ms/s':>13}")
     for s in steps:
         print(f"{s.n:>6} {s.held:>6} {s.sources:>7} {s.added:>6} {s.rss_after / 2**20:8.1f} "
-              f"{s.rss_per_conn_kib:12.1f} {s.fds:>6} {s.idle_mc:15.1f} {s.produce_mc:18.0f} "
-              f"{s.waited_ms_per_s:13.0f}")
-    print("(produce millicores, CPU wait: Herald during its produce window; a wait well above "
-          "zero means the machine was not quiet and the latencies are the machine's)")
+              f"{s.rss_per_conn_kib:12.1f} {s.fds:>6} {s.budget / 2**20:10.0f} "
+              f"{s.idle_mc:15.1f} {s.produce_mc:18.0f} {s.waited_ms_per_s:13.0f}")
+    print("(budget: Herald's memory budget booked with N held and idle; produce millicores, "
+          "CPU wait: Herald during its produce window, a wait well above zero means the "
+          "machine was not quiet and the latencies are the machine's)")
     errors = [(s.n, kind, name, lat.errors) for s in steps for kind in ("produce", "consume")
               for name, lat in getattr(s, kind).items() if lat.errors]
     for n, kind, name, errs in errors:
