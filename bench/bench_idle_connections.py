@@ -175,7 +175,8 @@ def paced(rate: int, seconds: float, send: Callable[[], None],
           wait: Callable[[float], object]) -> None:
     """Call `send()` `rate` times a second for `seconds`, on a fixed schedule: after a stall
     the records due are sent at once, so a stall delays every record due during it (no
-    coordinated omission). Between sends, `wait(timeout)` serves delivery reports."""
+    coordinated omission). Between sends, `wait(timeout)` serves delivery reports; records
+    due within the same millisecond may leave together."""
     interval = 1.0 / rate
     next_at = time.perf_counter()
     end = next_at + seconds
@@ -186,7 +187,9 @@ def paced(rate: int, seconds: float, send: Callable[[], None],
         while next_at <= now:
             send()
             next_at += interval
-        wait(max(0.0, min(next_at - time.perf_counter(), 0.005)))
+        # At least 1 ms: librdkafka's poll() counts whole milliseconds, so a shorter wait
+        # returns at once and the loop would spin, taking the load CPU from the broker.
+        wait(max(0.001, min(next_at - time.perf_counter(), 0.005)))
 
 
 def timed_produce(bootstrap: str, topic: str, seconds: float) -> Latency:
@@ -588,8 +591,8 @@ def run(args: argparse.Namespace, counts: list[int], workdir: Path, pinned: bool
             steps = []
             try:
                 for index, n in enumerate(counts):
-                    steps.append(measure_step(index, n, args, cluster.bootstrap, herald, held,
-                                              logs, pinned, tag))
+                    steps.append(measure_step(index, n, args, cluster, herald, held, logs,
+                                              pinned, tag))
                     if herald.process.poll() is not None:
                         raise RuntimeError(f"Herald exited:\n{herald.logs()[-3000:]}")
             finally:
@@ -612,11 +615,13 @@ def warm_up(broker: str, herald: str, topic: str, seconds: float) -> None:
     timed_consume(broker, herald, topic, seconds)
 
 
-def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
+def measure_step(index: int, n: int, args: argparse.Namespace, cluster: KafkaCluster,
                  herald: HeraldProcess, held: HeldConnections, logs: LogTail, pinned: bool,
                  tag: str) -> Step:
     assert herald.process is not None
     pid = herald.process.pid
+    broker = cluster.bootstrap
+    load_pids = [os.getpid(), *(node.process.pid for node in cluster.nodes if node.process)]
     step = Step(n)
     log(f"\n== N = {n}: opening {max(0, n - len(held.sockets))} more connections")
     step.rss_before = rss_bytes(pid)
@@ -652,8 +657,13 @@ def measure_step(index: int, n: int, args: argparse.Namespace, broker: str,
             verify_tree([pid])
         gc_before = gc_lines(herald.admin_url) if args.gc_stats and name == "herald" else []
         busy = Busy(pid)
+        load = RunQueueWait(load_pids)
+        started = time.monotonic()
         step.produce[name] = timed_produce(targets[name], topics[name], args.seconds)
+        load_wait = load.seconds() / (time.monotonic() - started) * 1000
         log(f"   produce {name:6}: {fmt(step.produce[name])}")
+        log(f"                   broker and clients waited {load_wait:.0f} ms/s for a CPU "
+            "(summed over their threads)")
         if name == "herald":
             step.produce_mc, step.waited_ms_per_s = busy.read()
             log(f"                   Herald: {step.produce_mc:.0f} millicores, waited "
