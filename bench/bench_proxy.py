@@ -44,6 +44,7 @@ from tests.support.java_tools import (  # noqa: E402
     CONSUMER_PERF,
     PRODUCER_PERF,
     TOPIC_COMMAND,
+    command_properties,
     run_tool,
 )
 
@@ -172,8 +173,8 @@ def produce(
 ) -> ProduceResult:
     args = [
         "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
-        "--record-size", str(size), "--throughput", str(rate), "--command-property", "acks=all",
-        "--command-property", f"compression.type={compression}",
+        "--record-size", str(size), "--throughput", str(rate),
+        *command_properties(PRODUCER_PERF, {"acks": "all", "compression.type": compression}),
     ]
     if warmup:
         args += ["--warmup-records", str(warmup)]

@@ -33,7 +33,12 @@ from bench.bench_proxy import parse_producer_perf as parse  # noqa: E402
 from bench.pinning import PROXY_CPU, can_pin, pin, pin_self_to_load_cpu, verify  # noqa: E402
 from protocol.kafka_versions import KAFKA_VERSION  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
-from tests.support.java_tools import CONSUMER_PERF, PRODUCER_PERF, run_tool  # noqa: E402
+from tests.support.java_tools import (  # noqa: E402
+    CONSUMER_PERF,
+    PRODUCER_PERF,
+    command_properties,
+    run_tool,
+)
 from tests.support.secure_cluster import start_secure_cluster  # noqa: E402
 
 
@@ -128,14 +133,18 @@ def _system_share(start: tuple[float, float], end: tuple[float, float]) -> float
 
 
 def perf_produce(bootstrap: str, topic: str, records: int, args: argparse.Namespace,
-                 props: Path, codec: str = "none"):  # noqa: ANN201
+                 props: Path, codec: str = "none",
+                 payload_file: Path | None = None):  # noqa: ANN201
     """ProducerPerformance at full speed, acks=all, `codec` compression, the client settings
-    in `props`; every record must be sent."""
+    in `props`; every record must be sent. Random records of `args.record_size` bytes, or
+    the lines of `payload_file` (one picked at random per record) when given."""
+    payload = (["--payload-file", str(payload_file)] if payload_file is not None
+               else ["--record-size", str(args.record_size)])
     result = run_tool(
         PRODUCER_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
-        "--num-records", str(records), "--record-size", str(args.record_size),
+        "--num-records", str(records), *payload,
         "--throughput", "-1", "--command-config", str(props),
-        "--command-property", "acks=all", "--command-property", f"compression.type={codec}",
+        *command_properties(PRODUCER_PERF, {"acks": "all", "compression.type": codec}),
         timeout=1800,
     )
     parsed = parse(result.stdout)

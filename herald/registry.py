@@ -61,7 +61,8 @@ COMMANDS = (
             run="proxy.cli:dev", arguments="proxy.cli:dev_arguments", section="proxy"),
     Command("check", "validate a config file as run would, without serving",
             run="herald.check:check", arguments="herald.check:arguments"),
-    Command("k8s", "Kubernetes: add the Herald sidecar to workload manifests",
+    Command("k8s", "Kubernetes: add the Herald sidecar to manifests, or serve the webhook that "
+                   "adds it to pods",
             run="proxy.k8s.command:run", arguments="proxy.k8s.command:add_arguments"),
     Command("pipeline", "the analytics pipeline on Spark (herald pipeline --help)",
             run="pipeline.cli:main"),

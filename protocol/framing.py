@@ -35,6 +35,10 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def head(self, n: int) -> bytes:
+        """The first `n` bytes buffered (fewer when fewer are here), left buffered."""
+        return bytes(self._buf[:n]) if self._buf else b""
+
     def frames(self) -> list[bytes]:
         """Every complete frame buffered so far, in order; partial data stays buffered."""
         raw, views = self.split(b"")

@@ -8,7 +8,6 @@ and drains the sessions on the way out.
 
 from __future__ import annotations
 
-import gc
 import signal
 from collections.abc import Callable
 
@@ -42,6 +41,7 @@ from proxy.routing.stats import RoutingStats
 from proxy.security.kafka_clients import proxy_info
 from proxy.security.tls import ReloadingContext
 from proxy.serving.admin import AdminServer
+from proxy.serving.collector import CollectorKeeper
 from proxy.serving.connections import Connections
 from proxy.serving.listeners import BOOTSTRAP, Listeners
 from proxy.serving.reload import ConfigReload
@@ -132,6 +132,7 @@ class Proxy:
             no_engine=no_engine,
         )
         self.connections = Connections(self.environment, self.refresh_brokers)
+        self.collector = CollectorKeeper(self.metrics, self.connections.counts)
         self.sessions: set[Session] = self.connections.sessions
         self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
         self._reload = ConfigReload(self.environment, self.proxy_info, self.destinations,
@@ -164,6 +165,7 @@ class Proxy:
         try:
             await self._serve(on_ready)
         finally:
+            self.collector.uninstall()
             if self.native is not None:
                 self.native.close()
 
@@ -195,6 +197,10 @@ class Proxy:
                 if self._tls_contexts():
                     nursery.start_soon(self._watch_certificates)
                 nursery.start_soon(self.topic_limits.run)
+                # What starting made (modules, the generated codec, config, chains) lives as
+                # long as the process; what sessions keep is frozen as they settle.
+                self.collector.install()
+                nursery.start_soon(self.collector.run)
                 self.ready.set()
                 if on_ready is not None:
                     on_ready(self)
@@ -305,15 +311,6 @@ class Proxy:
         return True
 
 
-def _ready(proxy: Proxy, on_ready: Callable[[Proxy], None] | None) -> None:
-    # Everything made while starting (modules, the generated codec, config, chains) lives as
-    # long as the process: frozen, the cyclic collector no longer walks it on every full
-    # collection, which took a tenth of Herald's CPU on a busy consumer.
-    gc.freeze()
-    if on_ready is not None:
-        on_ready(proxy)
-
-
 def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) -> None:
     """Run the proxy in the foreground until SIGTERM/SIGINT, then drain and return.
 
@@ -329,7 +326,7 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
             nursery.start_soon(proxy.handle_signals)
             if config.reload_watch_s > 0 and config.source is not None:
                 nursery.start_soon(watch_file, config.source, config.reload_watch_s, proxy.reload)
-            await proxy.serve(lambda p: _ready(p, on_ready))
+            await proxy.serve(on_ready)
             nursery.cancel_scope.cancel()
 
     try:

@@ -98,14 +98,26 @@ if ! command -v chromium >/dev/null; then
   fi
 fi
 
+# Debian packages some tests or benchmarks run: installed as root with apt-get (the package
+# lists refreshed only if the first try fails), else named for the user to install.
+debian_package() {  # package, what needs it
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends "$1" >/dev/null \
+      || { apt-get update -qq && apt-get install -y -q --no-install-recommends "$1" >/dev/null; }
+  else
+    echo "setup: $1 is missing; install Debian's '$1' package ($2)" >&2
+  fi
+}
+
 # Prometheus (Debian's package: prometheus and promtool): the stream's metrics are tested by
 # a real Prometheus scraping them, and the example alert rules by `promtool`.
 if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q --no-install-recommends prometheus >/dev/null \
-      || { apt-get update -qq && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
-  else
-    echo "setup: prometheus is missing; install Debian's 'prometheus' package (metrics tests)" >&2
-  fi
+  debian_package prometheus "metrics tests"
+fi
+
+# HAProxy (Debian's package): the TLS relay bench/bench_production.py measures as the floor of
+# Herald's TLS profiles (bench/haproxy_floor.py). Only the benchmark needs it.
+if ! command -v haproxy >/dev/null; then
+  debian_package haproxy "production benchmark"
 fi

@@ -1,12 +1,33 @@
 #!/usr/bin/env bash
-# Set up, then run the lint and the whole test suite (unit, property, differential, integration
-# against real brokers), then the native engine's tests under ASan and UBSan and its fuzz
-# targets for a short while (scripts/sanitize.sh, docs/native-safety.md). Extra arguments go
-# to pytest, and then only pytest runs; HERALD_SANITIZE=0 leaves the sanitizer part out.
+# Set up, then run the lint, build the container image, and run the whole test suite (unit,
+# property, differential, integration against real brokers, the image itself), then the native
+# engine's tests under ASan and UBSan and its fuzz targets for a short while
+# (scripts/sanitize.sh, docs/native-safety.md). Extra arguments go to pytest, and then only
+# pytest runs (HERALD_IMAGE_BUILD=1 builds the image first all the same); HERALD_SANITIZE=0
+# leaves the sanitizer part out, HERALD_IMAGE_BUILD=0 the image build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
+# The image (deploy/build-image.sh; reused while its inputs are unchanged). A failed build does
+# not stop the suite: its outcome is recorded for tests/k8s/deploy/test_image.py, which reports
+# the build's error (and fails under HERALD_TEST_STRICT=1).
+build_image=0
+[ $# -eq 0 ] && build_image=1
+if [ "${HERALD_IMAGE_BUILD:-$build_image}" = 1 ]; then
+  record=${HERALD_CACHE_DIR:-$PWD/.cache}/image
+  mkdir -p "$record"
+  rm -f "$record/build.status"
+  echo "test: building the image if its inputs changed (deploy/build-image.sh > $record/build.log)"
+  start=$SECONDS
+  if bash deploy/build-image.sh >"$record/build.log" 2>&1; then
+    status=built
+  else
+    status="failed $?"
+  fi
+  echo "$status" >"$record/build.status"
+  echo "test: image $status in $((SECONDS - start)) s: $(grep '^build-image: ' "$record/build.log" | tail -n 1)"
+fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 if [ $# -eq 0 ] && [ "${HERALD_SANITIZE:-1}" != 0 ]; then
   bash scripts/sanitize.sh

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,22 @@ def add_arguments(k8s: argparse.ArgumentParser) -> None:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="*", type=Path, default=[],
                    help="manifest files ('-' or none: stdin)")
+    add_sidecar_arguments(p)
+    p.add_argument("--config-map", metavar="NAME",
+                   help="use this existing ConfigMap for proxy.yaml; write none")
+    p.add_argument("--config-in-pod", action="store_true",
+                   help=f"put proxy.yaml in the pod's {sidecar.CONFIG_ANNOTATION} annotation, "
+                        "mounted through the downward API, and write no ConfigMap (what the "
+                        "admission webhook does)")
+    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    from proxy.k8s.webhook_command import add_webhook_parser
+
+    add_webhook_parser(k8s_sub)
+
+
+def add_sidecar_arguments(p: argparse.ArgumentParser) -> None:
+    """What the sidecar is made of: the same flags for `inject` and for the webhook (whose
+    pods may override some of them with annotations)."""
     p.add_argument("--upstream", default="kafka:9092",
                    help="bootstrap HOST:PORT of the real cluster (default: kafka:9092)")
     p.add_argument("--bootstrap-env", action="append", metavar="NAME",
@@ -53,10 +70,11 @@ def add_arguments(k8s: argparse.ArgumentParser) -> None:
     p.add_argument("--image", default=SidecarSpec.image, help="Herald's container image")
     p.add_argument("--classic", action="store_true",
                    help="a plain sidecar container (clusters before 1.29; not for Jobs)")
+    p.add_argument("--scope", choices=sidecar.LINK_SCOPES, default=sidecar.LINK_SCOPE,
+                   help="what scopes the causal links: host (the pod, whatever its client "
+                        "ids; default) or client_id")
     p.add_argument("--config", type=Path,
                    help="the proxy.yaml to put in the ConfigMap (default: generated)")
-    p.add_argument("--config-map", metavar="NAME",
-                   help="use this existing ConfigMap for proxy.yaml; write none")
     p.add_argument("--upstream-tls-secret", metavar="SECRET",
                    help="Secret with ca.crt, tls.crt, tls.key for TLS to the brokers")
     p.add_argument("--sasl-secret", metavar="SECRET",
@@ -70,7 +88,6 @@ def add_arguments(k8s: argparse.ArgumentParser) -> None:
     p.add_argument("--interceptors", choices=sorted(CPU_MS_PER_MB), default="trace_audit_link",
                    help="which measured CPU figures size the request (default "
                         "trace_audit_link: the sidecar's chain)")
-    p.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
 
 
 def _read(files: list[Path]) -> list[Any]:
@@ -88,7 +105,8 @@ def _read(files: list[Path]) -> list[Any]:
     return docs
 
 
-def _options(args: argparse.Namespace) -> InjectOptions:
+def options_from(args: argparse.Namespace, config_in_pod: bool = False) -> InjectOptions:
+    """The injection the flags of `add_sidecar_arguments` describe."""
     try:
         load = Throughput(args.produce_mb_s, args.consume_mb_s, args.interceptors)
     except ValueError as exc:
@@ -96,14 +114,15 @@ def _options(args: argparse.Namespace) -> InjectOptions:
     spec = SidecarSpec(
         upstream=args.upstream, image=args.image, native=not args.classic, load=load,
         upstream_tls_secret=args.upstream_tls_secret, sasl_secret=args.sasl_secret,
-        sasl_mechanism=args.sasl_mechanism,
+        sasl_mechanism=args.sasl_mechanism, link_scope=args.scope,
     )
     proxy_yaml = None
     if args.config is not None:
         spec, proxy_yaml = _own_config(args.config, spec)
     return InjectOptions(
         spec=spec, bootstrap_env=tuple(args.bootstrap_env or ("KAFKA_BOOTSTRAP_SERVERS",)),
-        containers=tuple(args.container), config_map=args.config_map, proxy_yaml=proxy_yaml,
+        containers=tuple(args.container), config_map=getattr(args, "config_map", None),
+        proxy_yaml=proxy_yaml, config_in_pod=config_in_pod,
     )
 
 
@@ -142,10 +161,8 @@ def _own_config(path: Path, spec: SidecarSpec) -> tuple[SidecarSpec, str]:
     if admin.host.startswith("127.") or admin.host in ("localhost", "::1"):
         raise InjectError(f"{path}: admin.bind: {admin} is loopback, where the kubelet's probes "
                           "cannot reach it (use 0.0.0.0)")
-    return SidecarSpec(
-        upstream=spec.upstream, image=spec.image, native=spec.native, load=spec.load,
-        upstream_tls_secret=spec.upstream_tls_secret, sasl_secret=spec.sasl_secret,
-        sasl_mechanism=spec.sasl_mechanism, listen_port=config.listen.bootstrap.port,
+    return dataclasses.replace(
+        spec, listen_port=config.listen.bootstrap.port,
         broker_port_base=config.listen.broker_port_base, admin_port=admin.port,
         shutdown_grace_s=config.shutdown_grace_s,
     ), text
@@ -168,8 +185,15 @@ def dump_documents(docs: list[Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.k8s_command == "webhook":
+        from proxy.k8s.webhook_command import run_webhook
+
+        return run_webhook(args)
     try:
-        options = _options(args)
+        if args.config_in_pod and args.config_map:
+            raise InjectError("--config-in-pod and --config-map: choose one (where proxy.yaml "
+                              "comes from)")
+        options = options_from(args, config_in_pod=args.config_in_pod)
         docs, report = inject(_read(args.files), options)
     except InjectError as exc:
         for line in str(exc).splitlines():

@@ -54,6 +54,9 @@ class InjectOptions:
     config_map: str | None = None
     # The proxy.yaml to write into the ConfigMap (default: `sidecar.proxy_config(spec)`).
     proxy_yaml: str | None = None
+    # proxy.yaml in the pod's own annotation (sidecar.CONFIG_ANNOTATION), mounted through the
+    # downward API: no ConfigMap, so a pod made by an admission webhook carries all it needs.
+    config_in_pod: bool = False
 
 
 @dataclass
@@ -64,8 +67,18 @@ class Report:
     unpointed: list[str] = field(default_factory=list)
 
 
-class _Doc:
-    """Where errors point: the document's position and identity."""
+class _Where:
+    """Where errors point: a name for the object, then the path of the field at fault."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, reason: str) -> InjectError:
+        return InjectError(f"{self.where}: {path}: {reason}")
+
+
+class _Doc(_Where):
+    """A document of a manifest stream: its position and identity."""
 
     def __init__(self, index: int, doc: dict[str, Any]) -> None:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
@@ -74,9 +87,6 @@ class _Doc:
         self.where = f"document {index}"
         if self.kind:
             self.where += f" ({self.kind}/{self.name or '?'})"
-
-    def fail(self, path: str, reason: str) -> InjectError:
-        return InjectError(f"{self.where}: {path}: {reason}")
 
 
 def inject(documents: list[Any], options: InjectOptions) -> tuple[list[Any], Report]:
@@ -128,7 +138,44 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
         template = template.get(key)
         if not isinstance(template, dict):
             raise where.fail(".".join(walked), "expected a mapping")
-    prefix = ".".join(path) + "." if path else ""
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    result = inject_pod(template, options, kind=doc["kind"], where=where,
+                        prefix=".".join(path) + "." if path else "",
+                        config_map_name=f"{where.name}-herald" if where.name else None,
+                        namespace=meta.get("namespace"))
+    label = f"{where.kind}/{where.name}"
+    if not result.injected:
+        report.unchanged.append(label)
+    else:
+        report.injected.append(label)
+        if not result.pointed:
+            report.unpointed.append(label)
+    if result.config_map is not None:
+        yield result.config_map
+    yield doc
+
+
+@dataclass
+class PodResult:
+    """What `inject_pod` did: `injected` is False for a pod already marked injected (left as
+    it was); `config_map` is the ConfigMap to create with it, if any."""
+
+    injected: bool
+    pointed: bool = False
+    config_map: dict[str, Any] | None = None
+
+
+def inject_pod(template: dict[str, Any], options: InjectOptions, *, kind: str = "Pod",
+               where: _Where | str = "Pod", prefix: str = "",
+               config_map_name: str | None = None, namespace: str | None = None) -> PodResult:
+    """Add the sidecar to one pod (a Pod object or a workload's pod template: `metadata` and
+    `spec`), in place. The one injection both `herald k8s inject` and the admission webhook
+    run. `kind` is the workload's (a classic sidecar is refused for Jobs), `where` and
+    `prefix` how errors name the object and the path to the template in it, and
+    `config_map_name` the ConfigMap to write when neither an existing one nor the pod's own
+    annotation carries proxy.yaml. Raises `InjectError` before changing anything."""
+    if isinstance(where, str):
+        where = _Where(where)
     meta = template.setdefault("metadata", {})
     if not isinstance(meta, dict):
         raise where.fail(prefix + "metadata", "expected a mapping")
@@ -138,22 +185,22 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
     annotations = meta.get("annotations") or {}
     if not isinstance(annotations, dict):
         raise where.fail(prefix + "metadata.annotations", "expected a mapping")
-    label = f"{where.kind}/{where.name}"
     if sidecar.INJECTED in annotations:
-        report.unchanged.append(label)
-        yield doc
-        return
-    _check_pod(pod, prefix + "spec", where, doc["kind"], options)
+        return PodResult(injected=False)
+    _check_pod(pod, prefix + "spec", where, kind, options)
     spec = options.spec
+    text = options.proxy_yaml or sidecar.dump_config(sidecar.proxy_config(spec))
     config_map = options.config_map
-    if config_map is None:
-        if not where.name:
-            raise where.fail("metadata.name", "required: it names the Herald ConfigMap "
-                                              "(or give an existing one with --config-map)")
-        config_map = f"{where.name}-herald"
-        namespace = (doc.get("metadata") or {}).get("namespace")
-        text = options.proxy_yaml or sidecar.dump_config(sidecar.proxy_config(spec))
-        yield sidecar.config_map(config_map, namespace, text)
+    written = None
+    if options.config_in_pod:
+        annotations = {**annotations, sidecar.CONFIG_ANNOTATION: text}
+    elif config_map is None:
+        if not config_map_name:
+            raise where.fail(prefix + "metadata.name",
+                             "required: it names the Herald ConfigMap (or give an existing one "
+                             "with --config-map)")
+        config_map = config_map_name
+        written = sidecar.config_map(config_map, namespace, text)
 
     apps = pod["containers"]
     pointed = False
@@ -164,13 +211,12 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
         else:
             pointed |= _point_at_herald(c, options.bootstrap_env, spec.listen_port,
                                         add=len(apps) == 1)
-    if not pointed:
-        report.unpointed.append(label)
     if spec.native:
         pod["initContainers"] = [sidecar.container(spec), *(pod.get("initContainers") or [])]
     else:
         apps.append(sidecar.container(spec))
-    pod["volumes"] = [*(pod.get("volumes") or []), *sidecar.volumes(spec, config_map)]
+    pod["volumes"] = [*(pod.get("volumes") or []),
+                      *sidecar.volumes(spec, None if options.config_in_pod else config_map)]
     pod["terminationGracePeriodSeconds"] = max(
         pod.get("terminationGracePeriodSeconds") or 30, sidecar.termination_grace_s(spec))
     meta["annotations"] = {
@@ -179,8 +225,7 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
     meta["annotations"].setdefault("kubectl.kubernetes.io/default-container", apps[0]["name"])
     labels = meta.get("labels") or {}
     meta["labels"] = {**labels, sidecar.SIDECAR_LABEL: "true"}
-    report.injected.append(label)
-    yield doc
+    return PodResult(injected=True, pointed=pointed, config_map=written)
 
 
 def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: int,
@@ -205,7 +250,7 @@ def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: in
     return pointed
 
 
-def _check_pod(pod: dict[str, Any], path: str, where: _Doc, kind: str,
+def _check_pod(pod: dict[str, Any], path: str, where: _Where, kind: str,
                options: InjectOptions) -> None:
     """Refuse what would give a pod that cannot work, before anything is changed."""
     spec = options.spec
@@ -250,7 +295,7 @@ def _check_pod(pod: dict[str, Any], path: str, where: _Doc, kind: str,
                              "use the native sidecar (Kubernetes 1.29+)")
 
 
-def _check_ports(c: dict[str, Any], path: str, where: _Doc, spec: SidecarSpec) -> None:
+def _check_ports(c: dict[str, Any], path: str, where: _Where, spec: SidecarSpec) -> None:
     ports = c.get("ports") or []
     if not isinstance(ports, list):
         raise where.fail(f"{path}.ports", "expected a list")

@@ -36,6 +36,9 @@ LINK_SCOPE = "host"  # one sidecar per pod: the pod's clients all come from loop
 # The annotation that marks a pod template as injected, and the label PodMonitors select on.
 INJECTED = "herald.io/injected"
 SIDECAR_LABEL = "herald.io/sidecar"
+# The annotation that carries proxy.yaml when the pod holds its own config (the webhook's way).
+CONFIG_ANNOTATION = "herald.io/proxy-yaml"
+LINK_SCOPES = ("host", "client_id")
 PRE_STOP_S = 5
 
 _DOWNWARD = (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
@@ -58,6 +61,12 @@ class SidecarSpec:
     broker_port_base: int = BROKER_PORT_BASE
     admin_port: int = ADMIN_PORT
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
+    link_scope: str = LINK_SCOPE  # of the causal links: one of LINK_SCOPES
+
+    def __post_init__(self) -> None:
+        if self.link_scope not in LINK_SCOPES:
+            raise ValueError(f"scope: expected one of {', '.join(LINK_SCOPES)}, "
+                             f"got {self.link_scope!r}")
 
 
 def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
@@ -93,7 +102,7 @@ def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
         "shutdown": {"grace_s": spec.shutdown_grace_s},
         "logging": {"level": "warning", "format": "json"},
         "interceptors": {
-            "produce": [{"type": "trace_context", "link": {"scope": LINK_SCOPE}},
+            "produce": [{"type": "trace_context", "link": {"scope": spec.link_scope}},
                         {"type": "audit"}],
             "fetch": [],
         },
@@ -167,8 +176,15 @@ def container(spec: SidecarSpec) -> dict[str, Any]:
     return c
 
 
-def volumes(spec: SidecarSpec, config_map_name: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, "configMap": {"name": config_map_name}}]
+def volumes(spec: SidecarSpec, config_map_name: str | None) -> list[dict[str, Any]]:
+    """The sidecar's volumes: proxy.yaml from the ConfigMap named, or (None) from the pod's
+    own CONFIG_ANNOTATION through the downward API."""
+    config: dict[str, Any] = {"configMap": {"name": config_map_name}}
+    if config_map_name is None:
+        config = {"downwardAPI": {"items": [{
+            "path": "proxy.yaml",
+            "fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_ANNOTATION}']"}}]}}
+    out: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, **config}]
     if spec.upstream_tls_secret:
         out.append({"name": "herald-upstream-tls",
                     "secret": {"secretName": spec.upstream_tls_secret}})

@@ -17,6 +17,7 @@ the API label is bounded like every API label of Herald's.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -80,9 +81,13 @@ STAMP_UNLESS_TAGGED = CAPABILITIES.value("stamp_unless_tagged")
 SCAN = CAPABILITIES.value("scan")
 SCAN_UNLESS_TAGGED = CAPABILITIES.value("scan_unless_tagged")
 
-# A native phase that passed fewer requests than this before handing over means the client
-# mostly needs Python: each such phase doubles the reads Python keeps it for (up to the cap),
-# so a session that alternates does not pay for a hand-over per request.
+# A native phase that passed fewer requests than this before a Produce or Fetch (or its
+# response) ended it means the client's data path mostly needs Python: each such phase doubles
+# the reads Python keeps it for (up to the cap), so a session that alternates does not pay for
+# a hand-over per request. A phase that a frame Python handles by design ended (the login,
+# metadata, group coordination: frames filters read) says nothing about the data path: the
+# session goes back as soon as that frame is answered, and the count stays where it was.
+_API_VERSION = struct.Struct(">hh")  # a request's API key and version, after its size
 _FEW_NATIVE = 8
 _MAX_STAY_READS = 64
 
@@ -277,16 +282,33 @@ class SessionPath:
         self._table = table
         return Phase(table, stamp, fetch, booked)
 
-    def ended(self, reason: str, forwarded: int) -> str:
+    def ended(self, reason: str, forwarded: int, api: int | None = None) -> str:
         """A native phase ended for `reason` after passing `forwarded` requests: what that
-        reason means ("resume", "deadline", "upstream" or "close", as the engine says)."""
+        reason means ("resume", "deadline", "upstream" or "close", as the engine says).
+        `api`: the API key of the frame that ended it (the request the engine handed over,
+        or the one whose response it did), None when it is not known.
+
+        Only a short phase that the data path ended (a Produce or Fetch, or its response,
+        Python must handle) keeps the session in Python for a while (`may_offer`)."""
         kind = self._caps.reasons.get(reason, "close")
-        self._stay = 0 if forwarded >= _FEW_NATIVE else min(max(1, 2 * self._stay),
-                                                            _MAX_STAY_READS)
-        self._stay_left = self._stay
+        data_path = self._data_path_ended(reason, api)
+        if forwarded >= _FEW_NATIVE:
+            self._stay = 0
+        elif data_path:
+            self._stay = min(max(1, 2 * self._stay), _MAX_STAY_READS)
+        self._stay_left = self._stay if data_path else 0
         self._declined = reason == DECLINED_BY_ENGINE
         self._why = REAUTH if reason == REAUTH else BETWEEN_PHASES
         return kind
+
+    def _data_path_ended(self, reason: str, api: int | None) -> bool:
+        """Whether a phase that ended for `reason` on a frame of `api` (None: not known) ended
+        because the data path needed Python: a Produce or Fetch request the engine handed
+        over, or the response to one. Any other ending (a frame filters read by design, the
+        client's end of input, Herald's own re-authentication) is not the data path's."""
+        if reason not in (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE):
+            return False
+        return api is None or api in (self._caps.stamp_api, self._caps.scan_api)
 
     def engine_tls(self, client: Transport, upstream: Transport
                    ) -> tuple[object | None, object | None]:
@@ -310,18 +332,30 @@ class SessionPath:
         """Herald's own re-authentication is due: what Python handles meanwhile is for it."""
         self._why = REAUTH
 
-    def may_offer(self, buffered: int, buffer: int) -> bool:
+    def may_offer(self, buffered: int, buffer: int, head: bytes = b"") -> bool:
         """After a read: whether the session may be offered back to the engine now (the rest
         of the wait, for answers to what Python forwarded, is the caller's). A partial frame
-        goes with the session when the engine's buffer holds it, and a session that keeps
-        needing Python stays for a few reads (`ended`); one whose TLS the engine refused
-        stays for good."""
-        if self.refused or buffered > buffer:
+        goes with the session when the engine's buffer holds it and the engine would not
+        hand it straight back (`head`: its first bytes, size prefix included, when they are
+        here), and a session that keeps needing Python stays for a few reads (`ended`); one
+        whose TLS the engine refused stays for good."""
+        if self.refused or buffered > buffer or not self._passes(head):
             return False
         if self._stay_left:
             self._stay_left -= 1
             return False
         return True
+
+    def _passes(self, head: bytes) -> bool:
+        """Whether the engine would carry on the partial frame beginning with `head` (True
+        when too little of it is here to tell)."""
+        table = self._table
+        if table is None or len(head) < 8:
+            return True
+        api, version = _API_VERSION.unpack_from(head, 4)
+        caps = self._caps
+        return (0 <= api < caps.max_api and 0 <= version < caps.max_version
+                and table[api * caps.max_version + version] != PYTHON)
 
     def handover_s(self, due: float, now: float) -> float | None:
         """Seconds the next native phase may last before Herald's own re-authentication, due

@@ -216,6 +216,9 @@ class NativeRelay:
                 None if stamp is None else (stamp[0].wire, stamp[1], STAMP_BUFFER_SIZE),
                 None if fetch is None else (fetch[0].wire, fetch[1], FETCH_BUFFER_SIZE),
                 frame_age, handover_s, client_tls, upstream_tls)
+            # The engine has what it needs of the plans (their keys count its work): a held
+            # session does not keep their objects for the collector to walk.
+            del stamp, fetch
             try:
                 await event.wait()
             finally:

@@ -40,6 +40,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,12 @@ struct ne_engine {
     int notify_fd; /* thread -> Python */
     session_t *active;
     session_t *graveyard;
+    /* A turn walks every session only when one may need it: `scan_at` is the soonest time a
+     * deadline may pass (check_deadlines; lowered by whatever sets an earlier one), and
+     * `again_any` says a TLS side holds bytes no readiness will announce. Held idle sessions
+     * cost a turn nothing, however many there are. */
+    double scan_at;
+    int again_any;
     long long *events;
     size_t nevents, events_cap;
     size_t unannounced; /* registered sessions not handed over yet: each may add one event */
@@ -213,6 +220,13 @@ static double monotonic(void *unused) {
 
 static double now_s(ne_engine *e) {
     return e->clock(e->clock_arg);
+}
+
+/* A deadline at `t` that may come before the next walk of every session's deadlines. */
+static void deadline_at(ne_engine *e, double t) {
+    if (t < e->scan_at) {
+        e->scan_at = t;
+    }
 }
 
 static pair_stats_t *stats_for(ne_engine *e, int api, int ver) {
@@ -622,6 +636,7 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
             slot->received = now;
             slot->end = 0;
             s->fcount++;
+            deadline_at(e, now + 1.0); /* busy: its idle clock is pushed on once a second */
         }
         s->forwarded++;
         d->remaining = total;
@@ -1133,6 +1148,7 @@ static void set_interest(ne_engine *e, session_t *s) {
         (write_upstream || (read_upstream && s->read_wants_write[UPSTREAM]) ? EPOLLOUT : 0);
     s->again = (read_client && tls_pending(s, CLIENT)) ||
                (read_upstream && tls_pending(s, UPSTREAM));
+    e->again_any |= s->again;
     for (int side = 0; side < 2; side++) {
         if (want[side] != s->mask[side]) {
             struct epoll_event ev = {.events = want[side], .data.ptr = &s->ep[side]};
@@ -1182,6 +1198,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
                     s->frame_started = 0;
                 } else if (completed || s->frame_started == 0) {
                     s->frame_started = now;
+                    deadline_at(e, now + s->frame_s);
                 }
             }
         } else {
@@ -1242,6 +1259,15 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
     }
 }
 
+/* epoll_wait's timeout until `t` (-1: none). */
+static int timeout_until(double t, double now) {
+    if (t == INFINITY) {
+        return -1;
+    }
+    double ms = (t - now) * 1000.0 + 1.0;
+    return ms < 1 ? 1 : (ms > 60000 ? 60000 : (int)ms);
+}
+
 static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
     double soonest = -1;
     for (session_t *s = e->active; s != NULL; s = s->next) {
@@ -1288,12 +1314,8 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             soonest = next;
         }
     }
-    if (soonest < 0) {
-        *timeout_ms = -1;
-    } else {
-        double ms = (soonest - now) * 1000.0 + 1.0;
-        *timeout_ms = ms < 1 ? 1 : (ms > 60000 ? 60000 : (int)ms);
-    }
+    e->scan_at = soonest < 0 ? INFINITY : soonest;
+    *timeout_ms = timeout_until(e->scan_at, now);
 }
 
 static void close_pipe(dir_t *d) {
@@ -1405,13 +1427,22 @@ void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms) {
     /* TLS sides holding bytes that no readiness announces (a turn's rounds ran out, or room
      * was made after they were read from the socket). */
     int again = 0;
-    for (session_t *s = e->active; s != NULL && !e->quit; s = s->next) {
-        if (s->again && (s->state == ACTIVE || s->state == STOPPING)) {
-            service(e, s, 1, 1);
-            again |= s->again && (s->state == ACTIVE || s->state == STOPPING);
+    if (e->again_any) {
+        e->again_any = 0;
+        for (session_t *s = e->active; s != NULL && !e->quit; s = s->next) {
+            if (s->again && (s->state == ACTIVE || s->state == STOPPING)) {
+                service(e, s, 1, 1);
+                again |= s->again && (s->state == ACTIVE || s->state == STOPPING);
+            }
         }
+        e->again_any = again;
     }
-    check_deadlines(e, now_s(e), next_timeout_ms);
+    double now = now_s(e);
+    if (now >= e->scan_at) {
+        check_deadlines(e, now, next_timeout_ms);
+    } else {
+        *next_timeout_ms = timeout_until(e->scan_at, now);
+    }
     if (again) {
         *next_timeout_ms = 0;
     }
@@ -1640,6 +1671,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     e->unannounced++;
     s->next = e->active;
     e->active = s;
+    e->scan_at = 0; /* its deadlines join the next turn's walk */
     pthread_mutex_unlock(&e->mu);
     wake(e);
     return NE_OK;

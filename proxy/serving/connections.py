@@ -44,6 +44,11 @@ class Connections:
         self._guard = env.guard
         self._listen_tls = env.listen_tls
         self.sessions: set[Session] = set()
+        self._closed = 0
+
+    def counts(self) -> tuple[int, int]:
+        """(sessions running now, sessions that ended so far)."""
+        return len(self.sessions), self._closed
 
     async def handle(self, client: trio.SocketStream, target: str) -> None:
         """Serve one accepted connection for the listener `target` until it closes."""
@@ -99,6 +104,7 @@ class Connections:
             await session.run()
         finally:
             self.sessions.discard(session)
+            self._closed += 1
             m.connections_active.labels("upstream").dec()
 
     async def _accept(

@@ -18,10 +18,11 @@ import math
 
 import trio
 
+from protocol.headers import peek_request_header
 from proxy.filters.chain import SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder
-from proxy.native.path_choice import RESPONSE_BY_ENGINE, SessionPath
+from proxy.native.path_choice import DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, SessionPath
 from proxy.native.relay import (
     BUFFER_SIZE,
     FETCH_BUFFER_SIZE,
@@ -38,6 +39,17 @@ from proxy.session.lanes import Lane
 from proxy.session.reauth import UpstreamReauth
 
 log = get_logger("native_relay")
+
+
+def _ending_api(state: Handover) -> int | None:
+    """The API key of the frame that ended a phase: the request the engine handed over (the
+    first of the client's bytes), or the request whose response it did (the oldest in
+    flight); None when neither is known."""
+    if state.reason == RESPONSE_BY_ENGINE:
+        return state.in_flight[0][1] if state.in_flight else None
+    if state.reason == DECLINED_BY_ENGINE and len(state.client) >= 8:
+        return peek_request_header(state.client, 4)[0]  # after the size prefix
+    return None
 
 
 class HandBack(Exception):
@@ -116,7 +128,7 @@ class NativePhases:
         self._in_native = True
         try:
             # The limits hold the deadlines this session keeps (infinite when it keeps none).
-            state = await native.relay(
+            relaying = native.relay(
                 self._id, self._client_sock.fileno(), self._upstream_sock.fileno(),
                 self._limits, phase.table, prefill=prefill, stamp=phase.stamp,
                 fetch=phase.fetch,
@@ -125,6 +137,9 @@ class NativePhases:
                 handover_s=handover_s, client_tls=self._client_tls,
                 upstream_tls=self._upstream_tls,
             )
+            # The plans live on in the engine's counters, not in every session it holds.
+            del phase
+            state = await relaying
         except (ValueError, TypeError) as exc:
             if self._client_tls is None and self._upstream_tls is None:
                 raise
@@ -144,7 +159,7 @@ class NativePhases:
     def _resume(self, state: Handover) -> tuple[InFlight, bytes] | None:
         """Carry on in Python from where the native relay stopped, or end as it says."""
         reason = state.reason
-        kind = self._path.ended(reason, state.forwarded)
+        kind = self._path.ended(reason, state.forwarded, _ending_api(state))
         if kind == "deadline":  # the engine's names for them are the limits'
             self._metrics.connection_limit_hits.labels(reason).inc()
             raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
@@ -182,8 +197,8 @@ class NativePhases:
         the next frame if part of it is here. Raises `HandBack` to stop the pumps for that."""
         # A partial frame goes to the engine with the session (it reads the rest), so a
         # client that never pauses between requests still gets back to the engine.
-        if not self._path.may_offer(self._requests.decoder.buffered,
-                                                     BUFFER_SIZE):
+        decoder = self._requests.decoder
+        if not self._path.may_offer(decoder.buffered, BUFFER_SIZE, decoder.head(8)):
             return
         await self._calls.wait_idle()
         reauth = self._reauth

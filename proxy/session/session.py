@@ -131,7 +131,9 @@ class Session:
             if self._native is not None:
                 self._native.release()
             self._calls.abandon(self.ctx)
-        reason = self._reason
+        # The reason's traceback holds the frames that raised it, and they hold this
+        # session: let go of it, so that reference counting frees the session.
+        reason, self._reason = self._reason, None
         if reason is not None:
             fields = {
                 "reason": reason.reason,

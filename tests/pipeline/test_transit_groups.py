@@ -19,7 +19,7 @@ from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
-from tests.support.java_tools import CONSOLE_CONSUMER, run_tool
+from tests.support.java_tools import CONSOLE_CONSUMER, command_properties, run_tool
 from tests.support.pipeline.observations import FETCH_TOPIC, read_observations
 from tests.support.pipeline.scenario import expected_transit
 
@@ -63,8 +63,9 @@ def test_transit_is_reported_per_consumer_group(spark, herald_traced: HeraldProc
     result = run_tool(
         CONSOLE_CONSUMER, "--bootstrap-server", herald_traced.bootstrap, "--topic", topic,
         "--group", beta, "--from-beginning", "--max-messages", str(RECORDS),
-        "--timeout-ms", "30000", "--command-property", "client.id=reader-beta",
-        "--command-property", "group.protocol=consumer", timeout=90)
+        "--timeout-ms", "30000",
+        *command_properties(CONSOLE_CONSUMER, {"client.id": "reader-beta",
+                                               "group.protocol": "consumer"}), timeout=90)
     assert f"Processed a total of {RECORDS} messages" in result.stderr, result.stderr[-2000:]
     got_solo = _read_without_group(herald_traced.bootstrap, topic)
 

@@ -6,7 +6,9 @@ those clients from stalling its event loop and exercises the real CLI, config fi
 
 from __future__ import annotations
 
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -24,11 +26,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port_block(count: int = 16) -> int:
-    """A base port such that base .. base+count-1 are all bindable on loopback right now."""
-    for _ in range(200):
+    """A base port such that base .. base+count-1 are all bindable on loopback right now.
+
+    Bases near a port the kernel hands out come first; when the ephemeral range is crowded
+    (a test or benchmark holding tens of thousands of connections), bases below it."""
+    def probed() -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
+            return probe.getsockname()[1]
+
+    low = random.sample(range(10000, 32000, count), 200)
+    for base in itertools.chain((probed() for _ in range(200)), low):
         if base + count > 65000:
             continue
         socks = []

@@ -14,6 +14,25 @@ TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
 
+_ONE_FLAG_MANY_VALUES = {PRODUCER_PERF}
+"""Tools whose `--command-property` takes every property after one flag (argparse4j, `nargs
+"+"`): given the flag twice, they keep only the last one's values. The others (jopt-simple)
+take one property per flag and collect every flag."""
+
+
+def command_properties(main_class: str, properties: dict[str, str]) -> list[str]:
+    """The `--command-property` arguments that hand every one of `properties` to `main_class`.
+
+    ProducerPerformance drops all but the last `--command-property` flag, so a second flag
+    silently undoes the first (`acks=all` then `compression.type=lz4` leaves acks at its
+    default); the console tools and ConsumerPerformance need one flag per property."""
+    pairs = [f"{key}={value}" for key, value in properties.items()]
+    if not pairs:
+        return []
+    if main_class in _ONE_FLAG_MANY_VALUES:
+        return ["--command-property", *pairs]
+    return [arg for pair in pairs for arg in ("--command-property", pair)]
+
 
 def run_tool(
     main_class: str,

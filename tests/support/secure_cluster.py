@@ -64,7 +64,8 @@ def start_secure_cluster(
     version: str, workdir: Path | None = None, extra_listeners: list[ExtraListener] | None = None
 ) -> SecureCluster:
     """`workdir`: where the broker keeps its log (a benchmark puts it in memory);
-    `extra_listeners`: more listeners besides the secured ones (a relay's, say)."""
+    `extra_listeners`: more listeners besides the secured ones (a relay's, say); a SASL_SSL
+    one accepts the same users and mechanisms as the cluster's own."""
     folder = Path(tempfile.mkdtemp(prefix="herald-secure-"))
     ca = CertificateAuthority(folder / "ca")
     broker = ca.issue("broker", "broker", hosts=("127.0.0.1", "localhost"))
@@ -89,6 +90,12 @@ def start_secure_cluster(
         "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": f"{_SCRAM} required;",
         "connections.max.reauth.ms": str(REAUTH_MS),
     }
+    for extra in extra_listeners or ():
+        if extra.protocol == "SASL_SSL":  # the same logins as the cluster's own SASL_SSL
+            prefix = f"listener.name.{extra.name.lower()}."
+            props.update({prefix + key.removeprefix("listener.name.sasl_ssl."): value
+                          for key, value in props.items()
+                          if key.startswith("listener.name.sasl_ssl.")})
     scram = [f"SCRAM-SHA-{bits}=[name={u},password={p}]"
              for u, p in USERS.items() for bits in (256, 512)]
     kafka = KafkaCluster(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from tests.support.java_tools import (
     CONSUMER_PERF,
     PRODUCER_PERF,
     TOPIC_COMMAND,
+    command_properties,
     run_tool,
 )
 
@@ -191,3 +193,33 @@ def test_consumer_performance(herald: HeraldProcess, perf_topic: tuple[str, str]
     expected_mb = PERF_RECORDS * PERF_RECORD_SIZE / (1024 * 1024)
     assert float(stats["data.consumed.in.MB"]) == pytest.approx(expected_mb, abs=0.001)
     assert "Exiting before consuming" not in result.stdout + result.stderr
+
+
+def test_producer_performance_keeps_every_command_property(
+    herald: HeraldProcess, topic_name: str, tmp_path: Path
+) -> None:
+    """ProducerPerformance keeps only the last `--command-property` flag: the harness hands it
+    every property after one flag. Seen in the client's own metrics: its client id (a property
+    before the last) tags them, and its batches are compressed (lz4 shrinks records of one
+    repeated letter to a fraction, 1.0 uncompressed); given one flag each, the client id is
+    lost."""
+    create_topic(herald.bootstrap, topic_name, partitions=1)
+    client = f"perf-props-{uuid.uuid4().hex[:8]}"
+    wanted = {"acks": "all", "client.id": client, "compression.type": "lz4"}
+    payload = tmp_path / "payload.txt"
+    payload.write_text("a" * 1000 + "\n")
+    run = ["--bootstrap-server", herald.bootstrap, "--topic", topic_name, "--num-records",
+           "2000", "--payload-file", str(payload), "--throughput", "-1", "--print-metrics"]
+
+    kept = run_tool(PRODUCER_PERF, *run, *command_properties(PRODUCER_PERF, wanted)).stdout
+    rate = re.search(r"^producer-metrics:compression-rate-avg:\{client-id=([^}]*)\}\s*:\s*"
+                     r"([\d.]+)", kept, re.MULTILINE)
+    assert rate, kept[-3000:]
+    assert rate.group(1) == client
+    assert 0 < float(rate.group(2)) < 0.2
+
+    one_each = [arg for key, value in wanted.items()
+                for arg in ("--command-property", f"{key}={value}")]
+    lost = run_tool(PRODUCER_PERF, *run, *one_each).stdout
+    assert "compression-rate-avg:{client-id=perf-producer-client}" in lost, lost[-3000:]
+    assert f"client-id={client}" not in lost

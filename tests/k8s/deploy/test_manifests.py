@@ -36,8 +36,12 @@ from tests.support.links import link_scope
 MANIFESTS = DEPLOY / "kubernetes"
 STREAM_PORT = "stream-metrics"
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
-# Custom resources: no schema ships with kubernetes-validate; checked by `_check_pod_monitor`.
-CUSTOM = {("monitoring.coreos.com/v1", "PodMonitor")}
+# Custom resources: no schema ships with kubernetes-validate; checked by `_check_custom`.
+CUSTOM = {("monitoring.coreos.com/v1", "PodMonitor"), ("cert-manager.io/v1", "Certificate"),
+          ("cert-manager.io/v1", "Issuer")}
+WEBHOOK_SECRET = ("mode=webhook", "webhook.certificate.source=secret",
+                  "webhook.certificate.secretName=herald-webhook-tls",
+                  "webhook.certificate.caBundle=" + "Q0EK" * 8)
 STREAM = ("pipelineStream.enabled=true", "pipelineStream.topics={orders,payments,shipments}",
           "pipelineStream.terminalTopics={shipments}", "pipelineStream.fetchTopic=herald.fetches")
 SECURE = ("upstream.tls.enabled=true", "upstream.sasl.enabled=true",
@@ -54,6 +58,12 @@ RENDERS: dict[str, tuple[str, ...]] = {
     "gateway-stream-claim": ("mode=gateway", *STREAM, "pipelineStream.podMonitor.enabled=false",
                              "pipelineStream.persistence.existingClaim=flows-state",
                              "pipelineStream.image.digest=sha256:" + "1" * 64),
+    "webhook": ("mode=webhook",),
+    "webhook-secret": (*WEBHOOK_SECRET, "webhook.failurePolicy=Fail",
+                       "webhook.reinvocationPolicy=Never", "webhook.excludeNamespaces={ops}"),
+    "webhook-issuer": ("mode=webhook", "webhook.certificate.issuerRef.name=corp-ca",
+                       "webhook.certificate.issuerRef.kind=ClusterIssuer",
+                       "sidecar.native=false", *SECURE),
 }
 
 
@@ -61,7 +71,7 @@ def _validate(docs: list[dict[str, Any]], where: str) -> int:
     checked = 0
     for doc in docs:
         if (doc["apiVersion"], doc["kind"]) in CUSTOM:
-            _check_pod_monitor(doc)
+            _check_custom(doc)
             continue
         for version in VERSIONS:
             try:
@@ -73,11 +83,20 @@ def _validate(docs: list[dict[str, Any]], where: str) -> int:
     return checked
 
 
-def _check_pod_monitor(doc: dict[str, Any]) -> None:
-    spec = doc["spec"]
+def _check_custom(doc: dict[str, Any]) -> None:
+    spec, name = doc["spec"], doc["metadata"]["name"]
+    if doc["kind"] == "Issuer":
+        assert spec == {"selfSigned": {}}
+        return
+    if doc["kind"] == "Certificate":
+        assert set(spec) == {"secretName", "duration", "renewBefore", "commonName", "dnsNames",
+                             "privateKey", "usages", "issuerRef"}
+        assert spec["issuerRef"]["kind"] in ("Issuer", "ClusterIssuer")
+        return
     assert spec["selector"]["matchLabels"]
     (endpoint,) = spec["podMetricsEndpoints"]
-    port = STREAM_PORT if doc["metadata"]["name"].endswith("-stream") else sidecar.ADMIN_PORT_NAME
+    port = {"stream": STREAM_PORT, "webhook": "webhook-health"}.get(
+        name.rpartition("-")[2], sidecar.ADMIN_PORT_NAME)
     assert endpoint["port"] == port and endpoint["path"] == "/metrics"
 
 
@@ -106,7 +125,13 @@ def test_every_rendering_of_the_chart_is_valid(name: str) -> None:
     docs = documents(helm_template(*RENDERS[name]))
     assert _validate(docs, name) >= 3
     kinds = {d["kind"] for d in docs}
-    if name.startswith("gateway"):
+    if name.startswith("webhook"):
+        assert {"Deployment", "Service", "PodDisruptionBudget",
+                "MutatingWebhookConfiguration"} <= kinds
+        assert ("Certificate" in kinds) == (name != "webhook-secret")
+        assert ("Issuer" in kinds) == (name == "webhook")
+        assert "ConfigMap" not in kinds
+    elif name.startswith("gateway"):
         assert {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"} <= kinds
         assert ("HorizontalPodAutoscaler" in kinds) == (name != "gateway-fixed")
     else:
@@ -262,7 +287,7 @@ def test_security_lint_passes_on_every_object(tmp_path: Path) -> None:
     # Every file was read: pods with Herald in them were among the resources checked.
     resources = {p["resource"] for p in report["results"]["passed_checks"]}
     assert {"Deployment.shop.r-app", "Deployment.shop.r-herald", "Deployment.shop.checkout",
-            "Deployment.shop.r-herald-stream"} <= resources
+            "Deployment.shop.r-herald-stream", "Deployment.shop.r-herald-webhook"} <= resources
     assert report["summary"]["passed"] > 300
 
 

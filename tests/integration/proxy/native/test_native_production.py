@@ -27,7 +27,7 @@ from protocol.contracts.headers import AUDIT_FIELDS, audit_header
 from protocol.contracts.headers import TRACEPARENT as TRACEPARENT_KEY
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
-from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, command_properties, run_tool
 from tests.support.metrics import by_labels, moved, scrape, wait_for
 from tests.support.native_parts import TLS, needs
 from tests.support.secure_cluster import USERS, SecureCluster, tls_herald_config
@@ -164,8 +164,9 @@ def test_java_clients_over_tls_with_scram_lz4(
         result = run_tool(
             PRODUCER_PERF, "--bootstrap-server", proc.bootstrap, "--topic", topic,
             "--num-records", str(records), "--record-size", "512", "--throughput", "-1",
-            "--command-config", str(props), "--command-property", "acks=all",
-            "--command-property", "compression.type=lz4", timeout=180)
+            "--command-config", str(props),
+            *command_properties(PRODUCER_PERF, {"acks": "all", "compression.type": "lz4"}),
+            timeout=180)
         assert "Exception" not in result.stderr, result.stderr[-3000:]
         result = run_tool(
             CONSOLE_CONSUMER, "--bootstrap-server", proc.bootstrap, "--topic", topic,

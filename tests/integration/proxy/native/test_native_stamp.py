@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess
-from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, run_tool
+from tests.support.java_tools import CONSOLE_CONSUMER, PRODUCER_PERF, command_properties, run_tool
 from tests.support.metrics import by_labels, moved, scrape, wait_for
 from tests.support.native_herald import native_herald
 from tests.support.native_parts import ENGINE, needs
@@ -252,7 +252,7 @@ def test_java_producer_lz4(herald_on: HeraldProcess, herald_off: HeraldProcess) 
         result = run_tool(
             PRODUCER_PERF, "--bootstrap-server", proc.bootstrap, "--topic", topic,
             "--num-records", str(records), "--record-size", "512", "--throughput", "-1",
-            "--command-property", "acks=all", "--command-property", "compression.type=lz4",
+            *command_properties(PRODUCER_PERF, {"acks": "all", "compression.type": "lz4"}),
             timeout=120,
         )
         assert "Exception" not in result.stderr, result.stderr[-3000:]
@@ -292,7 +292,7 @@ def test_java_producer(herald_on: HeraldProcess) -> None:
     result = run_tool(
         PRODUCER_PERF, "--bootstrap-server", herald_on.bootstrap, "--topic", topic,
         "--num-records", str(records), "--record-size", "512", "--throughput", "-1",
-        "--command-property", "acks=all", "--command-property", "compression.type=none",
+        *command_properties(PRODUCER_PERF, {"acks": "all", "compression.type": "none"}),
         timeout=120,
     )
     assert "Exception" not in result.stderr, result.stderr[-3000:]

@@ -8,6 +8,7 @@ import dataclasses
 import math
 import socket
 import ssl
+import struct
 from pathlib import Path
 
 import trio
@@ -177,6 +178,41 @@ def test_a_session_that_keeps_needing_python_stays_a_few_reads() -> None:
     path.ended("request", 100)  # a long phase: back at once
     assert path.may_offer(0, 1024)
     assert not path.may_offer(2048, 1024)  # a partial frame larger than the engine's buffer
+
+
+def test_phases_the_data_path_did_not_end_keep_no_session_in_python() -> None:
+    """The login, metadata and group coordination end short phases by design: the session
+    goes back once they are answered. Only a short phase that a Produce or Fetch (or its
+    response) ended makes it stay, the count going on from where the data path left it."""
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    for api in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.METADATA,
+                ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP):
+        path.ended("request", 0, int(api))
+        assert path.may_offer(0, 1024), api
+    path.ended("response", 1, int(ApiKey.FETCH))  # a Fetch response Python must handle
+    assert [path.may_offer(0, 1024) for _ in range(2)] == [False, True]
+    path.ended("request", 0, int(ApiKey.METADATA))
+    assert path.may_offer(0, 1024)
+    path.ended("request", 2, int(ApiKey.PRODUCE))  # the second short one of the data path
+    assert [path.may_offer(0, 1024) for _ in range(3)] == [False, False, True]
+    for reason in ("client_eof", "reauth", "drain"):  # no frame of the data path ended these
+        path.ended(reason, 0)
+        assert path.may_offer(0, 1024), reason
+    path.ended("request", 0)  # a frame too short to name: counted as the data path's
+    assert [path.may_offer(0, 1024) for _ in range(5)] == [False] * 4 + [True]
+
+
+def test_a_partial_frame_the_engine_would_hand_straight_back_stays_in_python() -> None:
+    """A partial request of an API Python handles goes back to the engine only to be handed
+    over again at once: the session keeps it until it is whole, however the phase ended."""
+    path = path_choice.SessionPath(Metrics(), None, _chain())
+    path._table = path_choice.passable_table(_chain())  # as a phase sets it
+    assert path.ended("request", 0, int(ApiKey.API_VERSIONS)) == "resume"
+    api_versions = struct.pack(">ihh", 1 << 20, int(ApiKey.API_VERSIONS), 3)
+    produce = struct.pack(">ihh", 1 << 20, int(ApiKey.PRODUCE), 9)
+    assert not path.may_offer(len(api_versions), 1024, api_versions)
+    assert path.may_offer(len(produce), 1024, produce)
+    assert path.may_offer(3, 1024, api_versions[:3])  # too little to tell: the engine reads it
 
 
 def test_a_full_memory_budget_keeps_the_session_in_python() -> None:

@@ -1,0 +1,384 @@
+"""`herald k8s webhook` as a process, spoken to over HTTPS as the API server speaks to it.
+
+Reviews on one kept-alive connection, what is not a review (malformed, oversized, chunked,
+wrong route), a client sending garbage slowly while others are answered, a certificate
+rotated under the running process, health, metrics, and a clean stop on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from proxy.k8s import admission, sidecar
+from tests.support.admission_reviews import patched, pod_of, review_of
+from tests.support.certs import CertificateAuthority, Issued
+from tests.support.k8s_tools import REPO, workload
+
+MAX_REVIEW = 256 * 1024
+
+
+@dataclass
+class Webhook:
+    proc: subprocess.Popen
+    port: int
+    health_port: int
+    ca: Path
+    cert: Path
+    key: Path
+    authority: CertificateAuthority
+    log: Path
+
+    def context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca))
+
+    def connection(self) -> http.client.HTTPSConnection:
+        return http.client.HTTPSConnection("localhost", self.port, context=self.context(),
+                                           timeout=30)
+
+    def post(self, conn: http.client.HTTPConnection, path: str, body: bytes,
+             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        conn.request("POST", path, body=body,
+                     headers={"Content-Type": "application/json", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def get(self, path: str) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=30)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            conn.close()
+
+
+def _issue(authority: CertificateAuthority, stem: str) -> Issued:
+    return authority.issue(stem, "herald-webhook.herald-system.svc",
+                           hosts=("localhost", "127.0.0.1", "herald-webhook.herald-system.svc"))
+
+
+def _install(issued: Issued, cert: Path, key: Path) -> None:
+    """Put new files in place as a Secret volume update does: whole files, swapped in."""
+    for source, target in ((issued.key, key), (issued.cert, cert)):
+        tmp = target.with_suffix(".new")
+        tmp.write_bytes(source.read_bytes())
+        os.replace(tmp, target)
+
+
+def _events(log: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
+
+
+def _wait_listening(proc: subprocess.Popen, log: Path) -> tuple[int, int]:
+    """The review port and the health port, from the log events saying where it listens."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = [e for e in _events(log) if e["event"] == "webhook_listening"]
+        if len(found) == 2:
+            (review,) = [e for e in found if e["reviews"]]
+            (health,) = [e for e in found if not e["reviews"]]
+            return (int(review["address"].rpartition(":")[2]),
+                    int(health["address"].rpartition(":")[2]))
+        if proc.poll() is not None:
+            raise AssertionError(f"the webhook exited ({proc.returncode}): {log.read_text()}")
+        time.sleep(0.1)
+    raise AssertionError(f"the webhook did not listen: {log.read_text()}")
+
+
+def _start(folder: Path, *flags: str) -> Webhook:
+    authority = CertificateAuthority(folder / "ca")
+    cert, key = folder / "tls.crt", folder / "tls.key"
+    _install(_issue(authority, "first"), cert, key)
+    ca = folder / "ca.crt"
+    ca.write_bytes(authority.cert.public_bytes(Encoding.PEM))
+    log = folder / "webhook.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "herald", "k8s", "webhook", "--listen", "127.0.0.1:0",
+         "--health-listen", "127.0.0.1:0", "--cert", str(cert), "--key", str(key),
+         "--upstream", "kafka.data:9092", "--max-review-bytes", str(MAX_REVIEW),
+         "--shutdown-grace-s", "0.2", *flags],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=log.open("w"))
+    try:
+        port, health_port = _wait_listening(proc, log)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return Webhook(proc, port, health_port, ca, cert, key, authority, log)
+
+
+@pytest.fixture(scope="module")
+def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    started = _start(tmp_path_factory.mktemp("webhook"), "--request-timeout-s", "3")
+    try:
+        yield started
+    finally:
+        if started.proc.poll() is None:
+            started.proc.kill()
+            started.proc.wait()
+
+
+def _review_body(kind: str = "Deployment", **pod_changes: Any) -> tuple[dict, bytes]:
+    pod = pod_of(workload(kind, "web"))
+    pod["metadata"].update(pod_changes)
+    review = review_of(pod)
+    return review, json.dumps(review).encode()
+
+
+def test_reviews_are_answered_on_a_kept_alive_connection(webhook: Webhook) -> None:
+    conn = webhook.connection()
+    try:
+        for kind in ("Deployment", "StatefulSet", "CronJob"):
+            review, body = _review_body(kind)
+            status, answer = webhook.post(conn, "/mutate/namespace", body)
+            assert status == 200
+            response = json.loads(answer)["response"]
+            assert response["uid"] == review["request"]["uid"] and response["allowed"]
+            assert response["patchType"] == "JSONPatch"
+            pod = patched(review["request"]["object"], response)
+            assert pod["metadata"]["annotations"][sidecar.INJECTED] == "native"
+        # Not opted in: the pod route wants the pod to ask.
+        review, body = _review_body()
+        status, answer = webhook.post(conn, "/mutate/pod", body)
+        response = json.loads(answer)["response"]
+        assert status == 200 and response["allowed"] and "patch" not in response
+        review, body = _review_body(annotations={admission.INJECT: "true"})
+        status, answer = webhook.post(conn, "/mutate/pod", body)
+        assert "patch" in json.loads(answer)["response"]
+        # A pod that cannot be injected: allowed, with the reason.
+        review, body = _review_body(annotations={admission.SCOPE: "galaxy"})
+        status, answer = webhook.post(conn, "/mutate/namespace", body)
+        response = json.loads(answer)["response"]
+        assert status == 200 and response["allowed"] and "patch" not in response
+        assert admission.SCOPE in response["warnings"][0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("path, body, headers, status, message", [
+    ("/mutate/namespace", b"{not json", {}, 400, "not JSON"),
+    ("/mutate/namespace", b'{"kind": "Pod"}', {}, 400, "AdmissionReview"),
+    ("/mutate/namespace", b"[" * 200_000, {}, 400, "nested too deeply"),
+    ("/mutate/namespace", b"x" * (MAX_REVIEW + 1), {}, 413, "over the limit"),
+    ("/mutate/namespace", b"{}", {"Content-Type": "text/yaml"}, 415, "application/json"),
+    ("/mutate", b"{}", {}, 404, "no route"),
+])
+def test_what_is_not_a_review_gets_an_http_error(webhook: Webhook, path: str, body: bytes,
+                                                  headers: dict, status: int,
+                                                  message: str) -> None:
+    conn = webhook.connection()
+    try:
+        got, answer = webhook.post(conn, path, body, headers)
+        assert got == status and message in answer.decode()
+    finally:
+        conn.close()
+
+
+def _raw_tls(webhook: Webhook) -> ssl.SSLSocket:
+    sock = socket.create_connection(("127.0.0.1", webhook.port), timeout=30)
+    return webhook.context().wrap_socket(sock, server_hostname="localhost")
+
+
+def _read_all(sock: ssl.SSLSocket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_an_oversized_review_is_refused_before_its_body_is_read(webhook: Webhook) -> None:
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"POST /mutate/namespace HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: 999999999\r\n\r\n")
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 413 ") and b"Connection: close" in answer
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"POST /mutate/namespace HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                     b"chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        assert _read_all(sock).startswith(b"HTTP/1.1 411 ")
+
+
+def test_garbage_gets_an_answer_or_a_closed_connection_and_nothing_else(
+        webhook: Webhook) -> None:
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"\x00\x01garbage\r\n\r\n")
+        answer = _read_all(sock)
+    assert answer.startswith(b"HTTP/1.1 400 ") and b"request line" in answer
+    with _raw_tls(webhook) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n" + b"X: " + b"y" * 20000)
+        assert _read_all(sock).startswith(b"HTTP/1.1 431 ")
+    # Plain HTTP on the HTTPS port: the handshake fails, the connection is closed.
+    with socket.create_connection(("127.0.0.1", webhook.port), timeout=30) as plain:
+        plain.sendall(b"POST /mutate/namespace HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+        try:
+            answer = plain.recv(65536)  # a TLS alert, or nothing
+        except ConnectionResetError:
+            answer = b""
+        assert b"HTTP/1.1" not in answer
+    conn = webhook.connection()
+    review, body = _review_body()
+    assert webhook.post(conn, "/mutate/namespace", body)[0] == 200
+    conn.close()
+
+
+def test_a_slow_client_sending_garbage_holds_up_nobody(webhook: Webhook) -> None:
+    slow = _raw_tls(webhook)
+    try:
+        slow.sendall(b"POST /mutate/namespace HTTP/1.1\r\nContent-Le")  # and nothing more
+        # Meanwhile the API server's reviews are answered.
+        conn = webhook.connection()
+        try:
+            for _ in range(3):
+                review, body = _review_body()
+                status, answer = webhook.post(conn, "/mutate/namespace", body)
+                assert status == 200 and "patch" in json.loads(answer)["response"]
+        finally:
+            conn.close()
+        # The slow request ends at its deadline, with an answer saying so.
+        answer = _read_all(slow)
+        assert answer.startswith(b"HTTP/1.1 408 ") and b"within 3s" in answer
+    finally:
+        slow.close()
+
+
+def _served_serial(webhook: Webhook) -> int:
+    with _raw_tls(webhook) as sock:
+        der = sock.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_a_rotated_certificate_is_served_to_the_next_connection(webhook: Webhook) -> None:
+    before = x509.load_pem_x509_certificate(webhook.cert.read_bytes()).serial_number
+    assert _served_serial(webhook) == before
+    kept = webhook.connection()
+    review, body = _review_body()
+    assert webhook.post(kept, "/mutate/namespace", body)[0] == 200
+    renewed = _issue(webhook.authority, "renewed")
+    _install(renewed, webhook.cert, webhook.key)
+    assert _served_serial(webhook) == renewed.serial != before
+    # The connection made before the rotation goes on with its own session.
+    assert webhook.post(kept, "/mutate/namespace", body)[0] == 200
+    kept.close()
+    status, metrics = webhook.get("/metrics")
+    assert 'herald_webhook_tls_reloads_total{result="applied"} 1.0' in metrics
+
+
+def test_health_and_metrics(webhook: Webhook) -> None:
+    assert webhook.get("/healthz") == (200, "ok\n")
+    assert webhook.get("/readyz") == (200, "ready\n")
+    # The review routes are not on the plain-HTTP health listener.
+    conn = http.client.HTTPConnection("127.0.0.1", webhook.health_port, timeout=30)
+    review, body = _review_body()
+    assert webhook.post(conn, "/mutate/namespace", body)[0] == 404
+    conn.close()
+    before = _counts(webhook)
+    conn = webhook.connection()
+    webhook.post(conn, "/mutate/namespace", body)
+    webhook.post(conn, "/mutate/namespace", _review_body(annotations={
+        admission.INJECT: "false"})[1])
+    webhook.post(conn, "/mutate/namespace", b"[]")
+    conn.close()
+    after = _counts(webhook)
+    assert after['reviews_total{outcome="injected"}'] == (
+        before['reviews_total{outcome="injected"}'] + 1)
+    assert after['reviews_total{outcome="skipped"}'] == (
+        before['reviews_total{outcome="skipped"}'] + 1)
+    assert after['rejected_requests_total{status="400"}'] == (
+        before.get('rejected_requests_total{status="400"}', 0) + 1)
+    # HTTPS serves the same routes; HEAD gets the head only.
+    conn = webhook.connection()
+    conn.request("GET", "/readyz")
+    response = conn.getresponse()
+    assert (response.status, response.read()) == (200, b"ready\n")
+    conn.request("HEAD", "/healthz")
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("Content-Length") == "3"
+    assert response.read() == b""
+    conn.request("GET", "/healthz")
+    assert conn.getresponse().read() == b"ok\n"  # the kept-alive connection is in step
+    conn.close()
+
+
+def _counts(webhook: Webhook) -> dict[str, float]:
+    status, text = webhook.get("/metrics")
+    assert status == 200
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("herald_webhook_") and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name.removeprefix("herald_webhook_")] = float(value)
+    return out
+
+
+def test_sigterm_stops_it_cleanly(webhook: Webhook) -> None:
+    """After the tests above (they share the process), which it ends."""
+    webhook.proc.send_signal(signal.SIGTERM)
+    assert webhook.proc.wait(timeout=30) == 0
+    events = _events(webhook.log)
+    assert {"webhook_stopping", "review", "webhook_request_rejected", "tls_reloaded"} <= {
+        e["event"] for e in events}
+    (injected, *_) = [e for e in events if e.get("outcome") == admission.INJECTED]
+    assert injected["namespace"] == "shop" and injected["pod"].startswith("web-")
+
+
+def test_bad_certificate_files_stop_it_at_start_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "tls.key").write_text("not a key")
+    done = subprocess.run(
+        [sys.executable, "-m", "herald", "k8s", "webhook", "--cert", str(tmp_path / "none.crt"),
+         "--key", str(tmp_path / "tls.key")],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=60)
+    assert done.returncode == 2
+    assert "herald k8s webhook: --cert/--key: cannot read" in done.stderr
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_probes_still_answer(
+        tmp_path: Path) -> None:
+    webhook = _start(tmp_path, "--max-connections", "2", "--request-timeout-s", "60")
+    held = []
+    try:
+        held = [_raw_tls(webhook) for _ in range(2)]  # idle: they hold their slots
+        with pytest.raises((ssl.SSLError, OSError)):
+            with _raw_tls(webhook) as third:
+                third.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+                if not _read_all(third):
+                    raise ConnectionResetError("closed without an answer")
+        assert webhook.get("/healthz") == (200, "ok\n")  # the health listener is not counted
+        assert _counts(webhook)["refused_connections_total"] >= 1
+        held.pop().close()
+        # Once a slot is free the next connection is served (the webhook notices the close
+        # at its own pace, so a refused attempt before that is retried).
+        for _attempt in range(100):
+            try:
+                conn = webhook.connection()
+                review, body = _review_body()
+                status, _ = webhook.post(conn, "/mutate/namespace", body)
+                conn.close()
+                break
+            except (ssl.SSLError, OSError, http.client.HTTPException):
+                time.sleep(0.1)
+        else:
+            raise AssertionError("no connection was served after one was closed")
+        assert status == 200
+    finally:
+        for sock in held:
+            sock.close()
+        webhook.proc.kill()
+        webhook.proc.wait()
