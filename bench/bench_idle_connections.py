@@ -61,9 +61,10 @@ and both idle timeouts (Herald's `limits.idle_timeout_s`, the broker's
 `connections.max.idle.ms`) to an hour: a real idle client refreshes its metadata every few
 minutes, while a held connection here must outlive the whole run.
 
-With `--gc-stats`, the lines of Herald's /metrics that describe its garbage collector are
-printed before and after each step's Herald produce window, when Herald exposes any; otherwise
-the script says there are none.
+With `--gc-stats`, the lines of Herald's /metrics that describe its garbage collector
+(`herald_gc_*`, `python_gc_*`) and changed over each step's Herald produce window are printed
+with their values before and after, when Herald exposes any; otherwise the script says there
+are none.
 
 What Herald logs during a step (warnings and errors, counted by event and reason) is printed
 after it.
@@ -689,11 +690,14 @@ def show_gc(before: list[str], after: list[str]) -> None:
     if not before and not after:
         log("   gc stats: Herald's /metrics has none")
         return
-    log("   gc stats around the Herald produce window (before -> after):")
     values = dict(_metric(line) for line in before)
-    for line in after:
-        name, value = _metric(line)
-        log(f"     {name} {values.get(name, math.nan):g} -> {value:g}")
+    changed = [(name, values.get(name, math.nan), value)
+               for name, value in map(_metric, after)
+               if not name.split("{")[0].endswith("_created") and value != values.get(name)]
+    log(f"   gc stats that changed over the Herald produce window: {len(changed)}"
+        f" of {len(after)}")
+    for name, old, new in changed:
+        log(f"     {name} {old:g} -> {new:g}")
 
 
 def _metric(line: str) -> tuple[str, float]:
