@@ -151,6 +151,7 @@ typedef struct session {
     long long stamp_key; /* whose counters its stamping adds to (proxy/native/stamp_plan.py) */
     nc_buf stamped;      /* the last stamped frame */
     size_t stamped_booked; /* of the engine's growth, what `stamped` holds */
+    int growth_released;   /* taken back: its growth is the pool's again */
     uint64_t stamped_at; /* stream offset + 1 of the frame `stamped` holds while it waits for
                           * room in the buffer; 0: none */
     nc_counts stamped_counts;
@@ -1353,11 +1354,17 @@ static void close_pipe(dir_t *d) {
     }
 }
 
-static void free_session(ne_engine *e, session_t *s) {
+/* What a session's buffers grew by goes back to the pool (once: its counts are cleared). */
+static void release_growth(ne_engine *e, session_t *s) {
     size_t grown = (s->req.cap - s->base_cap) + (s->resp.cap - s->base_cap) + s->stamped_booked;
-    if (grown > 0) { /* back to the pool */
+    if (grown > 0 && !s->growth_released) {
         e->grown -= grown < e->grown ? grown : e->grown;
     }
+    s->growth_released = 1;
+}
+
+static void free_session(ne_engine *e, session_t *s) {
+    release_growth(e, s);
     close_pipe(&s->req);
     close_pipe(&s->resp);
     for (int side = 0; side < 2; side++) {
@@ -1811,6 +1818,7 @@ int ne_take(ne_engine *e, long long id, ne_handover *out) {
     take_bytes(&s->req, s->req.parsed, &out->client_buf, &out->client, &out->client_len);
     take_bytes(&s->resp, s->resp.parsed, &out->upstream_buf, &out->upstream,
                &out->upstream_len);
+    release_growth(e, s); /* its buffers are dead: the pool has them back now */
     s->next = e->graveyard;
     e->graveyard = s;
     pthread_mutex_unlock(&e->mu);
