@@ -96,11 +96,12 @@ class CollectorKeeper:
             self.settle()
 
     def settle(self) -> int:
-        """One full pass over what is not frozen, then freeze its survivors; a thaw first
-        when it is due. Returns the objects the pass found unreachable."""
+        """One full pass over what is not frozen, then freeze its survivors (a thaw's one
+        pass over everything instead, when one is due). Returns the objects the pass found
+        unreachable."""
         open_now, closed = self._sessions()
         if closed - self._closed_at_thaw >= max(THAW_MIN_CLOSED, self._backoff * open_now):
-            self._thaw(closed)
+            return self._thaw(closed)  # its one pass walks everything: no second one
         started = time.perf_counter()
         found = self._collect_quietly()
         gc.freeze()
@@ -108,10 +109,11 @@ class CollectorKeeper:
         self._settles.inc()
         return found
 
-    def _thaw(self, closed: int) -> None:
+    def _thaw(self, closed: int) -> int:
         started = time.perf_counter()
         gc.unfreeze()
         found = self._collect_quietly()
+        gc.freeze()
         pause = time.perf_counter() - started
         self._pauses.labels("thaw").observe(pause)
         self._thaws.inc()
@@ -119,7 +121,8 @@ class CollectorKeeper:
         self._closed_at_thaw = closed
         self._backoff = 1 if found else min(2 * self._backoff, MAX_THAW_BACKOFF)
         log.info("gc_thaw", collected=found, pause_ms=round(pause * 1000, 1),
-                 next_after_closed=self._backoff)
+                 next_after_populations=self._backoff)
+        return found
 
     def _collect_quietly(self) -> int:
         """A full collection the callbacks do not count as generation 2's: the keeper times
