@@ -33,6 +33,13 @@ def kafka() -> Iterator[KafkaCluster]:
         yield cluster
 
 
+@pytest.fixture
+def private_cluster() -> Iterator[KafkaCluster]:
+    """A broker of the test's own, so that stopping or pausing it disturbs no other test."""
+    with KafkaCluster(size=1, version=kafka_version(), heap="512m") as cluster:
+        yield cluster
+
+
 @pytest.fixture(scope="session")
 def kafka_cluster() -> Iterator[KafkaCluster]:
     """Three real brokers (node ids 1..3), for tests that need several leaders."""

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterable, Iterator
-
-import pytest
+from collections.abc import Iterable
 
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import create_topic
@@ -31,17 +29,6 @@ from tests.support.routing_runs import metric
 
 BEFORE, IN_FLIGHT, AFTER = 200, 40, 200  # records written before, across and after the crash
 in_flight = range(BEFORE, BEFORE + IN_FLIGHT)
-
-
-@pytest.fixture
-def primary() -> Iterator[KafkaCluster]:
-    """A broker of this test's own, so that pausing it disturbs no other test."""
-    cluster = KafkaCluster(size=1, heap="512m")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def pause(cluster: KafkaCluster, sig: int) -> None:
@@ -60,12 +47,13 @@ def copies(found: Counter[bytes], tag: str, numbers: Iterable[int]) -> Counter[i
 
 
 def test_herald_killed_between_the_destination_ack_and_the_client_answer(
-    primary: KafkaCluster, kafka: KafkaCluster, topic_name: str
+    private_cluster: KafkaCluster, kafka: KafkaCluster, topic_name: str
 ) -> None:
     """An idempotent librdkafka and the idempotent Java producer write records of which every
     other one moves to the destination. Before and after the crash every record is there once;
     the batches in flight at the crash are at most once for librdkafka (which gives the
     producer up: fatal UNKNOWN_PRODUCER_ID) and at least once, at most twice, for Java."""
+    primary = private_cluster  # the cluster records are produced to; paused below
     topics = {"lib": f"{topic_name}-lib", "java": f"{topic_name}-java"}
     for name in topics.values():
         create_topic(primary.bootstrap, name)

@@ -12,7 +12,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -349,17 +349,6 @@ def test_admin_operations_see_only_herald_addresses(herald: HeraldProcess) -> No
     assert (described.coordinator.host, described.coordinator.port) == (
         "127.0.0.1", herald.port_base + 1
     )
-
-
-@pytest.fixture
-def private_cluster() -> Iterator[KafkaCluster]:
-    """A broker of this test's own, so that stopping it disturbs no other test."""
-    cluster = KafkaCluster(size=1, heap="512m")
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 async def test_broker_going_away_closes_its_client_connections(
