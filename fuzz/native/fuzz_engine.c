@@ -30,6 +30,7 @@
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <stdint.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -60,6 +61,8 @@ typedef struct {
     size_t app_rx_checked, broker_rx_checked;
     size_t app_rx_total; /* of all phases: the client's view of the broker's stream */
     uint8_t fill_byte; /* the next filler write's byte */
+    size_t grow_limit; /* the engine's growth pool */
+    size_t stamp_cap;
 } rig_t;
 
 static void nonblocking(int fd) {
@@ -144,7 +147,7 @@ static void register_session(rig_t *r) {
         stamp_plan(&stamp, r->plan_which);
         a.stamp = &stamp;
         a.stamp_key = 1;
-        a.stamp_cap = 256 * 1024;
+        a.stamp_cap = r->stamp_cap;
     }
     if (r->scanning) {
         fetch_plan(&fetch);
@@ -197,6 +200,9 @@ static void take_back(rig_t *r, int may_resume) {
     int rc = ne_take(r->e, r->sid, &h);
     FUZZ_CHECK(rc == NE_OK, "take: %d", rc);
     r->running = 0;
+    FUZZ_CHECK(ne_grown(r->e) == 0, "the taken session's growth (%zu) is not the pool's again",
+               ne_grown(r->e));
+
     ne_counters c;
     FUZZ_CHECK(ne_collect(r->e, &c) == NE_OK, "collect");
     size_t from_client = (size_t)c.bytes[0], to_upstream = (size_t)c.bytes[1];
@@ -350,6 +356,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.scanning = (c1 & 2) != 0;
     r.plan_which = (c1 >> 2) & 7;
     r.max_frame = (c1 & 0x20) ? 1 << 16 : 8 << 20;
+    static const size_t pools[] = {SIZE_MAX, 0, 64 * 1024, 256 * 1024};
+    r.grow_limit = pools[c1 >> 6]; /* the engine's growth pool: unbounded, spent, small */
+    r.stamp_cap = 256 * 1024;
     r.idle_s = 1 + (c2 & 7);
     r.frame_s = 1 + ((c2 >> 3) & 7);
     r.handover_s = (c2 & 0x40) ? 0.5 + ((c2 >> 7) & 1) * 4 : 0; /* re-authentication due */
@@ -382,9 +391,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.e = ne_create(bounds, 4);
     FUZZ_CHECK(r.e != NULL, "ne_create");
     ne_set_clock(r.e, fake_clock, NULL);
+    ne_set_grow_limit(r.e, r.grow_limit);
     register_session(&r);
 
     for (int steps = 0; steps < 400 && in.pos < in.len && r.running; steps++) {
+        /* The pool bounds the growth; a stamped request's buffer, sized after the check, may
+         * pass it by what doubling adds. */
+        size_t grown = ne_grown(r.e);
+        FUZZ_CHECK(r.grow_limit == SIZE_MAX || grown <= r.grow_limit + 2 * r.stamp_cap,
+                   "the buffers grew by %zu past the pool of %zu", grown, r.grow_limit);
         uint8_t op = in_byte(&in);
         switch (op % 10) {
         case 0: /* the client writes bytes of the input */
