@@ -8,6 +8,7 @@ and drains the sessions on the way out.
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 
@@ -34,6 +35,7 @@ from proxy.net.config import ListenError
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.observability.tracing import Tracing, tracing_from_env
+from proxy.routing.config import journal_path
 from proxy.routing.destinations import Destination
 from proxy.routing.produce_filter import RoutingFilter
 from proxy.routing.rules import PRIMARY, RoutingTable
@@ -97,6 +99,10 @@ class Proxy:
         self.routing = RoutingFilter(
             RoutingTable(config.routing), self.topic_ids, self.destinations, self.routing_stats,
             origin=lambda: (self.proxy_info.cluster_id or PRIMARY).encode(), tracing=tracing,
+            journal=journal_path(config.routing.journal, config.source,
+                                 config.listen.bootstrap.port if config.listen.bootstrap else 0,
+                                 os.environ),
+            cluster_id=lambda: self.proxy_info.cluster_id,
         )
         self.chain = FilterChain([
             ApiVersionsNegotiator(),

@@ -5,6 +5,8 @@ it selects, and the named clusters rules may write to.
 routing:
   delivery_timeout_s: 30         # how long a destination may take to acknowledge
   origin_key: {env: HERALD_ORIGIN_KEY}   # seals Herald's origin mark (see origin.py)
+  journal: auto                  # where producers' sequence shifts outlive a crash (journal.py):
+                                 # auto | off | a file path (relative to this file)
   rules:
     - name: eu-orders            # metric label; defaults to rule-<index>
       match:
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from interceptors.config import ConfigError, InvalidConfig, Node, build_config
@@ -40,6 +43,9 @@ from proxy.routing.origin import MIN_SECRET_CHARS, PROCESS_SEAL, OriginSeal
 from proxy.routing.predicates import Predicate, compile_predicate
 from proxy.security.config import parse_secret
 from proxy.upstream.config import UpstreamConfig, parse_upstream
+
+JOURNAL_AUTO, JOURNAL_OFF = "auto", "off"
+STATE_DIR_ENV = "HERALD_STATE_DIR"
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,6 +83,7 @@ class RoutingConfig:
     rules: tuple[Rule, ...] = ()
     delivery_timeout_s: float = 30.0
     seal: OriginSeal = field(default=PROCESS_SEAL)  # from `origin_key`, else the process's
+    journal: str = JOURNAL_AUTO  # auto | off | a path (see `journal_path`)
 
     def clusters(self) -> set[str]:
         """Every cluster some rule writes to (shadow rules included: they may be promoted)."""
@@ -89,6 +96,10 @@ def parse_routing(node: Node, clusters: set[str],
     `actions` what rules may do."""
     timeout = node.number("delivery_timeout_s", 30.0, float, 1)
     seal = _seal(node)
+    journal = node.get("journal", JOURNAL_AUTO)
+    if not isinstance(journal, str) or not journal.strip():
+        raise ConfigError(f"{node.key_path('journal')}: expected {JOURNAL_AUTO}, {JOURNAL_OFF} "
+                          "or a file path")
     raw = node.get("rules", [])
     if not isinstance(raw, list):
         raise ConfigError(f"{node.key_path('rules')}: expected a list of rules")
@@ -108,7 +119,27 @@ def parse_routing(node: Node, clusters: set[str],
         names.add(rule.name)
         rules.append(rule)
     node.done()
-    return RoutingConfig(tuple(rules), timeout, seal)
+    return RoutingConfig(tuple(rules), timeout, seal, journal)
+
+
+def journal_path(journal: str, source: Path | None, port: int,
+                 environ: Mapping[str, str]) -> Path | None:
+    """The journal's file: `off` none; a path as given (relative to the config file's
+    folder); `auto` `routing-<listen port>.journal` in `$HERALD_STATE_DIR`, else in
+    `.herald-state` beside the config file (None when there is no file either: a config
+    built in memory). The port keeps two Heralds that share a folder apart."""
+    if journal == JOURNAL_OFF:
+        return None
+    folder = source.parent if source is not None else None
+    if journal != JOURNAL_AUTO:
+        path = Path(journal).expanduser()
+        return path if path.is_absolute() or folder is None else folder / path
+    state_dir = environ.get(STATE_DIR_ENV)
+    if state_dir:
+        return Path(state_dir) / f"routing-{port}.journal"
+    if folder is None:
+        return None
+    return folder / ".herald-state" / f"routing-{port}.journal"
 
 
 def _seal(node: Node) -> OriginSeal:

@@ -25,6 +25,7 @@ nothing waits: the records are sent once, best effort, and counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
 
 import trio
@@ -54,6 +55,7 @@ from proxy.observability.logs import get_logger
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
 from proxy.routing.config import Rule
 from proxy.routing.destinations import Delivery, Destination
+from proxy.routing.remembered import WAITING, RememberedSequences
 from proxy.routing.rules import (
     KEY,
     PRIMARY,
@@ -154,13 +156,18 @@ class RoutingFilter(Filter):
 
     def __init__(self, table: RoutingTable, topics: TopicIds,
                  destinations: dict[str, Destination], stats: RoutingStats,
-                 origin: Any = lambda: PRIMARY, tracing: Any = None) -> None:
-        """`tracing`: observability.tracing.Tracing when on, and then a span per batch."""
+                 origin: Any = lambda: PRIMARY, tracing: Any = None,
+                 journal: Path | None = None, cluster_id: Any = lambda: None) -> None:
+        """`tracing`: observability.tracing.Tracing when on, and then a span per batch.
+        `journal`: the file the sequence map is kept in (None: memory only); it is opened
+        once `cluster_id()` (the primary's) is known."""
         self.table = table
         self.topics = topics
         self.destinations = destinations
         self.stats = stats
         self.sequences = SequenceMap()
+        self.remembered = RememberedSequences(self.sequences, journal, stats)
+        self.cluster_id = cluster_id
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
         self.tracing: Any = tracing  # dropped at the first span that fails (see `_span`)
         # The member to place before the interceptor chains: the records as they arrived,
@@ -175,6 +182,8 @@ class RoutingFilter(Filter):
     ) -> bool:
         table = self.table
         arrived = self.arrivals.take(exchange)
+        if self.remembered.state == WAITING:
+            self.remembered.open(self.cluster_id())
         note = Note()
         changed = False
         kept_topics = []
@@ -256,35 +265,28 @@ class RoutingFilter(Filter):
                              epoch=b.producer_epoch, topic=topic, partition=index,
                              base_sequence=b.base_sequence)
                     raise _Refuse(PartitionOutcome(UNKNOWN_PRODUCER_ID, SEQUENCE_UNKNOWN))
-            if attempt is not None:
-                plan = attempt.plan
+            if attempt is None:
+                plan = self._new_plan(b, candidates, arrival.batch(i, b))
+                if tracked:
+                    # Booked (and journaled) before anything of the batch leaves Herald. A
+                    # refused batch reaches the broker with nothing: later batches are
+                    # renumbered as if its records had left, so the next one is in sequence.
+                    kept = 0 if isinstance(plan, _Refuse) else b.record_count - len(plan.moved)
+                    attempt = self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
+                                                    b.record_count, kept, plan)
+                    self.remembered.attempt(seq_key, b.producer_epoch, attempt)
+            elif attempt.plan is None:  # restored from the journal: made again, and checked
+                plan = attempt.plan = self._replan(b, candidates, arrival.batch(i, b), attempt,
+                                                   seq_key)
             else:
-                try:
-                    plan = self._plan(b, candidates, arrival.batch(i, b))
-                    if plan.routed and b.is_transactional:
-                        self._count_plan(plan, REFUSED)
-                        raise _Refuse(PartitionOutcome(
-                            INVALID_RECORD,
-                            f"routing rule {plan.routed[0].rule.name!r} would send records of "
-                            "a transactional producer elsewhere; Herald refuses this so that "
-                            "no transaction commits in part",
-                        ))
-                except _Refuse as refused:
-                    if tracked:
-                        # None of it reaches the broker: later batches are renumbered as if
-                        # its records had left, so the producer's next batch is in sequence.
-                        self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
-                                              b.record_count, 0, refused)
-                    raise
+                plan = attempt.plan
             if isinstance(plan, _Refuse):
                 raise plan  # a retry of a refused batch is refused again
             if plan.routed:
-                waits |= self._send(topic, index, b, plan, acks)
+                waits |= self._send(topic, index, b, plan, acks,
+                                    (seq_key, b.producer_epoch, attempt) if attempt else None)
             if tracked:
-                if attempt is None:
-                    attempt = self.sequences.record(seq_key, b.producer_epoch, b.base_sequence,
-                                                    b.record_count,
-                                                    b.record_count - len(plan.moved), plan)
+                assert attempt is not None
                 if plan.moved or attempt.upstream_base != b.base_sequence:
                     batches[i] = _kept_batch(b, plan.moved, attempt)
                     changed = True
@@ -296,6 +298,44 @@ class RoutingFilter(Filter):
         if not changed:
             return None, plans, waits
         return join_batches(batches), plans, waits
+
+    def _new_plan(self, b: RecordBatch, candidates: tuple[Rule, ...],
+                  provenance: BatchArrival) -> Plan | _Refuse:
+        """The batch's plan, or the refusal it gets (counted)."""
+        try:
+            plan = self._plan(b, candidates, provenance)
+        except _Refuse as refused:
+            return refused
+        if plan.routed and b.is_transactional:
+            self._count_plan(plan, REFUSED)
+            return _Refuse(PartitionOutcome(
+                INVALID_RECORD,
+                f"routing rule {plan.routed[0].rule.name!r} would send records of a "
+                "transactional producer elsewhere; Herald refuses this so that no transaction "
+                "commits in part",
+            ))
+        return plan
+
+    def _replan(self, b: RecordBatch, candidates: tuple[Rule, ...], provenance: BatchArrival,
+                attempt: Attempt, seq_key: tuple[int, str, int]) -> Plan | _Refuse:
+        """The plan of a batch the journal remembers, made again from the retried batch. It
+        must keep as many records as the first attempt did, or the upstream sequences the
+        journal holds do not fit it: then the batch is refused as one whose shift is unknown.
+        Rules whose delivery was journaled are not routed again."""
+        plan = self._new_plan(b, candidates, provenance)
+        kept = 0 if isinstance(plan, _Refuse) else b.record_count - len(plan.moved)
+        if kept != attempt.kept:
+            log.warning("routing_journal_mismatch", producer_id=b.producer_id,
+                        epoch=b.producer_epoch, topic=seq_key[1], partition=seq_key[2],
+                        base_sequence=b.base_sequence, kept=kept, journaled=attempt.kept,
+                        note="the rules decide differently than before the restart")
+            return _Refuse(PartitionOutcome(UNKNOWN_PRODUCER_ID, SEQUENCE_UNKNOWN))
+        if isinstance(plan, Plan):
+            token = trio.lowlevel.current_trio_token()
+            for routed in plan.routed:
+                if routed.rule.name in attempt.delivered:
+                    routed.delivery = Delivery(0, token)  # acknowledged before the restart
+        return plan
 
     def _plan(self, batch: RecordBatch, candidates: tuple[Rule, ...],
               provenance: BatchArrival) -> Plan:
@@ -314,9 +354,12 @@ class RoutingFilter(Filter):
                 rule.handler.apply(plan, rule, i)
         return Plan(list(plan.by_rule.values()), frozenset(plan.moved))
 
-    def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int) -> bool:
+    def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int,
+              booked: tuple[Any, int, Attempt] | None) -> bool:
         """Hand the routed records to their producers, unless an earlier attempt of this
-        batch delivered them; True when some delivery is to be waited for."""
+        batch delivered them; True when some delivery is to be waited for. `booked`: the
+        sequence map's key, epoch and attempt of a tracked batch, whose deliveries are
+        journaled."""
         records = batch.records
         origin = self.origin()
         seal = self.table.seal
@@ -339,7 +382,7 @@ class RoutingFilter(Filter):
             delivery = Delivery(len(routed.indexes), token)
             out_topic = target.topic or topic
             span = self._span(rule, routed, out_topic, records) if self.tracing else None
-            delivery.on_done = self._finished(rule, routed.cluster, acks, span)
+            delivery.on_done = self._finished(rule, routed.cluster, acks, span, booked)
             routed.delivery = delivery
             if target.partition == SAME:
                 partition = index
@@ -355,13 +398,17 @@ class RoutingFilter(Filter):
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
-    def _finished(self, rule: Rule, cluster: str, acks: int, span: Any) -> Any:
+    def _finished(self, rule: Rule, cluster: str, acks: int, span: Any,
+                  booked: tuple[Any, int, Attempt] | None) -> Any:
         stats = self.stats
+        remembered = self.remembered
 
         def done(delivery: Delivery, records: int) -> None:
             if delivery.error is None:
                 outcome = BEST_EFFORT if acks == 0 else DELIVERED
                 stats.ack_seconds.labels(cluster).observe(delivery.seconds)
+                if booked is not None:
+                    remembered.delivered(booked[0], booked[1], booked[2], rule.name)
             else:
                 outcome = FAILED
             stats.count(rule.name, rule.action, cluster, outcome, records)

@@ -16,13 +16,17 @@ the broker's own bookkeeping (it remembers five batches per producer) done for t
 that leave.
 
 What Herald cannot know: the shift of a producer it did not see from its first batch (Herald
-restarted while the producer kept going, routing began after it started, or its state was
-forgotten to bound memory). Guessing would be wrong both ways: assuming no shift, the broker
-refuses the kept records as out of order after the moved ones were already written elsewhere,
-and the client's retry writes those again. So such a batch is refused before anything of it is
-written (see `knows`), with UNKNOWN_PRODUCER_ID: the Java and librdkafka idempotent producers
-answer that by bumping their epoch and sending the batch again from sequence 0, which starts a
-fresh, correctly numbered state here.
+restarted without its journal while the producer kept going, routing began after it started,
+or its state was forgotten to bound memory). Guessing would be wrong both ways: assuming no
+shift, the broker refuses the kept records as out of order after the moved ones were already
+written elsewhere, and the client's retry writes those again. So such a batch is refused
+before anything of it is written (see `knows`), with UNKNOWN_PRODUCER_ID: the Java and
+librdkafka idempotent producers answer that by bumping their epoch and sending the batch
+again from sequence 0, which starts a fresh, correctly numbered state here.
+
+A Herald restarted with its journal (`journal.py`) restores the map (`restore`): attempts
+come back without their plan, which is made again from the retried batch and checked against
+the journaled count of records kept.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+from proxy.routing.journal import ATTEMPT, DELIVERED, STATE, Entry
 
 SEQUENCE_MODULUS = 1 << 31  # sequences wrap after Integer.MAX_VALUE, as in the Java client
 WINDOW = 8  # more than the five in-flight batches an idempotent producer may have
@@ -45,8 +51,9 @@ class Attempt:
     base: int  # the client's base sequence
     count: int  # the client's record count
     upstream_base: int  # the sequence its kept records carry upstream
-    plan: Any  # which records went where (the produce filter's own object)
-    delivery: Any = None  # the routed records' delivery, reused or redone on a retry
+    plan: Any  # which records went where (the produce filter's own object); None: restored
+    kept: int = 0  # how many of its records stay upstream
+    delivered: set[str] = field(default_factory=set)  # rules whose destination acknowledged
 
 
 @dataclass(slots=True)
@@ -105,13 +112,58 @@ class SequenceMap:
                 self._states.popitem(last=False)
         else:
             self._states.move_to_end(key)
-        attempt = Attempt(base, count, (base - state.shift) % SEQUENCE_MODULUS, plan)
-        state.shift = (state.shift + count - kept) % SEQUENCE_MODULUS
-        state.next_base = (base + count) % SEQUENCE_MODULUS
-        state.window[base] = attempt
+        attempt = Attempt(base, count, (base - state.shift) % SEQUENCE_MODULUS, plan, kept)
+        self._book(state, attempt)
+        return attempt
+
+    @staticmethod
+    def _book(state: _PartitionState, attempt: Attempt) -> None:
+        state.shift = (attempt.base - attempt.upstream_base + attempt.count - attempt.kept
+                       ) % SEQUENCE_MODULUS
+        state.next_base = (attempt.base + attempt.count) % SEQUENCE_MODULUS
+        state.window[attempt.base] = attempt
         if len(state.window) > WINDOW:
             state.window.popitem(last=False)
-        return attempt
+
+    def restore(self, entries: list[Entry], keep_live: bool = False) -> None:
+        """Replay a journal (`journal.replay`): the states and attempts it holds, in order.
+        `keep_live`: producer partitions the map holds already are newer than the journal's
+        and are left as they are."""
+        states = self._states
+        live = set(states) if keep_live else set()
+        for e in entries:
+            key = (e.producer_id, e.topic, e.partition)
+            if key in live:
+                continue
+            state = states.get(key)
+            if e.kind == STATE:
+                states[key] = _PartitionState(e.epoch, e.base, e.shift)
+            elif e.kind == ATTEMPT:
+                if state is None or state.epoch != e.epoch:
+                    state = states[key] = _PartitionState(e.epoch, e.base)
+                self._book(state, Attempt(e.base, e.count, e.upstream_base, None, e.kept))
+            elif e.kind == DELIVERED and state is not None and state.epoch == e.epoch:
+                attempt = state.window.get(e.base)
+                if attempt is not None:
+                    attempt.delivered.add(e.text)
+            else:
+                continue
+            states.move_to_end(key)
+            if len(states) > self._max:
+                states.popitem(last=False)
+
+    def snapshot(self) -> list[Entry]:
+        """The map as journal entries, from which `restore` makes it again."""
+        out = []
+        for (pid, topic, partition), state in self._states.items():
+            out.append(Entry(STATE, pid, state.epoch, topic, partition, state.next_base,
+                             shift=state.shift))
+            for a in state.window.values():
+                out.append(Entry(ATTEMPT, pid, state.epoch, topic, partition, a.base, a.count,
+                                 a.kept, a.upstream_base))
+                out.extend(Entry(DELIVERED, pid, state.epoch, topic, partition, a.base, text=rule)
+                           for rule in sorted(a.delivered))
+        return out
 
     def shift(self, key: Key, epoch: int) -> int:
         state = self._states.get(key)

@@ -41,6 +41,16 @@ class RoutingStats:
             ["cluster"], registry=registry,
         )
 
+        self.journal_state = Gauge(
+            "herald_routing_journal_state",
+            "1 for the routing journal's state: off, waiting (for the cluster id), on, failed",
+            ["state"], registry=registry,
+        )
+        self.journal_bytes = Gauge(
+            "herald_routing_journal_bytes", "Size of the routing journal file",
+            registry=registry,
+        )
+
     def count(self, rule: str, action: str, cluster: str, outcome: str, n: int) -> None:
         if n:
             self.records.labels(rule, action, cluster, outcome).inc(n)

@@ -71,7 +71,8 @@ class ConfigReload:
             return None
         kept = dataclasses.replace(fresh, interceptors=config.interceptors,
                                    routing=config.routing)
-        if kept != config:
+        routing = dataclasses.replace(fresh.routing, journal=config.routing.journal)
+        if kept != config or routing != fresh.routing:
             log.warning("config_reload_partial", path=str(source),
                         note="only interceptors and routing are reloaded; restart for the "
                         "other changes")
@@ -82,7 +83,7 @@ class ConfigReload:
         if self._native is not None:
             self._native.forget_tables()  # and every native session comes back to Python
         running = dataclasses.replace(config, interceptors=fresh.interceptors,
-                                      routing=fresh.routing)
+                                      routing=routing)
         self._metrics.config_reloads.labels("applied").inc()
         log.info("config_reloaded", path=str(source))
         return running

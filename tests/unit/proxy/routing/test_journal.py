@@ -1,0 +1,199 @@
+"""The routing journal: its bytes, its file, and the sequence map made again from it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from proxy.routing.config import journal_path
+from proxy.routing.journal import (
+    ATTEMPT,
+    DELIVERED,
+    HEADER,
+    STATE,
+    Entry,
+    JournalError,
+    JournalFile,
+    decode,
+    encode,
+    replay,
+)
+from proxy.routing.remembered import FAILED, ON, WAITING, RememberedSequences
+from proxy.routing.sequences import SequenceMap
+from proxy.routing.stats import RoutingStats
+
+ENTRIES = [
+    Entry(HEADER, text="cluster-Ä"),
+    Entry(ATTEMPT, 123456789012, 3, "orders", 7, 2**31 - 2, 5, 2, 17),
+    Entry(DELIVERED, 123456789012, 3, "orders", 7, 2**31 - 2, text="eu-orders"),
+    Entry(STATE, -1, -1, "t" * 249, 0, 0, shift=2**31 - 1),
+]
+
+
+def test_every_kind_of_entry_reads_back_as_written() -> None:
+    data = b"".join(map(encode, ENTRIES))
+    assert decode(data) == (ENTRIES, len(data))
+
+
+@pytest.mark.parametrize("cut", [1, 4, 8, 9, 20])
+def test_reading_stops_at_an_entry_cut_short(cut: int) -> None:
+    data = b"".join(map(encode, ENTRIES))
+    entries, used = decode(data[:-cut])
+    assert entries == ENTRIES[:-1]
+    assert used == len(data) - len(encode(ENTRIES[-1]))
+    found = replay(data[:-cut], "cluster-Ä")
+    assert found.entries == ENTRIES[1:-1] and "cut short" in found.note
+
+
+def test_reading_stops_at_a_checksum_that_does_not_match() -> None:
+    good = b"".join(map(encode, ENTRIES[:2]))
+    bad = bytearray(encode(ENTRIES[2]))
+    bad[-1] ^= 1
+    assert decode(good + bytes(bad) + encode(ENTRIES[3]))[0] == ENTRIES[:2]
+
+
+def test_a_journal_of_another_cluster_or_no_journal_is_set_aside() -> None:
+    data = b"".join(map(encode, ENTRIES))
+    other = replay(data, "another")
+    assert other.entries == [] and "not 'another'" in other.note
+    assert replay(b"garbage that is not a journal", "c").entries == []
+    assert "not a routing journal" in replay(encode(ENTRIES[1]), "c").note
+    assert replay(b"", "c") == replay(b"", "c") and replay(b"", "c").note == ""
+
+
+def test_the_sequence_map_comes_back_from_its_snapshot_and_from_its_entries() -> None:
+    live = SequenceMap()
+    key = (7, "t", 0)
+    live.record(key, 0, 0, 10, 6, "plan")
+    moved = live.record(key, 0, 10, 5, 0, "plan")
+    moved.delivered.add("eu")
+    live.record(key, 0, 15, 5, 5, "plan")
+    live.record((8, "t", 1), 2, 40, 3, 1, "plan")  # first seen mid-way: its own epoch
+    snapshot = live.snapshot()
+    again = SequenceMap()
+    again.restore(snapshot)
+    assert again.snapshot() == snapshot
+    # from the entries as they were appended, attempt by attempt, the same map
+    appended = SequenceMap()
+    appended.restore([e for e in snapshot if e.kind != STATE])
+    assert appended.snapshot() == snapshot
+    retried = again.retry(key, 0, 10, 5)
+    assert retried is not None and retried.plan is None  # its plan is made again
+    assert (retried.upstream_base, retried.kept, retried.delivered) == (6, 0, {"eu"})
+    assert again.knows(key, 0, 20) and again.shift(key, 0) == live.shift(key, 0) == 9
+    assert again.record(key, 0, 20, 2, 2, "p").upstream_base == 11
+    assert again.shift((8, "t", 1), 2) == 2
+
+
+def test_restoring_leaves_what_the_map_learnt_since_it_started() -> None:
+    journaled = SequenceMap()
+    journaled.record((1, "t", 0), 0, 0, 4, 2, None)
+    journaled.record((2, "t", 0), 0, 0, 4, 2, None)
+    live = SequenceMap()
+    live.record((1, "t", 0), 5, 0, 3, 3, None)  # a newer epoch, seen before the journal opened
+    live.restore(journaled.snapshot(), keep_live=True)
+    assert live.shift((1, "t", 0), 5) == 0 and not live.knows((1, "t", 0), 0, 4)
+    assert live.shift((2, "t", 0), 0) == 2
+
+
+def test_the_map_bound_holds_while_restoring() -> None:
+    journaled = SequenceMap()
+    for pid in range(10):
+        journaled.record((pid, "t", 0), 0, 0, 2, 1, None)
+    small = SequenceMap(max_partitions=4)
+    small.restore(journaled.snapshot())
+    assert len(small) == 4 and small.knows((9, "t", 0), 0, 2)
+
+
+def test_the_file_is_locked_rewritten_under_its_lock_and_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "routing.journal"
+    journal = JournalFile(path)
+    assert journal.open() == b""
+    with pytest.raises(JournalError, match="held by another Herald"):
+        JournalFile(path).open()
+    journal.rewrite(ENTRIES[:2])
+    assert journal.size == len(encode(ENTRIES[0])) + len(encode(ENTRIES[1]))
+    assert not journal.append(encode(ENTRIES[2]))
+    with pytest.raises(JournalError, match="held by another Herald"):
+        JournalFile(path).open()  # the rewritten file is locked too
+    assert decode(path.read_bytes())[0] == ENTRIES[:3]
+    assert not (tmp_path / "state" / "routing.journal.new").exists()
+    journal.close()
+    again = JournalFile(path)
+    assert decode(again.open())[0] == ENTRIES[:3]
+    again.close()
+
+
+def test_a_journal_grown_past_its_threshold_asks_to_be_rewritten(tmp_path: Path) -> None:
+    journal = JournalFile(tmp_path / "j")
+    journal.open()
+    journal.rewrite(ENTRIES[:1])
+    entry = encode(ENTRIES[1])
+    grown = [journal.append(entry) for _ in range(4 * 1024 * 1024 // len(entry) + 1)]
+    assert grown[-1] and not any(grown[:-2])
+    journal.close()
+
+
+def test_a_write_that_fails_removes_the_journal(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal = JournalFile(path)
+    journal.open()
+    journal.rewrite(ENTRIES[:1])
+    read_only = os.open(path, os.O_RDONLY)
+    os.close(journal._fd)
+    journal._fd = read_only  # writes now fail (EBADF), as a full disk's would
+    with pytest.raises(JournalError, match="cannot write"):
+        journal.append(encode(ENTRIES[1]))
+    assert not path.exists()  # a journal that missed an entry is never replayed
+
+
+def test_a_journal_that_cannot_be_opened_is_dropped_with_a_reason(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    remembered = RememberedSequences(SequenceMap(), blocker / "j")  # its folder is a file
+    remembered.open("c")
+    assert remembered.state == FAILED
+
+
+def test_remembered_sequences_open_replay_and_journal_each_step(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    registry = CollectorRegistry()
+    stats = RoutingStats(registry)
+    first = RememberedSequences(SequenceMap(), path, stats)
+    first.open(None)  # the cluster id is not known yet: wait
+    assert first.state == WAITING
+    first.open("c1")
+    assert first.state == ON
+    assert registry.get_sample_value("herald_routing_journal_state", {"state": ON}) == 1.0
+    assert registry.get_sample_value("herald_routing_journal_state", {"state": WAITING}) == 0
+    assert registry.get_sample_value("herald_routing_journal_bytes") > 0
+    key = (5, "t", 2)
+    attempt = first.sequences.record(key, 1, 0, 4, 1, "plan")
+    first.attempt(key, 1, attempt)
+    first.delivered(key, 1, attempt, "eu")
+    first.close()  # the process dies: nothing more is written
+    second = RememberedSequences(SequenceMap(), path)
+    second.open("c1")
+    restored = second.sequences.retry(key, 1, 0, 4)
+    assert restored is not None and restored.delivered == {"eu"} and restored.kept == 1
+    assert second.sequences.shift(key, 1) == 3
+    second.close()
+    third = RememberedSequences(SequenceMap(), path)
+    third.open("c2")  # another cluster behind the same path: nothing replayed
+    assert third.state == ON and len(third.sequences) == 0
+    third.close()
+
+
+def test_the_journal_path_by_default_lives_beside_the_config_or_in_the_state_dir() -> None:
+    source = Path("/etc/herald/proxy.yaml")
+    assert journal_path("auto", source, 9092, {}) == Path(
+        "/etc/herald/.herald-state/routing-9092.journal")
+    assert journal_path("auto", source, 9092, {"HERALD_STATE_DIR": "/var/lib/herald"}) == Path(
+        "/var/lib/herald/routing-9092.journal")
+    assert journal_path("auto", None, 9092, {}) is None
+    assert journal_path("off", source, 9092, {"HERALD_STATE_DIR": "/x"}) is None
+    assert journal_path("state/r.journal", source, 1, {}) == Path("/etc/herald/state/r.journal")
+    assert journal_path("/abs/r.journal", source, 1, {}) == Path("/abs/r.journal")
