@@ -24,6 +24,11 @@ CONFIG_DIR = "/etc/herald/config"
 CONFIG_PATH = f"{CONFIG_DIR}/proxy.yaml"
 UPSTREAM_TLS_DIR = "/etc/herald/upstream-tls"
 SASL_DIR = "/etc/herald/sasl"
+# Writable, and kept while the pod lives: the routing journal (routing.journal: auto) is
+# there, so a Herald container the kubelet restarts finds it (docs/routing.md).
+STATE_VOLUME = "herald-state"
+STATE_DIR = "/var/lib/herald"
+STATE_DIR_ENV = "HERALD_STATE_DIR"
 ADMIN_PORT_NAME = "herald-admin"
 LISTEN_PORT = 19092
 BROKER_PORT_BASE = 19100
@@ -146,6 +151,7 @@ def container(spec: SidecarSpec) -> dict[str, Any]:
     c["ports"] = [{"name": ADMIN_PORT_NAME, "containerPort": spec.admin_port, "protocol": "TCP"}]
     c["env"] = [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
                 for var, path in _DOWNWARD]
+    c["env"].append({"name": STATE_DIR_ENV, "value": STATE_DIR})
     c["resources"] = resources(spec.load)
     c["startupProbe"] = _probe("/healthz", 1, 30)
     c["readinessProbe"] = _probe("/readyz", 5, 2)
@@ -166,7 +172,8 @@ def container(spec: SidecarSpec) -> dict[str, Any]:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    mounts = [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True}]
+    mounts = [{"name": CONFIG_VOLUME, "mountPath": CONFIG_DIR, "readOnly": True},
+              {"name": STATE_VOLUME, "mountPath": STATE_DIR}]
     if spec.upstream_tls_secret:
         mounts.append({"name": "herald-upstream-tls", "mountPath": UPSTREAM_TLS_DIR,
                        "readOnly": True})
@@ -184,7 +191,8 @@ def volumes(spec: SidecarSpec, config_map_name: str | None) -> list[dict[str, An
         config = {"downwardAPI": {"items": [{
             "path": "proxy.yaml",
             "fieldRef": {"fieldPath": f"metadata.annotations['{CONFIG_ANNOTATION}']"}}]}}
-    out: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, **config}]
+    out: list[dict[str, Any]] = [{"name": CONFIG_VOLUME, **config},
+                                 {"name": STATE_VOLUME, "emptyDir": {}}]
     if spec.upstream_tls_secret:
         out.append({"name": "herald-upstream-tls",
                     "secret": {"secretName": spec.upstream_tls_secret}})

@@ -153,8 +153,8 @@ class Container:
         path = f"{os.path.dirname(PYTHON)}:/usr/local/bin:/usr/bin:/bin"
         out = {"PATH": path, "PYTHONDONTWRITEBYTECODE": "1", **self.extra_env}
         for entry in self.spec.get("env", []):
-            if "value" in entry:
-                out[entry["name"]] = entry["value"]
+            if "value" in entry:  # a path in a mounted volume points into its folder
+                out[entry["name"]] = self._host_path(entry["value"])
             else:
                 out[entry["name"]] = self.pod.field(entry["valueFrom"]["fieldRef"]["fieldPath"])
         return out

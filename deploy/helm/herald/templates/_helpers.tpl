@@ -128,6 +128,8 @@ failureThreshold: {{ .failures }}
       valueFrom:
         fieldRef:
           fieldPath: spec.nodeName
+    - name: HERALD_STATE_DIR
+      value: /var/lib/herald
   resources:
     {{- toYaml $v.resources | nindent 4 }}
   startupProbe:
@@ -156,6 +158,8 @@ failureThreshold: {{ .failures }}
     - name: herald-config
       mountPath: /etc/herald/config
       readOnly: true
+    - name: herald-state
+      mountPath: /var/lib/herald
     {{- if $v.upstream.tls.enabled }}
     - name: herald-upstream-tls
       mountPath: /etc/herald/upstream-tls
@@ -183,6 +187,8 @@ failureThreshold: {{ .failures }}
 - name: herald-config
   configMap:
     name: {{ include "herald.fullname" . }}
+- name: herald-state
+  emptyDir: {}
 {{- if $v.upstream.tls.enabled }}
 - name: herald-upstream-tls
   secret:

@@ -91,15 +91,18 @@ def test_pod_runs_probes_answer_and_sigterm_loses_nothing(
     pod = Pod(name=f"checkout-{uuid.uuid4().hex[:5]}", namespace="shop")
     config_map, manifest = _pod_manifest(pod.name, upstream, native)
     spec = manifest["spec"]
-    # The ConfigMap volume: its files in a folder, mapped to the container's mountPath.
+    # The ConfigMap volume: its files in a folder, mapped to the container's mountPath; the
+    # emptyDir (Herald's state) an empty folder.
     volumes: dict[str, Path] = {}
     for volume in spec["volumes"]:
         folder = pod_dir / volume["name"]
         folder.mkdir()
+        volumes[volume["name"]] = folder
+        if "emptyDir" in volume:
+            continue
         assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         for key, text in config_map["data"].items():
             (folder / key).write_text(text)
-        volumes[volume["name"]] = folder
     herald_spec = (spec.get("initContainers") or spec["containers"][1:])[0]
     app_spec = spec["containers"][0]
     assert herald_spec["name"] == "herald" and app_spec["name"] == "app"

@@ -16,6 +16,7 @@ from proxy.k8s.command import dump_documents
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
 from proxy.k8s.sizing import Throughput, cpu_millicores
+from proxy.routing.config import journal_path
 from tests.support.k8s_tools import workload
 from tests.support.links import link_scope
 
@@ -67,11 +68,27 @@ def test_the_sidecar_is_probed_secured_sized_and_told_who_it_is() -> None:
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in herald["env"]} == {
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in herald["env"]
+            if "valueFrom" in e} == {
         "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
         "NODE_NAME": "spec.nodeName"}
     assert herald["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"},
                                    "limits": {"memory": "512Mi"}}
+
+
+def test_the_routing_journal_is_on_a_writable_volume_that_outlives_a_restart() -> None:
+    """routing.journal: auto puts the journal in $HERALD_STATE_DIR: a folder the read-only
+    container can write, in an emptyDir, which a container restart keeps."""
+    docs, _ = inject([workload("Deployment")], InjectOptions())
+    pod = the_pod(docs[1])
+    (herald,) = heralds(pod)
+    env = {e["name"]: e["value"] for e in herald["env"] if "value" in e}
+    path = journal_path("auto", Path(sidecar.CONFIG_PATH), sidecar.LISTEN_PORT, env)
+    assert path is not None
+    (mount,) = [m for m in herald["volumeMounts"] if path.is_relative_to(m["mountPath"])]
+    assert not mount.get("readOnly")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == mount["name"])
+    assert volume == {"name": mount["name"], "emptyDir": {}}
 
 
 def test_the_generated_proxy_yaml_is_valid_and_matches_the_pod() -> None:
