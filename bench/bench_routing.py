@@ -28,15 +28,19 @@ hands the moved ones to a librdkafka producer with no cluster to reach (they are
 purged). It prints the CPU milliseconds per MB of record values, the best of `--rounds`, for
 three layouts: `split` (as in the full-speed run: one partition all moved, the other all
 kept), `mixed` (every other record of every batch moved, so the kept ones are re-encoded) and
-`none moved` (what a topic with rules costs when none matches).
+`none moved` (what a topic with rules costs when none matches); then `mixed` again from an
+idempotent producer (sequences rewritten), without and with the routing journal (one line
+written per batch, in a temporary folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -136,9 +140,17 @@ def filter_cost(size: int, rounds: int) -> dict[str, float]:
     count, repeat = 500, 20
     value = b"x" * size
 
-    def batch(eu: object) -> bytes:
+    def batch(eu: object, producer_id: int = -1, base_sequence: int = -1) -> bytes:
         return build_batch([Record(b"k%d" % i, value, [("region", b"eu" if eu(i) else b"us")])
-                            for i in range(count)])
+                            for i in range(count)], producer_id=producer_id,
+                           producer_epoch=0 if producer_id >= 0 else -1,
+                           base_sequence=base_sequence)
+
+    def idempotent(producer_id: int) -> list[list[tuple[int, bytes]]]:
+        """`repeat` rounds of the mixed layout, each batch next in its partition's sequence."""
+        return [[(0, batch(lambda i: i % 2, producer_id, r * count)),
+                 (1, batch(lambda i: not i % 2, producer_id, r * count))]
+                for r in range(repeat)]
 
     layouts = {
         "split": [(0, batch(lambda i: True)), (1, batch(lambda i: False))],
@@ -153,22 +165,37 @@ def filter_cost(size: int, rounds: int) -> dict[str, float]:
         dest.settings.update({"queue.buffering.max.messages": 2_000_000,
                               "queue.buffering.max.kbytes": 4_000_000, "log_level": 0})
         dest.start()
-        routing = RoutingFilter(RoutingTable(config.routing), TopicIds(), {"b": dest},
-                                RoutingStats(CollectorRegistry()))
+        folder = Path(tempfile.mkdtemp(prefix="herald-bench-journal-"))
+        filters = {journal: RoutingFilter(
+            RoutingTable(config.routing), TopicIds(), {"b": dest},
+            RoutingStats(CollectorRegistry()), journal=folder / "j" if journal else None,
+            cluster_id=lambda: "bench") for journal in (False, True)}
+        routing = filters[False]
         candidates = routing.table.candidates("t", None)
+
+        async def timed(name: str, routing: RoutingFilter,
+                        rounds_of: list[list[tuple[int, bytes]]]) -> None:
+            routing.remembered.open("bench")
+            start = time.process_time()
+            for batches in rounds_of:
+                for partition, raw in batches:
+                    await routing._partition("t", partition, raw, candidates, 1)
+            cpu = time.process_time() - start
+            best[name] = min(best.get(name, cpu / mb), cpu / mb)
+            dest._producer.purge()
+            await trio.sleep(0.2)  # the purged records' reports are served meanwhile
+
         try:
-            for _ in range(rounds):
+            for n in range(rounds):
                 for name, batches in layouts.items():
-                    start = time.process_time()
-                    for _ in range(repeat):
-                        for partition, raw in batches:
-                            await routing._partition("t", partition, raw, candidates, 1)
-                    cpu = time.process_time() - start
-                    best[name] = min(best.get(name, cpu / mb), cpu / mb)
-                    dest._producer.purge()
-                    await trio.sleep(0.2)  # the purged records' reports are served meanwhile
+                    await timed(name, routing, [batches] * repeat)
+                for journal, name in ((False, "mixed, idempotent"),
+                                      (True, "mixed, idempotent, journal")):
+                    await timed(name, filters[journal], idempotent(2 * n + journal))
         finally:
             await dest.close(flush_s=0)
+            filters[True].remembered.close()
+            shutil.rmtree(folder, ignore_errors=True)
 
     trio.run(measure)
     return best
