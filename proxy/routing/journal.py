@@ -120,7 +120,7 @@ def decode(data: bytes) -> tuple[list[Entry], int]:
             break
         try:
             entries.append(_payload(payload))
-        except (struct.error, ValueError, UnicodeDecodeError):
+        except (struct.error, ValueError, IndexError, UnicodeDecodeError):
             break
         at = start + length
     return entries, at

@@ -108,10 +108,9 @@ class SequenceMap:
         if state is None or state.epoch != epoch:
             state = _PartitionState(epoch, base)
             self._states[key] = state
-            if len(self._states) > self._max:
-                self._states.popitem(last=False)
-        else:
-            self._states.move_to_end(key)
+        self._states.move_to_end(key)  # least recently used first: a new epoch is a use too
+        if len(self._states) > self._max:
+            self._states.popitem(last=False)
         attempt = Attempt(base, count, (base - state.shift) % SEQUENCE_MODULUS, plan, kept)
         self._book(state, attempt)
         return attempt
@@ -142,10 +141,11 @@ class SequenceMap:
                 if state is None or state.epoch != e.epoch:
                     state = states[key] = _PartitionState(e.epoch, e.base)
                 self._book(state, Attempt(e.base, e.count, e.upstream_base, None, e.kept))
-            elif e.kind == DELIVERED and state is not None and state.epoch == e.epoch:
-                attempt = state.window.get(e.base)
+            elif e.kind == DELIVERED:  # not a use of the partition: its order stays
+                attempt = state.window.get(e.base) if state and state.epoch == e.epoch else None
                 if attempt is not None:
                     attempt.delivered.add(e.text)
+                continue
             else:
                 continue
             states.move_to_end(key)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from proxy.routing.config import journal_path
@@ -197,3 +202,80 @@ def test_the_journal_path_by_default_lives_beside_the_config_or_in_the_state_dir
     assert journal_path("off", source, 9092, {"HERALD_STATE_DIR": "/x"}) is None
     assert journal_path("state/r.journal", source, 1, {}) == Path("/etc/herald/state/r.journal")
     assert journal_path("/abs/r.journal", source, 1, {}) == Path("/abs/r.journal")
+
+
+@given(st.binary(max_size=400))
+@settings(max_examples=400, deadline=None)
+def test_any_bytes_decode_to_entries_or_stop_cleanly(data: bytes) -> None:
+    entries, used = decode(data)
+    assert 0 <= used <= len(data)
+    assert b"".join(map(encode, entries)) == data[:used]
+    replay(data, "c")  # never raises
+
+
+OPS = st.lists(st.tuples(
+    st.sampled_from(["record", "delivered", "crash"]),
+    st.integers(0, 2),  # producer id
+    st.integers(0, 1),  # partition
+    st.integers(0, 1),  # epoch
+    st.integers(1, 6),  # records in the batch
+    st.integers(0, 6),  # of which kept
+), max_size=60)
+
+
+@given(OPS)
+@settings(max_examples=150, deadline=None)
+def test_a_journal_replayed_after_any_crash_is_the_live_map(
+    ops: list[tuple[str, int, int, int, int, int]],
+) -> None:
+    """Whatever was booked, and whenever the journal was rewritten, a Herald started from it
+    holds what the one that died held."""
+    folder = Path(tempfile.mkdtemp())
+    try:
+        path = folder / "j"
+        live = RememberedSequences(SequenceMap(max_partitions=5), path)
+        live.open("c")
+        next_base: dict[tuple[int, int, int], int] = {}
+        last: dict[tuple[int, str, int], tuple[int, Any]] = {}
+        for op, pid, partition, epoch, count, kept in ops:
+            key = (pid, "t", partition)
+            if op == "record":
+                base = next_base.get((pid, partition, epoch), 0)
+                next_base[(pid, partition, epoch)] = base + count
+                attempt = live.sequences.record(key, epoch, base, count, min(kept, count), "p")
+                live.attempt(key, epoch, attempt)
+                last[key] = (epoch, attempt)
+            elif op == "delivered" and key in last:
+                epoch, attempt = last[key]
+                live.delivered(key, epoch, attempt, f"rule-{kept}")
+            elif op == "crash":
+                live.close()
+                again = RememberedSequences(SequenceMap(max_partitions=5), path)
+                again.open("c")
+                assert again.sequences.snapshot() == live.sequences.snapshot()
+                live = again
+                last = {}
+        live.close()
+        final = RememberedSequences(SequenceMap(max_partitions=5), path)
+        final.open("c")
+        assert final.sequences.snapshot() == live.sequences.snapshot()
+        final.close()
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_rewrites_while_running_keep_the_map(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("proxy.routing.journal.MIN_COMPACT_BYTES", 200)
+    live = RememberedSequences(SequenceMap(), tmp_path / "j")
+    live.open("c")
+    for i in range(300):
+        key = (i % 7, "t", i % 3)
+        attempt = live.sequences.record(key, 0, i * 4, 4, i % 5, "p")
+        live.attempt(key, 0, attempt)
+    assert (tmp_path / "j").stat().st_size < 300 * 40  # rewritten as it grew
+    live.close()
+    again = RememberedSequences(SequenceMap(), tmp_path / "j")
+    again.open("c")
+    assert again.sequences.snapshot() == live.sequences.snapshot()
+    again.close()
