@@ -43,7 +43,8 @@ class RoutingStats:
 
         self.journal_state = Gauge(
             "herald_routing_journal_state",
-            "1 for the routing journal's state: off, waiting (for the cluster id), on, failed",
+            "1 for the routing journal's state: off, waiting (opened at the first routed "
+            "batch), on, failed",
             ["state"], registry=registry,
         )
         self.journal_bytes = Gauge(
