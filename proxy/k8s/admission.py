@@ -24,8 +24,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from proxy.k8s import sidecar
-from proxy.k8s.inject import InjectError, InjectOptions, inject_pod
+from proxy.k8s.inject import InjectError, InjectOptions, inject_pod, point_apps
 from proxy.k8s.json_patch import diff
 from proxy.k8s.sizing import Throughput
 from proxy.observability.logs import get_logger
@@ -52,6 +54,7 @@ ANNOTATIONS = {
 }
 # Outcomes, as counted in herald_webhook_reviews_total{outcome}.
 INJECTED, UNCHANGED, SKIPPED = "injected", "unchanged", "skipped"
+REPOINTED = "repointed"  # reinvoked: containers added since were pointed at Herald
 REFUSED, ERROR = "refused", "error"
 WARNING_MAX = 256  # the API server may truncate longer warnings
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})$")
@@ -124,7 +127,7 @@ def _decide(request: dict[str, Any], options: InjectOptions, namespace_opted_in:
     annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     if sidecar.INJECTED in annotations:
-        return _allow(uid, UNCHANGED, "already injected")
+        return _reinvoked(uid, pod, annotations, options)
     asked = [v for v in (annotations.get(INJECT), labels.get(INJECT)) if v is not None]
     bad = [v for v in asked if v not in ("true", "false")]
     if bad:
@@ -157,6 +160,60 @@ def _decide(request: dict[str, Any], options: InjectOptions, namespace_opted_in:
             f"at Herald (name the application's with the {CONTAINERS} annotation)"))
         response["warnings"] = decision.warnings
     return decision
+
+
+def _reinvoked(uid: str, pod: dict[str, Any], annotations: dict[str, Any],
+               options: InjectOptions) -> Decision:
+    """A pod that has the sidecar: under reinvocationPolicy IfNeeded, the API server calls
+    again after a later webhook changed it. A container that webhook added with a bootstrap
+    variable is pointed at Herald, as `inject_pod` points the pod's own; nothing else changes.
+    Herald's port is read from the proxy.yaml the pod carries (the webhook's pods); a pod
+    injected with a ConfigMap does not say it, so its containers are left and a warning says
+    which were not pointed."""
+    unchanged = _allow(uid, UNCHANGED, "already injected")
+    apps = [c for c in pod["spec"].get("containers") or []
+            if isinstance(c, dict) and c.get("name") != sidecar.NAME]
+    try:
+        pod_options = _overrides(annotations, options)
+    except ValueError:
+        return unchanged  # said when the pod was injected
+    port = _listen_port(annotations.get(sidecar.CONFIG_ANNOTATION))
+    if port is None:
+        elsewhere = [c.get("name") for c in apps if any(
+            isinstance(e, dict) and e.get("name") in pod_options.bootstrap_env
+            and not str(e.get("value", "")).startswith("localhost:")
+            for e in c.get("env") or [])]
+        if elsewhere:
+            unchanged.warnings = [_warning(
+                f"herald: container {elsewhere[0]!r} has a bootstrap variable not pointed at "
+                "Herald, and this pod does not say Herald's port (injected with a ConfigMap): "
+                "left as it is")]
+            unchanged.review["response"]["warnings"] = unchanged.warnings
+        return unchanged
+    patched = copy.deepcopy(pod)
+    point_apps([c for c in patched["spec"]["containers"] if c.get("name") != sidecar.NAME],
+               pod_options, port, add_single=False)
+    ops = diff(pod, patched)
+    if not ops:
+        return unchanged
+    decision = _allow(uid, REPOINTED, "already injected; containers added since pointed at "
+                                      "Herald")
+    response = decision.review["response"]
+    response["patchType"] = "JSONPatch"
+    response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+    return decision
+
+
+def _listen_port(text: Any) -> int | None:
+    """The port of `listen.bootstrap` in a pod's proxy.yaml annotation, if it says one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        config = yaml.safe_load(text)
+        port = int(str(config["listen"]["bootstrap"]).rsplit(":", 1)[1])
+    except (yaml.YAMLError, TypeError, KeyError, IndexError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
 
 
 def _overrides(annotations: dict[str, Any], options: InjectOptions) -> InjectOptions:

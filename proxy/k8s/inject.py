@@ -203,14 +203,7 @@ def inject_pod(template: dict[str, Any], options: InjectOptions, *, kind: str = 
         written = sidecar.config_map(config_map, namespace, text)
 
     apps = pod["containers"]
-    pointed = False
-    for c in apps:
-        if options.containers:
-            if c["name"] in options.containers:
-                pointed |= _point_at_herald(c, options.bootstrap_env, spec.listen_port, add=True)
-        else:
-            pointed |= _point_at_herald(c, options.bootstrap_env, spec.listen_port,
-                                        add=len(apps) == 1)
+    pointed = point_apps(apps, options, spec.listen_port, add_single=True)
     if spec.native:
         pod["initContainers"] = [sidecar.container(spec), *(pod.get("initContainers") or [])]
     else:
@@ -226,6 +219,23 @@ def inject_pod(template: dict[str, Any], options: InjectOptions, *, kind: str = 
     labels = meta.get("labels") or {}
     meta["labels"] = {**labels, sidecar.SIDECAR_LABEL: "true"}
     return PodResult(injected=True, pointed=pointed, config_map=written)
+
+
+def point_apps(apps: list[dict[str, Any]], options: InjectOptions, port: int,
+               add_single: bool) -> bool:
+    """Point the application containers' bootstrap variables at Herald's listener on `port`:
+    those named in `options.containers` (given the variable if they lack it), else every
+    container that has one (`add_single`: a pod's only container is given it too). Whether
+    one points at Herald now."""
+    pointed = False
+    for c in apps:
+        if options.containers:
+            if c["name"] in options.containers:
+                pointed |= _point_at_herald(c, options.bootstrap_env, port, add=True)
+        else:
+            pointed |= _point_at_herald(c, options.bootstrap_env, port,
+                                        add=add_single and len(apps) == 1)
+    return pointed
 
 
 def _point_at_herald(container: dict[str, Any], names: tuple[str, ...], port: int,

@@ -63,8 +63,8 @@ class WebhookMetrics:
         self.tls_reloads = Counter("herald_webhook_tls_reloads",
                                    "certificate reloads, by result (applied, failed)",
                                    ["result"], registry=self.registry)
-        for outcome in (admission.INJECTED, admission.UNCHANGED, admission.SKIPPED,
-                        admission.REFUSED, admission.ERROR):
+        for outcome in (admission.INJECTED, admission.REPOINTED, admission.UNCHANGED,
+                        admission.SKIPPED, admission.REFUSED, admission.ERROR):
             self.reviews.labels(outcome)
 
 

@@ -130,6 +130,43 @@ def test_an_injected_pod_is_left_as_it_is_even_after_other_webhooks_changed_it()
     assert decision.outcome == admission.UNCHANGED and "patch" not in response
 
 
+def test_a_reinvoked_pod_gets_the_containers_added_since_pointed_at_herald() -> None:
+    """A later webhook added a Kafka client container (it has the bootstrap variable): the
+    reinvocation points it at Herald, and only it; the next reinvocation changes nothing."""
+    pod = pod_of(workload("Deployment", "web"))
+    once = patched(pod, _answer(pod)[0])
+    once["spec"]["containers"].append({"name": "mesh-proxy", "image": "example/mesh:1"})
+    once["spec"]["containers"].append({"name": "late-client", "image": "example/c:1", "env": [
+        {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka.shop:9092"},
+        {"name": "OTHER", "value": "kept"}]})
+    response, decision = _answer(once)
+    assert decision.outcome == admission.REPOINTED, decision.reason
+    twice = patched(once, response)
+    _valid(twice)
+    late = twice["spec"]["containers"][-1]
+    assert late["env"] == [{"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "localhost:19092"},
+                           {"name": "OTHER", "value": "kept"}]
+    assert twice["spec"]["containers"][-2] == once["spec"]["containers"][-2]  # no variable
+    assert {k: v for k, v in twice.items() if k != "spec"} == {
+        k: v for k, v in once.items() if k != "spec"}
+    response, decision = _answer(twice)
+    assert decision.outcome == admission.UNCHANGED and "patch" not in response
+
+
+def test_a_reinvoked_pod_that_does_not_say_heralds_port_is_left_with_a_warning() -> None:
+    """Injected with a ConfigMap (`herald k8s inject` without --config-in-pod): the pod does
+    not carry its proxy.yaml, so the webhook does not know Herald's port and says so rather
+    than guess."""
+    fresh = pod_of(workload("Deployment", "web"))
+    pod = patched(fresh, _answer(fresh)[0])
+    del pod["metadata"]["annotations"][sidecar.CONFIG_ANNOTATION]
+    pod["spec"]["containers"].append({"name": "late-client", "image": "example/c:1", "env": [
+        {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka.shop:9092"}]})
+    response, decision = _answer(pod)
+    assert decision.outcome == admission.UNCHANGED and "patch" not in response
+    assert "'late-client'" in response["warnings"][0], response
+
+
 def test_opting_in_and_out() -> None:
     def outcome(namespace_opted_in: bool, annotations: dict | None = None,
                 labels: dict | None = None) -> str:
