@@ -167,3 +167,23 @@ def test_the_deployment_runs_the_webhook_with_the_charts_sidecar_settings() -> N
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] == "webhook-health"
     assert ports["webhook-health"] == 9465 and args.listen == f"0.0.0.0:{ports['webhook']}"
+
+
+def test_the_webhook_pods_take_reviews_and_probes_only_and_call_nothing() -> None:
+    docs = documents(helm_template("mode=webhook"))
+    named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    policy = named[("NetworkPolicy", "r-herald-webhook")]["spec"]
+    pod = named[("Deployment", "r-herald-webhook")]["spec"]["template"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    ports = {p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["egress"] == []
+    assert {p["port"] for rule in policy["ingress"] for p in rule["ports"]} == ports
+    # The Service sends the API server's calls to a port the policy lets in.
+    service = named[("Service", "r-herald-webhook")]["spec"]["ports"][0]
+    named_ports = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert named_ports[service["targetPort"]] in ports
+    # No other workload of the release is selected by it.
+    for (kind, name), doc in named.items():
+        if kind == "Deployment" and name != "r-herald-webhook":
+            labels = doc["spec"]["template"]["metadata"]["labels"]
+            assert not policy["podSelector"]["matchLabels"].items() <= labels.items()
