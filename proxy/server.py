@@ -25,6 +25,12 @@ from proxy.filters.sasl import SaslPrincipalLearner, SaslRefusal
 from proxy.filters.topic_ids import TopicIdLearner
 from proxy.filters.tracing import TracingFilter
 from proxy.limits import allocator
+from proxy.limits.config import (
+    FDS_KEPT,
+    FDS_PER_CONNECTION,
+    connections_within,
+    raise_descriptor_limit,
+)
 from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.session_limits import SessionLimits
@@ -32,6 +38,7 @@ from proxy.limits.stats import LimitMetrics
 from proxy.native.path_choice import NATIVE_UNAVAILABLE, engine_reason
 from proxy.native.relay import NativeRelay
 from proxy.net.config import ListenError
+from proxy.net.descriptors import OUT_OF_DESCRIPTORS, OutOfDescriptors
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.observability.tracing import Tracing, tracing_from_env
@@ -42,6 +49,7 @@ from proxy.routing.rules import PRIMARY, RoutingTable
 from proxy.routing.stats import RoutingStats
 from proxy.security.kafka_clients import proxy_info
 from proxy.security.tls import ReloadingContext
+from proxy.serving.accepting import Accepting
 from proxy.serving.admin import AdminServer
 from proxy.serving.collector import CollectorKeeper
 from proxy.serving.connections import Connections
@@ -76,6 +84,7 @@ class Proxy:
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
         self.limit_metrics = LimitMetrics(self.metrics, self.memory)
         self.upstream_reachable = False
+        self.unreachable_reason = "upstream unreachable"
         self.cluster = UpstreamCluster(config.upstream)
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
         self.admin_tls = ReloadingContext(config.admin.tls) if config.admin.tls else None
@@ -140,7 +149,11 @@ class Proxy:
         self.connections = Connections(self.environment, self.refresh_brokers)
         self.collector = CollectorKeeper(self.metrics, self.connections.counts)
         self.sessions: set[Session] = self.connections.sessions
-        self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle)
+        # One for every port: running out of descriptors is one episode of the process's.
+        self.accepting = Accepting(lambda reason: self.metrics.accept_errors.labels(reason).inc(),
+                                   lambda: len(self.sessions))
+        self.listeners = Listeners(config.listen.bootstrap.host, self.connections.handle,
+                                   self.accepting)
         self._reload = ConfigReload(self.environment, self.proxy_info, self.destinations,
                                     self.interceptors, self.routing, load_config)
 
@@ -191,7 +204,8 @@ class Proxy:
                     # In the outer nursery: while sessions drain, /readyz keeps answering
                     # 503 "draining" instead of refusing connections.
                     admin = AdminServer(self.config.admin.bind, self.metrics, self.readiness,
-                                        self.admin_tls, self.config.admin.token)
+                                        self.admin_tls, self.config.admin.token,
+                                        self.accepting)
                     self.admin_port = await sessions.start(admin.serve)
                 self.upstream_reachable = await self.refresh_brokers()
                 nursery.start_soon(self._watch_upstream)
@@ -224,7 +238,7 @@ class Proxy:
         if not self.ready.is_set():
             return False, "starting"
         if not self.upstream_reachable:
-            return False, "upstream unreachable"
+            return False, self.unreachable_reason
         states = [f"{d.name}={'up' if d.reachable else 'down'}"
                   for d in self.destinations.values() if d.name != PRIMARY]
         return True, f"ready (clusters: {', '.join(states)})" if states else "ready"
@@ -234,7 +248,8 @@ class Proxy:
             await trio.sleep(period)
             ok = await self.refresh_brokers()
             if ok != self.upstream_reachable:
-                log.warning("upstream_state", reachable=ok)
+                log.warning("upstream_state", reachable=ok,
+                            reason=None if ok else self.unreachable_reason)
             self.upstream_reachable = ok
 
     def _tls_contexts(self) -> list[ReloadingContext]:
@@ -306,7 +321,12 @@ class Proxy:
             brokers = await self.cluster.fetch_brokers()
         except AuthRequired:
             return True
+        except OutOfDescriptors as exc:
+            self.unreachable_reason = OUT_OF_DESCRIPTORS
+            log.info("metadata_refresh_failed", reason=OUT_OF_DESCRIPTORS, error=exc.name)
+            return False
         except ConnectionError as exc:
+            self.unreachable_reason = "upstream unreachable"
             log.info("metadata_refresh_failed", error=str(exc))
             return False
         for node_id, host, port in brokers:
@@ -323,6 +343,7 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
     Tracing is configured from the OTEL_* environment variables; the spans still buffered
     are exported before returning.
     """
+    check_descriptor_limit(config.limits.max_connections)
     tracing = tracing_from_env()
     allocator.tune(allocator.keep_bytes_for(config.limits.memory_budget_bytes))
 
@@ -341,3 +362,19 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
         if tracing is not None:
             tracing.shutdown()
 
+
+
+def check_descriptor_limit(max_connections: int) -> None:
+    """Raise the open-files limit to the hard one and say whether `limits.max_connections`
+    fits in it. A configuration that does not is served as far as it fits (accepting
+    pauses at the limit, see `proxy.serving.accepting`), not refused: the limit may be
+    raised without restarting the process (`prlimit`)."""
+    limit = raise_descriptor_limit()
+    log.info("fd_limit", before=limit.inherited, after=limit.soft, hard=limit.hard)
+    served = connections_within(limit.soft)
+    if max_connections > served:
+        log.warning("fd_limit_low", key="limits.max_connections", max_connections=max_connections,
+                    nofile=limit.soft, connections_served=served,
+                    note=f"each connection takes up to {FDS_PER_CONNECTION} descriptors and "
+                    f"{FDS_KEPT} are kept for Herald: raise the open-files limit (ulimit -n, "
+                    "LimitNOFILE, the container's nofile) or lower limits.max_connections")

@@ -24,13 +24,31 @@ MIB = 1024 * 1024
 FDS_PER_CONNECTION = 4
 """A client socket, its upstream socket, and the pipe pair of a streamed response."""
 
-_FDS_KEPT = 128  # listeners, the admin endpoint, Herald's own broker connections, logs
+FDS_KEPT = 128
+"""Descriptors kept for Herald itself: listeners, the admin endpoint, its own broker and
+destination connections, logs, the journal."""
 
 
-def raise_descriptor_limit() -> int:
+@dataclass(frozen=True)
+class DescriptorLimit:
+    """The open-files limit: the soft one the process was started with, the soft one in force
+    now, and the hard one."""
+
+    inherited: int
+    soft: int
+    hard: int
+
+
+_inherited_soft: int | None = None
+
+
+def raise_descriptor_limit() -> DescriptorLimit:
     """Raise the soft limit on open files to the hard one (as Go and the JVM do on start);
-    return the limit now in force."""
+    the limits before and after (the first call's `inherited` is kept for later ones)."""
+    global _inherited_soft
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if _inherited_soft is None:
+        _inherited_soft = soft
     if hard == resource.RLIM_INFINITY or hard > soft:
         target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
         try:
@@ -38,13 +56,18 @@ def raise_descriptor_limit() -> int:
             soft = target
         except (ValueError, OSError):
             pass
-    return soft
+    return DescriptorLimit(_inherited_soft, soft, hard)
+
+
+def connections_within(descriptors: int) -> int:
+    """How many client connections `descriptors` open files can serve (none below the ones
+    Herald keeps for itself)."""
+    return max(0, (descriptors - FDS_KEPT) // FDS_PER_CONNECTION)
 
 
 def default_max_connections() -> int:
     """As many client connections as the descriptor limit allows, at most 10,000."""
-    fds = raise_descriptor_limit()
-    return max(16, min(10_000, (fds - _FDS_KEPT) // FDS_PER_CONNECTION))
+    return max(16, min(10_000, connections_within(raise_descriptor_limit().soft)))
 
 
 def machine_memory() -> int:

@@ -309,6 +309,16 @@ class Metrics:
             "herald_connection_limit_hits",
             "Client connections refused (max_connections, max_connections_per_source) or "
             "closed (idle_timeout, frame_timeout) by a limit", ["limit"], registry=r)
+        self.accept_errors = Counter(
+            "herald_accept_errors",
+            "Accepts that failed for lack of capacity, by errno (EMFILE: the process is out "
+            "of file descriptors; ENFILE: the system is; ENOBUFS, ENOMEM: socket memory); the "
+            "connection waits in the backlog and the accept is retried", ["reason"], registry=r)
+        self.upstream_connect_failures = Counter(
+            "herald_upstream_connect_failures",
+            "Client connections closed because their upstream connection could not be opened "
+            "(unreachable: no broker address answered; out_of_descriptors: Herald had no file "
+            "descriptor for the socket)", ["reason"], registry=r)
         self.build = Info("herald_build", "Build information", registry=r)
         self.build.info({"version": HERALD_VERSION, "kafka_protocol": KAFKA_VERSION})
         self._api_children: dict[tuple[str, str], ApiMetrics] = {}

@@ -23,6 +23,7 @@ from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics
 from proxy.security.config import SecretRef
 from proxy.security.tls import ReloadingContext
+from proxy.serving.accepting import Accepting
 
 log = get_logger("admin")
 
@@ -40,12 +41,17 @@ class AdminServer:
         readiness: Callable[[], tuple[bool, str]],
         tls: ReloadingContext | None = None,
         token: SecretRef | None = None,
+        accepting: Accepting | None = None,
     ) -> None:
+        """`accepting`: the proxy's, so that running out of descriptors is one episode for
+        every port (default: one of the admin endpoint's own)."""
         self.bind = bind
         self.metrics = metrics
         self.readiness = readiness
         self.tls = tls
         self.token = token
+        self.accepting = accepting or Accepting(
+            lambda reason: metrics.accept_errors.labels(reason).inc())
 
     async def serve(self, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -55,7 +61,9 @@ class AdminServer:
         port = listeners[0].socket.getsockname()[1]
         log.info("admin_listening", address=f"{self.bind.host}:{port}")
         task_status.started(port)
-        await trio.serve_listeners(self._handle, listeners)
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self.accepting.serve, listener, "admin", nursery, self._handle)
 
     async def _handle(self, raw: trio.SocketStream) -> None:
         stream: trio.abc.Stream = raw

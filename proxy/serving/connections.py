@@ -16,6 +16,7 @@ import trio
 
 from interceptors.config import HostPort
 from proxy.filters.chain import SessionContext
+from proxy.net.descriptors import OUT_OF_DESCRIPTORS, OutOfDescriptors
 from proxy.net.transport import PlainTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.serving.client_tls import tls_handshake
@@ -24,7 +25,6 @@ from proxy.session.environment import SessionEnvironment
 from proxy.session.session import Session
 
 log = get_logger("server")
-
 
 class Connections:
     """Serves the connections the listeners accept; `sessions` are those running now."""
@@ -82,16 +82,26 @@ class Connections:
             return
         transport, principal = accepted
         upstream_addrs = await self._upstream_for(target)
-        upstream = await self._cluster.connect(upstream_addrs)
+        m = self._metrics
+        try:
+            upstream = await self._cluster.connect(upstream_addrs)
+        except OutOfDescriptors as exc:
+            # Herald's own shortage, not the broker's: said so, with the limit to raise.
+            m.upstream_connect_failures.labels("out_of_descriptors").inc()
+            log.warning("connection_closed", reason=OUT_OF_DESCRIPTORS, error=exc.name,
+                        client=peer, client_id=None, target=target,
+                        upstream=",".join(map(str, upstream_addrs)))
+            await transport.aclose()
+            return
         if upstream is None:
             # client_id is unknown: nothing was read from the client yet.
+            m.upstream_connect_failures.labels("unreachable").inc()
             log.warning("connection_closed", reason="upstream unreachable", client=peer,
                         client_id=None, target=target,
                         upstream=",".join(map(str, upstream_addrs)))
             await transport.aclose()
             return
         address = upstream.address
-        m = self._metrics
         m.connections_total.labels("upstream").inc()
         m.connections_active.labels("upstream").inc()
         ctx = SessionContext(client_address=peer, listener=target, upstream_address=address,

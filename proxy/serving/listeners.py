@@ -2,7 +2,8 @@
 
 One listener stands for the bootstrap servers; one more per broker (at
 `broker_port_base + node id`) is opened as soon as a broker is learned, before any client can
-be told its address. Every accepted connection is handled in a task of its own.
+be told its address. Every accepted connection is handled in a task of its own; what happens
+when the process is out of descriptors is `accepting.py`'s.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from proxy.observability.logs import get_logger
+from proxy.serving.accepting import Accepting
 
 log = get_logger("server")
 
@@ -24,9 +26,11 @@ class Listeners:
     accepted connection."""
 
     def __init__(self, host: str,
-                 handle: Callable[[trio.SocketStream, str], Awaitable[None]]) -> None:
+                 handle: Callable[[trio.SocketStream, str], Awaitable[None]],
+                 accepting: Accepting) -> None:
         self._host = host
         self._handle = handle
+        self._accepting = accepting
         self._broker_ports: set[int] = set()
         self._nursery: trio.Nursery | None = None
         self._handlers: trio.Nursery | None = None
@@ -58,9 +62,9 @@ class Listeners:
             log.error("listen_failed", node_id=node_id, port=port, error=str(exc))
 
     async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
-        assert self._handlers is not None
-        await trio.serve_listeners(
-            lambda stream: self._handle(stream, target),
-            listeners,
-            handler_nursery=self._handlers,
-        )
+        handlers = self._handlers
+        assert handlers is not None
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self._accepting.serve, listener, target, handlers,
+                                   lambda stream: self._handle(stream, target))

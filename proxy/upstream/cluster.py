@@ -22,6 +22,7 @@ from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
 from proxy.net import wire
+from proxy.net.descriptors import OutOfDescriptors, descriptor_shortage
 from proxy.net.transport import PlainTransport, TlsTransport, Transport
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import (
@@ -136,7 +137,10 @@ class UpstreamCluster:
 
     async def connect(self, addrs: list[HostPort]) -> Upstream | None:
         """The first of `addrs` that accepts a ready connection, or None (each failure is
-        logged at info: the caller decides what to tell the client)."""
+        logged at info: the caller decides what to tell the client).
+
+        Raises `OutOfDescriptors` when Herald had no descriptor for the socket: the broker
+        may be fine, and no other address would fare better."""
         for addr in addrs:
             try:
                 with trio.fail_after(self.config.connect_timeout_s):
@@ -146,6 +150,7 @@ class UpstreamCluster:
                 log.info("upstream_connect_failed", cluster=self.name, upstream=str(addr),
                          error="timed out")
             except (OSError, EOFError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                _raise_if_out_of_descriptors(exc)
                 log.info("upstream_connect_failed", cluster=self.name, upstream=str(addr),
                          error=_describe(exc))
             except (UpstreamAuthError, CodecError, SaslError, ConfigError) as exc:
@@ -252,7 +257,8 @@ class UpstreamCluster:
 
         Raises `AuthRequired` when the cluster answers but wants clients to authenticate
         (SASL passthrough without credentials of Herald's own): the brokers are then learned
-        from the clients' Metadata responses instead.
+        from the clients' Metadata responses instead; `ConnectionError` when it does not
+        answer, `OutOfDescriptors` (one) when Herald had no descriptor to ask.
         """
         async with self._probe_lock:
             probe, self._probe = self._probe, None
@@ -291,6 +297,7 @@ class UpstreamCluster:
             except AuthRequired:
                 raise
             except _PROBE_ERRORS as exc:
+                _raise_if_out_of_descriptors(exc)
                 errors.append(f"{addr}: {_describe(exc)}")
         raise ConnectionError("; ".join(errors) or "no bootstrap address")
 
@@ -327,6 +334,12 @@ async def call(io: FrameIO, api_key: int, version: int, msg: Any,
     await io.send_all(frame(bytes(out)))
     _, reply = wire.decode_response(api_key, version, await io.next_frame())
     return reply
+
+
+def _raise_if_out_of_descriptors(exc: BaseException) -> None:
+    code = descriptor_shortage(exc)
+    if code is not None:
+        raise OutOfDescriptors(code) from exc
 
 
 def _describe(exc: BaseException) -> str:
