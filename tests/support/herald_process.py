@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -87,10 +88,13 @@ def shipped_config(upstream: str) -> dict[str, Any]:
 
 
 class HeraldProcess:
-    def __init__(self, config: dict[str, Any], env: dict[str, str] | None = None) -> None:
-        """`env`: extra environment variables for the process (e.g. OTEL_*)."""
+    def __init__(self, config: dict[str, Any], env: dict[str, str] | None = None,
+                 nofile: tuple[int, int] | None = None) -> None:
+        """`env`: extra environment variables for the process (e.g. OTEL_*); `nofile`: the
+        (soft, hard) open-files limit it starts with."""
         self.config = config
         self.env = dict(env or {})
+        self.nofile = nofile
         self.folder = Path(tempfile.mkdtemp(prefix="herald-test-"))
         self.config_path = self.folder / "proxy.yaml"
         self.log_path = self.folder / "herald.log"
@@ -123,6 +127,7 @@ class HeraldProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", command, "run", "--config", str(self.config_path)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env,
+            preexec_fn=None if self.nofile is None else self._limit_descriptors,
         )
         log.close()
         lines: list[str] = []
@@ -138,6 +143,15 @@ class HeraldProcess:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"herald did not become ready:\n{self.logs()}")
+
+    def _limit_descriptors(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, self.nofile)
+
+    def open_fds(self) -> set[int]:
+        """The descriptors the process holds now."""
+        assert self.process is not None
+        return {int(fd) for fd in os.listdir(f"/proc/{self.process.pid}/fd")}
 
     def _read_stdout(self, lines: list[str]) -> None:
         assert self.process is not None and self.process.stdout is not None

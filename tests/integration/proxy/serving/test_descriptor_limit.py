@@ -1,0 +1,150 @@
+"""Herald at its open-files limit, a real process in front of a real broker: accepting pauses
+and resumes as one logged, counted episode (no traceback, no `trio` logger spam), connections
+already open keep being served, and a connection Herald accepted with no descriptor left for
+its upstream socket is closed as `out of file descriptors`, not `upstream unreachable`."""
+
+from __future__ import annotations
+
+import re
+import resource
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import scrape, total
+from tests.support.raw_client import SocketRawClient, api_versions, correlation_id
+
+SERVED = 4  # client connections open when the limit is reached
+STARTED_WITH = (160, 256)  # Herald raises the soft limit to the hard one, and no further
+MAX_CONNECTIONS = 1000  # more than 256 descriptors can serve: fd_limit_low at start
+
+
+@pytest.fixture
+def herald(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
+    config = herald_config(kafka.bootstrap, admin={"bind": f"127.0.0.1:{free_port()}"},
+                           limits={"max_connections": MAX_CONNECTIONS})
+    with HeraldProcess(config, nofile=STARTED_WITH) as proc:
+        yield proc
+
+
+def events(proc: HeraldProcess, name: str) -> list[str]:
+    return [line for line in proc.logs().splitlines() if f"event={name} " in line + " "]
+
+
+def wait_for_event(proc: HeraldProcess, name: str, count: int = 1,
+                   timeout: float = 15) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while len(found := events(proc, name)) < count:
+        assert time.monotonic() < deadline, f"no {name} in the log:\n{proc.logs()}"
+        time.sleep(0.05)
+    return found
+
+
+def field(line: str, key: str) -> str:
+    match = re.search(rf"\b{key}=(\"[^\"]*\"|\S+)", line)
+    assert match, f"{key} not in {line}"
+    return match.group(1).strip('"')
+
+
+def answered(client: SocketRawClient, corr: int) -> None:
+    client.send(api_versions(corr))
+    payload = client.recv()
+    assert payload is not None and correlation_id(payload) == corr
+
+
+def settled_fds(proc: HeraldProcess, expected: int, timeout: float = 15) -> set[int]:
+    """The process's descriptors once there are `expected` of them (closes take a moment)."""
+    deadline = time.monotonic() + timeout
+    while len(fds := proc.open_fds()) != expected:
+        assert time.monotonic() < deadline, f"{len(fds)} descriptors open, not {expected}"
+        time.sleep(0.05)
+    return fds
+
+
+def limit_leaving(proc: HeraldProcess, free: int) -> None:
+    """Set the process's open-files limit (soft and hard) so that exactly `free` descriptor
+    numbers are left below it."""
+    held = proc.open_fds()
+    unheld = (n for n in range(1 << 20) if n not in held)
+    for _ in range(free):
+        next(unheld)
+    limit = next(unheld)  # the first number the process may not have
+    assert proc.process is not None
+    resource.prlimit(proc.process.pid, resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
+    herald: HeraldProcess,
+) -> None:
+    # At start: the limit raised to the hard one, and max_connections found too high for it.
+    fd_limit = wait_for_event(herald, "fd_limit")[0]
+    assert (field(fd_limit, "before"), field(fd_limit, "after")) == ("160", "256")
+    low = wait_for_event(herald, "fd_limit_low")[0]
+    assert field(low, "key") == "limits.max_connections"
+    assert field(low, "max_connections") == str(MAX_CONNECTIONS)
+    assert field(low, "connections_served") == str((256 - 128) // 4)
+
+    # Each client connection costs two descriptors (its socket and its upstream one).
+    idle = len(herald.open_fds())
+    clients = [SocketRawClient(herald.bootstrap) for _ in range(SERVED)]
+    for i, client in enumerate(clients):
+        answered(client, i + 1)
+    settled_fds(herald, idle + 2 * SERVED)
+
+    # One descriptor left: the connection is accepted, its upstream socket cannot be opened.
+    # Taking the last descriptor pauses accepting too: accept(2) fails with EMFILE even when
+    # no connection waits.
+    limit_leaving(herald, 1)
+    last = SocketRawClient(herald.bootstrap)
+    assert last.recv() is None
+    closed = wait_for_event(herald, "connection_closed")
+    assert [field(line, "reason") for line in closed] == ["out of file descriptors"]
+    assert field(closed[0], "error") == "EMFILE"
+    assert "upstream unreachable" not in herald.logs()
+    paused = wait_for_event(herald, "accept_paused")[0]
+    assert field(paused, "error") == "EMFILE" and field(paused, "target") == "bootstrap"
+    assert field(paused, "open_connections") == str(SERVED)
+    assert field(paused, "nofile_soft") == field(paused, "nofile_hard")
+    last.close()
+
+    # None left: new connections wait in the backlog; the episode goes on, not logged again.
+    settled_fds(herald, idle + 2 * SERVED)
+    limit_leaving(herald, 0)
+    waiting = [SocketRawClient(herald.bootstrap) for _ in range(2)]
+    for i, client in enumerate(waiting):
+        client.send(api_versions(100 + i))
+    # The connections already open are served while accepting is paused.
+    answered(clients[0], 50)
+    time.sleep(2)  # several retries fail meanwhile, each backing off further
+    assert len(events(herald, "accept_paused")) == 1
+
+    # Three connections close: the waiting two are accepted and answered.
+    for client in clients[1:]:
+        client.close()
+    for i, client in enumerate(waiting):
+        payload = client.recv()
+        assert payload is not None and correlation_id(payload) == 100 + i
+    resumed = wait_for_event(herald, "accept_resumed")
+    assert len(resumed) == 1 and field(resumed[0], "target") == "bootstrap"
+    failures = int(field(resumed[0], "failed_accepts"))
+    assert failures >= 3, resumed[0]
+    assert float(field(resumed[0], "paused_s")) >= 2
+
+    samples = scrape(herald)
+    assert total(samples, "herald_accept_errors_total", reason="EMFILE") == failures
+    assert total(samples, "herald_upstream_connect_failures_total",
+                 reason="out_of_descriptors") == 1
+    assert total(samples, "herald_upstream_connect_failures_total", reason="unreachable") == 0
+    # Accepting goes on as usual: a new connection is served, and nothing pauses again.
+    clients[0].close()
+    fresh = SocketRawClient(herald.bootstrap)
+    answered(fresh, 200)
+    assert len(events(herald, "accept_paused")) == 1
+    logs = herald.logs()
+    assert "Traceback" not in logs and "trio" not in logs and "accept returned" not in logs
+    for client in [fresh, *waiting]:
+        client.close()
+
