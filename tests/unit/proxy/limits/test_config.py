@@ -8,7 +8,15 @@ import pytest
 
 from interceptors.config import ConfigError
 from proxy.config.proxy_yaml import parse_config
-from proxy.limits.config import FDS_PER_CONNECTION, MIB, default_memory_budget, machine_memory
+from proxy.limits.config import (
+    FDS_KEPT,
+    FDS_PER_CONNECTION,
+    MIB,
+    connections_within,
+    default_memory_budget,
+    machine_memory,
+    raise_descriptor_limit,
+)
 
 
 def doc(**limits: object) -> dict:
@@ -30,6 +38,24 @@ def test_defaults() -> None:
     assert 256 * MIB <= limits.memory_budget_bytes <= max(256 * MIB, machine_memory() // 4)
     assert limits.max_batch_records == 200_000
     assert limits.max_batch_decompressed_bytes == 64 * MIB
+
+
+def test_connections_within_a_descriptor_limit() -> None:
+    """Four descriptors a connection, after those Herald keeps: what fd_limit_low reports."""
+    assert (FDS_PER_CONNECTION, FDS_KEPT) == (4, 128)
+    assert connections_within(256) == 32
+    assert connections_within(1024) == 224
+    assert connections_within(100) == 0
+
+
+def test_the_limit_is_raised_to_the_hard_one_and_what_it_was_is_kept() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    first = raise_descriptor_limit()
+    again = raise_descriptor_limit()
+    assert first.hard == again.hard == hard
+    assert first.soft == again.soft == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert again.inherited == first.inherited <= first.soft
+    assert first.soft >= soft
 
 
 def test_explicit_values_win() -> None:
