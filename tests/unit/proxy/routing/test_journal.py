@@ -314,3 +314,14 @@ async def test_a_rewrite_prepared_after_the_journal_was_dropped_is_discarded(
     again.open("c")  # the file as the appends left it
     assert again.sequences.snapshot() == live.sequences.snapshot()
     again.close()
+
+
+@pytest.mark.parametrize("value", [5, "", "  ", ["a"]])
+def test_a_bad_journal_setting_is_refused_with_its_path(value: Any) -> None:
+    from interceptors.config import ConfigError
+    from proxy.config.proxy_yaml import parse_config
+
+    with pytest.raises(ConfigError, match=r"routing\.journal: expected auto, off or a file"):
+        parse_config({"upstream": {"bootstrap": "k:9092"},
+                      "listen": {"bootstrap": "127.0.0.1:19092"},
+                      "routing": {"journal": value}})
