@@ -235,28 +235,53 @@ class JournalFile:
 
     def rewrite(self, entries: Iterable[Entry]) -> None:
         """Replace the file with these entries (a snapshot), atomically."""
+        self.install(self.prepare(entries), b"")
+
+    @property
+    def _tmp(self) -> Path:
+        return self.path.with_name(self.path.name + ".new")
+
+    def prepare(self, entries: Iterable[Entry]) -> tuple[int, int]:
+        """Write a snapshot to the file that will replace this one: (its descriptor, its
+        size). Touches nothing the appends use, so it may run in a worker thread."""
         data = b"".join(encode(e) for e in entries)
-        tmp = self.path.with_name(self.path.name + ".new")
         fd = -1
         try:
-            # The new file is written, locked and then renamed over the old one through the
-            # descriptor that goes on appending to it: the lock never lapses.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
+            fd = os.open(self._tmp,
+                         os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC,
                          0o600)
             _write_all(fd, data)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.replace(tmp, self.path)
         except OSError as exc:
-            if fd >= 0:
-                os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            self.discard((fd, 0))
+            raise JournalError(f"cannot rewrite {self.path}: {exc.strerror or exc}") from None
+        return fd, len(data)
+
+    def install(self, prepared: tuple[int, int], tail: bytes) -> None:
+        """Put a prepared snapshot in this file's place, with `tail` (the entries appended
+        since the snapshot was taken) after it. The new file is locked, then renamed over
+        the old one through the descriptor that goes on appending to it: the lock never
+        lapses."""
+        fd, size = prepared
+        try:
+            _write_all(fd, tail)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.replace(self._tmp, self.path)
+        except OSError as exc:
+            self.discard(prepared)
             self._fail(f"cannot rewrite {self.path}: {exc.strerror or exc}")
         old, self._fd = self._fd, fd
         if old >= 0:
             os.close(old)
-        self._size = len(data)
-        self._compact_at = max(MIN_COMPACT_BYTES, 2 * len(data))
+        self._size = size + len(tail)
+        self._compact_at = max(MIN_COMPACT_BYTES, 2 * self._size)
+
+    def discard(self, prepared: tuple[int, int]) -> None:
+        """Drop a prepared snapshot that will not be installed."""
+        if prepared[0] >= 0:
+            with contextlib.suppress(OSError):
+                os.close(prepared[0])
+        with contextlib.suppress(OSError):
+            os.unlink(self._tmp)
 
     def append(self, data: bytes) -> bool:
         """Append framed entries; True when the file has grown enough to be rewritten."""
@@ -289,6 +314,6 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def snapshot_entries(cluster_id: str, states: Iterable[Entry]) -> Iterator[Entry]:
+def with_header(cluster_id: str, entries: Iterable[Entry]) -> Iterator[Entry]:
     yield Entry(HEADER, text=cluster_id)
-    yield from states
+    yield from entries

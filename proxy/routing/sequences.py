@@ -32,6 +32,7 @@ the journaled count of records kept.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,20 @@ class _PartitionState:
     next_base: int
     shift: int = 0
     window: OrderedDict[int, Attempt] = field(default_factory=OrderedDict)
+
+
+Row = tuple[Key, int, int, int, tuple[Attempt, ...]]  # key, epoch, next base, shift, window
+
+
+def entries(rows: list[Row]) -> Iterator[Entry]:
+    """Journal entries of `SequenceMap.rows`."""
+    for (pid, topic, partition), epoch, next_base, shift, window in rows:
+        yield Entry(STATE, pid, epoch, topic, partition, next_base, shift=shift)
+        for a in window:
+            yield Entry(ATTEMPT, pid, epoch, topic, partition, a.base, a.count, a.kept,
+                        a.upstream_base)
+            for rule in sorted(tuple(a.delivered)):  # tuple(): one step, whole
+                yield Entry(DELIVERED, pid, epoch, topic, partition, a.base, text=rule)
 
 
 class SequenceMap:
@@ -152,18 +167,17 @@ class SequenceMap:
             if len(states) > self._max:
                 states.popitem(last=False)
 
+    def rows(self) -> list[Row]:
+        """The map as it is now, cheaply: a row per producer partition with its window's
+        attempts. What `entries` reads of them does not change after this (an attempt's
+        numbers are fixed when it is booked; its `delivered` only grows, and is read whole),
+        so `entries` may run in a worker thread while the map goes on."""
+        return [(key, s.epoch, s.next_base, s.shift, tuple(s.window.values()))
+                for key, s in self._states.items()]
+
     def snapshot(self) -> list[Entry]:
         """The map as journal entries, from which `restore` makes it again."""
-        out = []
-        for (pid, topic, partition), state in self._states.items():
-            out.append(Entry(STATE, pid, state.epoch, topic, partition, state.next_base,
-                             shift=state.shift))
-            for a in state.window.values():
-                out.append(Entry(ATTEMPT, pid, state.epoch, topic, partition, a.base, a.count,
-                                 a.kept, a.upstream_base))
-                out.extend(Entry(DELIVERED, pid, state.epoch, topic, partition, a.base, text=rule)
-                           for rule in sorted(a.delivered))
-        return out
+        return list(entries(self.rows()))
 
     def shift(self, key: Key, epoch: int) -> int:
         state = self._states.get(key)

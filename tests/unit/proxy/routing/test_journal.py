@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -264,18 +265,63 @@ def test_a_journal_replayed_after_any_crash_is_the_live_map(
         shutil.rmtree(folder)
 
 
-def test_rewrites_while_running_keep_the_map(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("proxy.routing.journal.MIN_COMPACT_BYTES", 200)
+async def test_rewrites_while_running_keep_the_map(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rewrites are prepared in a worker thread while bookings go on; each one's file, and the
+    last, replays to the map as it is."""
+    monkeypatch.setattr("proxy.routing.journal.MIN_COMPACT_BYTES", 2000)
     live = RememberedSequences(SequenceMap(), tmp_path / "j")
     live.open("c")
-    for i in range(300):
+    rewrites = 0
+    for i in range(600):
         key = (i % 7, "t", i % 3)
         attempt = live.sequences.record(key, 0, i * 4, 4, i % 5, "p")
         live.attempt(key, 0, attempt)
-    assert (tmp_path / "j").stat().st_size < 300 * 40  # rewritten as it grew
+        if i % 3 == 0:
+            live.delivered(key, 0, attempt, "eu")
+        if live._tail is not None:  # a rewrite is being prepared: let it finish, sometimes
+            rewrites += 1
+            if i % 2:
+                while live._tail is not None:
+                    await trio.sleep(0.001)
+    while live._tail is not None:
+        await trio.sleep(0.001)
+    assert rewrites > 5
+    assert (tmp_path / "j").stat().st_size < 600 * 60  # rewritten as it grew
+    assert not (tmp_path / "j.new").exists()
     live.close()
     again = RememberedSequences(SequenceMap(), tmp_path / "j")
     again.open("c")
     assert again.sequences.snapshot() == live.sequences.snapshot()
     again.close()
+
+
+async def test_a_rewrite_prepared_after_the_journal_was_dropped_is_discarded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("proxy.routing.journal.MIN_COMPACT_BYTES", 100)
+    live = RememberedSequences(SequenceMap(), tmp_path / "j")
+    live.open("c")
+    key = (1, "t", 0)
+    for i in range(5):
+        live.attempt(key, 0, live.sequences.record(key, 0, i * 2, 2, 1, "p"))
+    assert live._tail is not None
+    live.close()  # the process stops while the rewrite is prepared
+    while live._tail is not None:
+        await trio.sleep(0.001)
+    assert not (tmp_path / "j.new").exists()
+    again = RememberedSequences(SequenceMap(), tmp_path / "j")
+    again.open("c")  # the file as the appends left it
+    assert again.sequences.snapshot() == live.sequences.snapshot()
+    again.close()
+
+
+@pytest.mark.parametrize("value", [5, "", "  ", ["a"]])
+def test_a_bad_journal_setting_is_refused_with_its_path(value: Any) -> None:
+    from interceptors.config import ConfigError
+    from proxy.config.proxy_yaml import parse_config
+
+    with pytest.raises(ConfigError, match=r"routing\.journal: expected auto, off or a file"):
+        parse_config({"upstream": {"bootstrap": "k:9092"},
+                      "listen": {"bootstrap": "127.0.0.1:19092"},
+                      "routing": {"journal": value}})
