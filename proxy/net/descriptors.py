@@ -10,6 +10,7 @@ are reported as such.
 from __future__ import annotations
 
 import errno
+import os
 
 DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 """The process (EMFILE) or the system (ENFILE) has no descriptor left."""
@@ -56,3 +57,15 @@ def descriptor_shortage(exc: BaseException) -> int | None:
             if linked is not None:
                 pending.append(linked)
     return None
+
+
+def descriptor_free(fd: int) -> bool:
+    """Whether the process could open one more descriptor now (tried by duplicating `fd`, an
+    open descriptor of its own, and closing the copy)."""
+    try:
+        os.close(os.dup(fd))
+    except OSError as exc:
+        if exc.errno in DESCRIPTOR_ERRNOS:
+            return False
+        raise
+    return True

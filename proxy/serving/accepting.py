@@ -4,28 +4,33 @@
 memory): the connection stays in the kernel's backlog and can be accepted once a descriptor is
 free. trio's `serve_listeners` logs each failure with a traceback, ten times a second, on the
 `trio` logger; here one episode of them is one `accept_paused` warning, the failures are
-counted (`herald_accept_errors_total{reason}`), the retries back off from 0.1 s to 1 s, and the
-first accept that works logs `accept_resumed` with how long accepting was paused. Every other
-error of `accept` is raised, as `serve_listeners` does.
+counted (`herald_accept_errors_total{reason}`), the retries back off from 0.1 s to 1 s, and
+once a connection is accepted and no accept fails for a second after, `accept_resumed` says
+how long accepting was paused. Every other error of `accept` is raised, as `serve_listeners`
+does.
 """
 
 from __future__ import annotations
 
 import errno
+import math
 import resource
-import time
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 import trio
 
-from proxy.net.descriptors import CAPACITY_ERRNOS
+from proxy.net.descriptors import CAPACITY_ERRNOS, descriptor_free
 from proxy.observability.logs import get_logger
 
 log = get_logger("server")
 
 FIRST_DELAY_S = 0.1
 MAX_DELAY_S = 1.0
+QUIET_S = MAX_DELAY_S
+"""An episode is over once a connection was accepted and no accept failed for this long: at
+the limit, every closed connection lets one more in and the next accept fails again, which
+is the same episode, not a new one each time."""
 
 
 def next_delay(previous: float) -> float:
@@ -34,28 +39,47 @@ def next_delay(previous: float) -> float:
 
 
 class PauseEpisode:
-    """Failed accepts from the first to the next accept that works, across every listener:
-    running out of descriptors is the process's state, not one port's."""
+    """Failed accepts from the first one to a connection accepted with no failure for
+    `QUIET_S` after it, across every listener: running out of descriptors is the process's
+    state, not one port's. `now` is the caller's clock."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self.since: float | None = None
+    def __init__(self) -> None:
+        self.since: float | None = None  # the episode's first failed accept
         self.failures = 0
+        self._accepted_at: float | None = None  # the first accept after the last failure
 
-    def failed(self) -> bool:
+    def failed(self, now: float) -> bool:
         """Count a failed accept; True when it begins an episode."""
         self.failures += 1
+        self._accepted_at = None
         if self.since is not None:
             return False
-        self.since = self._clock()
+        self.since = now
         return True
 
-    def succeeded(self) -> tuple[float, int] | None:
-        """An accept worked: (seconds paused, failed accepts) when it ends an episode."""
-        if self.since is None:
+    def accepted(self, now: float) -> None:
+        """A connection was accepted."""
+        if self.since is not None and self._accepted_at is None:
+            self._accepted_at = now
+
+    def still_short(self) -> None:
+        """Accepts would still fail (nothing was tried; nothing is counted): the episode
+        ends only after another accept."""
+        self._accepted_at = None
+
+    def ends_at(self) -> float:
+        """When the episode is over unless another accept fails (inf: not yet known)."""
+        if self.since is None or self._accepted_at is None:
+            return math.inf
+        return self._accepted_at + QUIET_S
+
+    def ended(self, now: float) -> tuple[float, int] | None:
+        """(seconds from the first failure to the accept that ended the episode, failed
+        accepts) when the episode is over by `now`; then the next failure begins another."""
+        if self.since is None or self._accepted_at is None or now < self.ends_at():
             return None
-        ended = (self._clock() - self.since, self.failures)
-        self.since, self.failures = None, 0
+        ended = (self._accepted_at - self.since, self.failures)
+        self.since, self.failures, self._accepted_at = None, 0, None
         return ended
 
 
@@ -73,30 +97,44 @@ class Accepting:
                     handle: Callable[[trio.SocketStream], Awaitable[object]]) -> NoReturn:
         """Accept on `listener` until cancelled (which closes it), each connection handled by
         `handle` in `handlers` and closed when it returns."""
+        episode = self.episode
         async with listener:
             delay = 0.0
             while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    if exc.errno not in CAPACITY_ERRNOS:
-                        raise
-                    self._failed(exc.errno, target)
+                stream: trio.SocketStream | None = None
+                failed = False
+                # While an episode may be ending, the accept waits only until it has ended.
+                with trio.move_on_at(episode.ends_at()):
+                    try:
+                        stream = await listener.accept()
+                    except OSError as exc:
+                        if exc.errno not in CAPACITY_ERRNOS:
+                            raise
+                        self._failed(exc.errno, target)
+                        failed = True
+                if failed:
                     delay = next_delay(delay)
                     await trio.sleep(delay)
                     continue
-                delay = 0.0
-                ended = self.episode.succeeded()
+                now = trio.current_time()
+                if stream is not None:
+                    delay = 0.0
+                    episode.accepted(now)
+                    handlers.start_soon(_handled, stream, handle)
+                elif not descriptor_free(listener.socket.fileno()):
+                    # The quiet second passed with nobody connecting, but an accept now
+                    # would fail at once (trio tries accept(2) before waiting).
+                    episode.still_short()
+                ended = episode.ended(now)
                 if ended is not None:
                     paused_s, failures = ended
                     log.warning("accept_resumed", target=target, paused_s=round(paused_s, 3),
                                 failed_accepts=failures)
-                handlers.start_soon(_handled, stream, handle)
 
     def _failed(self, code: int, target: str) -> None:
         name = errno.errorcode[code]
         self._count(name)
-        if not self.episode.failed():
+        if not self.episode.failed(trio.current_time()):
             return
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         fields: dict[str, object] = {"error": name, "target": target}

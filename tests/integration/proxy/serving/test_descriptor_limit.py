@@ -64,16 +64,17 @@ def settled_fds(proc: HeraldProcess, expected: int, timeout: float = 15) -> set[
     return fds
 
 
-def limit_leaving(proc: HeraldProcess, free: int) -> None:
-    """Set the process's open-files limit (soft and hard) so that exactly `free` descriptor
-    numbers are left below it."""
+def limit_leaving(proc: HeraldProcess, free: int) -> int:
+    """Set the process's soft open-files limit (as `prlimit --pid` would) so that exactly
+    `free` descriptor numbers are left below it; the limit."""
     held = proc.open_fds()
     unheld = (n for n in range(1 << 20) if n not in held)
     for _ in range(free):
         next(unheld)
     limit = next(unheld)  # the first number the process may not have
     assert proc.process is not None
-    resource.prlimit(proc.process.pid, resource.RLIMIT_NOFILE, (limit, limit))
+    resource.prlimit(proc.process.pid, resource.RLIMIT_NOFILE, (limit, STARTED_WITH[1]))
+    return limit
 
 
 def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
@@ -97,7 +98,7 @@ def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
     # One descriptor left: the connection is accepted, its upstream socket cannot be opened.
     # Taking the last descriptor pauses accepting too: accept(2) fails with EMFILE even when
     # no connection waits.
-    limit_leaving(herald, 1)
+    limit = limit_leaving(herald, 1)
     last = SocketRawClient(herald.bootstrap)
     assert last.recv() is None
     closed = wait_for_event(herald, "connection_closed")
@@ -107,26 +108,30 @@ def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
     paused = wait_for_event(herald, "accept_paused")[0]
     assert field(paused, "error") == "EMFILE" and field(paused, "target") == "bootstrap"
     assert field(paused, "open_connections") == str(SERVED)
-    assert field(paused, "nofile_soft") == field(paused, "nofile_hard")
+    assert (field(paused, "nofile_soft"), field(paused, "nofile_hard")) == (str(limit), "256")
     last.close()
 
-    # None left: new connections wait in the backlog; the episode goes on, not logged again.
+    # None left: a new connection waits in the backlog while accepts keep failing; the
+    # connections already open are served meanwhile.
     settled_fds(herald, idle + 2 * SERVED)
-    limit_leaving(herald, 0)
-    waiting = [SocketRawClient(herald.bootstrap) for _ in range(2)]
-    for i, client in enumerate(waiting):
-        client.send(api_versions(100 + i))
-    # The connections already open are served while accepting is paused.
+    limit = limit_leaving(herald, 0)
+    waiting = SocketRawClient(herald.bootstrap)
+    waiting.send(api_versions(100))
     answered(clients[0], 50)
-    time.sleep(2)  # several retries fail meanwhile, each backing off further
-    assert len(events(herald, "accept_paused")) == 1
+    time.sleep(2)  # several retries fail meanwhile, each waiting longer
+    # Two more descriptors (the operator's prlimit): the waiting connection is accepted and
+    # served. That leaves none: the episode goes on.
+    assert herald.process is not None
+    resource.prlimit(herald.process.pid, resource.RLIMIT_NOFILE, (limit + 2, STARTED_WITH[1]))
+    payload = waiting.recv()
+    assert payload is not None and correlation_id(payload) == 100
 
-    # Three connections close: the waiting two are accepted and answered.
+    # Three connections close: a new connection is accepted and served, and the episode ends.
     for client in clients[1:]:
         client.close()
-    for i, client in enumerate(waiting):
-        payload = client.recv()
-        assert payload is not None and correlation_id(payload) == 100 + i
+    settled_fds(herald, idle + 2 * (SERVED + 1 - 3))
+    fresh = SocketRawClient(herald.bootstrap)
+    answered(fresh, 200)
     resumed = wait_for_event(herald, "accept_resumed")
     assert len(resumed) == 1 and field(resumed[0], "target") == "bootstrap"
     failures = int(field(resumed[0], "failed_accepts"))
@@ -134,17 +139,13 @@ def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
     assert float(field(resumed[0], "paused_s")) >= 2
 
     samples = scrape(herald)
-    assert total(samples, "herald_accept_errors_total", reason="EMFILE") == failures
+    assert total(samples, "herald_accept_errors_total", reason="EMFILE") == failures, \
+        herald.logs()
     assert total(samples, "herald_upstream_connect_failures_total",
                  reason="out_of_descriptors") == 1
     assert total(samples, "herald_upstream_connect_failures_total", reason="unreachable") == 0
-    # Accepting goes on as usual: a new connection is served, and nothing pauses again.
-    clients[0].close()
-    fresh = SocketRawClient(herald.bootstrap)
-    answered(fresh, 200)
     assert len(events(herald, "accept_paused")) == 1
     logs = herald.logs()
     assert "Traceback" not in logs and "trio" not in logs and "accept returned" not in logs
-    for client in [fresh, *waiting]:
+    for client in (clients[0], waiting, fresh):
         client.close()
-

@@ -11,7 +11,12 @@ import socket
 import pytest
 import trio
 
-from proxy.net.descriptors import OUT_OF_DESCRIPTORS, OutOfDescriptors, descriptor_shortage
+from proxy.net.descriptors import (
+    OUT_OF_DESCRIPTORS,
+    OutOfDescriptors,
+    descriptor_free,
+    descriptor_shortage,
+)
 
 
 def wrapped(inner: OSError) -> OSError:
@@ -58,11 +63,13 @@ def test_a_real_connect_at_the_open_files_limit_is_a_shortage() -> None:
             await trio.sleep(0)
             resource.setrlimit(resource.RLIMIT_NOFILE, (_lowest_free_fd(), hard))
             try:
+                assert not descriptor_free(server.fileno())
                 with pytest.raises(OSError) as caught:
                     held.append(await trio.open_tcp_stream("127.0.0.1", port))  # type: ignore
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             assert descriptor_shortage(caught.value) == errno.EMFILE
+            assert descriptor_free(server.fileno())
 
         trio.run(connect)
     assert not held
