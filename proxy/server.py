@@ -65,6 +65,9 @@ from proxy.upstream.topic_limits import TopicLimits
 
 log = get_logger("server")
 
+UNREACHABLE = "upstream unreachable"
+"""Not ready: the cluster did not answer (OUT_OF_DESCRIPTORS: Herald could not ask)."""
+
 CERTIFICATE_CHECK_S = 5.0
 """How often certificate files are checked for a rotation (SIGHUP checks at once)."""
 
@@ -84,7 +87,7 @@ class Proxy:
         self.metrics = Metrics(frozenset(config.admin.topic_labels))
         self.limit_metrics = LimitMetrics(self.metrics, self.memory)
         self.upstream_reachable = False
-        self.unreachable_reason = "upstream unreachable"
+        self.unreachable_reason = UNREACHABLE
         self.cluster = UpstreamCluster(config.upstream)
         self.listen_tls = ReloadingContext(config.listen.tls) if config.listen.tls else None
         self.admin_tls = ReloadingContext(config.admin.tls) if config.admin.tls else None
@@ -326,7 +329,7 @@ class Proxy:
             log.info("metadata_refresh_failed", reason=OUT_OF_DESCRIPTORS, error=exc.name)
             return False
         except ConnectionError as exc:
-            self.unreachable_reason = "upstream unreachable"
+            self.unreachable_reason = UNREACHABLE
             log.info("metadata_refresh_failed", error=str(exc))
             return False
         for node_id, host, port in brokers:
@@ -361,7 +364,6 @@ def run(config: ProxyConfig, on_ready: Callable[[Proxy], None] | None = None) ->
     finally:
         if tracing is not None:
             tracing.shutdown()
-
 
 
 def check_descriptor_limit(max_connections: int) -> None:

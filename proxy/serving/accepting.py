@@ -93,6 +93,14 @@ class Accepting:
         self._open_connections = open_connections
         self.episode = PauseEpisode()
 
+    async def serve_all(self, listeners: list[trio.SocketListener], target: str,
+                        handlers: trio.Nursery,
+                        handle: Callable[[trio.SocketStream], Awaitable[object]]) -> None:
+        """`serve` each of `listeners` (one port's: IPv4 and IPv6) in a task of its own."""
+        async with trio.open_nursery() as nursery:
+            for listener in listeners:
+                nursery.start_soon(self.serve, listener, target, handlers, handle)
+
     async def serve(self, listener: trio.SocketListener, target: str, handlers: trio.Nursery,
                     handle: Callable[[trio.SocketStream], Awaitable[object]]) -> NoReturn:
         """Accept on `listener` until cancelled (which closes it), each connection handled by

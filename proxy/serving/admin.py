@@ -61,9 +61,8 @@ class AdminServer:
         port = listeners[0].socket.getsockname()[1]
         log.info("admin_listening", address=f"{self.bind.host}:{port}")
         task_status.started(port)
-        async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(self.accepting.serve, listener, "admin", nursery, self._handle)
+        async with trio.open_nursery() as handlers:
+            await self.accepting.serve_all(listeners, "admin", handlers, self._handle)
 
     async def _handle(self, raw: trio.SocketStream) -> None:
         stream: trio.abc.Stream = raw

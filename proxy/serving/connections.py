@@ -26,6 +26,7 @@ from proxy.session.session import Session
 
 log = get_logger("server")
 
+
 class Connections:
     """Serves the connections the listeners accept; `sessions` are those running now."""
 

@@ -64,7 +64,5 @@ class Listeners:
     async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
         handlers = self._handlers
         assert handlers is not None
-        async with trio.open_nursery() as nursery:
-            for listener in listeners:
-                nursery.start_soon(self._accepting.serve, listener, target, handlers,
-                                   lambda stream: self._handle(stream, target))
+        await self._accepting.serve_all(listeners, target, handlers,
+                                        lambda stream: self._handle(stream, target))
