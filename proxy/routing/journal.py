@@ -43,6 +43,10 @@ from typing import NoReturn
 
 from crc32c import crc32c
 
+from proxy.observability.logs import get_logger
+
+log = get_logger("routing")
+
 MAGIC = b"HRJ1"
 HEADER = 1  # payload: magic, the primary cluster's id
 ATTEMPT = 2
@@ -293,13 +297,24 @@ class JournalFile:
         return self._size >= self._compact_at
 
     def _fail(self, message: str) -> NoReturn:
-        try:
-            os.unlink(self.path)
-        except OSError as exc:
-            message += (f"; and cannot remove it ({exc.strerror or exc}): delete it before "
-                        "the next start")
+        problem = self.remove()
+        raise JournalError(message + (f"; and cannot remove it ({problem}): delete it before "
+                                      "the next start" if problem else ""))
+
+    def remove(self) -> str:
+        """Delete the file and let it go; what stopped the deletion, if anything."""
+        problem = ""
+        if self._fd >= 0:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                problem = str(exc.strerror or exc)
+                log.error("routing_journal_not_removed", path=str(self.path), error=problem,
+                          note="delete it before Herald starts again")
         self.close()
-        raise JournalError(message)
+        return problem
 
     def close(self) -> None:
         if self._fd >= 0:
