@@ -15,6 +15,12 @@ What is written, in this order, so that the file never claims more than happened
   records stay, and the upstream base sequence they carry;
 * a `delivered` when a destination acknowledged every record a rule sent it from that batch.
 
+Why an old journal is not trusted wrongly: a producer epoch's state lives in one Herald
+only. Any other Herald (or this one without its journal) refuses that epoch's batches after its
+first, and the producer bumps its epoch; so a journal that missed some time can only hold
+epochs its producers have left. What would break that, a journal that misses entries while the
+same process goes on, cannot happen: a journal that fails is removed (`remembered.py`).
+
 One gap is left, and said: a Herald killed between a destination's acknowledgement and the
 `delivered` line (the time of one callback) routes those records again on the retry.
 
