@@ -15,6 +15,12 @@ What is written, in this order, so that the file never claims more than happened
   records stay, and the upstream base sequence they carry;
 * a `delivered` when a destination acknowledged every record a rule sent it from that batch.
 
+Why an old journal is not trusted wrongly: a producer epoch's state lives in one Herald
+only. Any other Herald (or this one without its journal) refuses that epoch's batches after its
+first, and the producer bumps its epoch; so a journal that missed some time can only hold
+epochs its producers have left. What would break that, a journal that misses entries while the
+same process goes on, cannot happen: a journal that fails is removed (`remembered.py`).
+
 One gap is left, and said: a Herald killed between a destination's acknowledgement and the
 `delivered` line (the time of one callback) routes those records again on the retry.
 
@@ -42,6 +48,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from crc32c import crc32c
+
+from proxy.observability.logs import get_logger
+
+log = get_logger("routing")
 
 MAGIC = b"HRJ1"
 HEADER = 1  # payload: magic, the primary cluster's id
@@ -293,13 +303,24 @@ class JournalFile:
         return self._size >= self._compact_at
 
     def _fail(self, message: str) -> NoReturn:
-        try:
-            os.unlink(self.path)
-        except OSError as exc:
-            message += (f"; and cannot remove it ({exc.strerror or exc}): delete it before "
-                        "the next start")
+        problem = self.remove()
+        raise JournalError(message + (f"; and cannot remove it ({problem}): delete it before "
+                                      "the next start" if problem else ""))
+
+    def remove(self) -> str:
+        """Delete the file and let it go; what stopped the deletion, if anything."""
+        problem = ""
+        if self._fd >= 0:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                problem = str(exc.strerror or exc)
+                log.error("routing_journal_not_removed", path=str(self.path), error=problem,
+                          note="delete it before Herald starts again")
         self.close()
-        raise JournalError(message)
+        return problem
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -116,7 +116,8 @@ class RememberedSequences:
             if self._file is journal:
                 self._drop(str(exc))
         except Exception as exc:  # a system task must not end the process
-            log.error("routing_journal_rewrite_failed", error=repr(exc))
+            if self._file is journal:
+                self._drop(f"rewrite failed: {exc!r}")
         finally:
             if prepared is not None:
                 journal.discard(prepared)
@@ -130,11 +131,13 @@ class RememberedSequences:
             self._drop(str(exc))
 
     def _drop(self, error: str) -> None:
+        """Go on without the journal. A file this process held is removed: it misses what
+        is booked from now on, and a Herald started from it would be confident and wrong."""
         log.error("routing_journal_failed", path=str(self.path), error=error,
                   note="routing goes on without a journal: after a restart, batches whose "
                   "sequence shift is unknown are refused (UNKNOWN_PRODUCER_ID)")
         if self._file is not None:
-            self._file.close()
+            self._file.remove()
             self._file = None
         self.state = FAILED
 

@@ -17,115 +17,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from proxy.k8s import admission, sidecar
 from tests.support.admission_reviews import patched, pod_of, review_of
-from tests.support.certs import CertificateAuthority, Issued
 from tests.support.k8s_tools import REPO, workload
-
-MAX_REVIEW = 256 * 1024
-
-
-@dataclass
-class Webhook:
-    proc: subprocess.Popen
-    port: int
-    health_port: int
-    ca: Path
-    cert: Path
-    key: Path
-    authority: CertificateAuthority
-    log: Path
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.ca))
-
-    def connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("localhost", self.port, context=self.context(),
-                                           timeout=30)
-
-    def post(self, conn: http.client.HTTPConnection, path: str, body: bytes,
-             headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        conn.request("POST", path, body=body,
-                     headers={"Content-Type": "application/json", **(headers or {})})
-        response = conn.getresponse()
-        return response.status, response.read()
-
-    def get(self, path: str) -> tuple[int, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.health_port, timeout=30)
-        try:
-            conn.request("GET", path)
-            response = conn.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            conn.close()
-
-
-def _issue(authority: CertificateAuthority, stem: str) -> Issued:
-    return authority.issue(stem, "herald-webhook.herald-system.svc",
-                           hosts=("localhost", "127.0.0.1", "herald-webhook.herald-system.svc"))
-
-
-def _install(issued: Issued, cert: Path, key: Path) -> None:
-    """Put new files in place as a Secret volume update does: whole files, swapped in."""
-    for source, target in ((issued.key, key), (issued.cert, cert)):
-        tmp = target.with_suffix(".new")
-        tmp.write_bytes(source.read_bytes())
-        os.replace(tmp, target)
-
-
-def _events(log: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
-
-
-def _wait_listening(proc: subprocess.Popen, log: Path) -> tuple[int, int]:
-    """The review port and the health port, from the log events saying where it listens."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        found = [e for e in _events(log) if e["event"] == "webhook_listening"]
-        if len(found) == 2:
-            (review,) = [e for e in found if e["reviews"]]
-            (health,) = [e for e in found if not e["reviews"]]
-            return (int(review["address"].rpartition(":")[2]),
-                    int(health["address"].rpartition(":")[2]))
-        if proc.poll() is not None:
-            raise AssertionError(f"the webhook exited ({proc.returncode}): {log.read_text()}")
-        time.sleep(0.1)
-    raise AssertionError(f"the webhook did not listen: {log.read_text()}")
-
-
-def _start(folder: Path, *flags: str) -> Webhook:
-    authority = CertificateAuthority(folder / "ca")
-    cert, key = folder / "tls.crt", folder / "tls.key"
-    _install(_issue(authority, "first"), cert, key)
-    ca = folder / "ca.crt"
-    ca.write_bytes(authority.cert.public_bytes(Encoding.PEM))
-    log = folder / "webhook.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "herald", "k8s", "webhook", "--listen", "127.0.0.1:0",
-         "--health-listen", "127.0.0.1:0", "--cert", str(cert), "--key", str(key),
-         "--upstream", "kafka.data:9092", "--max-review-bytes", str(MAX_REVIEW),
-         "--shutdown-grace-s", "0.2", *flags],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=log.open("w"))
-    try:
-        port, health_port = _wait_listening(proc, log)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return Webhook(proc, port, health_port, ca, cert, key, authority, log)
+from tests.support.webhook_process import (
+    MAX_REVIEW,
+    Webhook,
+    events,
+    install,
+    issue,
+    start_webhook,
+)
 
 
 @pytest.fixture(scope="module")
 def webhook(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
-    started = _start(tmp_path_factory.mktemp("webhook"), "--request-timeout-s", "3")
+    started = start_webhook(tmp_path_factory.mktemp("webhook"), "--request-timeout-s", "3")
     try:
         yield started
     finally:
@@ -270,8 +183,8 @@ def test_a_rotated_certificate_is_served_to_the_next_connection(webhook: Webhook
     kept = webhook.connection()
     review, body = _review_body()
     assert webhook.post(kept, "/mutate/namespace", body)[0] == 200
-    renewed = _issue(webhook.authority, "renewed")
-    _install(renewed, webhook.cert, webhook.key)
+    renewed = issue(webhook.authority, "renewed")
+    install(renewed, webhook.cert, webhook.key)
     assert _served_serial(webhook) == renewed.serial != before
     # The connection made before the rotation goes on with its own session.
     assert webhook.post(kept, "/mutate/namespace", body)[0] == 200
@@ -331,10 +244,10 @@ def test_sigterm_stops_it_cleanly(webhook: Webhook) -> None:
     """After the tests above (they share the process), which it ends."""
     webhook.proc.send_signal(signal.SIGTERM)
     assert webhook.proc.wait(timeout=30) == 0
-    events = _events(webhook.log)
+    logged = events(webhook.log)
     assert {"webhook_stopping", "review", "webhook_request_rejected", "tls_reloaded"} <= {
-        e["event"] for e in events}
-    (injected, *_) = [e for e in events if e.get("outcome") == admission.INJECTED]
+        e["event"] for e in logged}
+    (injected, *_) = [e for e in logged if e.get("outcome") == admission.INJECTED]
     assert injected["namespace"] == "shop" and injected["pod"].startswith("web-")
 
 
@@ -351,7 +264,7 @@ def test_bad_certificate_files_stop_it_at_start_with_the_reason(tmp_path: Path) 
 
 def test_connections_beyond_the_limit_are_closed_and_the_probes_still_answer(
         tmp_path: Path) -> None:
-    webhook = _start(tmp_path, "--max-connections", "2", "--request-timeout-s", "60")
+    webhook = start_webhook(tmp_path, "--max-connections", "2", "--request-timeout-s", "60")
     held = []
     try:
         held = [_raw_tls(webhook) for _ in range(2)]  # idle: they hold their slots

@@ -325,3 +325,27 @@ def test_a_bad_journal_setting_is_refused_with_its_path(value: Any) -> None:
         parse_config({"upstream": {"bootstrap": "k:9092"},
                       "listen": {"bootstrap": "127.0.0.1:19092"},
                       "routing": {"journal": value}})
+
+
+async def test_a_journal_dropped_for_any_failure_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever stops the journal, the file goes with it: it would miss what is booked from
+    then on, and a Herald started from it would trust it."""
+    monkeypatch.setattr("proxy.routing.journal.MIN_COMPACT_BYTES", 100)
+    path = tmp_path / "j"
+    live = RememberedSequences(SequenceMap(), path)
+    live.open("c")
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(JournalFile, "prepare", broken)
+    key = (1, "t", 0)
+    for i in range(5):
+        live.attempt(key, 0, live.sequences.record(key, 0, i * 2, 2, 1, "p"))
+    while live._tail is not None:
+        await trio.sleep(0.001)
+    assert live.state == FAILED and not path.exists()
+    live.attempt(key, 0, live.sequences.record(key, 0, 10, 2, 1, "p"))  # goes on without it
+    assert not path.exists() and live.sequences.shift(key, 0) == 6
