@@ -246,6 +246,60 @@ def test_gateway_rolls_only_for_keys_a_reload_cannot_apply() -> None:
     assert checksum("upstream.bootstrap=other:9092") != base
 
 
+ROUTING_VALUES = {"proxy": {
+    "clusters": {"eu": {"bootstrap": "kafka-eu.kafka.svc:9092"}},
+    "routing": {"rules": [{"name": "eu-orders", "cluster": "eu", "match": {
+        "topics": ["orders"], "headers": {"header": "region", "equals": "eu"}}}]}}}
+
+
+@pytest.mark.parametrize("mode", ["gateway", "sidecar"])
+def test_routing_values_reach_proxy_yaml_and_the_journal_a_writable_volume(
+    mode: str, tmp_path: Path,
+) -> None:
+    from proxy.config.proxy_yaml import parse_config
+    from proxy.routing.config import journal_path
+
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"mode": mode, **ROUTING_VALUES}))
+    docs = documents(helm_template(values=values))
+    environ = {"POD_NAME": "p", "POD_NAMESPACE": "shop", "NODE_NAME": "n"}
+    config = parse_config(yaml.safe_load(find(docs, "ConfigMap")["data"]["proxy.yaml"]),
+                          environ=environ)
+    assert [r.name for r in config.routing.rules] == ["eu-orders"]
+    assert set(config.clusters) == {"eu"}
+    workload = next(d for d in docs if d["kind"] == "Deployment")
+    pod = workload["spec"]["template"]["spec"]
+    herald = next(c for c in pod.get("initContainers", []) + pod["containers"]
+                  if c["name"] == "herald")
+    env = {e["name"]: e["value"] for e in herald["env"] if "value" in e}
+    path = journal_path(config.routing.journal, Path(sidecar.CONFIG_PATH),
+                        config.listen.bootstrap.port, env)
+    assert path is not None
+    (mount,) = [m for m in herald["volumeMounts"] if path.is_relative_to(m["mountPath"])]
+    assert not mount.get("readOnly")
+    assert {"name": mount["name"], "emptyDir": {}} in pod["volumes"]
+
+
+def test_gateway_rolls_for_clusters_not_for_routing_rules(tmp_path: Path) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump({"mode": "gateway", **values}))
+        annotations = find(documents(helm_template(values=path)), "Deployment")["spec"][
+            "template"]["metadata"]["annotations"]
+        return annotations["checksum/restart-keys"]
+
+    base = checksum(ROUTING_VALUES)
+    other_rules = json.loads(json.dumps(ROUTING_VALUES))
+    other_rules["proxy"]["routing"]["rules"][0]["match"]["topics"] = ["payments"]
+    assert checksum(other_rules) == base  # reloaded by the running pods
+    other_cluster = json.loads(json.dumps(ROUTING_VALUES))
+    other_cluster["proxy"]["clusters"]["eu"]["bootstrap"] = "kafka-eu2.kafka.svc:9092"
+    assert checksum(other_cluster) != base
+    journal_off = json.loads(json.dumps(ROUTING_VALUES))
+    journal_off["proxy"]["routing"]["journal"] = "off"
+    assert checksum(journal_off) != base  # read at start only
+
+
 def test_generated_manifests_are_what_generate_sh_writes() -> None:
     """app-*-sidecar.yaml and gateway.yaml are made by deploy/kubernetes/generate.sh."""
     app = documents((MANIFESTS / "app.yaml").read_text())

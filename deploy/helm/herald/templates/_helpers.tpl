@@ -78,6 +78,12 @@ proxy.yaml. The paths are where the Secrets below are mounted; the keys are Hera
 {{- $_ := set $config "shutdown" (dict "grace_s" $v.proxy.shutdownGraceS) -}}
 {{- $_ := set $config "logging" (dict "level" $v.proxy.logLevel "format" $v.proxy.logFormat) -}}
 {{- $_ := set $config "interceptors" $v.proxy.interceptors -}}
+{{- if $v.proxy.clusters -}}
+{{- $_ := set $config "clusters" $v.proxy.clusters -}}
+{{- end -}}
+{{- if $v.proxy.routing -}}
+{{- $_ := set $config "routing" $v.proxy.routing -}}
+{{- end -}}
 {{- toYaml $config -}}
 {{- end -}}
 
