@@ -177,13 +177,15 @@ def test_every_codec_from_librdkafka_is_re_encoded_and_read_back(
         assert h["n"] == [str(i).encode()]
         assert_stamped(h, None)
     # The Java consumer reads the re-encoded batches too (it checks the CRC).
-    out = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", herald_chains.bootstrap, "--topic",
-                   topic_name, "--from-beginning", "--max-messages", "200",
-                   "--formatter-property", "print.timestamp=true",
-                   "--formatter-property", "print.headers=true",
-                   "--formatter-property", "print.key=true", "--timeout-ms", "30000").stdout
-    rows = [line.split("\t") for line in out.splitlines() if "\t" in line]
-    assert len(rows) == 200
+    java = run_tool(CONSOLE_CONSUMER, "--bootstrap-server", herald_chains.bootstrap, "--topic",
+                    topic_name, "--from-beginning", "--max-messages", "200",
+                    "--formatter-property", "print.timestamp=true",
+                    "--formatter-property", "print.headers=true",
+                    # a JVM joining a group on a loaded machine: time to spare
+                    "--formatter-property", "print.key=true", "--timeout-ms", "60000")
+    rows = [line.split("\t") for line in java.stdout.splitlines() if "\t" in line]
+    assert len(rows) == 200, (java.stdout[-2000:], java.stderr[-3000:],
+                              herald_chains.logs()[-3000:])
     for i, (timestamp, headers, key, value) in enumerate(rows):
         assert timestamp == f"CreateTime:{stamp + i}"
         assert (key, value) == (f"k{i}", "x" * 500 + str(i))
