@@ -18,7 +18,7 @@ etcd=$bin/etcd-$ETCD_VERSION
 status=$cache/go/apiserver.status
 mkdir -p "$bin"
 echo "building $$" >"$status"
-trap 'echo "failed $?" >"$status"' ERR
+trap 'code=$?; [ "$code" = 0 ] || echo "failed $code" >"$status"' EXIT
 command -v go >/dev/null || { echo "build-apiserver: 'go' is required" >&2; exit 1; }
 export GOPATH=$cache/go GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS="-modcacherw -buildvcs=false"
 export CGO_ENABLED=0 GOTOOLCHAIN=local
