@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from proxy.k8s.sizing import Throughput, resources
+from proxy.routing.config import STATE_DIR_ENV
 
 NAME = "herald"
 CONFIG_VOLUME = "herald-config"
@@ -28,7 +29,6 @@ SASL_DIR = "/etc/herald/sasl"
 # there, so a Herald container the kubelet restarts finds it (docs/routing.md).
 STATE_VOLUME = "herald-state"
 STATE_DIR = "/var/lib/herald"
-STATE_DIR_ENV = "HERALD_STATE_DIR"
 ADMIN_PORT_NAME = "herald-admin"
 LISTEN_PORT = 19092
 BROKER_PORT_BASE = 19100

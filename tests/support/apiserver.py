@@ -24,29 +24,20 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from interceptors.cache import cache_root
 from tests.support.certs import CertificateAuthority
 from tests.support.herald_process import free_port_block
-from tests.support.k8s_tools import REPO
+from tests.support.k8s_tools import tool_versions
 from tests.support.native_parts import STRICT
 
-CACHE = Path(os.environ.get("HERALD_CACHE_DIR", REPO / ".cache"))
 BUILD_WAIT_S = 40 * 60  # scripts/test.sh builds it beside the suite, at the lowest priority
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for line in (REPO / "deploy" / "tools.env").read_text().splitlines():
-        name, sep, value = line.partition("=")
-        if sep and not name.startswith("#"):
-            out[name.strip()] = value.strip()
-    return out
 
 
 def binaries() -> tuple[Path, Path]:
     """kube-apiserver and etcd, once built; waits for a build scripts/test.sh started, and
     skips (fails under HERALD_TEST_STRICT=1) with the reason when there is none."""
-    versions = _versions()
-    folder = CACHE / "go"
+    versions = tool_versions()
+    folder = cache_root() / "go"
     apiserver = folder / "bin" / f"kube-apiserver-{versions['KUBE_APISERVER_VERSION']}"
     etcd = folder / "bin" / f"etcd-{versions['ETCD_VERSION']}"
     status = folder / "apiserver.status"
