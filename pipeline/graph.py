@@ -32,9 +32,15 @@ misses the real ones, so the graph is built from evidence instead:
   name. Links into an incomplete hop carry `incomplete`, and every branch through one is
   `incomplete`, with the lost count and reasons it passed.
 
-"Earlier" is the order (event time, topic, partition, offset), a total order, so inferred edges
-never close a cycle; linked edges name records written before the child, so they cannot either
-(a branch never visits a hop twice all the same, so forged headers cannot loop it).
+"Earlier" is the order (event time, whether the hop names no parent, topic, partition, offset),
+a total order, so inferred edges never close a cycle; linked edges name records written before
+the child, so they cannot either. Event times are milliseconds, and a service that reads a
+record straight from the broker can write its own within the same one, so the hop being
+guessed for can tie with its real parent. Of tied hops, those with parent headers (or lost
+parents) come first: they already say what they continue, so they are the likelier parents of
+a tied hop without any, never its children. Topic, partition and offset break the ties that
+remain, arbitrarily. (A branch never visits a hop twice all the same, so forged headers
+cannot loop it.)
 
 Branches are the root-to-leaf paths of hops, found level by level: a frontier of partial
 branches is joined to its hops' children until no branch grows. Hops are records, so a retry
@@ -83,12 +89,14 @@ def _key(prefix: str = "") -> Column:
     return F.struct(*[F.col(prefix + k).alias(k) for k in KEY])
 
 
-def _order(prefix: str = "") -> Column:
-    """A hop's place in time order: event time, then topic, partition, offset (total)."""
+def _order() -> Column:
+    """A hop's place in time order (total): event time, then a hop naming its parents before
+    one naming none (see the module), then topic, partition, offset."""
     from pyspark.sql import functions as F
 
-    return F.struct(F.col(prefix + "event_ms").alias("event_ms"),
-                    *[F.col(prefix + k).alias(k) for k in KEY])
+    orphan = (F.size("parents") == 0) & (F.col("parents_lost") == 0)
+    return F.struct(F.col("event_ms").alias("event_ms"), orphan.alias("orphan"),
+                    *[F.col(k).alias(k) for k in KEY])
 
 
 def nodes_of(hops: DataFrame) -> DataFrame:

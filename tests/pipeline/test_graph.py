@@ -148,7 +148,8 @@ def _expected_pairs(log: Log) -> list[tuple[Key, Key]]:
     keys = {hop_key(h) for h in traced}
 
     def order(h: dict[str, Any]) -> tuple:
-        return (h["herald_time_ms"], h["topic"], h["partition"], h["offset"])
+        orphan = not h["parents"] and not h.get("parents_lost")
+        return (h["herald_time_ms"], orphan, h["topic"], h["partition"], h["offset"])
 
     pairs = []
     for h in traced:
@@ -429,3 +430,21 @@ def test_a_hop_with_lost_parents_gets_no_guessed_parent(spark) -> None:
                        b["lost_reasons"]) for b in branches_of(nodes, links).collect())
     assert branches == [("lp.orders", False, False, 0, []),
                         ("lp.pay > lp.ship", True, True, 3, ["evicted", "expired"])]
+
+
+def test_a_hop_without_links_continues_a_linked_hop_of_its_millisecond(spark) -> None:
+    """A service reading straight from the broker wrote its record in the millisecond of the
+    shipment it continues; its topic sorts first, but the shipment names its parents, so it
+    is the tied hop that comes first and the guess. Two parentless hops of one millisecond
+    stay in topic order."""
+    from pipeline.graph import links_of
+
+    hops = [("tm.orders", 0, 0, "svc-a", "10.0.0.1", [], 0, []),
+            ("tm.pay", 0, 10, "svc-b", "10.0.0.2", [("tm.orders", 0)], 0, []),
+            ("tm.ship", 0, 20, "svc-c", "10.0.0.3", [("tm.pay", 0)], 0, []),
+            ("tm.audit", 0, 20, "svc-x", "10.0.0.9", [], 0, []),
+            ("tm.backup", 0, 20, "svc-y", "10.0.0.8", [], 0, [])]
+    nodes, obs = _one_trace(spark, hops, [])
+    got = _parents(links_of(nodes, obs, "host")[0])
+    assert got == {"tm.pay": ("tm.orders", "header"), "tm.ship": ("tm.pay", "header"),
+                   "tm.audit": ("tm.ship", "time"), "tm.backup": ("tm.audit", "time")}
