@@ -1,7 +1,9 @@
 """Re-reading the config file while the proxy runs: new requests use the new chains.
 
-Only `interceptors` and `routing` are reloaded; listeners, upstream, clusters and limits need
-a restart, and a change to them is logged. An invalid file changes nothing.
+Only `interceptors` and `routing` (but its `journal` and `delivery_timeout_s`, which the
+destinations' producers and the journal took at start) are reloaded; listeners, upstream,
+clusters and limits need a restart, and a change to them is logged with the keys it names.
+An invalid file changes nothing.
 """
 
 from __future__ import annotations
@@ -69,13 +71,17 @@ class ConfigReload:
             self._metrics.config_reloads.labels("rejected").inc()
             log.error("config_reload_rejected", path=str(source), error=str(exc))
             return None
-        kept = dataclasses.replace(fresh, interceptors=config.interceptors,
-                                   routing=config.routing)
-        routing = dataclasses.replace(fresh.routing, journal=config.routing.journal)
-        if kept != config or routing != fresh.routing:
-            log.warning("config_reload_partial", path=str(source),
-                        note="only interceptors and routing are reloaded; restart for the "
-                        "other changes")
+        # The journal and the destinations' producers were made at start and stay as they
+        # are: those two routing keys keep their running values, like the other sections.
+        routing = dataclasses.replace(fresh.routing, journal=config.routing.journal,
+                                      delivery_timeout_s=config.routing.delivery_timeout_s)
+        changed = [*_changed(config, fresh, "", skip=("interceptors", "routing", "source")),
+                   *_changed(config.routing, fresh.routing, "routing.",
+                             skip=("rules", "seal"))]
+        if changed:
+            log.warning("config_reload_partial", path=str(source), keys=",".join(changed),
+                        note="only interceptors and routing rules are reloaded; restart for "
+                        "the other changes")
         self._metrics.retire_chains(self._interceptors.chains)
         self._interceptors.chains = chains
         self._routing.table = RoutingTable(fresh.routing)
@@ -87,3 +93,17 @@ class ConfigReload:
         self._metrics.config_reloads.labels("applied").inc()
         log.info("config_reloaded", path=str(source))
         return running
+
+
+# Config fields by the YAML section they come from, where the two names differ.
+_SECTIONS = {"shutdown_grace_s": "shutdown", "instance_id": "instance",
+             "native_relay": "performance", "reload_watch_s": "reload",
+             "seal": "origin_key"}
+
+
+def _changed(old: object, new: object, prefix: str, skip: tuple[str, ...]) -> list[str]:
+    """Where two config dataclasses differ, as YAML paths, but the fields in `skip`: what a
+    user changed that the running proxy does not take."""
+    return [prefix + _SECTIONS.get(f.name, f.name)
+            for f in dataclasses.fields(old)  # type: ignore[arg-type]
+            if f.name not in skip and getattr(old, f.name) != getattr(new, f.name)]

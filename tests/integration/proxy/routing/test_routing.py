@@ -217,11 +217,16 @@ def test_shadow_changes_nothing_and_counts_what_the_live_rule_then_does(
         import yaml
 
         herald.config["routing"]["rules"] = EU_TO_B  # promote: SIGHUP
+        # The destinations' producers keep the timeout they started with, and the log says so.
+        herald.config["routing"]["delivery_timeout_s"] = 45
         herald.config_path.write_text(yaml.safe_dump(herald.config))
         herald.signal(signal.SIGHUP)
         deadline = time.monotonic() + 20
         while "config_reloaded" not in herald.logs() and time.monotonic() < deadline:
             time.sleep(0.1)
+        partial = [line for line in herald.logs().splitlines()
+                   if "event=config_reload_partial" in line]
+        assert len(partial) == 1 and "keys=routing.delivery_timeout_s " in partial[0], partial
         assert produce(herald.bootstrap, second, records) == []
         moved = consume_all(kafka_b.bootstrap, second, 101, timeout=20)
         assert len(moved) == would
