@@ -10,6 +10,10 @@ The certificate is re-read when its files change (cert-manager renews the Secret
 files): every new connection checks them first (two `stat` calls), so the first connection
 after a rotation already gets the new certificate; established connections keep theirs.
 
+Both ports accept as the proxy's do (`proxy/serving/accepting.py`): out of descriptors, one
+`accept_paused` warning per episode and `herald_webhook_accept_errors_total`, not a traceback
+ten times a second.
+
 Routes: POST /mutate/namespace (pods of opted-in namespaces), POST /mutate/pod (pods that must
 opt in themselves); GET /healthz, /readyz, /metrics. The optional plain-HTTP health listener
 serves only the GET routes, for probes and Prometheus without the webhook's CA.
@@ -30,6 +34,7 @@ from proxy.k8s.inject import InjectOptions
 from proxy.net.config import ListenError
 from proxy.observability.logs import get_logger
 from proxy.security.tls import ReloadingContext
+from proxy.serving.accepting import Accepting
 
 log = get_logger("webhook")
 
@@ -60,6 +65,10 @@ class WebhookMetrics:
             "herald_webhook_refused_connections",
             "review connections closed at once: max_connections were open",
             registry=self.registry)
+        self.accept_errors = Counter(
+            "herald_webhook_accept_errors",
+            "accepts that failed for want of a descriptor or socket memory, by errno",
+            ["reason"], registry=self.registry)
         self.tls_reloads = Counter("herald_webhook_tls_reloads",
                                    "certificate reloads, by result (applied, failed)",
                                    ["result"], registry=self.registry)
@@ -140,6 +149,9 @@ class WebhookServer:
         self.ready = False
         self.draining = False
         self.connections = 0  # open review connections
+        # One for both ports, as the proxy's: out of descriptors is the process's episode.
+        self.accepting = Accepting(lambda reason: self.metrics.accept_errors.labels(reason).inc(),
+                                   lambda: self.connections)
 
     def readiness(self) -> tuple[bool, str]:
         if self.draining:
@@ -157,7 +169,9 @@ class WebhookServer:
         log.info("webhook_listening", address=f"{bind.host}:{port}",
                  scheme="https" if reviews and self.tls else "http", reviews=reviews)
         task_status.started(port)
-        await trio.serve_listeners(lambda s: self._connection(s, reviews), listeners)
+        async with trio.open_nursery() as handlers:
+            await self.accepting.serve_all(listeners, "webhook" if reviews else "webhook-health",
+                                           handlers, lambda s: self._connection(s, reviews))
 
     async def _connection(self, raw: trio.SocketStream, reviews: bool) -> None:
         if not reviews:

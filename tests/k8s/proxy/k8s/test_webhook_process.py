@@ -10,11 +10,13 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import resource
 import signal
 import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,5 +295,56 @@ def test_connections_beyond_the_limit_are_closed_and_the_probes_still_answer(
     finally:
         for sock in held:
             sock.close()
+        webhook.proc.kill()
+        webhook.proc.wait()
+
+
+def _wait_event(webhook: Webhook, name: str, timeout: float = 15) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while not (found := [e for e in events(webhook.log) if e["event"] == name]):
+        assert time.monotonic() < deadline, f"no {name}:\n{webhook.log.read_text()}"
+        time.sleep(0.05)
+    return found
+
+
+def test_out_of_descriptors_it_pauses_once_and_serves_the_waiting_review(
+        tmp_path: Path) -> None:
+    """At its open-files limit the webhook logs one `accept_paused`, counts the failed
+    accepts, and serves the review that waited in the backlog once a descriptor is free; no
+    traceback, no `trio` logger line."""
+    webhook = start_webhook(tmp_path)
+    pid = webhook.proc.pid
+    try:
+        soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        held = {int(n) for n in os.listdir(f"/proc/{pid}/fd")}
+        limit = next(n for n in range(1 << 20) if n not in held)  # none left
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        answer: dict[str, Any] = {}
+
+        def review() -> None:
+            conn = webhook.connection()
+            try:
+                answer["status"], answer["body"] = webhook.post(
+                    conn, "/mutate/namespace", _review_body()[1])
+            finally:
+                conn.close()
+
+        waiting = threading.Thread(target=review, daemon=True)
+        waiting.start()
+        (paused,) = _wait_event(webhook, "accept_paused")
+        assert (paused["error"], paused["target"]) == ("EMFILE", "webhook")
+        time.sleep(1.5)  # retries fail meanwhile, each waiting longer
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+        waiting.join(30)
+        assert answer.get("status") == 200, answer
+        assert "patch" in json.loads(answer["body"])["response"]
+        (resumed,) = _wait_event(webhook, "accept_resumed")
+        assert resumed["target"] == "webhook" and resumed["failed_accepts"] >= 2
+        assert _counts(webhook)['accept_errors_total{reason="EMFILE"}'] == (
+            resumed["failed_accepts"])
+        log = webhook.log.read_text()
+        assert "Traceback" not in log and "accept returned" not in log
+        assert len([e for e in events(webhook.log) if e["event"] == "accept_paused"]) == 1
+    finally:
         webhook.proc.kill()
         webhook.proc.wait()
