@@ -2,12 +2,17 @@
 against the same Herald with no rules.
 
     python bench/bench_routing.py [--records 200000] [--record-size 1024] [--rounds 3]
-                                  [--rate 2000] [--seconds 10]
+                                  [--rate 2000] [--seconds 10] [--unpinned]
 
-It starts two one-broker clusters (the primary and the destination) and two Heralds in front
-of the primary: one with no routing rules, one with a rule that moves records whose `region`
-header is `eu` to the second cluster. Every record carries a `region` header and every other
-one is `eu`, so the routed Herald moves 50% of them.
+It starts two one-broker clusters (the primary and the destination) and three Heralds in
+front of the primary: one with no routing rules, and two with a rule that moves records whose
+`region` header is `eu` to the second cluster, one with the routing journal (the default,
+`auto`) and one with `journal: off`. Every record carries a `region` header and every other
+one is `eu`, so the routed Heralds move 50% of them.
+
+Pinned (the default where the machine has CPUs 0 and 1): this script, the brokers and the
+producer on CPU 0, the Heralds on CPU 1, checked thread by thread during every run, so a
+Herald's CPU time is its own and the brokers' work never lands on it.
 
 The load is a librdkafka producer in this process (idempotent, acks=all: the Java client's
 defaults), since Kafka's ProducerPerformance cannot set headers. Per round and target:
@@ -43,6 +48,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import ExitStack, nullcontext
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,9 +56,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Producer  # noqa: E402
 
 from bench.bench_proxy import CpuClock, create_topic, data_dir, log, median  # noqa: E402
+from bench.pinning import (  # noqa: E402
+    PROXY_CPU,
+    PinWatch,
+    can_pin,
+    pin,
+    pin_self_to_load_cpu,
+    verify_tree,
+)
 from proxy.devtools.embedded_kafka import KafkaCluster  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
 
+ROUTED, UNJOURNALED = "50% routed", "50% routed, journal off"
 RULES = [{"name": "eu", "match": {"headers": {"header": "region", "equals": "eu"}},
           "cluster": "b"}]
 
@@ -210,31 +225,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--filter-only", action="store_true",
                         help="the routing filter alone, no brokers (see above)")
+    parser.add_argument("--unpinned", action="store_true",
+                        help="leave every process on every CPU")
     args = parser.parse_args(argv)
     if args.filter_only:
         for name, cost in filter_cost(args.record_size, args.rounds).items():
             print(f"routing filter, {name}: {cost * 1000:.2f} ms CPU per MB "
                   f"(best of {args.rounds}; load average {os.getloadavg()[0]:.1f})")
         return 0
-    need = 4 * args.rounds * args.records * (args.record_size + 256) + (512 << 20)
+    pinned = not args.unpinned and can_pin()
+    if pinned:
+        pin_self_to_load_cpu()
+    need = 6 * args.rounds * args.records * (args.record_size + 256) + (512 << 20)
     with data_dir(None, need) as folder:
         a_dir, b_dir = folder / "a", folder / "b"
         a_dir.mkdir()
         b_dir.mkdir()
         with KafkaCluster(size=1, workdir=a_dir) as a, KafkaCluster(size=1, workdir=b_dir) as b:
             clusters = {"b": {"bootstrap": b.bootstrap}}
-            plain = herald_config(a.bootstrap, logging={"level": "warning"}, clusters=clusters)
-            routed = herald_config(a.bootstrap, logging={"level": "warning"},
-                                   clusters=clusters, routing={"rules": RULES})
-            with HeraldProcess(plain) as h_plain, HeraldProcess(routed) as h_routed:
-                targets = {"no rules": h_plain, "50% routed": h_routed}
-                rows = run(args, a.bootstrap, b.bootstrap, targets)
-    report(rows, args)
+            common = {"logging": {"level": "warning"}, "clusters": clusters}
+            configs = {
+                "no rules": herald_config(a.bootstrap, **common),
+                ROUTED: herald_config(a.bootstrap, **common, routing={"rules": RULES}),
+                UNJOURNALED: herald_config(a.bootstrap, **common,
+                                           routing={"rules": RULES, "journal": "off"}),
+            }
+            with ExitStack() as stack:
+                targets = {name: stack.enter_context(HeraldProcess(config))
+                           for name, config in configs.items()}
+                pids = [h.process.pid for h in targets.values() if h.process is not None]
+                if pinned:
+                    for pid in pids:
+                        pin(pid, {PROXY_CPU})
+                    log(f"pinning checked on {verify_tree(pids)} threads")
+                rows = run(args, a.bootstrap, b.bootstrap, targets, pids if pinned else None)
+    report(rows, args, pinned)
     return 0
 
 
-def run(args: argparse.Namespace, a: str, b: str, targets: dict[str, HeraldProcess]
-        ) -> dict[str, dict[str, list[float]]]:
+def run(args: argparse.Namespace, a: str, b: str, targets: dict[str, HeraldProcess],
+        pinned_pids: list[int] | None) -> dict[str, dict[str, list[float]]]:
+    """`pinned_pids`: the Heralds' processes, checked on their CPU during every run (None:
+    unpinned)."""
     rows = {name: {"rate": [], "cpu_per_mb": [], "p50": [], "p99": []} for name in targets}
     mb = args.records * args.record_size / 1e6
     log("warm-up (not measured)")
@@ -252,11 +284,12 @@ def run(args: argparse.Namespace, a: str, b: str, targets: dict[str, HeraldProce
             create_topic(a, topic, 2)
             create_topic(b, topic, 2)
             clock = CpuClock(herald.process.pid)
-            before = sum(clock.read())
-            rate = full_speed(herald.bootstrap, topic, args.records, args.record_size)
-            cpu = sum(clock.read()) - before
-            p50, p99 = fixed_rate(herald.bootstrap, topic, args.rate, args.seconds,
-                                  args.record_size)
+            with PinWatch(pinned_pids) if pinned_pids else nullcontext():
+                before = sum(clock.read())
+                rate = full_speed(herald.bootstrap, topic, args.records, args.record_size)
+                cpu = sum(clock.read()) - before
+                p50, p99 = fixed_rate(herald.bootstrap, topic, args.rate, args.seconds,
+                                      args.record_size)
             rows[name]["rate"].append(rate)
             rows[name]["cpu_per_mb"].append(cpu / mb)
             rows[name]["p50"].append(p50)
@@ -266,16 +299,22 @@ def run(args: argparse.Namespace, a: str, b: str, targets: dict[str, HeraldProce
     return rows
 
 
-def report(rows: dict[str, dict[str, list[float]]], args: argparse.Namespace) -> None:
+def report(rows: dict[str, dict[str, list[float]]], args: argparse.Namespace,
+           pinned: bool) -> None:
+    layout = "pinned: load on CPU 0, Heralds on CPU 1" if pinned else "unpinned"
     print(f"\n{args.records} x {args.record_size} B records, {args.rounds} rounds, medians; "
-          f"latency at {args.rate} records/s")
-    print(f"{'target':<12} {'records/s':>11} {'CPU ms/MB':>10} {'p50 ms':>8} {'p99 ms':>8}")
+          f"latency at {args.rate} records/s; {layout}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'target':<24} {'records/s':>11} {'CPU ms/MB':>10} {'p50 ms':>8} {'p99 ms':>8}")
     for name, r in rows.items():
-        print(f"{name:<12} {median(r['rate']):>11,.0f} {median(r['cpu_per_mb']) * 1000:>10.1f} "
+        print(f"{name:<24} {median(r['rate']):>11,.0f} {median(r['cpu_per_mb']) * 1000:>10.1f} "
               f"{median(r['p50']):>8.2f} {median(r['p99']):>8.2f}")
-    base, routed = rows["no rules"], rows["50% routed"]
+    base, routed, bare = rows["no rules"], rows[ROUTED], rows[UNJOURNALED]
     print(f"\nrouted / no rules throughput: {median(routed['rate']) / median(base['rate']):.1%}; "
           f"added p99: {median(routed['p99']) - median(base['p99']):+.2f} ms")
+    cpu = (median(routed["cpu_per_mb"]) - median(bare["cpu_per_mb"])) * 1000
+    print(f"the journal's share: {cpu:+.2f} ms CPU/MB, "
+          f"p99 {median(routed['p99']) - median(bare['p99']):+.2f} ms")
 
 
 if __name__ == "__main__":
