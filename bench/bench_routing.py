@@ -254,11 +254,10 @@ def main(argv: list[str] | None = None) -> int:
             configs = {
                 "no rules": herald_config(a.bootstrap, **common),
                 ROUTED: herald_config(a.bootstrap, **common, routing={"rules": RULES}),
-                UNJOURNALED: herald_config(a.bootstrap, **common,
-                                           routing={"rules": RULES, "journal": "off"}),
             }
-            if args.control:
-                configs[CONTROL] = configs[UNJOURNALED]
+            for name in (UNJOURNALED, CONTROL) if args.control else (UNJOURNALED,):
+                configs[name] = herald_config(a.bootstrap, **common,  # ports of its own
+                                              routing={"rules": RULES, "journal": "off"})
             with ExitStack() as stack:
                 targets = {name: stack.enter_context(HeraldProcess(config))
                            for name, config in configs.items()}
