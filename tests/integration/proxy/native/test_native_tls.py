@@ -75,10 +75,13 @@ def test_librdkafka_same_records_natively_and_in_python(
                           conf={**conf, "max.partition.fetch.bytes": 2048})
         assert [m.value() for m in got] == values
         assert [m.headers() for m in got] == [[("h", v[:8])] for v in values]
+        # Every byte read from one side went to the other, on either path: once the closing
+        # consumer's last requests, read from it, have reached the broker too.
         after = wait_for(proc, lambda s, b=before: moved(
-            b, s, "herald_requests_total", api="Produce") >= len(values))
+            b, s, "herald_requests_total", api="Produce") >= len(values) and moved(
+            b, s, "herald_bytes_total", direction="client_to_proxy") == moved(
+            b, s, "herald_bytes_total", direction="proxy_to_upstream"))
         assert moved(before, after, "herald_requests_total", api="Produce") == len(values)
-        # Every byte read from one side went to the other, on either path.
         assert moved(before, after, "herald_bytes_total", direction="client_to_proxy") == moved(
             before, after, "herald_bytes_total", direction="proxy_to_upstream")
         carried[proc is herald_on] = (
