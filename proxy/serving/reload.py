@@ -95,10 +95,9 @@ class ConfigReload:
         return running
 
 
-# Config fields by the YAML section they come from, where the two names differ.
-_SECTIONS = {"shutdown_grace_s": "shutdown", "instance_id": "instance",
-             "native_relay": "performance", "reload_watch_s": "reload",
-             "seal": "origin_key"}
+# Config fields by their YAML path, where the two differ.
+_SECTIONS = {"shutdown_grace_s": "shutdown.grace_s", "instance_id": "instance.id",
+             "native_relay": "performance.native_relay", "reload_watch_s": "reload.watch_s"}
 
 
 def _changed(old: object, new: object, prefix: str, skip: tuple[str, ...]) -> list[str]:
