@@ -109,7 +109,9 @@ def client_batch() -> bytes:
     headers = [[], [("herald.client_id", b"forged")], [("traceparent", b"00-x")], [("k", None)]]
     return build_batch([Record(b"key-%d" % i, b"value-%d" % i, h)
                         for i, h in enumerate(headers * 5)],
-                       base_timestamp=1_700_000_000_000, producer_id=-1, base_sequence=-1)
+                       # within the broker's retention: an older batch may be deleted
+                       base_timestamp=int(time.time() * 1000), producer_id=-1,
+                       base_sequence=-1)
 
 
 def produce_raw(proc: HeraldProcess, topic: str, batch: bytes) -> None:
