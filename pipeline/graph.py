@@ -161,10 +161,9 @@ def links_of(nodes: DataFrame, fetches: DataFrame | None = None, scope: str = "h
     # earlier hop that this hop's service fetched before producing it. A hop that declares
     # lost parents is not one: it had parents, which no guess may stand in for.
     by_time = Window.partitionBy("trace_id").orderBy("order")
-    timed = nodes.select(*child_cols, "order", "client_id", "source_host", "parents",
+    timed = nodes.select(*child_cols, "order", "client_id", "source_host",
                          F.lag("key").over(by_time).alias("prev_key"))
-    orphans = timed.where((F.size("parents") == 0) & (F.col("parents_lost") == 0)
-                          ).drop("parents")
+    orphans = timed.where(F.col("order.orphan"))  # no parent named, none declared lost
     choice = orphans.select(*child_cols, F.col("prev_key").alias("parent_key"),
                             F.lit(TIME).alias("evidence"))
     if fetches is not None:
