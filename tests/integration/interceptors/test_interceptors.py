@@ -163,8 +163,9 @@ def test_every_codec_from_librdkafka_is_re_encoded_and_read_back(
 ) -> None:
     producer = Producer({"bootstrap.servers": herald_chains.bootstrap,
                          "compression.type": codec, "linger.ms": 20})
-    # Recent: the broker deletes records older than its 7-day retention at its next check
-    # (every 5 minutes), which once fell between this write and the Java consumer's read.
+    # Recent: the broker deletes records older than its 7-day retention at its checks (30 s
+    # after it starts, then every 5 minutes), which fell between this write and the Java
+    # consumer's read now and then.
     stamp = (int(time.time()) - 60) * 1000
     for i in range(200):
         producer.produce(topic_name, b"x" * 500 + str(i).encode(), f"k{i}".encode(),
@@ -183,8 +184,7 @@ def test_every_codec_from_librdkafka_is_re_encoded_and_read_back(
                     topic_name, "--from-beginning", "--max-messages", "200",
                     "--formatter-property", "print.timestamp=true",
                     "--formatter-property", "print.headers=true",
-                    # a JVM joining a group on a loaded machine: time to spare
-                    "--formatter-property", "print.key=true", "--timeout-ms", "60000")
+                    "--formatter-property", "print.key=true", "--timeout-ms", "30000")
     rows = [line.split("\t") for line in java.stdout.splitlines() if "\t" in line]
     assert len(rows) == 200, (java.stdout[-2000:], java.stderr[-3000:],
                               herald_chains.logs()[-3000:])
