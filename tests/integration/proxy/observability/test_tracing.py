@@ -81,8 +81,9 @@ def test_batch_mode_send_span_is_the_context_written_into_the_records(
 
     def complete(spans: list[Exported]) -> bool:
         ids = by_ids(spans)
-        linked = any((GIVEN_TRACE, GIVEN_SPAN) in s.links for s in spans)
-        return all(c in ids for c in new) and linked
+        linked = {s.kind for s in spans if (GIVEN_TRACE, GIVEN_SPAN) in s.links}
+        return all(c in ids for c in new) and linked >= {Span.SPAN_KIND_PRODUCER,
+                                                          Span.SPAN_KIND_CONSUMER}
 
     spans = collected.wait(complete)
     ids = by_ids(spans)
@@ -103,10 +104,12 @@ def test_batch_mode_send_span_is_the_context_written_into_the_records(
         assert a["server.address"] == "127.0.0.1"
         assert a["server.port"] == broker_port
         assert a.get("messaging.batch.message_count", 1) == count
-    # The record that came with its own context: a span of Herald's own links to it, and
-    # no span took its ids.
+    # The record that came with its own context: Herald's send span links to it, and so does
+    # the receive span of the fetch that read it; no span took its ids.
     linking = [s for s in spans if (GIVEN_TRACE, GIVEN_SPAN) in s.links]
-    assert linking and all(s.name == f"send {BATCH_TOPIC}" for s in linking)
+    assert {(s.name, s.kind) for s in linking} == {
+        (f"send {BATCH_TOPIC}", Span.SPAN_KIND_PRODUCER),
+        (f"receive {BATCH_TOPIC}", Span.SPAN_KIND_CONSUMER)}
     assert all(s.trace_id != GIVEN_TRACE for s in linking)
     assert (GIVEN_TRACE, GIVEN_SPAN) not in ids
 
