@@ -48,22 +48,31 @@ def _write_direct(broker: str, topic: str, traces: list[str]) -> list[tuple[str,
     return keys
 
 
-def _consume(bootstrap: str, topic: str, count: int, client_id: str) -> list:
+def _consume(bootstrap: str, topic: str, count: int, client_id: str,
+             herald: HeraldProcess | None = None) -> list:
+    """`count` records of `topic`, read by a new group; on a short read the assertion says
+    what the consumer saw (errors, assignments) and, given `herald`, the end of its log."""
+    seen: list[str] = []
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
                          "client.id": client_id, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
+                         "enable.auto.commit": False,
+                         "error_cb": lambda err: seen.append(f"error {err}")})
+    consumer.subscribe([topic], on_assign=lambda _c, parts: seen.append(
+        f"assigned {[(p.topic, p.partition, p.offset) for p in parts]}"))
     got = []
     try:
         for _ in range(300):
             msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
+            if msg is not None and msg.error():
+                seen.append(f"message error {msg.error()}")
+            elif msg is not None:
                 got.append(msg)
             if len(got) == count:
                 break
     finally:
         consumer.close()
-    assert len(got) == count
+    log = herald.logs()[-6000:] if herald is not None else ""
+    assert len(got) == count, (len(got), seen, log)
     return got
 
 
@@ -251,7 +260,7 @@ def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster, audit_afte
     written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
     with HeraldProcess(config) as herald:
         start = scrape(herald)
-        _consume(herald.bootstrap, src, count, "svc-reader")
+        _consume(herald.bootstrap, src, count, "svc-reader", herald)
         before = wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_remembered")
                           >= count)
         producer = Producer({"bootstrap.servers": herald.bootstrap, "linger.ms": 0,
