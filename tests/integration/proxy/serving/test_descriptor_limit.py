@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import resource
+import socket
 import time
 from collections.abc import Iterator
 
@@ -30,14 +31,15 @@ def herald(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
         yield proc
 
 
-def events(proc: HeraldProcess, name: str) -> list[str]:
-    return [line for line in proc.logs().splitlines() if f"event={name} " in line + " "]
+def events(proc: HeraldProcess, name: str, having: str = "") -> list[str]:
+    return [line for line in proc.logs().splitlines()
+            if f"event={name} " in line + " " and having in line]
 
 
 def wait_for_event(proc: HeraldProcess, name: str, count: int = 1,
-                   timeout: float = 15) -> list[str]:
+                   timeout: float = 15, having: str = "") -> list[str]:
     deadline = time.monotonic() + timeout
-    while len(found := events(proc, name)) < count:
+    while len(found := events(proc, name, having)) < count:
         assert time.monotonic() < deadline, f"no {name} in the log:\n{proc.logs()}"
         time.sleep(0.05)
     return found
@@ -149,3 +151,42 @@ def test_accepting_pauses_and_resumes_once_at_the_descriptor_limit(
     assert "Traceback" not in logs and "trio" not in logs and "accept returned" not in logs
     for client in (clients[0], waiting, fresh):
         client.close()
+
+
+def _readyz_on(conn: socket.socket) -> tuple[int, str]:
+    """(status, body) of GET /readyz sent on an admin connection Herald already accepted."""
+    conn.sendall(b"GET /readyz HTTP/1.1\r\nHost: herald\r\n\r\n")
+    response = b""
+    while chunk := conn.recv(4096):
+        response += chunk
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body.decode()
+
+
+def test_readyz_says_herald_could_not_ask_the_cluster() -> None:
+    """With no descriptor left for the metadata refresh's socket, /readyz answers 503 with
+    that reason, not "upstream unreachable" (the cluster was never asked); with descriptors
+    again, the cluster is asked and the reason is what it answered. The upstream is a port
+    nothing listens on, so every refresh opens a fresh socket (a reachable cluster's kept
+    connection would need none)."""
+    config = herald_config(f"127.0.0.1:{free_port()}",
+                           admin={"bind": f"127.0.0.1:{free_port()}"})
+    with HeraldProcess(config, nofile=STARTED_WITH) as herald:
+        host, port = herald.config["admin"]["bind"].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=30) as first:
+            assert _readyz_on(first) == (503, "upstream unreachable\n")
+        limit_leaving(herald, 1)
+        # The admin connection takes the last descriptor; the next refresh cannot ask.
+        probe = socket.create_connection((host, int(port)), timeout=30)
+        failed = wait_for_event(herald, "metadata_refresh_failed",
+                                having="reason=\"out of file descriptors\"")
+        assert field(failed[0], "error") == "EMFILE"
+        assert _readyz_on(probe) == (503, "out of file descriptors\n")
+        probe.close()
+
+        assert herald.process is not None
+        resource.prlimit(herald.process.pid, resource.RLIMIT_NOFILE, STARTED_WITH[1:] * 2)
+        asked = len(events(herald, "metadata_refresh_failed"))
+        wait_for_event(herald, "metadata_refresh_failed", count=asked + 1)
+        with socket.create_connection((host, int(port)), timeout=30) as again:
+            assert _readyz_on(again) == (503, "upstream unreachable\n")
