@@ -235,13 +235,16 @@ class Proxy:
             await destination.close()
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready: listeners bound, the upstream cluster answered lately, and not draining."""
+        """Ready: listeners bound (a learned broker's too), the upstream cluster answered
+        lately, and not draining."""
         if self._stopping:
             return False, "draining"
         if not self.ready.is_set():
             return False, "starting"
         if not self.upstream_reachable:
             return False, self.unreachable_reason
+        if self.listeners.unbound:
+            return False, "; ".join(sorted(self.listeners.unbound.values()))
         states = [f"{d.name}={'up' if d.reachable else 'down'}"
                   for d in self.destinations.values() if d.name != PRIMARY]
         return True, f"ready (clusters: {', '.join(states)})" if states else "ready"

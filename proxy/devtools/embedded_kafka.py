@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -43,8 +44,33 @@ class KafkaStartError(RuntimeError):
     """A broker did not come up; the message carries the tail of its log."""
 
 
+def unassigned_ports(step: int = 1) -> list[int]:
+    """Ports outside the kernel's range for outgoing connections (ip_local_port_range), in
+    random order, `step` apart.
+
+    A port chosen now and bound later (a broker, a Herald listener) must not be one the
+    kernel can meanwhile hand to an outgoing connection as its local port: bind(0) picks from
+    that very range, and a connection on the port, even one closed and in TIME_WAIT, makes
+    the later bind fail."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    ports = [*range(10000, low - step, step), *range(high + 1, 65536 - step, step)]
+    return random.sample(ports, len(ports))
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the OS considers free right now (bind to 0, read, close)."""
+    """A TCP port free right now, outside the range outgoing connections take theirs from
+    (`unassigned_ports`); one the kernel picks when none is."""
+    for port in unassigned_ports()[:200]:
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]

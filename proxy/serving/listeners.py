@@ -32,6 +32,10 @@ class Listeners:
         self._handle = handle
         self._accepting = accepting
         self._broker_ports: set[int] = set()
+        self.unbound: dict[int, str] = {}
+        """Broker ports that could not be bound: port -> why. Retried at every open_broker
+        (each metadata refresh and each Metadata response), and Herald is not ready while
+        one is left: clients are told these ports."""
         self._nursery: trio.Nursery | None = None
         self._handlers: trio.Nursery | None = None
 
@@ -51,7 +55,11 @@ class Listeners:
 
     async def open_broker(self, node_id: int, port: int) -> None:
         """Listen for broker `node_id` on `port`, unless that port is open already (or the
-        proxy has not started). A port that cannot be bound is logged; the proxy goes on."""
+        proxy has not started).
+
+        A port that cannot be bound (another process holds it, or an outgoing connection
+        took it as its local port) is logged once and tried again at the next call, so a
+        port that comes free is served without a restart."""
         if port in self._broker_ports or self._nursery is None:
             return
         self._broker_ports.add(port)
@@ -59,7 +67,13 @@ class Listeners:
             await self.listen(f"broker-{node_id}", port)
         except OSError as exc:
             self._broker_ports.discard(port)
-            log.error("listen_failed", node_id=node_id, port=port, error=str(exc))
+            why = exc.strerror or str(exc)
+            if port not in self.unbound:
+                log.error("listen_failed", node_id=node_id, port=port, error=why)
+            self.unbound[port] = f"cannot listen on port {port} for broker {node_id}: {why}"
+            return
+        if self.unbound.pop(port, None) is not None:
+            log.info("listen_recovered", node_id=node_id, port=port)
 
     async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
         handlers = self._handlers

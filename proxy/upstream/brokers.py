@@ -3,7 +3,8 @@
 The broker with node id N is reached at `broker_port_base + N` on Herald. The directory learns
 upstream addresses from the responses that carry them (Metadata, FindCoordinator,
 DescribeCluster, KIP-951 node endpoints) and asks the server to open a listener for every
-broker it has not seen before, before the client can learn the new address.
+broker it has not seen before, before the client can learn the new address (and again each
+time it learns a broker whose port could not be bound).
 """
 
 from __future__ import annotations
@@ -54,6 +55,6 @@ class BrokerDirectory:
         if known != address:
             self.upstream[node_id] = address
             log.info("broker_learned", node_id=node_id, upstream=address, port=advertised)
-            if known is None and self._open_listener is not None:
-                await self._open_listener(node_id)
+        if self._open_listener is not None:  # a no-op once open; retries a failed bind
+            await self._open_listener(node_id)
         return self.listen.advertised_host, advertised

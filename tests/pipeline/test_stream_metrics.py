@@ -19,8 +19,8 @@ from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import OTHER, LabelBudget, exporter_for
+from proxy.devtools.embedded_kafka import free_port
 from tests.support.pipeline.aggregates import sample_aggregates
-from tests.support.pod_sim import free_port
 
 EDGE = "traces_service_graph_request"
 

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
-from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.pipeline.scenario import topic_names
 from tests.support.pipeline.stream_runs import KINDS, T0, lost_parents_of, observe, stream_config
 from tests.support.pipeline.synthetic import Hop, Traffic
-from tests.support.pod_sim import free_port
 from tests.support.prometheus import MISSING, Prometheus, binary, running_prometheus
 
 pytestmark = pytest.mark.skipif(binary("prometheus") is None, reason=MISSING)

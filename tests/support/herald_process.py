@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import resource
 import shutil
 import signal
@@ -23,21 +22,22 @@ from typing import Any
 
 import yaml
 
+from proxy.devtools.embedded_kafka import unassigned_ports
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port_block(count: int = 16) -> int:
-    """A base port such that base .. base+count-1 are all bindable on loopback right now.
-
-    Bases near a port the kernel hands out come first; when the ephemeral range is crowded
-    (a test or benchmark holding tens of thousands of connections), bases below it."""
+    """A base port such that base .. base+count-1 are all bindable on loopback right now,
+    outside the range outgoing connections take their ports from (`unassigned_ports`):
+    Herald binds a broker's port only when it learns the broker, well after this."""
     def probed() -> int:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             return probe.getsockname()[1]
 
-    low = random.sample(range(10000, 32000, count), 200)
-    for base in itertools.chain((probed() for _ in range(200)), low):
+    bases = unassigned_ports(count)[:200]
+    for base in itertools.chain(bases, (probed() for _ in range(200))):
         if base + count > 65000:
             continue
         socks = []

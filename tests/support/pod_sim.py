@@ -114,12 +114,6 @@ def readable_folder(prefix: str) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Pod:
     """Identity the downward API hands out."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.pod_sim import free_port
+from proxy.devtools.embedded_kafka import free_port
 
 MISSING = ("Debian's `prometheus` package is not installed (scripts/setup.sh installs it when "
            "run as root: apt-get install prometheus)")

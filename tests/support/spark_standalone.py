@@ -6,17 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from proxy.devtools.embedded_kafka import free_port
 
 
 def spark_home() -> Path:
@@ -29,7 +24,7 @@ class SparkStandalone:
     def __init__(self, worker_cores: int = 2, worker_memory: str = "2g", workers: int = 1
                  ) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="spark-standalone-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
         self.workers = workers
@@ -64,13 +59,13 @@ class SparkStandalone:
         try:
             master, mlog = self._start(
                 "master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                "--port", str(self.port), "--webui-port", str(_free_port()))
+                "--port", str(self.port), "--webui-port", str(free_port()))
             self._wait_for(mlog, "I have been elected leader", master, 120)
             for n in range(self.workers):
                 worker, wlog = self._start(
                     f"worker-{n}", "org.apache.spark.deploy.worker.Worker", "--host",
                     "127.0.0.1", "--cores", str(self.worker_cores), "--memory",
-                    self.worker_memory, "--webui-port", str(_free_port()), "--work-dir",
+                    self.worker_memory, "--webui-port", str(free_port()), "--work-dir",
                     str(self.folder / "work" / f"worker-{n}"), self.master_url)
                 self._wait_for(wlog, "Successfully registered with master", worker, 120)
         except BaseException:

@@ -25,6 +25,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
+from proxy.devtools.embedded_kafka import free_port
 from tests.support import raw_client as raw
 from tests.support.certs import CertificateAuthority, Issued
 from tests.support.clients import consume_all, create_topic
@@ -338,7 +339,7 @@ def test_reauthentication_keeps_working(
     nothing."""
     topic = f"reauth-{uuid.uuid4().hex[:8]}"
     proc = _herald(secure, certs, "sasl", tmp_path)
-    port = _free_port()
+    port = free_port()
     proc.config["admin"] = {"bind": f"127.0.0.1:{port}"}
     with proc:
         sent = _produce_for(proc.bootstrap, _client_conf(secure, certs, "SCRAM-SHA-512:alice"),
@@ -569,7 +570,7 @@ def test_admin_endpoint_with_tls_and_a_bearer_token(
     token = tmp_path / "admin-token"
     token.write_text("s3cret-token\n")
     proc = _herald(secure, certs, "tls", tmp_path)
-    port = _free_port()
+    port = free_port()
     proc.config["admin"] = {
         "bind": f"127.0.0.1:{port}",
         "tls": {"cert_file": str(certs["herald"].cert), "key_file": str(certs["herald"].key)},
@@ -597,19 +598,13 @@ def test_admin_endpoint_with_tls_and_a_bearer_token(
         assert status == 200 and b"herald_tls_handshakes_total" in body
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_readiness_in_passthrough_without_credentials(
     secure: SecureCluster, certs: dict[str, Issued], tmp_path: Path
 ) -> None:
     """Herald cannot ask a SASL listener for Metadata itself; it is ready when the brokers
     answer, and learns them from the clients' Metadata."""
     proc = _herald(secure, certs, "sasl", tmp_path)
-    port = _free_port()
+    port = free_port()
     proc.config["admin"] = {"bind": f"127.0.0.1:{port}"}
     with proc as herald:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as r:
