@@ -12,7 +12,9 @@ def test_kafka_python_produce_consume_with_headers(
     herald: HeraldProcess, topic_name: str
 ) -> None:
     admin = KafkaAdminClient(bootstrap_servers=herald.bootstrap)
-    admin.create_topics([NewTopic(topic_name, num_partitions=2, replication_factor=1)])
+    # The broker's metadata lags the controller's answer a moment (KRaft): wait for it.
+    admin.create_topics([NewTopic(topic_name, num_partitions=2, replication_factor=1)],
+                        wait_for_metadata=True)
     described = admin.describe_topics([topic_name])
     admin.close()
     assert described[0]["name"] == topic_name

@@ -251,10 +251,13 @@ def test_mirror_copies_arrive_and_originals_equal_a_run_without_rules(
         mirrored = by_partition(consume_all(kafka.bootstrap, topic_name, 400))
         unrouted = by_partition(consume_all(kafka.bootstrap, plain, 400))
         assert mirrored == unrouted == expect(records, lambda r: True)
-        copies = consume_all(kafka_b.bootstrap, topic_name, 400, timeout=10)
         is_debug = lambda r: header(r, "debug") is not None  # noqa: E731
+        copies = consume_all(kafka_b.bootstrap, topic_name, sum(map(is_debug, records)),
+                             timeout=30)
         assert strip_origin(by_partition(copies)) == expect(records, is_debug,
                                                              ((ORIGIN_HEADER, None),))
+        # Nothing beyond the copies: the topic ends where they do.
+        assert sum(end_offsets(kafka_b.bootstrap, topic_name).values()) == len(copies)
 
 
 def test_acks_zero_routing_is_best_effort_and_counted(
