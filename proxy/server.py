@@ -335,11 +335,15 @@ class Proxy:
             self.unreachable_reason = UNREACHABLE
             log.info("metadata_refresh_failed", error=str(exc))
             return False
+        ports = []
         for node_id, host, port in brokers:
             try:
                 await self.directory.learn(node_id, host, port)
             except BrokerOutOfRange as exc:  # the others are still reachable
                 log.warning("broker_not_advertised", node_id=node_id, error=str(exc))
+            else:
+                ports.append(self.directory.advertised_port(node_id))
+        self.listeners.keep_unbound(ports)
         return True
 
 

@@ -8,7 +8,7 @@ when the process is out of descriptors is `accepting.py`'s.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 import trio
 
@@ -74,6 +74,13 @@ class Listeners:
             return
         if self.unbound.pop(port, None) is not None:
             log.info("listen_recovered", node_id=node_id, port=port)
+
+    def keep_unbound(self, ports: Collection[int]) -> None:
+        """Stop waiting for unbound ports that are not in `ports` (the ports of the brokers
+        the cluster has now): a broker that left is no reason to stay not ready."""
+        for port in [p for p in self.unbound if p not in ports]:
+            del self.unbound[port]
+            log.info("listen_abandoned", port=port, reason="broker left the cluster")
 
     async def _accept_loop(self, listeners: list[trio.SocketListener], target: str) -> None:
         handlers = self._handlers

@@ -68,3 +68,22 @@ async def test_a_port_that_could_not_be_bound_is_bound_once_it_is_free() -> None
         await directory.learn(3, "10.0.0.3", 9092)  # open: nothing more happens
         assert listeners.unbound == {}
         nursery.cancel_scope.cancel()
+
+
+async def test_a_port_of_a_broker_that_left_is_no_longer_waited_for() -> None:
+    async def handle(stream: trio.SocketStream, target: str) -> None:
+        await stream.aclose()
+
+    holders = [_taken_port(), _taken_port()]
+    ports = [h.getsockname()[1] for h in holders]
+    listeners = Listeners("127.0.0.1", handle, Accepting(lambda reason: None))
+    async with trio.open_nursery() as nursery:
+        listeners.start(nursery, nursery)
+        for node_id, port in enumerate(ports):
+            await listeners.open_broker(node_id, port)
+        assert sorted(listeners.unbound) == sorted(ports)
+        listeners.keep_unbound([ports[1]])  # broker 0 left the cluster
+        assert list(listeners.unbound) == [ports[1]]
+        nursery.cancel_scope.cancel()
+    for holder in holders:
+        holder.close()
