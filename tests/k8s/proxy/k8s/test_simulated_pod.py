@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster
+from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port
 from proxy.k8s.inject import InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
 from tests.support.clients import consume_all
@@ -30,7 +30,6 @@ from tests.support.pod_sim import (
     NamespacesUnavailable,
     Pod,
     PodNetwork,
-    free_port,
     readable_folder,
 )
 
