@@ -42,6 +42,7 @@ import errno
 import fcntl
 import os
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,7 @@ _STATE = struct.Struct(">ii")  # next base, shift
 _BASE = struct.Struct(">i")
 _LEN = struct.Struct(">H")
 MIN_COMPACT_BYTES = 4 << 20
+_YIELD_EVERY = 256  # entries a snapshot's encoding takes between two yields of the interpreter
 
 
 class JournalError(Exception):
@@ -253,8 +255,17 @@ class JournalFile:
 
     def prepare(self, entries: Iterable[Entry]) -> tuple[int, int]:
         """Write a snapshot to the file that will replace this one: (its descriptor, its
-        size). Touches nothing the appends use, so it may run in a worker thread."""
-        data = b"".join(encode(e) for e in entries)
+        size). Touches nothing the appends use, so it may run in a worker thread.
+
+        A worker thread encoding in Python holds the interpreter until the event loop's
+        thread has waited a switch interval (5 ms) for it, at every wakeup of the loop: so
+        the encoding lets it go every `_YIELD_EVERY` entries (well under a millisecond)."""
+        chunks = []
+        for n, entry in enumerate(entries, 1):
+            chunks.append(encode(entry))
+            if n % _YIELD_EVERY == 0:
+                time.sleep(0)
+        data = b"".join(chunks)
         fd = -1
         try:
             fd = os.open(self._tmp,
