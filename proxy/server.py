@@ -338,11 +338,11 @@ class Proxy:
         ports = []
         for node_id, host, port in brokers:
             try:
-                await self.directory.learn(node_id, host, port)
+                _, advertised = await self.directory.learn(node_id, host, port)
             except BrokerOutOfRange as exc:  # the others are still reachable
                 log.warning("broker_not_advertised", node_id=node_id, error=str(exc))
             else:
-                ports.append(self.directory.advertised_port(node_id))
+                ports.append(advertised)
         self.listeners.keep_unbound(ports)
         return True
 

@@ -165,6 +165,13 @@ class HeraldProcess:
         except OSError:
             return ""
 
+    def wait_for_log(self, text: str, timeout: float = 15) -> None:
+        """Until `text` is in the log (a signal's effect, a reload): fails with the log."""
+        deadline = time.monotonic() + timeout
+        while text not in self.logs():
+            assert time.monotonic() < deadline, f"no {text} in the log:\n{self.logs()}"
+            time.sleep(0.05)
+
     def memory(self, field: str = "VmRSS") -> int:
         """Bytes of a memory figure of the process from /proc (VmRSS now, VmHWM peak)."""
         assert self.process is not None

@@ -3,7 +3,6 @@ as a changed file with no signal, and causal links scoped as each shipped shape 
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import yaml
@@ -34,9 +33,7 @@ def test_audit_names_the_pod_and_a_changed_file_is_reloaded_without_a_signal(
         assert producer.flush(30) == 0
         changed = chains({"type": "insert_header", "header": "v", "value": "two"})
         herald.config_path.write_text(yaml.safe_dump({**config, "interceptors": changed}))
-        deadline = time.monotonic() + 20
-        while "event=config_reloaded" not in herald.logs() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        herald.wait_for_log("event=config_reloaded", timeout=20)
         producer.produce(topic_name, b"2")
         assert producer.flush(30) == 0
         got = consume_all(herald.bootstrap, topic_name, 2)

@@ -221,9 +221,7 @@ def test_shadow_changes_nothing_and_counts_what_the_live_rule_then_does(
         herald.config["routing"]["delivery_timeout_s"] = 45
         herald.config_path.write_text(yaml.safe_dump(herald.config))
         herald.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 20
-        while "config_reloaded" not in herald.logs() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        herald.wait_for_log("event=config_reloaded", timeout=20)
         partial = [line for line in herald.logs().splitlines()
                    if "event=config_reload_partial" in line]
         assert len(partial) == 1 and "keys=routing.delivery_timeout_s " in partial[0], partial

@@ -378,13 +378,6 @@ async def test_broker_going_away_closes_its_client_connections(
     proxy.stop()
 
 
-def _wait_for_log(herald: HeraldProcess, text: str, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in herald.logs():
-        assert time.monotonic() < deadline, f"no {text} in the log:\n{herald.logs()}"
-        time.sleep(0.05)
-
-
 def test_sigterm_lets_in_flight_requests_finish(kafka: KafkaCluster, topic_name: str) -> None:
     create_topic(kafka.bootstrap, topic_name)
     with HeraldProcess(herald_config(kafka.bootstrap, shutdown={"grace_s": 10})) as herald:
@@ -396,18 +389,17 @@ def test_sigterm_lets_in_flight_requests_finish(kafka: KafkaCluster, topic_name:
         client.send(raw.fetch(2, topic_name, max_wait_ms=3000))
         time.sleep(0.5)
         herald.signal(signal.SIGTERM)
-        _wait_for_log(herald, "event=shutdown_started")
+        herald.wait_for_log("event=shutdown_started")
         # The listener closes as the drain begins: new connections are refused.
         address = ("127.0.0.1", int(herald.bootstrap.rsplit(":")[1]))
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        while True:
             try:
                 socket.create_connection(address, 2).close()
             except OSError:
                 break
+            assert time.monotonic() < deadline, "still accepting after shutdown_started"
             time.sleep(0.05)
-        with pytest.raises(OSError):
-            socket.create_connection(address, 2)
         payload = client.recv()
         assert payload is not None and raw.correlation_id(payload) == 2
         assert time.monotonic() - started >= 2.5
@@ -437,12 +429,12 @@ def test_sighup_reloads_the_chains_and_refuses_a_bad_file(
         send(b"1")
         herald.config_path.write_text(yaml.safe_dump({**config, "interceptors": chains("two")}))
         herald.signal(signal.SIGHUP)
-        _wait_for_log(herald, "event=config_reloaded")
+        herald.wait_for_log("event=config_reloaded")
         send(b"2")
         bad = {**config, "interceptors": {"produce": [{"type": "insert_header"}]}}
         herald.config_path.write_text(yaml.safe_dump(bad))
         herald.signal(signal.SIGHUP)
-        _wait_for_log(herald, "event=config_reload_rejected")
+        herald.wait_for_log("event=config_reload_rejected")
         send(b"3")
         got = consume_all(herald.bootstrap, topic_name, 3)
         assert [(m.value(), m.headers()) for m in got] == [
