@@ -91,7 +91,8 @@ def test_stamped_natively_as_in_python(herald_on: HeraldProcess, herald_off: Her
     on, off = counted[True], counted[False]
     assert on.pop("handovers") < count // 2  # most Produce requests never left the engine
     assert off.pop("handovers") == 0
-    assert on == off
+    _assert_same_work(on, off)
+    assert on == off  # one record per request: the batches are the same too
     assert on["produce"] == count
 
 
@@ -161,10 +162,27 @@ def test_records_with_their_own_traceparent_stay_native(
     # at least TRACED // 2 + 1 of them, every record carrying a traceparent.
     assert on.pop("handovers") < 5
     assert off.pop("handovers") == 0
-    assert on == off
+    _assert_same_work(on, off)
     assert on["produce"] >= TRACED // 2 + 1
     events = on["herald_interceptor_events_total"]
     assert not any("trace_new_context" in str(labels) for labels in events), events
+
+
+BATCH_COUNTERS = ("herald_interceptor_batches_total", "herald_batches_reencoded_total", "produce")
+
+
+def _assert_same_work(on: dict, off: dict) -> None:
+    """The record counters of the engine and of the Python path are equal; the batch counters
+    each agree with that side's own batches, since how librdkafka splits records that wait
+    for a flush into requests is its timing's, not Herald's (once 42 against 43 requests)."""
+    for side in (on, off):
+        batches = side["herald_interceptor_batches_total"]
+        seen = sum(n for labels, n in batches.items() if ("outcome", "seen") in labels)
+        changed = sum(n for labels, n in batches.items() if ("outcome", "changed") in labels)
+        assert seen == changed == sum(side["herald_batches_reencoded_total"].values()), side
+        assert 0 < side["produce"] <= seen, side
+    records = {name: n for name, n in on.items() if name not in BATCH_COUNTERS}
+    assert records == {name: n for name, n in off.items() if name not in BATCH_COUNTERS}
 
 
 def _counted(proc: HeraldProcess, before: dict, records: int, sent: dict | None = None
@@ -234,7 +252,7 @@ def test_compressed_batches_stamped_natively_as_in_python(
     on, off = counted[True], counted[False]
     assert on.pop("handovers") < ROUNDS // 2  # the Produce requests never left the engine
     assert off.pop("handovers") == 0
-    assert on == off
+    _assert_same_work(on, off)
     reencoded = on["herald_batches_reencoded_total"]
     assert sum(n for labels, n in reencoded.items() if f"'{codec}'" in str(labels)) == ROUNDS
 
