@@ -11,7 +11,6 @@ import time
 
 import yaml
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from protocol.compression import ZSTD
 from protocol.messages.fetch_response import FetchResponse
@@ -19,6 +18,7 @@ from protocol.messages.produce_response import ProduceResponse
 from protocol.records import Record, build_batch, split_batches
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support import raw_client as raw
+from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.metrics import moved, scrape, total, wait_for
 from tests.support.raw_produce import produce_request, send_and_answer
@@ -27,18 +27,13 @@ MIB = 1024 * 1024
 CHAINS = {"produce": [{"type": "trace_context"}, {"type": "audit"}], "fetch": []}
 
 
-def create_topic(kafka: KafkaCluster, name: str, **config: str) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    for f in admin.create_topics([NewTopic(name, 1, config=config)]).values():
-        f.result(timeout=30)
-
-
 def test_small_chained_produces_complete_while_a_big_batch_runs_its_chain(
     herald_chain: HeraldProcess, kafka: KafkaCluster, topic_name: str,
 ) -> None:
     big_topic, small_topic = topic_name + "-big", topic_name + "-small"
-    create_topic(kafka, big_topic, **{"max.message.bytes": str(32 * MIB)})
-    create_topic(kafka, small_topic)
+    # Leaders ready before the first raw request, which no client would retry.
+    create_topic(kafka.bootstrap, big_topic, config={"max.message.bytes": str(32 * MIB)})
+    create_topic(kafka.bootstrap, small_topic)
     # 150,000 records that each carry a header the chain must look at (a tracestate without
     # a traceparent), so the chain runs record by record: about a second of work.
     records = build_batch([Record(value=b"", headers=[("tracestate", b"a=1")])
@@ -149,8 +144,8 @@ def test_a_shadow_member_changes_no_byte_and_counts_what_it_does_once_promoted(
 ) -> None:
     sent = client_batch()
     n = 20
-    create_topic(kafka, topic_name + "-shadow")
-    create_topic(kafka, topic_name + "-live")
+    create_topic(kafka.bootstrap, topic_name + "-shadow")
+    create_topic(kafka.bootstrap, topic_name + "-live")
     config = shadow_config(kafka, audit_shadow=True)
     with HeraldProcess(config) as proc:
         before = scrape(proc)

@@ -8,12 +8,11 @@ import statistics
 import threading
 import time
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from protocol.compression import ZSTD
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support import raw_client as raw
+from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess
 from tests.support.raw_produce import produce_request, send_and_answer
 
@@ -121,10 +120,8 @@ def test_a_large_batch_within_the_limits_is_processed_off_the_event_loop(
     herald_chain: HeraldProcess, kafka: KafkaCluster, topic_name: str,
 ) -> None:
     # A topic that accepts the enriched batch (headers make it several MB even in zstd).
-    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    for f in admin.create_topics([NewTopic(topic_name, 1, config={
-            "max.message.bytes": str(32 * MIB)})]).values():
-        f.result(timeout=30)
+    # With its leader ready: the raw request below is retried only when refused as too large.
+    create_topic(kafka.bootstrap, topic_name, config={"max.message.bytes": str(32 * MIB)})
     records = tiny_records_batch(150_000)
     peak_before = herald_chain.memory("VmHWM")
     quiet = baseline(herald_chain)

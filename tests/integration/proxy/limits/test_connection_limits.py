@@ -118,7 +118,11 @@ def test_five_hundred_idle_connections_give_their_descriptors_back(
     # Many source addresses, so the per-source cap is not what closes them.
     for i in range(500):
         socks.append(connect(guarded, source=f"127.0.{1 + i // PER_SOURCE}.{10 + i % 30}"))
-    time.sleep(0.5)
+    # Every one accepted (the kernel completed the handshakes; Herald accepts them as it
+    # gets to them), before the first can have idled out.
+    deadline = time.monotonic() + IDLE_S
+    while open_fds(guarded) < baseline + 500 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert open_fds(guarded) >= baseline + 500
     deadline = time.monotonic() + IDLE_S + 15
     while open_fds(guarded) > baseline + 5 and time.monotonic() < deadline:
@@ -169,10 +173,21 @@ def test_connections_beyond_the_total_cap_are_refused(kafka: KafkaCluster) -> No
         assert extra.recv(1) == b""
         assert limit_hits(proc, "max_connections") == 1
         held.pop().close()
-        time.sleep(0.5)
-        again = connect(proc, source="127.0.0.21")  # a freed place is taken again
-        again.sendall(api_versions_request(2))
-        assert again.recv(65536)
+        # A freed place is taken again, once Herald has read the close (until then a new
+        # connection is refused as `extra` was): waited for, not assumed done in a moment.
+        deadline = time.monotonic() + 10
+        while True:
+            again = connect(proc, source="127.0.0.21")
+            try:
+                again.sendall(api_versions_request(2))
+                answer = again.recv(65536)
+            except OSError:
+                answer = b""
+            if answer or time.monotonic() > deadline:
+                break
+            again.close()
+            time.sleep(0.1)
+        assert answer
         for s in [*held, extra, again]:
             s.close()
         assert "limits.max_connections reached" in proc.logs()

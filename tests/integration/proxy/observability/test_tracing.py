@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from proxy.devtools.embedded_kafka import KafkaCluster
@@ -154,11 +153,11 @@ def test_record_mode_one_span_per_record_context_and_receive_spans_link_to_them(
 def test_a_failed_partition_ends_its_span_with_an_error(
     traced_herald: HeraldProcess, receiver: tuple[Receiver, int]
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": traced_herald.bootstrap})
     # The broker refuses batches above the topic's max.message.bytes (the client does not
-    # know the topic's limit, so the refusal comes from the broker).
-    topic = NewTopic(STRICT_TOPIC, num_partitions=1, config={"max.message.bytes": "200"})
-    admin.create_topics([topic])[STRICT_TOPIC].result(timeout=30)
+    # know the topic's limit, so the refusal comes from the broker). Created with its leader
+    # ready: with no retries, a produce the new leader refused as not yet its own would end
+    # the span with NOT_LEADER_OR_FOLLOWER instead.
+    create_topic(traced_herald.bootstrap, STRICT_TOPIC, config={"max.message.bytes": "200"})
     producer = Producer({"bootstrap.servers": traced_herald.bootstrap, "retries": 0,
                          "message.timeout.ms": 10000})
     errors: list[Any] = []

@@ -24,7 +24,6 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
-    NewTopic,
 )
 
 from proxy.config.proxy_yaml import parse_config
@@ -143,11 +142,11 @@ def test_broker_restart_with_enrichment_delivers_every_record_once(
 async def test_topic_limits_are_learned_from_the_broker(kafka: KafkaCluster) -> None:
     small = f"t-limits-small-{free_port()}"
     plain = f"t-limits-plain-{free_port()}"
+    # Known to the broker before it is asked: it applies a new topic a moment after the
+    # controller answered (KRaft), and until then describes none.
+    create_topic(kafka.bootstrap, small, config={"max.message.bytes": "200000"})
+    create_topic(kafka.bootstrap, plain)
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    futures = admin.create_topics([
-        NewTopic(small, 1, config={"max.message.bytes": "200000"}), NewTopic(plain, 1)])
-    for f in futures.values():
-        f.result(timeout=30)
     cluster = UpstreamCluster(parse_config(herald_config(kafka.bootstrap)).upstream)
     limits = TopicLimits(cluster.request_once)
     # Unknown until asked: the broker default, and the question is queued.
