@@ -30,6 +30,10 @@ observations are dropped and counted (``fetch_log_dropped``), never waited for;
 ``fetch_log_queued`` counts what was accepted. The publisher itself counts deliveries and
 delivery failures (`Publisher.delivered`, `Publisher.failed`); librdkafka reports failures
 only (`delivery.report.only.error`), so no Python callback runs per delivered observation.
+Failures are counted as ``fetch_log_failed`` too, and logged once per episode
+(`fetch_log_delivery_failed` with the cluster's last error, `fetch_log_delivery_recovered`
+once observations are delivered again): librdkafka's own log, a line of prose on stderr per
+reconnect attempt, is kept to critical messages, as for the routing destinations' producers.
 
 The producer writes to `bootstrap` directly (the upstream cluster, not through Herald), so the
 observations are not themselves intercepted. Towards a secured cluster it takes `tls` and
@@ -45,8 +49,11 @@ plaintext cluster can be written to. The learned groups come the same way
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +67,8 @@ from interceptors.tracing import parse_traceparent
 from protocol.contracts.fetch_log import DEFAULT_TOPIC, batch_tail, observation
 from protocol.contracts.headers import AUDIT_TIME, RESERVED_PREFIX, TRACEPARENT, audit_header
 
+log = logging.getLogger("herald.interceptors")
+
 
 @dataclass
 class FetchLogConfig:
@@ -69,6 +78,7 @@ class FetchLogConfig:
     time_header: str = audit_header(AUDIT_TIME, RESERVED_PREFIX)  # the record time, `h`
     queue_size: int = 100_000       # observations waiting for the producer; more are dropped
     linger_ms: int = 50
+    delivery_timeout_s: float = 60.0  # an observation not acknowledged by then is failed
     tls: Any = None                 # TLS towards `bootstrap`: the keys of `upstream.tls`
     sasl: Any = None                # SASL towards `bootstrap`: the keys of `upstream.sasl`
     # `bootstrap`, `tls` and `sasl` as the proxy's Kafka clients checked them (set by the
@@ -84,6 +94,8 @@ class FetchLogConfig:
             raise InvalidConfig("time_header", "must not be empty")
         if self.queue_size < 1:
             raise InvalidConfig("queue_size", "must be >= 1")
+        if not self.delivery_timeout_s > 0:
+            raise InvalidConfig("delivery_timeout_s", "must be > 0")
 
     def producer_settings(self) -> dict[str, Any]:
         """librdkafka settings of the observations' producer (secrets are read now)."""
@@ -91,6 +103,10 @@ class FetchLogConfig:
             "bootstrap.servers": self.bootstrap, "client.id": "herald-fetch-log",
             "linger.ms": self.linger_ms, "enable.idempotence": False, "acks": 1,
             "delivery.report.only.error": True,
+            "message.timeout.ms": max(1, int(self.delivery_timeout_s * 1000)),
+            # librdkafka's own log goes to stderr unstructured, a line per reconnect attempt:
+            # the publisher logs a failing cluster once itself (`DeliveryHealth`).
+            "log_level": 2,
         }
         if self.cluster is not None:
             settings.update(self.cluster.librdkafka())
@@ -98,6 +114,54 @@ class FetchLogConfig:
             raise RuntimeError("fetch_log: tls and sasl need the proxy's Kafka clients "
                                "(ProxyInfo.kafka), which check them and map them")
         return settings
+
+
+class DeliveryHealth:
+    """Failures of the observations' delivery as episodes: the first failure logs one event
+    with the cluster's last error (why it failed: a refused connection, a failed
+    authentication); an observation delivered after the last failure, with no failure for
+    `QUIET_S`, logs its end (so a cluster that takes some observations and fails others is
+    one episode, not a line per poll). The publisher's thread calls all three methods:
+    `failed` from a delivery report, `delivered` after each poll with the count as it is then
+    (the first count after a failure is the one later deliveries must exceed)."""
+
+    QUIET_S = 10.0
+
+    def __init__(self, bootstrap: str, topic: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.failing = False
+        self.last_error: str | None = None
+        self._clock = clock
+        self._last_failure = 0.0
+        self._failed_at_start = 0
+        self._delivered_at_failure: int | None = 0
+
+    def cluster_error(self, text: str) -> None:
+        self.last_error = text
+
+    def failed(self, error: str, failed: int) -> None:
+        self._last_failure = self._clock()
+        self._delivered_at_failure = None  # the next count, which includes this poll's
+        if self.failing:
+            return
+        self.failing = True
+        self._failed_at_start = failed - 1
+        log.warning("fetch_log_delivery_failed", extra={"fields": {
+            "bootstrap": self.bootstrap, "topic": self.topic, "error": error,
+            "cluster_error": self.last_error,
+            "note": "observations are lost while this lasts; counted as fetch_log_failed"}})
+
+    def delivered(self, failed: int, delivered: int) -> None:
+        if self._delivered_at_failure is None:
+            self._delivered_at_failure = delivered
+        elif (self.failing and delivered > self._delivered_at_failure
+                and self._clock() - self._last_failure >= self.QUIET_S):
+            self.failing = False
+            log.warning("fetch_log_delivery_recovered", extra={"fields": {
+                "bootstrap": self.bootstrap, "topic": self.topic,
+                "failed": failed - self._failed_at_start}})
 
 
 class Publisher:
@@ -111,6 +175,7 @@ class Publisher:
         self.delivered = 0
         self.failed = 0
         self.settings = config.producer_settings()  # before the thread: errors surface here
+        self.health = DeliveryHealth(config.bootstrap, config.topic)
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="herald-fetch-log", daemon=True)
@@ -130,11 +195,18 @@ class Publisher:
     def _failed(self, err: Any, _msg: Any) -> None:
         if err is not None:
             self.failed += 1
+            self.health.failed(err.str(), self.failed)
+
+    def _cluster_error(self, err: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() != KafkaError._ALL_BROKERS_DOWN:  # the reason, not its sum ("1/1 down")
+            self.health.cluster_error(err.str())
 
     def _run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer(self.settings)
+        producer = Producer({**self.settings, "error_cb": self._cluster_error})
         queue, topic = self.queue, self.config.topic
         where, suffix, sent = None, "", 0
         while True:
@@ -158,6 +230,7 @@ class Publisher:
                     producer.poll(0)
             producer.poll(0.05)
             self.delivered = sent - self.failed - len(producer)
+            self.health.delivered(self.failed, self.delivered)
             if self._stop and not queue:
                 break
         producer.flush(10)
@@ -175,7 +248,8 @@ _lock = threading.Lock()
 
 def publisher_for(config: FetchLogConfig) -> Publisher:
     """One publisher per distinct setting, kept across chain reloads (SIGHUP)."""
-    key = (config.bootstrap, config.topic, config.queue_size, config.linger_ms, config.cluster)
+    key = (config.bootstrap, config.topic, config.queue_size, config.linger_ms,
+           config.delivery_timeout_s, config.cluster)
     with _lock:
         pub = _publishers.get(key)
         if pub is None:
@@ -199,14 +273,21 @@ class FetchLog(Interceptor):
         if env.kafka is not None:  # checks `tls` and `sasl` now, naming a bad key
             config.cluster = env.kafka.client(config.bootstrap, config.tls, config.sasl)
         self._publisher: Publisher | None = None
+        self._failed = 0  # the publisher's failures counted as `fetch_log_failed` so far
         self._time_header = config.time_header
         self._batch: tuple = ()  # (topic, partition, client id, group, fetch time, host)
         self._base = 0
         self._deltas: list[int] | None = None  # a batch's offset deltas when they have gaps
 
     def on_batch(self, ctx: RecordContext) -> None:
-        if self._publisher is None:  # started on first use, not when the config is checked
-            self._publisher = publisher_for(self.config)
+        pub = self._publisher
+        if pub is None:  # started on first use, not when the config is checked
+            pub = self._publisher = publisher_for(self.config)
+            self._failed = pub.failed  # a publisher kept across a reload counted its own
+        if pub.failed != self._failed:  # the thread's count, read once per batch
+            failed = pub.failed
+            self.stats.count("fetch_log_failed", failed - self._failed)
+            self._failed = failed
         if self.config.group:
             group: str | None = self.config.group
         else:
@@ -219,6 +300,17 @@ class FetchLog(Interceptor):
         self._base = batch.base_offset
         self._deltas = (None if batch.last_offset_delta == batch.record_count - 1
                         else [r.offset_delta for r in batch.records])
+
+    def gauges(self) -> dict[str, float]:
+        """`fetch_log_failing`: 1 while observations fail to be delivered (the episode
+        `DeliveryHealth` logs), current at every scrape; `fetch_log_failed` is counted as the
+        next fetched batch passes. `fetch_log_waiting`: observations queued for the
+        producer."""
+        pub = self._publisher
+        if pub is None:
+            return {}
+        return {"fetch_log_failing": float(pub.health.failing),
+                "fetch_log_waiting": float(len(pub.queue))}
 
     def on_record(self, ctx: RecordContext, headers: Headers) -> None:
         tp = parse_traceparent(headers.first(TRACEPARENT))

@@ -15,10 +15,11 @@ from confluent_kafka import Producer
 
 from interceptors.builtin.fetch_log import FetchLogConfig, Publisher
 from interceptors.config import ConfigError
-from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from proxy.filters.member_services import build_chains
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.metrics import total, wait_for
 
 
 def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
@@ -52,9 +53,53 @@ def test_fetched_records_are_published_as_observations(kafka: KafkaCluster,
         assert o["h"] == int(dict(record.headers())["herald.time"])  # the record's own time
 
 
+def test_an_unreachable_observations_cluster_is_one_logged_episode_and_counted(
+        kafka: KafkaCluster, topic_name: str) -> None:
+    """Observations that cannot be delivered (nothing listens at `bootstrap`) fail after
+    `delivery_timeout_s`: one structured event with the cluster's reason, the failures
+    counted, `fetch_log_failing` set while it lasts, and none of librdkafka's own prose
+    lines (a line per reconnect attempt) in Herald's log. The consumers are served as ever."""
+    dead = free_port()
+    create_topic(kafka.bootstrap, topic_name)
+    chains = {"fetch": [{"type": "fetch_log", "bootstrap": f"127.0.0.1:{dead}",
+                         "delivery_timeout_s": 1}]}
+    config = herald_config(kafka.bootstrap, interceptors=chains,
+                           admin={"bind": f"127.0.0.1:{free_port()}"})
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(20):
+        producer.produce(topic_name, f"r{i}".encode())
+    assert producer.flush(30) == 0
+    with HeraldProcess(config) as herald:
+        assert len(consume_all(herald.bootstrap, topic_name, 20)) == 20
+        failing = wait_for(herald, lambda s: total(
+            s, "herald_interceptor_level", level="fetch_log_failing") == 1, timeout=30)
+        assert total(failing, "herald_interceptor_level", level="fetch_log_failing") == 1
+        herald.wait_for_log("event=fetch_log_delivery_failed", timeout=30)
+        # The failures are counted as the next fetched batch passes.
+        for i in range(5):
+            producer.produce(topic_name, f"s{i}".encode())
+        assert producer.flush(30) == 0
+        assert len(consume_all(herald.bootstrap, topic_name, 25)) == 25
+        counted = wait_for(herald, lambda s: total(
+            s, "herald_interceptor_events_total", event="fetch_log_failed") >= 20, timeout=30)
+        assert total(counted, "herald_interceptor_events_total", event="fetch_log_failed") >= 20
+        time.sleep(2)  # reconnect attempts go on meanwhile (librdkafka backs off from 0.1 s)
+        logs = herald.logs()
+    [line] = [x for x in logs.splitlines() if "event=fetch_log_delivery_failed" in x]
+    assert "Connection refused" in line and f"127.0.0.1:{dead}" in line, line
+    assert "|FAIL|" not in logs and "%3|" not in logs, logs[-3000:]
+
+
 def test_missing_bootstrap_names_its_path() -> None:
     with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.bootstrap: required"):
         build_chains({"fetch": [{"type": "fetch_log", "topic": "x"}]})
+
+
+@pytest.mark.parametrize("value", [0, -1, "soon"])
+def test_a_bad_delivery_timeout_names_its_path(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"^interceptors\.fetch\[0\]\.delivery_timeout_s: "):
+        build_chains({"fetch": [{"type": "fetch_log", "bootstrap": "a:1",
+                                 "delivery_timeout_s": value}]})
 
 
 def test_security_sections_are_checked_like_upstreams(tmp_path) -> None:
