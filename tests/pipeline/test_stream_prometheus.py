@@ -121,12 +121,25 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
             _wait_for("the stream finalises every flow", finalised)
             summary = json.loads((out / "summary.json").read_text())
             batch_id = summary["last_batch_id"]
-            # The progress events (batches, their durations) reach the exporter from Spark's
-            # listener bus, after the micro-batch that wrote the summary: wait for them too.
-            _wait_for("Prometheus scrapes the last batch", lambda: (
-                prom.value("herald_stream_last_batch_id") == batch_id and prom.targets_up()
-                and (prom.value("herald_stream_batches_total") or 0) >= 2))
-            _assert_matches(prom, summary, spark, out, topics)
+            # One scrape that holds the last batch is read throughout (`at_scrape`: a later
+            # scrape that failed would empty every answer until the next one). The progress
+            # events (batches, their durations) reach the exporter from Spark's listener bus,
+            # after the micro-batch that wrote the summary: that scrape must hold them too.
+            scraped: list[Prometheus] = []
+
+            def scraped_last_batch() -> bool | str:
+                at = prom.at_scrape("herald_stream_last_batch_id")
+                if at is None:
+                    return "no scrape holds herald_stream_last_batch_id"
+                got = (at.value("herald_stream_last_batch_id"),
+                       at.value("herald_stream_batches_total"))
+                if got[0] == batch_id and (got[1] or 0) >= 2:
+                    scraped.append(at)
+                    return True
+                return f"last batch id, batches: {got}"
+
+            _wait_for("Prometheus scrapes the last batch", scraped_last_batch)
+            _assert_matches(scraped[0], summary, spark, out, topics)
         finally:
             query.stop()
 

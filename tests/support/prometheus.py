@@ -28,17 +28,24 @@ def binary(name: str) -> str | None:
 
 
 class Prometheus:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, at: str | None = None) -> None:
         self.url = url
+        self.at = at  # the time queries are evaluated at (Prometheus's notation); None: now
 
-    def query(self, promql: str) -> list[dict]:
-        """The instant vector of `promql` now: [{metric: {...}, value: float}]."""
-        q = urllib.parse.urlencode({"query": promql})
+    def _results(self, promql: str) -> list[dict]:
+        params = {"query": promql}
+        if self.at is not None:
+            params["time"] = self.at
+        q = urllib.parse.urlencode(params)
         with urllib.request.urlopen(f"{self.url}/api/v1/query?{q}", timeout=10) as resp:
             body = json.loads(resp.read())
         assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def query(self, promql: str) -> list[dict]:
+        """The instant vector of `promql`: [{metric: {...}, value: float}]."""
         return [{"metric": r["metric"], "value": float(r["value"][1])}
-                for r in body["data"]["result"]]
+                for r in self._results(promql)]
 
     def value(self, promql: str) -> float | None:
         """The single value of `promql` (None when the vector is empty)."""
@@ -46,10 +53,15 @@ class Prometheus:
         assert len(found) <= 1, (promql, found)
         return found[0]["value"] if found else None
 
-    def targets_up(self) -> bool:
-        with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=10) as resp:
-            active = json.loads(resp.read())["data"]["activeTargets"]
-        return bool(active) and all(t["health"] == "up" for t in active)
+    def at_scrape(self, series: str) -> Prometheus | None:
+        """This server, its queries evaluated at the newest successful scrape that holds
+        `series` (None: none holds it now). Every answer then comes from that one scrape,
+        whatever scrapes follow: a scrape that fails (over its timeout, which is the scrape
+        interval here) marks every series of the target stale, and until the next one
+        succeeds a query evaluated now finds none of them."""
+        found = self._results(f"timestamp({series})")
+        assert len(found) <= 1, (series, found)
+        return Prometheus(self.url, at=found[0]["value"][1]) if found else None
 
 
 @contextmanager
