@@ -107,8 +107,11 @@ async def test_the_learner_reads_group_requests_only_with_fetch_log() -> None:
 
 
 class _Recorder:
+    """What the member uses of its publisher: `offer`, and the count of failed deliveries."""
+
     def __init__(self) -> None:
         self.offered: list[tuple] = []
+        self.failed = 0
 
     def offer(self, item: tuple) -> bool:
         self.offered.append(item)
