@@ -38,6 +38,11 @@ APIS = (
     "LeaveGroup",
     "SyncGroup",
     "ConsumerGroupHeartbeat",
+    # Share groups (KIP-932): the heartbeat names the group; ShareFetch responses carry records
+    # the fetch chain reads, and both they and ShareAcknowledge responses broker addresses.
+    "ShareGroupHeartbeat",
+    "ShareFetch",
+    "ShareAcknowledge",
 )
 HEADERS = ("RequestHeader", "ResponseHeader")
 

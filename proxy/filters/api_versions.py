@@ -6,7 +6,11 @@ decode would break the client the first time that API needs decoding. APIs Heral
 for pass through exactly as the broker advertises them: their frames are never decoded.
 
 The body of an ApiVersions response is not always in the version asked for; its codec is
-`protocol/api_versions.py`.
+`protocol/api_versions.py`. An ApiVersions request newer than Herald's codec is answered by
+Herald as a broker answers one newer than itself (KIP-511): `UNSUPPORTED_VERSION` in a v0
+body naming the ApiVersions versions Herald reads, so the client asks again in one of them.
+Forwarded, the broker might answer it in a version Herald cannot read, and the client would
+learn nothing Herald narrowed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from protocol.api_keys import ApiKey
+from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
 from protocol.messages import REQUESTS
+from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
@@ -36,6 +42,13 @@ class ApiVersionsNegotiator(Filter):
 
     def wants_response(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.API_VERSIONS
+
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+        if api_key != ApiKey.API_VERSIONS:
+            return None
+        low, high = codec_range(ApiKey.API_VERSIONS) or (0, 0)
+        own = ApiVersion(api_key=ApiKey.API_VERSIONS, min_version=low, max_version=high)
+        return ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[own]), 0
 
     async def on_response(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any

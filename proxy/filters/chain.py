@@ -11,8 +11,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.messages import REQUESTS
+
 if TYPE_CHECKING:
     from interceptors import Chains, ConnectionInfo
+
+_CACHED_PAIRS = 4096
+"""The most (API key, version) pairs the chain remembers its lookups for: a client picks the
+versions it sends, so an unbounded cache would let one client grow it without limit."""
+
+
+def decodable(api_key: int, version: int) -> bool:
+    """Whether Herald's codec reads requests and responses of this API at this version."""
+    cls = REQUESTS.get(api_key)
+    return cls is not None and cls.MIN_VERSION <= version <= cls.MAX_VERSION
 
 
 @dataclass
@@ -167,36 +179,69 @@ class Filter:
         fields, so a response without any may pass unread (the native relay checks)."""
         return False
 
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+        """A request this member reads came in a version Herald's codec cannot decode: the
+        response Herald gives instead of forwarding it (the message and the version it is
+        written in), or None when this member has none to give."""
+        return None
+
     def on_abandoned(self, ctx: SessionContext, exchange: Exchange) -> None:
         """The connection closed before the response to an exchange this filter left a note
         on arrived: finish what the note started (no response will come)."""
 
 
 class FilterChain:
-    """An ordered list of filters with per-(API, version) member lookup cached."""
+    """An ordered list of filters with per-(API, version) member lookup cached.
+
+    Members read frames only in versions Herald's codec decodes; for a version beyond it
+    (newer than the Kafka releases Herald was generated from, or one 4.x dropped), the members
+    that would read it are `unreadable` instead, and the session asks them for an answer
+    (`answer_unreadable`) rather than decoding what it cannot.
+    """
 
     def __init__(self, filters: list[Filter]) -> None:
         self.filters = list(filters)
-        self._req: dict[tuple[int, int], tuple[Filter, ...]] = {}
-        self._resp: dict[tuple[int, int], tuple[Filter, ...]] = {}
+        self._members: dict[
+            tuple[int, int], tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]]
+        ] = {}
+
+    def _lookup(
+        self, api_key: int, version: int
+    ) -> tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]]:
+        key = (api_key, version)
+        found = self._members.get(key)
+        if found is None:
+            requests = tuple(f for f in self.filters if f.wants_request(api_key, version))
+            responses = tuple(f for f in self.filters if f.wants_response(api_key, version))
+            if (requests or responses) and not decodable(api_key, version):
+                readers = requests + tuple(f for f in responses if f not in requests)
+                found = ((), (), readers)
+            else:
+                found = (requests, responses, ())
+            if len(self._members) < _CACHED_PAIRS:
+                self._members[key] = found
+        return found
 
     def for_request(self, api_key: int, version: int) -> tuple[Filter, ...]:
-        key = (api_key, version)
-        found = self._req.get(key)
-        if found is None:
-            found = tuple(f for f in self.filters if f.wants_request(api_key, version))
-            self._req[key] = found
-        return found
+        return self._lookup(api_key, version)[0]
 
     def for_response(self, api_key: int, version: int) -> tuple[Filter, ...]:
-        key = (api_key, version)
-        found = self._resp.get(key)
-        if found is None:
-            found = tuple(f for f in self.filters if f.wants_response(api_key, version))
-            self._resp[key] = found
-        return found
+        return self._lookup(api_key, version)[1]
+
+    def unreadable(self, api_key: int, version: int) -> tuple[Filter, ...]:
+        """The members that would read this request or its response, which Herald's codec
+        cannot decode at this version (empty for every version it can)."""
+        return self._lookup(api_key, version)[2]
+
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+        """What Herald answers a request its members cannot read (see `unreadable`): the
+        first answer a member gives, or None when none has one."""
+        for f in self.unreadable(api_key, version):
+            answer = f.answer_unreadable(api_key, version)
+            if answer is not None:
+                return answer
+        return None
 
     def reset(self) -> None:
         """Forget the cached lookups (after a member's configuration changed)."""
-        self._req.clear()
-        self._resp.clear()
+        self._members.clear()

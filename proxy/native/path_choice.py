@@ -153,7 +153,8 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
         for version in range(max_version):
             stamped = stamp and api == caps.stamp_api and version in caps.stamp_versions
             scanned = fetch and api == caps.scan_api and version in caps.scan_versions
-            if chain.for_request(api, version) and not stamped:
+            if (chain.for_request(api, version) and not stamped) or chain.unreadable(
+                    api, version):
                 continue
             readers = chain.for_response(api, version)
             if scanned:
@@ -229,7 +230,8 @@ class SessionPath:
             if table is None:  # before the first phase: nothing the chain reads could pass
                 chain = self._chain
                 passable = not (chain.for_request(api, version)
-                                or chain.for_response(api, version))
+                                or chain.for_response(api, version)
+                                or chain.unreadable(api, version))
             else:
                 passable = (0 <= api < caps.max_api and 0 <= version < caps.max_version
                             and table[api * caps.max_version + version] != PYTHON)

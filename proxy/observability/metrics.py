@@ -265,6 +265,20 @@ class Metrics:
         self.frames_refused = Counter(
             "herald_frames_refused", "Frames refused and their connection closed",
             ["reason"], registry=r)
+        self.versions_answered = Counter(
+            "herald_unreadable_versions_answered",
+            "Requests in a version newer (or older) than Herald's codec reads, answered by "
+            "Herald so that the client asks again in one it reads (an ApiVersions request "
+            "newer than Herald: UNSUPPORTED_VERSION), by API", ["api"], registry=r)
+        self.share_dropped = Counter(
+            "herald_share_records_dropped",
+            "Records of share groups (KIP-932) the fetch chain dropped: left in the acquired "
+            "ranges and out of the records, for the consumer to acknowledge as gaps",
+            registry=r)
+        self.share_redelivered = Counter(
+            "herald_share_records_redelivered",
+            "Records the fetch chain had dropped that a share group's broker acquired again "
+            "for a consumer (expected 0: the consumer acknowledged them as gaps)", registry=r)
         self.responses_streamed = Counter(
             "herald_responses_streamed",
             "Large responses forwarded to the client as they arrived instead of whole",

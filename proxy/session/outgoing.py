@@ -38,6 +38,12 @@ class Outgoing:
             self._sent = end
         self._pos = end
 
+    def skip(self, view: memoryview) -> None:
+        """The next frame of the read leaves for nowhere (Herald answered it itself)."""
+        self._flush()
+        self._pos += 4 + len(view)
+        self._sent = self._pos
+
     def _flush(self) -> None:
         if self._sent < self._pos:
             raw = self._raw

@@ -9,6 +9,7 @@ upstream, so the response pump knows what the answer will be.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import trio
 
@@ -21,12 +22,22 @@ from proxy.limits.connection_guard import ClientDeadlines
 from proxy.native.path_choice import SessionPath
 from proxy.net import wire
 from proxy.net.transport import Transport
-from proxy.observability.metrics import Metrics
+from proxy.net.wire import RequestHead
+from proxy.observability.metrics import Metrics, bounded_api_labels
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.lanes import RECV, Lane
 from proxy.session.native_phases import NativePhases
 from proxy.session.outgoing import Outgoing
+
+
+class _Unreadable(Exception):
+    """A request chain members would read, in a version Herald's codec cannot decode."""
+
+    def __init__(self, head: RequestHead, answer: tuple[Any, int] | None) -> None:
+        super().__init__(head.api_key, head.api_version)
+        self.head = head
+        self.answer = answer
 
 
 class RequestPump:
@@ -146,6 +157,10 @@ class RequestPump:
                 raise SessionClosed(f"malformed request: {exc}", "warning") from None
             except AnswerAndClose as answer:
                 await self._answer_and_close(out.take(), entries, answer)
+            except _Unreadable as unreadable:
+                out.skip(view)
+                await self._answer_instead(out.take(), entries, unreadable)
+                continue
             out.add(view, payload)
             if entry is not None:
                 entries.append(entry)
@@ -168,6 +183,30 @@ class RequestPump:
             await self._client.send_all(frame(bytes(payload)))
         raise SessionClosed(answer.reason, "warning")
 
+    async def _answer_instead(
+        self, out: list[Buffer], entries: list[InFlight], unreadable: _Unreadable
+    ) -> None:
+        """Answer a request Herald cannot read in the version it came in, instead of
+        forwarding it (after every earlier request is answered, as Kafka answers in order),
+        so the client asks again in a version Herald reads. Without an answer to give, the
+        session ends as a broker ends one that sends a version it does not know."""
+        head = unreadable.head
+        name, _ = bounded_api_labels(head.api_key, head.api_version)
+        if unreadable.answer is None:
+            self._metrics.frames_refused.labels("unreadable_version").inc()
+            raise SessionClosed(
+                f"unreadable version: {name} v{head.api_version} is outside the versions "
+                "Herald reads and advertised", "warning")
+        if out:
+            await self._send_upstream(out, entries)
+        await self._calls.wait_idle()
+        body, version = unreadable.answer
+        payload = bytearray()  # the header as the client reads it for the version it sent
+        encode_response_header(head.correlation_id, head.api_key, head.api_version, payload)
+        payload += body.encode(version)
+        self._metrics.versions_answered.labels(name).inc()
+        await self._client.send_all(frame(bytes(payload)))
+
     async def _send_upstream(self, out: list[Buffer], entries: list[InFlight]) -> None:
         data = out[0] if len(out) == 1 else b"".join(out)
         # Stamped before sending: the response may be read while send_all is still yielding.
@@ -188,6 +227,8 @@ class RequestPump:
         if head.client_id is not None:
             self._ctx.client_id = head.client_id
         filters = self._chain.for_request(head.api_key, head.api_version)
+        if not filters and self._chain.unreadable(head.api_key, head.api_version):
+            raise _Unreadable(head, self._chain.answer_unreadable(head.api_key, head.api_version))
         exchange = None
         payload: Buffer = view
         if filters:

@@ -1,17 +1,20 @@
-"""The Kafka release the test brokers run: HERALD_TEST_KAFKA_VERSION when set, the legacy
-release when HERALD_TEST_KAFKA names a 3.9 distribution, the pinned one otherwise."""
+"""The Kafka release the test brokers run: HERALD_TEST_KAFKA_VERSION when set; else
+HERALD_TEST_KAFKA naming a release line of `KAFKA_TESTED_VERSIONS` (`3.9`, `4.3`) picks that
+line's tested release; the pinned one otherwise."""
 
 from __future__ import annotations
 
 import os
 
-from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
+from protocol.kafka_versions import KAFKA_TESTED_VERSIONS, KAFKA_VERSION
 
 
 def kafka_version() -> str:
     explicit = os.environ.get("HERALD_TEST_KAFKA_VERSION")
     if explicit:
         return explicit
-    if os.environ.get("HERALD_TEST_KAFKA", "").startswith("3.9"):
-        return KAFKA_LEGACY_VERSION
+    line = os.environ.get("HERALD_TEST_KAFKA", "")
+    for version in KAFKA_TESTED_VERSIONS:
+        if line and version.startswith(line):
+            return version
     return KAFKA_VERSION

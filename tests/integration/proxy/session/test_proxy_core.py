@@ -13,12 +13,14 @@ import socket
 import struct
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import trio
 from confluent_kafka.admin import AdminClient
 
 from protocol.api_keys import ApiKey
+from protocol.framing import frame
 from protocol.messages.api_versions_response import ApiVersionsResponse
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from protocol.messages.produce_response import ProduceResponse
@@ -304,36 +306,97 @@ async def test_api_versions_advertise_only_what_herald_decodes(
     assert through[17][0] == 1
 
 
-async def test_api_versions_newer_than_the_broker_get_its_v0_answer_narrowed(
+async def test_api_versions_newer_than_herald_are_answered_and_the_session_goes_on(
     proxy: Proxy, kafka: KafkaCluster
 ) -> None:
-    """A broker answers an ApiVersions version it does not know with a v0 body carrying
-    UNSUPPORTED_VERSION; Herald still narrows the ranges in it and writes it back as v0."""
+    """A client newer than Herald's codec asks ApiVersions in a version Herald cannot read
+    (as Kafka 4.4's clients asked v5 of a Herald built from 4.3): Herald answers it as a
+    broker answers a version newer than itself (KIP-511), UNSUPPORTED_VERSION in a v0 body
+    with the ApiVersions versions it reads, and the connection then serves the version the
+    client retries in. Every version up to 127 past the codec, on one connection."""
     from protocol.messages.api_versions_request import ApiVersionsRequest
-
-    body = ApiVersionsRequest(client_software_name="raw", client_software_version="1").encode(3)
-
-    async def fallback(address: str) -> ApiVersionsResponse:
-        client = await raw.TrioRawClient.connect(address)
-        await client.send(raw.request_frame(ApiKey.API_VERSIONS, 99, 11, body))
-        payload = await client.recv()
-        await client.aclose()
-        assert payload is not None
-        assert struct.unpack_from(">i", payload)[0] == 11
-        return ApiVersionsResponse.decode(payload, 0, 4)
-
-    through = await fallback(bootstrap_of(proxy))
-    direct = await fallback(kafka.nodes[0].address)
-    assert direct.error_code == through.error_code == 35
     from proxy.filters.api_versions import codec_range
 
-    # The broker lists what a client needs to retry lower (ApiVersions itself, at least).
-    ranges = {k.api_key: (k.min_version, k.max_version) for k in through.api_keys}
-    assert ApiKey.API_VERSIONS in ranges
-    for k in direct.api_keys:
-        codec = codec_range(k.api_key)
-        assert codec is not None
-        assert ranges[k.api_key] == (max(k.min_version, codec[0]), min(k.max_version, codec[1]))
+    low, newest = codec_range(ApiKey.API_VERSIONS) or (0, 0)
+    body = ApiVersionsRequest(client_software_name="raw", client_software_version="1").encode(3)
+
+    async def unknown_version(client: raw.TrioRawClient, version: int, corr: int) -> Any:
+        await client.send(raw.request_frame(ApiKey.API_VERSIONS, version, corr, body))
+        payload = await client.recv()
+        assert payload is not None, f"closed on ApiVersions v{version}"
+        assert raw.correlation_id(payload) == corr
+        return ApiVersionsResponse.decode(payload, 0, 4)
+
+    client = await raw.TrioRawClient.connect(bootstrap_of(proxy))
+    for corr, version in enumerate(range(newest + 1, newest + 128)):
+        msg = await unknown_version(client, version, corr)
+        assert msg.error_code == 35
+        assert [(k.api_key, k.min_version, k.max_version) for k in msg.api_keys] == [
+            (ApiKey.API_VERSIONS, low, newest)]
+    # The client's retry in the newest version Herald reads: the broker's answer, narrowed.
+    await client.send(raw.request_frame(ApiKey.API_VERSIONS, newest, 500, ApiVersionsRequest(
+        client_software_name="raw", client_software_version="1")))
+    payload = await client.recv()
+    assert payload is not None and raw.correlation_id(payload) == 500
+    retried = ApiVersionsResponse.decode(payload, newest, 4)
+    assert retried.error_code == 0 and len(retried.api_keys) > 20
+    await client.aclose()
+    # A broker answers a version newer than itself alike.
+    direct = await raw.TrioRawClient.connect(kafka.nodes[0].address)
+    msg = await unknown_version(direct, newest + 1, 1)
+    await direct.aclose()
+    assert msg.error_code == 35
+    assert ApiKey.API_VERSIONS in {k.api_key for k in msg.api_keys}
+
+
+async def test_versions_beyond_the_codec_are_answered_forwarded_or_refused_by_name(
+    proxy: Proxy, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every API key (and three no release defines), one and 127 versions past what Herald
+    reads: a request no member reads is forwarded, and the broker answers or closes as it
+    does on its own; one a member must read and cannot is refused by name, as a broker
+    refuses a version it does not know, never taken for a malformed frame; ApiVersions is
+    answered. Another connection, open throughout, is served after the walk."""
+    from protocol.api_keys import API_KEYS
+    from protocol.messages import REQUESTS
+
+    caplog.set_level(logging.INFO, logger="herald")
+    address = bootstrap_of(proxy)
+    healthy = await raw.TrioRawClient.connect(address)
+    outcomes: dict[str, int] = {}
+    chain = proxy.chain
+    for api in [*API_KEYS, 200, 1000, 32767]:
+        cls = REQUESTS.get(api)
+        newest = cls.MAX_VERSION if cls is not None else (
+            (API_KEYS[api].max_version or 0) if api in API_KEYS else 0)
+        for version in (newest + 1, newest + 127):
+            client = await raw.TrioRawClient.connect(address)
+            if api in API_KEYS:
+                await client.send(raw.request_frame(api, version, 9, b""))
+            else:  # header v1 by hand: the codec writes headers of known APIs only
+                await client.send(frame(struct.pack(">hhih", api, version, 9, -1)))
+            payload = await client.recv(timeout=30)
+            await client.aclose()
+            unreadable = bool(chain.unreadable(api, version))
+            if api == ApiKey.API_VERSIONS:
+                assert payload is not None and raw.correlation_id(payload) == 9
+                kind = "answered by Herald"
+            elif unreadable:
+                assert payload is None, (api, version)
+                kind = "refused by Herald"
+            else:
+                kind = "broker answered" if payload is not None else "broker closed"
+            outcomes[kind] = outcomes.get(kind, 0) + 1
+    await healthy.send(raw.api_versions(2))
+    payload = await healthy.recv()
+    assert payload is not None and raw.correlation_id(payload) == 2
+    await healthy.aclose()
+    reasons = [r.fields["reason"] for r in caplog.records if r.getMessage() == "connection_closed"]
+    assert not any(x.startswith("malformed") for x in reasons), reasons
+    refused = [x for x in reasons if x.startswith("unreadable version")]
+    assert len(refused) == outcomes["refused by Herald"], (reasons, outcomes)
+    assert outcomes["answered by Herald"] == 2
+    assert outcomes.get("broker answered", 0) + outcomes.get("broker closed", 0) > 100
 
 
 def test_admin_operations_see_only_herald_addresses(herald: HeraldProcess) -> None:

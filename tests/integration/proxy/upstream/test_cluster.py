@@ -171,3 +171,44 @@ def _streamed(herald: HeraldProcess) -> float:
         for s in family.samples
         if s.name == "herald_responses_streamed_total"
     )
+
+
+def test_the_node_a_client_names_is_the_broker_behind_the_herald_port_it_reached(
+    kafka_cluster: KafkaCluster, herald_cluster: HeraldProcess
+) -> None:
+    """KIP-1242 (ApiVersions v5): a client names the cluster and node it believes it reached,
+    from what Metadata told it, and the broker answers REBOOTSTRAP_REQUIRED when it is another.
+    Through Herald, each broker's Herald port leads to that very broker, so the check holds:
+    the node's own id passes, another node's id or another cluster's id is refused."""
+    from protocol.contracts.kafka_errors import REBOOTSTRAP_REQUIRED
+    from protocol.messages.api_versions_request import ApiVersionsRequest
+    from protocol.messages.api_versions_response import ApiVersionsResponse
+    from proxy.filters.api_versions import codec_range
+
+    version = (codec_range(ApiKey.API_VERSIONS) or (0, 0))[1]
+    assert version >= 5
+    client = SocketRawClient(herald_cluster.bootstrap)
+    client.send(metadata(1, []))
+    payload = client.recv()
+    client.close()
+    assert payload is not None
+    told = decode_response(ApiKey.METADATA, 12, payload)[1]
+    nodes = {b.node_id: f"{b.host}:{b.port}" for b in told.brokers}
+    assert len(nodes) == 3 and told.cluster_id
+
+    def check(address: str, cluster_id: str, node_id: int) -> int:
+        conn = SocketRawClient(address)
+        conn.send(request_frame(ApiKey.API_VERSIONS, version, 3, ApiVersionsRequest(
+            client_software_name="raw", client_software_version="1",
+            cluster_id=cluster_id, node_id=node_id)))
+        answer = conn.recv()
+        conn.close()
+        assert answer is not None, f"{address} closed on ApiVersions v{version}"
+        return ApiVersionsResponse.decode(answer, version, 4).error_code
+
+    for node_id, address in nodes.items():
+        assert not address.endswith(f":{kafka_cluster.node(node_id).port}")
+        assert check(address, told.cluster_id, node_id) == 0
+        other = next(n for n in nodes if n != node_id)
+        assert check(address, told.cluster_id, other) == REBOOTSTRAP_REQUIRED
+        assert check(address, "AAAAAAAAAAAAAAAAAAAAAA", node_id) == REBOOTSTRAP_REQUIRED
