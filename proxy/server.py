@@ -22,6 +22,7 @@ from proxy.filters.group_learner import ConsumerGroupLearner
 from proxy.filters.interception import InterceptorFilter
 from proxy.filters.member_services import build_chains
 from proxy.filters.sasl import SaslPrincipalLearner, SaslRefusal
+from proxy.filters.share_drops import ShareDrops
 from proxy.filters.topic_ids import TopicIdLearner
 from proxy.filters.tracing import TracingFilter
 from proxy.limits import allocator
@@ -100,6 +101,7 @@ class Proxy:
             self.metrics.codec, self.metrics.topics,
             limits, self.topic_limits, self.limit_metrics.stats,
             memory=self.memory, report_traces=tracing is not None,
+            share=ShareDrops(self.metrics.share_dropped, self.metrics.share_redelivered),
         )
         self.metrics.watch_interceptors(lambda: self.interceptors.chains)
         # Tracing is a chain member only when it is on: off, it costs nothing per request.

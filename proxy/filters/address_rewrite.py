@@ -2,8 +2,12 @@
 
 Every response that tells a client where a broker is gets Herald's address for that broker
 instead, so no client ever connects to a broker directly: Metadata (all versions),
-FindCoordinator (single-key v0-3 and batched v4+), DescribeCluster, and the KIP-951 node
-endpoints of Produce v10+ and Fetch v16+ responses (leader hints after NOT_LEADER errors).
+FindCoordinator (single-key v0-3 and batched v4+), DescribeCluster, the KIP-951 node
+endpoints of Produce v10+ and Fetch v16+ responses (leader hints after NOT_LEADER errors), and
+the node endpoints of share groups' ShareFetch and ShareAcknowledge responses (the same hints,
+as an ordinary field there). A streams group's endpoints (`PartitionsByUserEndpoint` in
+StreamsGroupHeartbeat and Describe responses) are the application's own instances, not
+brokers: they pass as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from protocol.contracts.features import (
 )
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.upstream.brokers import BrokerDirectory
+
+_SHARE_RESPONSES = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
 
 # DescribeCluster v1+ may describe controllers (KIP-919); those are not proxied.
 _CONTROLLER_ENDPOINTS = 2
@@ -39,7 +45,7 @@ class AddressRewriter(Filter):
             return version >= PRODUCE_NODE_ENDPOINTS_VERSION
         if api_key == ApiKey.FETCH:
             return version >= FETCH_NODE_ENDPOINTS_VERSION
-        return False
+        return api_key in _SHARE_RESPONSES
 
     def tail_only(self, api_key: int, version: int) -> bool:
         # Node endpoints are a top-level tagged field of Fetch v16+.
@@ -75,7 +81,8 @@ class AddressRewriter(Filter):
             for b in msg.brokers:
                 b.host, b.port = await learn(b.broker_id, b.host, b.port)
             return bool(msg.brokers)
-        # Produce v10+ / Fetch v16+: leader hints, usually absent.
+        # Produce v10+ / Fetch v16+ / ShareFetch / ShareAcknowledge: leader hints, usually
+        # absent.
         endpoints = msg.node_endpoints
         for e in endpoints:
             e.host, e.port = await learn(e.node_id, e.host, e.port)

@@ -21,9 +21,11 @@ from proxy.filters.consumer_groups import ConsumerGroups
 GROUP_REQUESTS = frozenset({
     ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT,
     ApiKey.OFFSET_FETCH, ApiKey.LEAVE_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.SHARE_GROUP_HEARTBEAT,  # a share group's member (KIP-932) reads for it likewise
 })
+_HEARTBEATS = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT)
 # ConsumerGroupHeartbeat's member epoch when a member leaves (-1) or a static member leaves
-# for now (-2, KIP-848).
+# for now (-2, KIP-848); ShareGroupHeartbeat's when a member leaves (-1).
 _LEAVING_EPOCHS = (-1, -2)
 
 
@@ -61,7 +63,7 @@ class ConsumerGroupLearner(Filter):
             return False
         group = named[0]
         leaving = api_key == ApiKey.LEAVE_GROUP or (
-            api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT and msg.member_epoch in _LEAVING_EPOCHS)
+            api_key in _HEARTBEATS and msg.member_epoch in _LEAVING_EPOCHS)
         if leaving:
             self.groups.forget(ctx.client_address, ctx.client_id, group)
         else:

@@ -24,6 +24,7 @@ from time import perf_counter
 from typing import Any
 
 import trio
+from prometheus_client import Counter
 
 from interceptors import Chains, ChainStats, ConnectionInfo, PartitionOutcome
 from interceptors.api import PRODUCE
@@ -33,7 +34,9 @@ from protocol.compression import DecompressedTooLarge
 from protocol.contracts.features import TOPIC_ID_VERSION
 from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
+from protocol.messages import share_acknowledge_request, share_fetch_request
 from protocol.records import join_batches, split_batches
+from proxy.filters import share_drops
 from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
 from proxy.filters.offload import (
     BULK_FACTOR,
@@ -42,6 +45,7 @@ from proxy.filters.offload import (
     ON_LOOP_DECOMPRESSED,
 )
 from proxy.filters.produce_answers import Rejected, merge_answers
+from proxy.filters.share_drops import ShareDrops
 from proxy.limits.config import LimitsConfig
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.stats import (
@@ -61,6 +65,14 @@ from proxy.upstream.topic_limits import BROKER_DEFAULT_MAX_MESSAGE_BYTES, TopicL
 log = get_logger("interception")
 
 _BYTES = (bytes, bytearray, memoryview)
+
+_FETCHES = (ApiKey.FETCH, ApiKey.SHARE_FETCH)
+# The requests that carry a share session's acknowledgements, with the class of the batch
+# entries Herald adds its own to.
+_SHARE_REQUESTS: dict[int, type] = {
+    ApiKey.SHARE_FETCH: share_fetch_request.AcknowledgementBatch,
+    ApiKey.SHARE_ACKNOWLEDGE: share_acknowledge_request.AcknowledgementBatch,
+}
 
 # UNKNOWN_TOPIC_ID is retriable: clients refresh metadata and retry.
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
@@ -265,10 +277,16 @@ class InterceptorFilter(Filter):
         limit_stats: LimitStats | None = None,
         memory: MemoryBudget | None = None,
         report_traces: bool = False,
+        share: ShareDrops | None = None,
     ) -> None:
         """`memory`: the budget big batches are decoded within (None: no budget);
-        `report_traces`: hand on the trace contexts the produce chain wrote (tracing is on)."""
+        `report_traces`: hand on the trace contexts the produce chain wrote (tracing is on);
+        `share`: counts the share-group records the fetch chain drops, and any the broker
+        hands out again (None: not counted)."""
         self.chains = chains
+        self.share = share if share is not None else ShareDrops(
+            Counter("share_dropped", "", registry=None),
+            Counter("share_redelivered", "", registry=None))
         self.topics = topics
         # The engine stamps the Produce requests and scans the Fetch responses this member
         # reads, when the plans built from what it gives allow (proxy/native/stamp_plan.py).
@@ -443,10 +461,14 @@ class InterceptorFilter(Filter):
             into[cid] += value
 
     def wants_request(self, api_key: int, version: int) -> bool:
+        if api_key in _SHARE_REQUESTS:  # to carry the gaps of records the chain dropped
+            return len(self.chains.fetch) > 0
         return api_key == ApiKey.PRODUCE and len(self.chains.produce) > 0
 
     def wants_response(self, api_key: int, version: int) -> bool:
-        return api_key == ApiKey.FETCH and len(self.chains.fetch) > 0
+        # Share groups' ShareFetch responses carry records as Fetch responses do: what the
+        # chain enforces holds for every consumer, a queue's as a classic group's.
+        return api_key in _FETCHES and len(self.chains.fetch) > 0
 
     def _topic(self, name: str, topic_id: bytes, version: int, by_id_from: int) -> str | None:
         return name if version < by_id_from else self.topics.name(topic_id)
@@ -454,6 +476,9 @@ class InterceptorFilter(Filter):
     async def on_request(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
+        if api_key in _SHARE_REQUESTS:
+            gaps = share_drops.pending(ctx.attributes)
+            return share_drops.carry(msg, gaps, _SHARE_REQUESTS[api_key]) > 0
         chain = self.chains.produce
         conn = connection_info(ctx)
         allowance = self.allowance()
@@ -508,16 +533,23 @@ class InterceptorFilter(Filter):
             return self._merge_rejections(exchange.notes.get(self, ()), version, msg)
         chain = self.chains.fetch
         conn = connection_info(ctx)
+        share = api_key == ApiKey.SHARE_FETCH
         changed = False
         for t in msg.responses:
-            topic = self._topic(t.topic, t.topic_id, version, TOPIC_ID_VERSION)
+            # ShareFetch names topics by id in every version.
+            topic = self.topics.name(t.topic_id) if share else self._topic(
+                t.topic, t.topic_id, version, TOPIC_ID_VERSION)
             if topic is None:
                 # As on the produce path: records of an unnamed topic id are not handed out
-                # unfiltered; the consumer refreshes its metadata and fetches again.
+                # unfiltered; the consumer refreshes its metadata and fetches again. A share
+                # group's acquired records go too, or the consumer would acknowledge them as
+                # gaps: unacknowledged, the broker hands them out again once their lock ends.
                 for p in t.partitions:
                     if p.records:
                         p.records = b""
                         p.error_code = UNKNOWN_TOPIC_ID
+                        if share:
+                            p.acquired_records = []
                         changed = True
                 continue
             if not chain.applies(topic, conn):
@@ -525,9 +557,17 @@ class InterceptorFilter(Filter):
             for p in t.partitions:
                 if not p.records:
                     continue
+                before = p.records
                 _, records = await self._run_partition(
-                    chain, topic, p.partition_index, p.records, conn
+                    chain, topic, p.partition_index, before, conn
                 )
+                if share:
+                    gone = self.share.dropped(t.topic_id, p.partition_index,
+                                              p.acquired_records, bytes(before), records)
+                    if gone:  # see share_drops: settled by Herald, unseen by the consumer
+                        p.acquired_records = share_drops.without(p.acquired_records, gone)
+                        share_drops.pending(ctx.attributes).add(t.topic_id, p.partition_index,
+                                                                gone)
                 if records is not None:
                     p.records = records
                     changed = True

@@ -178,7 +178,7 @@ def table_reason(chain: FilterChain, api: int, version: int) -> str:
     (or version) the engine does not stamp or scan."""
     requests = chain.for_request(api, version)
     responses = chain.for_response(api, version)
-    if requests and all(f.native.stamp for f in requests):
+    if requests and api == native_stamp.PRODUCE and all(f.native.stamp for f in requests):
         return PRODUCE_CHAIN
     if not requests and any(f.native.scan for f in responses) and all(
             f.native.scan or f.tagged_only(api, version) for f in responses):
