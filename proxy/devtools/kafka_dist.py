@@ -44,20 +44,31 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     The folder is complete or absent: jars are copied into a temporary folder that is renamed
     into place only after Maven succeeded, so an interrupted download is retried next time.
     """
+    return _resolved(version, "libs", f"kafka-clients-{version}.jar", [
+        ("org.apache.kafka", "kafka_2.13", version),
+        ("org.apache.kafka", "kafka-tools", version),
+    ])
+
+
+def streams_libs(version: str = KAFKA_VERSION) -> Path:
+    """A folder holding Kafka Streams `version` and its runtime jars, fetched once like
+    `kafka_libs` (a folder of its own: the broker's closure does not include it)."""
+    return _resolved(version, "streams", f"kafka-streams-{version}.jar", [
+        ("org.apache.kafka", "kafka-streams", version),
+    ])
+
+
+def _resolved(version: str, folder: str, marker: str, deps: list[tuple[str, str, str]]) -> Path:
     if not re.fullmatch(r"\d+\.\d+\.\d+", version):
         raise KafkaDistError(f"not a Kafka release version: {version!r}")
-    dest = cache_root() / "kafka" / version / "libs"
-    if (dest / f"kafka-clients-{version}.jar").exists():
+    dest = cache_root() / "kafka" / version / folder
+    if (dest / marker).exists():
         return dest
     if shutil.which("mvn") is None:
         raise KafkaDistError("Maven (mvn) is needed to fetch the Kafka jars; install it")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="libs-", dir=dest.parent))
+    work = Path(tempfile.mkdtemp(prefix=f"{folder}-", dir=dest.parent))
     try:
-        deps = [
-            ("org.apache.kafka", "kafka_2.13", version),
-            ("org.apache.kafka", "kafka-tools", version),
-        ]
         _copy_dependencies(work, deps)
         binding = _slf4j_binding(work)
         if binding is not None:

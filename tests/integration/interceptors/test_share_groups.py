@@ -21,7 +21,7 @@ from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import run_tool
-from tests.support.metrics import scrape, total, wait_for
+from tests.support.metrics import Samples, scrape, total, wait_for
 
 CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
@@ -67,11 +67,15 @@ def _lag(kafka: KafkaCluster, group: str, topic: str) -> list[str]:
     return [line for line in out.splitlines() if topic in line]
 
 
-def _topic(herald: HeraldProcess) -> str:
+def _start(herald: HeraldProcess, kafka: KafkaCluster) -> tuple[str, str, Samples]:
+    """A topic of RECORDS records, a share group reading it from the start, and Herald's
+    metrics before the group reads."""
     topic = f"share-{uuid.uuid4().hex[:8]}"
     create_topic(herald.bootstrap, topic)
     _produce(herald.bootstrap, topic)
-    return topic
+    group = f"sg-{uuid.uuid4().hex[:8]}"
+    _earliest(kafka, group)
+    return topic, group, scrape(herald)
 
 
 def _settled(kafka: KafkaCluster, group: str, topic: str) -> list[str]:
@@ -90,10 +94,7 @@ def _settled(kafka: KafkaCluster, group: str, topic: str) -> list[str]:
 def test_the_java_share_consumer_gets_what_the_chain_lets_through(
     herald_share: HeraldProcess, kafka: KafkaCluster
 ) -> None:
-    topic = _topic(herald_share)
-    group = f"sg-{uuid.uuid4().hex[:8]}"
-    _earliest(kafka, group)
-    before = scrape(herald_share)
+    topic, group, before = _start(herald_share, kafka)
     result = run_tool(
         CONSOLE_SHARE_CONSUMER, "--bootstrap-server", herald_share.bootstrap, "--topic", topic,
         "--group", group, "--max-messages", str(RECORDS // 2), "--timeout-ms", "60000",
@@ -116,10 +117,7 @@ def test_the_java_share_consumer_gets_what_the_chain_lets_through(
 def test_librdkafkas_share_consumer_gets_what_the_chain_lets_through(
     herald_share: HeraldProcess, kafka: KafkaCluster
 ) -> None:
-    topic = _topic(herald_share)
-    group = f"sg-{uuid.uuid4().hex[:8]}"
-    _earliest(kafka, group)
-    before = scrape(herald_share)
+    topic, group, before = _start(herald_share, kafka)
     consumer = ShareConsumer({"bootstrap.servers": herald_share.bootstrap, "group.id": group})
     consumer.subscribe([topic])
     seen: list[tuple[int, dict[str, bytes | None]]] = []

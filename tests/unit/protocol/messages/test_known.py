@@ -33,7 +33,7 @@ from protocol.primitives import ZERO_UUID
 
 def test_registry() -> None:
     assert set(REQUESTS) == set(RESPONSES) == {0, 1, 3, 8, 9, 10, 11, 12, 13, 14, 17, 18, 36, 60,
-                                                68}
+                                                68, 76, 78, 79}
     for key, cls in REQUESTS.items():
         assert cls.API_KEY == key
         assert cls.__name__.endswith("Request")
