@@ -10,6 +10,7 @@ ends at 0 and nothing is redelivered).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 from confluent_kafka import Producer, ShareConsumer
 
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.support.clients import create_topic
+from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import run_tool
 from tests.support.metrics import Samples, scrape, total, wait_for
@@ -143,3 +144,29 @@ def test_librdkafkas_share_consumer_gets_what_the_chain_lets_through(
         before, "herald_share_records_dropped_total") == RECORDS // 2
     assert total(after, "herald_share_records_redelivered_total") == total(
         before, "herald_share_records_redelivered_total"), rows
+
+
+def test_fetch_log_observes_what_a_share_group_fetched_under_its_group(
+    kafka: KafkaCluster,
+) -> None:
+    """`fetch_log` publishes an observation for each record a share consumer was given (and
+    none for those the chain dropped), naming the share group as the group that fetched it,
+    learnt from the member's ShareGroupHeartbeat: transit and lag for a queue's readers."""
+    observations = f"fetches-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, observations)
+    chains = {"produce": [{"type": "trace_context"}],
+              "fetch": [*CHAINS["fetch"], {"type": "fetch_log", "bootstrap": kafka.bootstrap,
+                                           "topic": observations}]}
+    with HeraldProcess(herald_config(kafka.bootstrap, interceptors=chains,
+                                     admin={"bind": f"127.0.0.1:{free_port()}"})) as herald:
+        topic, group, _ = _start(herald, kafka)
+        result = run_tool(
+            CONSOLE_SHARE_CONSUMER, "--bootstrap-server", herald.bootstrap, "--topic", topic,
+            "--group", group, "--max-messages", str(RECORDS // 2), "--timeout-ms", "60000",
+            "--command-property", "client.id=queue-reader", timeout=120, check=False)
+        assert len(result.stdout.split()) == RECORDS // 2, result.stderr[-2000:]
+        seen = consume_all(kafka.bootstrap, observations, RECORDS // 2, timeout=60)
+    obs = [json.loads(m.value()) for m in seen]
+    assert sorted(o["o"] for o in obs) == list(range(0, RECORDS, 2))
+    assert all(o["t"] == topic and o["g"] == group and o["c"] == "queue-reader" for o in obs), \
+        obs[:2]
