@@ -134,3 +134,46 @@ async def test_share_responses_get_their_node_endpoints_rewritten() -> None:
         assert await rewriter.on_response(ctx, Exchange(), api_key, 1, msg)
     assert [(e.host, e.port) for e in fetch.node_endpoints] == [("proxy", 30002)]
     assert [(e.host, e.port) for e in ack.node_endpoints] == [("proxy", 30003)]
+
+
+async def test_the_fetch_chain_settles_what_it_drops_and_withholds_unnamed_topics() -> None:
+    """The member itself, on a ShareFetch response: dropped records out of the acquired
+    ranges and owed as gaps to the session's next request; a topic id no Metadata named
+    keeps its records and its acquisitions from the consumer (unacknowledged, the broker
+    hands them out again once their lock ends)."""
+    from protocol.messages.share_fetch_response import PartitionData, ShareFetchableTopicResponse
+    from proxy.filters.interception import InterceptorFilter
+    from proxy.filters.member_services import build_chains
+    from proxy.upstream.topic_ids import TopicIds
+
+    topics = TopicIds()
+    topics.learn(TOPIC, "orders")
+    member = InterceptorFilter(build_chains({"fetch": [
+        {"type": "filter", "header": "tier", "equals": "hidden"}]}), topics)
+    assert member.wants_response(78, 2) and member.wants_request(78, 2)
+    assert member.wants_request(79, 2) and not member.wants_response(79, 2)
+    records = build_batch([Record(value=b"v", headers=[("tier", b"hidden" if o % 2 else b"x")],
+                                  offset_delta=o) for o in range(6)], assign_offsets=False)
+    unknown = b"\x02" * 16
+
+    def partition() -> PartitionData:
+        return PartitionData(partition_index=0, records=records, acquired_records=[
+            AcquiredRecords(first_offset=0, last_offset=5, delivery_count=1)])
+
+    msg = ShareFetchResponse(responses=[
+        ShareFetchableTopicResponse(topic_id=TOPIC, partitions=[partition()]),
+        ShareFetchableTopicResponse(topic_id=unknown, partitions=[partition()])])
+    ctx = SessionContext("127.0.0.1:1", "broker-1", "127.0.0.1:9092")
+    assert await member.on_response(ctx, Exchange(), 78, 2, msg)
+    kept, withheld = msg.responses[0].partitions[0], msg.responses[1].partitions[0]
+    assert record_offsets(kept.records) == {0, 2, 4}
+    assert [(r.first_offset, r.last_offset) for r in kept.acquired_records] == [
+        (0, 0), (2, 2), (4, 4)]
+    assert withheld.records == b"" and withheld.error_code == 100
+    assert withheld.acquired_records == []
+    request = ShareFetchRequest(group_id="g", member_id="m", share_session_epoch=1, topics=[
+        FetchTopic(topic_id=TOPIC, partitions=[FetchPartition(partition_index=0)])])
+    assert await member.on_request(ctx, Exchange(), 78, 2, request)
+    assert [(b.first_offset, b.last_offset, b.acknowledge_types) for b in
+            request.topics[0].partitions[0].acknowledgement_batches] == [
+        (1, 1, [GAP]), (3, 3, [GAP]), (5, 5, [GAP])]
