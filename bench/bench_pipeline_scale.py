@@ -199,13 +199,25 @@ def _slope_ms_per_hour(points: list[tuple[float, float]]) -> float:
     return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in points) / var * 3600
 
 
+def _event_files(event_log_dir: Path) -> list[Path]:
+    """The event log's files in order: Spark 4 writes a folder per application
+    (`eventlog_v2_<app>/events_<n>_<app>`, rolled over as it grows), older ones a file."""
+    def order(path: Path) -> tuple[str, int]:
+        n = path.name.split("_")[1] if path.name.startswith("events_") else "0"
+        return (str(path.parent), int(n) if n.isdigit() else 0)
+
+    return sorted((p for p in event_log_dir.rglob("*") if p.is_file()
+                   and not p.name.startswith(("appstatus", ".")) and p.suffix != ".crc"),
+                  key=order)
+
+
 def spark_jobs(event_log_dir: Path) -> dict[int, list[dict]]:
     """Spark's jobs per micro-batch, from its event log: each job's step (its description,
     `pipeline.stream.steps`; `stream` for the query's own jobs, such as the offsets it asks
     for), its time (submission to completion, ms) and its stages' names."""
     starts: dict[int, dict] = {}
     by_batch: dict[int, list[dict]] = {}
-    for log_file in sorted(event_log_dir.iterdir()):
+    for log_file in _event_files(event_log_dir):
         with log_file.open() as f:
             for line in f:
                 event = json.loads(line)
