@@ -4,6 +4,8 @@ a steady rate.
     python bench/bench_pipeline_scale.py batch  --hops 10000000 [--partitions 8]
     python bench/bench_pipeline_scale.py stream --minutes 30 --rate 400 [--interval-s 10]
                                                 [--metrics off|on] [--scrape-s 1]
+                                                [--state-store hdfs|rocksdb] [--jobs on|off]
+    python bench/bench_pipeline_scale.py stream --ramp 1000,2000,5000,10000 --step-minutes 2
 
 `batch`: synthetic hops are generated directly as a Spark DataFrame (flows of three hops,
 orders → payments → shipments, each hop after the first naming its parent in `parents`, one
@@ -22,6 +24,18 @@ end of the run (median of the first and last tenth) and its trend over the run (
 slope, ms per hour), and the state at start and end: Spark's memory for it, and what the hold
 keeps (hops and flows waiting, tombstones; `batches.jsonl`). `per_batch` rows are
 [batch id, input rows, ms, held hops, tombstones, state bytes].
+Per micro-batch (`per_batch`) it also says where the time went: Spark's own phases
+(`spark_ms`: offsets, planning, `addBatch` = the `foreachBatch` function, commits), each step
+of the function timed on the driver (`steps_ms`, `pipeline.stream.steps`), and the Spark jobs
+of each step with their time (`jobs`: step -> [jobs, ms], from Spark's event log, which
+`--jobs on`, the default, enables); `backlog` is what Kafka held beyond the batch's end
+offsets, and `metrics_behind_s_*` how far the finalised flows the metrics show were behind the
+records' own time just before the next micro-batch published (its end minus the watermark
+minus `flow_gap_s`).
+`--ramp R1,R2,...` steps the producer through those rates, `--step-minutes` each, and reports
+every step (its micro-batches: time, backlog, how far behind) and the knee: the highest rate
+whose micro-batches stayed within the trigger (all but a tenth), with the backlog at most two
+triggers' worth of records and the metrics at most 30 s behind.
 `--metrics on` serves the stream's Prometheus metrics (`pipeline.stream_metrics`) on a free
 loopback port and scrapes them every `--scrape-s` (1 s: far more often than a Prometheus
 would) for the whole run, reporting the scrapes' time and size; `off` (the default) runs
@@ -113,12 +127,13 @@ def run_batch(args: argparse.Namespace) -> int:
     return 0
 
 
-def produce_steadily(bootstrap: str, topics: list[str], rate: int, stop: threading.Event,
+def produce_steadily(bootstrap: str, topics: list[str], rate: list[int], stop: threading.Event,
                      sent: list[int], fetch_topic: str | None = None) -> None:
-    """Flows of three linked hops at `rate` records per second, in ticks of 100 ms; the
-    topics have one partition, so each parent's offset is known before it is written. With
-    `fetch_topic`, every record is also fetched once by one consumer group, 2 ms after it was
-    written: the observation `fetch_log` would publish (`protocol.contracts.fetch_log`)."""
+    """Flows of three linked hops at `rate[0]` records per second (a ramp changes it while
+    this runs), in ticks of 100 ms; the topics have one partition, so each parent's offset is
+    known before it is written. With `fetch_topic`, every record is also fetched once by one
+    consumer group, 2 ms after it was written: the observation `fetch_log` would publish
+    (`protocol.contracts.fetch_log`)."""
     from confluent_kafka import Producer
 
     from protocol.contracts.fetch_log import batch_tail, observation
@@ -128,11 +143,10 @@ def produce_steadily(bootstrap: str, topics: list[str], rate: int, stop: threadi
     next_offset = dict.fromkeys(topics, 0)
     audit = [("herald.client_id", b"bench-app"), ("herald.principal", b"User:ANONYMOUS"),
              ("herald.origin", b"bench-cluster")]
-    per_tick = max(1, rate // 10 // 3)
     tick = time.monotonic()
     while not stop.is_set():
         now = int(time.time() * 1000)
-        for _ in range(per_tick):
+        for _ in range(max(1, rate[0] // 10 // 3)):
             trace = os.urandom(16).hex()
             parent = None
             for hop, topic in enumerate(topics):
@@ -185,11 +199,144 @@ def _slope_ms_per_hour(points: list[tuple[float, float]]) -> float:
     return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in points) / var * 3600
 
 
+def _event_files(event_log_dir: Path) -> list[Path]:
+    """The event log's files in order: Spark 4 writes a folder per application
+    (`eventlog_v2_<app>/events_<n>_<app>`, rolled over as it grows), older ones a file."""
+    def order(path: Path) -> tuple[str, int]:
+        n = path.name.split("_")[1] if path.name.startswith("events_") else "0"
+        return (str(path.parent), int(n) if n.isdigit() else 0)
+
+    return sorted((p for p in event_log_dir.rglob("*") if p.is_file()
+                   and not p.name.startswith(("appstatus", ".")) and p.suffix != ".crc"),
+                  key=order)
+
+
+def spark_jobs(event_log_dir: Path) -> dict[int, list[dict]]:
+    """Spark's jobs per micro-batch, from its event log: each job's step (its description,
+    `pipeline.stream.steps`; `stream` for the query's own jobs, such as the offsets it asks
+    for), its time (submission to completion, ms) and its stages' names."""
+    starts: dict[int, dict] = {}
+    by_batch: dict[int, list[dict]] = {}
+    for log_file in _event_files(event_log_dir):
+        with log_file.open() as f:
+            for line in f:
+                event = json.loads(line)
+                kind = event.get("Event")
+                if kind == "SparkListenerJobStart":
+                    props = event.get("Properties") or {}
+                    batch = props.get("streaming.sql.batchId")
+                    if batch is None:
+                        continue
+                    desc = props.get("spark.job.description") or ""
+                    step = desc.split(": ", 1)[1] if desc.startswith("batch ") else "stream"
+                    starts[event["Job ID"]] = {
+                        "batch": int(batch), "step": step, "start": event["Submission Time"],
+                        "stages": [st.get("Stage Name", "") for st in
+                                   event.get("Stage Infos") or []]}
+                elif kind == "SparkListenerJobEnd" and event["Job ID"] in starts:
+                    job = starts.pop(event["Job ID"])
+                    job["ms"] = event["Completion Time"] - job.pop("start")
+                    by_batch.setdefault(job["batch"], []).append(job)
+    return by_batch
+
+
+def _iso_s(stamp: str) -> float:
+    """Spark's ISO time (a batch's start, the watermark) in seconds."""
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _steps_of(jobs: list[dict]) -> dict[str, list[float]]:
+    """Per step of one micro-batch: its Spark jobs and their total time (ms)."""
+    steps: dict[str, list[float]] = {}
+    for job in jobs:
+        s = steps.setdefault(job["step"], [0, 0])
+        s[0] += 1
+        s[1] += job["ms"]
+    return steps
+
+
+def stream_report(batches: list[dict], held_by_batch: dict[int, dict],
+                  jobs: dict[int, list[dict]], gap_s: float, interval_s: float) -> dict:
+    """The figures of a run's micro-batches (those that read records): their time, the
+    backlog Spark left in Kafka, how far the metrics were behind the records' own time, the
+    state, and per batch where its time went."""
+    tenth = max(1, len(batches) // 10)
+
+    def median_of(part: list[dict], key: str) -> float | None:
+        return statistics.median(p[key] for p in part) if part else None
+
+    def state_of(p: dict | None, key: str) -> int | None:
+        return None if p is None else (p["state"] or {}).get(key, 0)
+
+    def held_of(p: dict | None, key: str) -> int | None:
+        return None if p is None else held_by_batch.get(p["batch_id"], {}).get(key)
+
+    # The metrics show the flows a micro-batch finalised: those whose last hop is at least
+    # `flow_gap_s` behind its watermark. Just before the next micro-batch publishes, they are
+    # as far behind the records' own time as that batch's end is from watermark - gap.
+    behind = []
+    for p, nxt in zip(batches, batches[1:], strict=False):
+        if p.get("watermark") and not p["watermark"].startswith("1970"):
+            end = _iso_s(nxt["timestamp"]) + nxt["duration_ms"] / 1000
+            behind.append(end - (_iso_s(p["watermark"]) - gap_s))
+    first, last = (batches[tenth - 1], batches[-1]) if batches else (None, None)
+    per_job = {b: _steps_of(j) for b, j in jobs.items()}
+    over = [p for p in batches if p["duration_ms"] > interval_s * 1000]
+    return {
+        "batches": len(batches),
+        "batch_ms_median": median_of(batches, "duration_ms"),
+        "batch_ms_max": max((p["duration_ms"] for p in batches), default=None),
+        "batches_over_trigger": len(over),
+        "batch_ms_start": median_of(batches[:tenth], "duration_ms"),
+        "batch_ms_end": median_of(batches[-tenth:], "duration_ms"),
+        "batch_ms_slope_per_hour": round(_slope_ms_per_hour(
+            [(_iso_s(p["timestamp"]), p["duration_ms"]) for p in batches])),
+        "backlog_start": first.get("behind") if first else None,
+        "backlog_end": last.get("behind") if last else None,
+        "metrics_behind_s_median": round(statistics.median(behind), 1) if behind else None,
+        "metrics_behind_s_max": round(max(behind), 1) if behind else None,
+        "state_rows_start": state_of(first, "numRowsTotal"),
+        "state_rows_end": state_of(last, "numRowsTotal"),
+        "state_bytes_start": state_of(first, "memoryUsedBytes"),
+        "state_bytes_end": state_of(last, "memoryUsedBytes"),
+        **{f"{key}_{end}": held_of(p, key) for key in ("held_hops", "held_flows", "tombstones")
+           for end, p in (("start", first), ("end", last))},
+        "spark_jobs_per_batch_median": statistics.median(
+            len(jobs.get(p["batch_id"], [])) for p in batches) if batches and jobs else None,
+        "per_batch": [{
+            "batch_id": p["batch_id"], "input_rows": p["input_rows"], "ms": p["duration_ms"],
+            "backlog": p.get("behind"), "held_hops": held_of(p, "held_hops"),
+            "tombstones": held_of(p, "tombstones"),
+            "state_bytes": state_of(p, "memoryUsedBytes"),
+            "spark_ms": {k: v for k, v in (p.get("durations_ms") or {}).items()
+                         if k != "triggerExecution"},
+            # per step of foreachBatch: driver ms, then [Spark jobs, their ms]
+            "steps_ms": held_by_batch.get(p["batch_id"], {}).get("steps_ms"),
+            "jobs": {k: [n, round(ms)] for k, (n, ms) in
+                     per_job.get(p["batch_id"], {}).items()},
+        } for p in batches],
+    }
+
+
+def _lines(path: Path) -> list[dict]:
+    """A JSON-lines file of the stream (none yet: no micro-batch finished)."""
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines()]
+    except FileNotFoundError:
+        return []
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def run_stream(args: argparse.Namespace) -> int:
     from pipeline.jobs import start_stream
     from pipeline.session import SparkSettings, spark_session
     from proxy.devtools.embedded_kafka import KafkaCluster
 
+    ramp = [int(r) for r in args.ramp.split(",")] if args.ramp else [args.rate]
+    step_s = args.step_minutes * 60 if args.ramp else args.minutes * 60
     with tempfile.TemporaryDirectory(prefix="pipeline-stream-", dir=args.work_dir) as work, \
             KafkaCluster(size=1) as cluster:
         tag = os.urandom(3).hex()
@@ -197,8 +344,16 @@ def run_stream(args: argparse.Namespace) -> int:
         fetch_topic = f"herald.fetches-{tag}" if args.fetches else ""
         for t in [*topics, *([fetch_topic] if fetch_topic else [])]:
             create_topic(cluster.bootstrap, t, 1)
+        events = Path(work) / "events"
+        events.mkdir()
+        conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+                "spark.eventLog.compress": "false"} if args.jobs == "on" else {}
+        if args.state_store == "rocksdb":
+            conf["spark.sql.streaming.stateStore.providerClass"] = (
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         spark = spark_session(SparkSettings(driver_memory=args.driver_memory,
-                                            shuffle_partitions=args.shuffle_partitions))
+                                            shuffle_partitions=args.shuffle_partitions,
+                                            conf=conf))
         port = free_port() if args.metrics == "on" else 0
         config = PipelineConfig(
             bootstrap=cluster.bootstrap, topics=topics, terminal_topics=[topics[-1]],
@@ -208,24 +363,42 @@ def run_stream(args: argparse.Namespace) -> int:
                                 interval_s=args.interval_s, watermark_s=args.watermark_s,
                                 flow_gap_s=args.flow_gap_s,
                                 late_retention_s=args.late_retention_s,
+                                state_buckets=args.state_buckets,
                                 metrics_bind=f"127.0.0.1:{port}" if port else ""))
         stop = threading.Event()
         scrapes: list[tuple[float, int]] = []
         scraper = threading.Thread(target=scrape_steadily,
                                    args=(port, args.scrape_s, stop, scrapes))
         sent = [0]
+        rate = [ramp[0]]
         writer = threading.Thread(target=produce_steadily,
-                                  args=(cluster.bootstrap, topics, args.rate, stop, sent,
+                                  args=(cluster.bootstrap, topics, rate, stop, sent,
                                         fetch_topic))
         query = start_stream(spark, config)
         writer.start()
         if port:
             scraper.start()
-        started = time.monotonic()
+        steps: list[dict] = []  # per rate: when it started, records sent, load average
+        seen = [-1]  # the newest micro-batch logged
         try:
-            while time.monotonic() - started < args.minutes * 60:
-                assert query.exception() is None, query.exception()
-                time.sleep(5)
+            for r in ramp:
+                rate[0] = r
+                began, sent_before = time.time(), sent[0]
+                load = [loadavg()]
+                while time.time() - began < step_s:
+                    assert query.exception() is None, query.exception()
+                    time.sleep(5)
+                    load.append(loadavg())
+                    progress = query.lastProgress
+                    if progress and progress["batchId"] != seen[0]:
+                        seen[0] = progress["batchId"]
+                        log(f"batch {seen[0]}: {progress['numInputRows']} rows, "
+                            f"{progress['durationMs'].get('triggerExecution')} ms, "
+                            f"load {load[-1]}")
+                steps.append({"rate": r, "from_s": began, "to_s": time.time(),
+                              "sent": sent[0] - sent_before,
+                              "load_1m": [min(x[0] for x in load), max(x[0] for x in load)]})
+                log(f"rate {r}: {steps[-1]['sent']} records sent, load {load[-1]}")
         finally:
             stop.set()
             writer.join(120)
@@ -233,53 +406,45 @@ def run_stream(args: argparse.Namespace) -> int:
                 scraper.join(30)
             query.stop()  # may interrupt a micro-batch: Spark logs the interrupted write
             spark.stop()
-        lines = (Path(config.output) / "progress.jsonl").read_text().splitlines()
-        held = [json.loads(line) for line in
-                (Path(config.output) / "batches.jsonl").read_text().splitlines()]
-    runs = [json.loads(line) for line in lines]
+        runs = _lines(Path(config.output) / "progress.jsonl")
+        held = _lines(Path(config.output) / "batches.jsonl")
+        jobs = spark_jobs(events) if args.jobs == "on" else {}
     held_by_batch = {h["batch_id"]: h for h in held}  # a replayed batch: its last line
     batches = [p for p in runs if p["input_rows"]]
-    tenth = max(1, len(batches) // 10)
-
-    def median_of(part: list[dict], key: str) -> float:
-        return statistics.median(p[key] for p in part)
-
-    def state_of(p: dict, key: str) -> int:
-        return (p["state"] or {}).get(key, 0)
-
-    def held_of(p: dict, key: str) -> int | None:
-        return held_by_batch.get(p["batch_id"], {}).get(key)
-
-    def started_s(p: dict) -> float:  # Spark's ISO time of the batch's start
-        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-
-    points = [(started_s(p), p["duration_ms"]) for p in batches]
-    total_in = sum(p["input_rows"] for p in batches)
-    print(json.dumps({
-        "bench": "pipeline stream", "minutes": args.minutes, "rate": args.rate,
-        "fetches": args.fetches, "metrics": args.metrics,
-        "scrapes": len(scrapes),
-        "scrape_ms_median": round(statistics.median(s[0] for s in scrapes), 2)
-        if scrapes else None,
-        "scrape_bytes_last": scrapes[-1][1] if scrapes else None,
-        "batch_ms_median": median_of(batches, "duration_ms") if batches else None,
-        "records_sent": sent[0], "records_read": total_in, "batches": len(batches),
-        "records_per_s": round(total_in / (args.minutes * 60)),
-        "batch_ms_start": median_of(batches[:tenth], "duration_ms") if batches else None,
-        "batch_ms_end": median_of(batches[-tenth:], "duration_ms") if batches else None,
-        "batch_ms_slope_per_hour": round(_slope_ms_per_hour(points)),
-        "state_rows_start": state_of(batches[tenth - 1], "numRowsTotal") if batches else None,
-        "state_rows_end": state_of(batches[-1], "numRowsTotal") if batches else None,
-        "state_bytes_start": state_of(batches[tenth - 1], "memoryUsedBytes") if batches else None,
-        "state_bytes_end": state_of(batches[-1], "memoryUsedBytes") if batches else None,
-        **{f"{key}_{end}": held_of(p, key) if batches else None
-           for key in ("held_hops", "held_flows", "tombstones")
-           for end, p in (("start", batches[tenth - 1] if batches else None),
-                          ("end", batches[-1] if batches else None))},
-        "per_batch": [[p["batch_id"], p["input_rows"], p["duration_ms"],
-                       held_of(p, "held_hops"), held_of(p, "tombstones"),
-                       state_of(p, "memoryUsedBytes")] for p in batches],
-    }))
+    head = {"bench": "pipeline stream", "interval_s": args.interval_s,
+            "watermark_s": args.watermark_s, "flow_gap_s": args.flow_gap_s,
+            "state_store": args.state_store, "state_buckets": args.state_buckets,
+            "driver_memory": args.driver_memory, "fetches": args.fetches,
+            "metrics": args.metrics, "scrapes": len(scrapes),
+            "scrape_ms_median": round(statistics.median(s[0] for s in scrapes), 2)
+            if scrapes else None,
+            "scrape_bytes_last": scrapes[-1][1] if scrapes else None,
+            "records_sent": sent[0], "records_read": sum(p["input_rows"] for p in batches)}
+    gap = args.flow_gap_s
+    if not args.ramp:
+        print(json.dumps({**head, "minutes": args.minutes, "rate": args.rate,
+                          "records_per_s": round(head["records_read"] / (args.minutes * 60)),
+                          "load_1m": steps[0]["load_1m"] if steps else None,
+                          **stream_report(batches, held_by_batch, jobs, gap,
+                                          args.interval_s)}))
+        return 0
+    # A ramp: each rate's micro-batches are those that started while it was produced (the
+    # first of each step still carries the previous rate's tail).
+    out = []
+    for st in steps:
+        mine = [p for p in batches if st["from_s"] <= _iso_s(p["timestamp"]) < st["to_s"]]
+        rep = stream_report(mine, held_by_batch, jobs, gap, args.interval_s)
+        kept = (bool(mine) and rep["batches_over_trigger"] <= len(mine) // 10
+                and (rep["backlog_end"] or 0) <= 2 * st["rate"] * args.interval_s
+                and (rep["metrics_behind_s_max"] or 0) <= 30)
+        sent_per_s = round(st["sent"] / (st["to_s"] - st["from_s"]))
+        out.append({"rate": st["rate"], "sent_per_s": sent_per_s,
+                    "load_1m": st["load_1m"], "kept_up": kept,
+                    **{k: v for k, v in rep.items() if k != "per_batch"},
+                    "per_batch": rep["per_batch"]})
+    knee = max((o["rate"] for o in out if o["kept_up"]), default=None)
+    print(json.dumps({**head, "ramp": ramp, "step_minutes": args.step_minutes,
+                      "knee_records_per_s": knee, "steps": out}))
     return 0
 
 
@@ -303,6 +468,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve the stream's Prometheus metrics and scrape them")
     stream.add_argument("--scrape-s", type=float, default=1.0,
                         help="seconds between scrapes with --metrics on")
+    stream.add_argument("--ramp", default="",
+                        help="rates (records/s) to step through, e.g. 1000,2000,5000,10000, "
+                             "each for --step-minutes; reports each and the knee")
+    stream.add_argument("--step-minutes", type=float, default=2)
+    stream.add_argument("--state-buckets", type=int, default=64)
+    stream.add_argument("--state-store", choices=("hdfs", "rocksdb"), default="hdfs",
+                        help="Spark's state store provider")
+    stream.add_argument("--jobs", choices=("off", "on"), default="on",
+                        help="Spark's event log, for each micro-batch's jobs and their time")
     stream.add_argument("--no-fetches", dest="fetches", action="store_false",
                         help="no fetch_log observations (by default each record is fetched "
                              "once: transit and lag are computed too)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pipeline.deps import cached_jars, connector_coordinate, ivy_dir
@@ -22,6 +22,7 @@ class SparkSettings:
     executor_memory: str = "1g"
     shuffle_partitions: int = 4  # the tables are small aggregates: a few tasks suffice
     log_level: str = "ERROR"
+    conf: dict[str, str] = field(default_factory=dict)  # more Spark settings, by name
 
 
 def spark_session(settings: SparkSettings | None = None, resolve: bool = False
@@ -61,6 +62,8 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
     )
+    for name, value in s.conf.items():
+        builder = builder.config(name, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(s.log_level)
     return spark

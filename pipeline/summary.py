@@ -122,14 +122,34 @@ def _longs(values: dict[str, Any]) -> dict[str, int]:
     return {k: int(v or 0) for k, v in values.items()}
 
 
-def tally(tables: Tables) -> Tallies:
-    """Flows, branches and links counted by flag and evidence, and what lost parents touched:
-    incomplete `hops` (traced hops that declare lost parents), `parents_lost` (their sum),
-    `roots` (incomplete hops with no parent link: their branches start there, `lost_root`),
-    `links` into incomplete hops, incomplete `branches` and `flows`; and `by_reason`, per
-    reason, the hops, links and branches that carry it. The loss figures ride on the flag and
-    evidence counts (a flow holds its hops with their reasons), so they cost no Spark action
-    of their own: the stream takes these counts every micro-batch."""
+def collect_all(frames: Mapping[str, DataFrame]) -> dict[str, list[dict[str, Any]]]:
+    """The rows of several small DataFrames (aggregates) in one Spark action: each row as
+    JSON text, all unioned, collected once. Separate actions would each pay a job's
+    scheduling, which on small aggregates costs more than the rows; in one action the
+    independent aggregates also run side by side. Rows come back as `Row.asDict(recursive=
+    True)` gives them (structs as dicts), null fields included; timestamps would come back
+    as text, so the frames carry times as milliseconds."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    parts = [df.select(F.lit(name).alias("name"), F.to_json(
+        F.struct(*df.columns), {"ignoreNullFields": "false"}).alias("row"))
+        for name, df in frames.items()]
+    if not parts:
+        return {}
+    union = parts[0]
+    for more in parts[1:]:
+        union = union.unionByName(more)
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in frames}
+    for r in union.collect():
+        rows[r["name"]].append(json.loads(r["row"]))
+    return rows
+
+
+def tally_frames(tables: Tables) -> dict[str, DataFrame]:
+    """The aggregates `tally` counts from (`tally_of` reads their rows): one row each for
+    flows and branches, one per evidence for links, one for the unresolved hops."""
     from pyspark.sql import functions as F
 
     def flagged(*more: Column) -> list[Column]:
@@ -137,18 +157,28 @@ def tally(tables: Tables) -> Tallies:
                 *[F.sum(F.col(f).cast("long")).alias(f) for f in FLAGS],
                 F.sum(F.col("incomplete").cast("long")).alias("incomplete"), *more]
 
-    flows = _longs(tables.flows.agg(*flagged(
-        F.sum("incomplete_hops").alias("hops"), F.sum("parents_lost").alias("parents_lost"),
-        *[F.sum(_hops_carrying(r)).alias(r) for r in LOST_REASONS])).first().asDict())
-    branches = _longs(tables.branches.agg(*flagged(
-        F.countDistinct(F.when(F.col("lost_root"), F.col("root"))).alias("roots"),
-        *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS])).first().asDict())
-    links: dict[str, dict[str, int]] = {}
-    for row in tables.links.groupBy("evidence").agg(
+    return {
+        "tally_flows": tables.flows.agg(*flagged(
+            F.sum("incomplete_hops").alias("hops"), F.sum("parents_lost").alias("parents_lost"),
+            *[F.sum(_hops_carrying(r)).alias(r) for r in LOST_REASONS])),
+        "tally_branches": tables.branches.agg(*flagged(
+            F.countDistinct(F.when(F.col("lost_root"), F.col("root"))).alias("roots"),
+            *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS])),
+        "tally_links": tables.links.groupBy("evidence").agg(
             F.count(F.lit(1)).alias("count"),
             F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
-            *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS]).collect():
-        values = row.asDict()
+            *[F.sum(_carrying(r).cast("long")).alias(r) for r in LOST_REASONS]),
+        "tally_unresolved": tables.unresolved.agg(F.count(F.lit(1)).alias("n")),
+    }
+
+
+def tally_of(rows: Mapping[str, list[dict[str, Any]]]) -> Tallies:
+    """`Tallies` from the rows of `tally_frames`."""
+    flows = _longs(rows["tally_flows"][0])
+    branches = _longs(rows["tally_branches"][0])
+    links: dict[str, dict[str, int]] = {}
+    for row in rows["tally_links"]:
+        values = dict(row)
         evidence = values.pop("evidence")
         links[evidence] = _longs(values)
     incomplete = {
@@ -160,7 +190,18 @@ def tally(tables: Tables) -> Tallies:
     return Tallies(flows={k: flows[k] for k in ("total", *FLAGS)},
                    branches={k: branches[k] for k in ("total", *FLAGS)},
                    evidence={e: lk["count"] for e, lk in links.items()},
-                   unresolved=tables.unresolved.count(), incomplete=incomplete)
+                   unresolved=int(rows["tally_unresolved"][0]["n"]), incomplete=incomplete)
+
+
+def tally(tables: Tables) -> Tallies:
+    """Flows, branches and links counted by flag and evidence, and what lost parents touched:
+    incomplete `hops` (traced hops that declare lost parents), `parents_lost` (their sum),
+    `roots` (incomplete hops with no parent link: their branches start there, `lost_root`),
+    `links` into incomplete hops, incomplete `branches` and `flows`; and `by_reason`, per
+    reason, the hops, links and branches that carry it. The loss figures ride on the flag and
+    evidence counts (a flow holds its hops with their reasons), and all of it is one Spark
+    action (`collect_all`); the stream collects these frames with its other figures."""
+    return tally_of(collect_all(tally_frames(tables)))
 
 
 def link_counts(evidence: dict[str, int], unresolved: int) -> dict[str, Any]:

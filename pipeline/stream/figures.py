@@ -13,10 +13,10 @@ from pipeline.flows import Tables, histogram_index
 from pipeline.sketch import Sketch, bucket_column, sign_column
 from pipeline.stream.aggregates import HeldSizes
 from pipeline.stream.rows import DUPLICATE, STATE, TRANSIT
-from pipeline.summary import BROKEN_COLUMNS, Tallies, tally
+from pipeline.summary import BROKEN_COLUMNS, Tallies, tally_frames, tally_of
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Row
+    from pyspark.sql import Column, DataFrame
 
 
 @dataclass(frozen=True)
@@ -161,23 +161,42 @@ class ReadFigures:
     lag: list[GroupLag]
 
 
-def status_counts(emitted: DataFrame) -> list[StatusCount]:
-    """Per kind and status of the emitted rows: rows, distinct traces and the watermark."""
+def emitted_frames(emitted: DataFrame, config: PipelineConfig) -> dict[str, DataFrame]:
+    """The aggregates of a micro-batch's emitted rows: per kind and status, rows, distinct
+    traces and the watermark; each bucket the hold ran for, with what it keeps; and, with a
+    `fetch_topic`, the released reads: per (topic, group) the consumers of every read (as
+    batch's `transit_of` collects them) and the first reads' transit by value bucket, per
+    (topic, group, bucket of the fetch time) their lag by value bucket."""
     from pyspark.sql import functions as F
 
+    frames = {
+        "statuses": emitted.groupBy("kind", "status").agg(
+            F.count(F.lit(1)).alias("n"), F.max("watermark_ms").alias("wm"),
+            F.countDistinct("trace_id").alias("traces")),
+        "sizes": emitted.where(F.col("status") == STATE).select(
+            "bucket", "held_hops", "held_flows", "tombstones")}
+    if not config.fetch_topic:
+        return frames
+    acc = config.stream.accuracy
+    reads = emitted.where(F.col("status").isin(TRANSIT, DUPLICATE))
+    first = emitted.where(F.col("status") == TRANSIT)
+    return {**frames,
+            "read_groups": reads.groupBy("topic", "group").agg(
+                F.collect_set("consumer").alias("consumers")),
+            "read_transit": first.groupBy("topic", "group", *_values("transit_ms", acc)).agg(
+                *_extremes("transit_ms")),
+            "read_lag": first.groupBy("topic", "group", _time_bucket(config),
+                                      *_values("lag_ms", acc)).agg(*_extremes("lag_ms"))}
+
+
+def status_counts(rows: dict[str, list[dict[str, Any]]]) -> list[StatusCount]:
     return [StatusCount(r["kind"], r["status"], r["n"], r["traces"], r["wm"])
-            for r in emitted.groupBy("kind", "status").agg(
-                F.count(F.lit(1)).alias("n"), F.max("watermark_ms").alias("wm"),
-                F.countDistinct("trace_id").alias("traces")).collect()]
+            for r in rows["statuses"]]
 
 
-def state_sizes(emitted: DataFrame) -> list[BucketSize]:
-    """The `state` rows of a micro-batch: each bucket the hold ran for, with what it keeps."""
-    from pyspark.sql import functions as F
-
+def state_sizes(rows: dict[str, list[dict[str, Any]]]) -> list[BucketSize]:
     return [BucketSize(r["bucket"], HeldSizes(r["held_hops"], r["held_flows"], r["tombstones"]))
-            for r in emitted.where(F.col("status") == STATE).select(
-                "bucket", "held_hops", "held_flows", "tombstones").collect()]
+            for r in rows["sizes"]]
 
 
 def _time_bucket(config: PipelineConfig) -> Column:
@@ -201,68 +220,65 @@ def _extremes(column: str) -> list[Column]:
             F.max(column).alias("hi")]
 
 
-def _sketch_bucket(r: Row) -> SketchBucket:
+def _sketch_bucket(r: dict[str, Any]) -> SketchBucket:
     return SketchBucket(r["s"], r["b"], r["n"], r["lo"], r["hi"])
 
 
-def batch_figures(tables: Tables, statuses: list[StatusCount], sizes: list[BucketSize],
-                  config: PipelineConfig) -> BatchFigures:
-    """The figures of one micro-batch's finalised flows (`tables`, from `analyze`), with its
-    emitted rows (`statuses`) and the sizes of the buckets it touched (`sizes`)."""
+def table_frames(tables: Tables, config: PipelineConfig) -> dict[str, DataFrame]:
+    """The aggregates of one micro-batch's finalised flows (`tables`, from `analyze`): per
+    partition, per audit key, per edge, evidence, time and value bucket, per path and value
+    bucket, the newest broken branches, and the tallies (`pipeline.summary.tally_frames`)."""
     from pyspark.sql import functions as F
 
     acc = config.stream.accuracy
-    partitions = [PartitionRead(r["topic"], r["partition"], r["first"], r["last"],
-                                r["records"], r["untraced"], r["bytes"])
-                  for r in tables.hops.groupBy("topic", "partition").agg(
-                      F.min("offset").alias("first"), F.max("offset").alias("last"),
-                      F.count(F.lit(1)).alias("records"),
-                      F.sum(F.col("trace_id").isNull().cast("long")).alias("untraced"),
-                      F.sum("size").alias("bytes")).collect()]
-    audit = [AuditRow(**r.asDict()) for r in tables.audit.select(
-        F.unix_millis("hour").alias("hour_ms"), "client_id", "principal", "origin", "records",
-        "bytes", "untraced").collect()]
-    edges = [EdgeWaits(r["parent_topic"], r["topic"], r["link"], r["t"], r["h"],
-                       _sketch_bucket(r), r["total"], r["incomplete"])
-             for r in tables.links.groupBy(
-                 "parent_topic", "topic", "link", _time_bucket(config),
-                 histogram_index("wait_ms").alias("h"), *_values("wait_ms", acc),
-             ).agg(*_extremes("wait_ms"), F.sum("wait_ms").alias("total"),
-                   F.sum(F.col("incomplete").cast("long")).alias("incomplete")).collect()]
-    pathways = [PathDurations(r["path"], r["h"], _sketch_bucket(r), r["total"], r["broken"],
-                              r["inferred"], r["incomplete"])
-                for r in tables.branches.groupBy(
-                    "path", histogram_index("duration_ms").alias("h"),
-                    *_values("duration_ms", acc),
-                ).agg(*_extremes("duration_ms"),
-                      F.sum(F.col("broken").cast("long")).alias("broken"),
-                      F.sum((F.col("inferred_edges") > 0).cast("long")).alias("inferred"),
-                      F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
-                      F.sum("duration_ms").alias("total")).collect()]
-    broken = [r.asDict(recursive=True) for r in tables.branches.where("broken").orderBy(
-        F.desc("start_ms"), "trace_id", "path", "leaf").limit(config.top).select(
-        *BROKEN_COLUMNS, "leaf").collect()]
-    return BatchFigures(statuses, sizes, partitions, audit, tally(tables), edges, pathways,
-                        broken)
+    return {
+        "partitions": tables.hops.groupBy("topic", "partition").agg(
+            F.min("offset").alias("first"), F.max("offset").alias("last"),
+            F.count(F.lit(1)).alias("records"),
+            F.sum(F.col("trace_id").isNull().cast("long")).alias("untraced"),
+            F.sum("size").alias("bytes")),
+        "audit": tables.audit.select(
+            F.unix_millis("hour").alias("hour_ms"), "client_id", "principal", "origin",
+            "records", "bytes", "untraced"),
+        "edges": tables.links.groupBy(
+            "parent_topic", "topic", "link", _time_bucket(config),
+            histogram_index("wait_ms").alias("h"), *_values("wait_ms", acc),
+        ).agg(*_extremes("wait_ms"), F.sum("wait_ms").alias("total"),
+              F.sum(F.col("incomplete").cast("long")).alias("incomplete")),
+        "pathways": tables.branches.groupBy(
+            "path", histogram_index("duration_ms").alias("h"), *_values("duration_ms", acc),
+        ).agg(*_extremes("duration_ms"),
+              F.sum(F.col("broken").cast("long")).alias("broken"),
+              F.sum((F.col("inferred_edges") > 0).cast("long")).alias("inferred"),
+              F.sum(F.col("incomplete").cast("long")).alias("incomplete"),
+              F.sum("duration_ms").alias("total")),
+        "broken": tables.branches.where("broken").orderBy(
+            F.desc("start_ms"), "trace_id", "path", "leaf").limit(config.top).select(
+            *BROKEN_COLUMNS, "leaf"),
+        **tally_frames(tables)}
 
 
-def read_figures(emitted: DataFrame, config: PipelineConfig) -> ReadFigures:
-    """The released reads' figures: per (topic, group) the consumers of every read (as
-    batch's `transit_of` collects them) and the first reads' transit by value bucket; per
-    (topic, group, bucket of the fetch time) their lag by value bucket."""
-    from pyspark.sql import functions as F
+def batch_figures(rows: dict[str, list[dict[str, Any]]]) -> BatchFigures:
+    """What one micro-batch adds, from the rows of `emitted_frames` and `table_frames`."""
+    return BatchFigures(
+        status_counts(rows), state_sizes(rows),
+        [PartitionRead(r["topic"], r["partition"], r["first"], r["last"], r["records"],
+                       r["untraced"], r["bytes"]) for r in rows["partitions"]],
+        [AuditRow(**r) for r in rows["audit"]], tally_of(rows),
+        [EdgeWaits(r["parent_topic"], r["topic"], r["link"], r["t"], r["h"],
+                   _sketch_bucket(r), r["total"], r["incomplete"]) for r in rows["edges"]],
+        [PathDurations(r["path"], r["h"], _sketch_bucket(r), r["total"], r["broken"],
+                       r["inferred"], r["incomplete"]) for r in rows["pathways"]],
+        rows["broken"])
 
-    acc = config.stream.accuracy
-    reads = emitted.where(F.col("status").isin(TRANSIT, DUPLICATE))
-    groups = [GroupReads(r["topic"], r["group"], r["consumers"])
-              for r in reads.groupBy("topic", "group").agg(
-                  F.collect_set("consumer").alias("consumers")).collect()]
-    first = emitted.where(F.col("status") == TRANSIT)
-    transit = [GroupTransit(r["topic"], r["group"], _sketch_bucket(r))
-               for r in first.groupBy("topic", "group", *_values("transit_ms", acc)).agg(
-                   *_extremes("transit_ms")).collect()]
-    lag = [GroupLag(r["topic"], r["group"], int(r["t"]), _sketch_bucket(r))
-           for r in first.groupBy("topic", "group", _time_bucket(config),
-                                  *_values("lag_ms", acc)).agg(
-               *_extremes("lag_ms")).collect()]
-    return ReadFigures(groups, transit, lag)
+
+def read_figures(rows: dict[str, list[dict[str, Any]]]) -> ReadFigures:
+    """The released reads' figures, from the rows of `emitted_frames` (none without a
+    `fetch_topic`)."""
+    return ReadFigures(
+        [GroupReads(r["topic"], r["group"], r["consumers"])
+         for r in rows.get("read_groups", [])],
+        [GroupTransit(r["topic"], r["group"], _sketch_bucket(r))
+         for r in rows.get("read_transit", [])],
+        [GroupLag(r["topic"], r["group"], int(r["t"]), _sketch_bucket(r))
+         for r in rows.get("read_lag", [])])

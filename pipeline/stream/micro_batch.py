@@ -19,44 +19,43 @@ from pipeline.stream.aggregates import Aggregates
 from pipeline.stream.figures import (
     StatusCount,
     batch_figures,
+    emitted_frames,
     read_figures,
-    state_sizes,
-    status_counts,
+    table_frames,
 )
 from pipeline.stream.merge import merge_batch, merge_reads
 from pipeline.stream.progress import last_progress
-from pipeline.stream.rows import DUPLICATE, FETCH, JSON_COLUMNS, STATE, TRANSIT
+from pipeline.stream.rows import FETCH, JSON_COLUMNS, STATE
+from pipeline.stream.steps import StepTimer
 from pipeline.stream.store import latest_aggregates, save_aggregates
 from pipeline.stream.summary import summary_of
 from pipeline.stream.tables import aggregate_tables, write_aggregate_tables
 from pipeline.stream_metrics import StreamCollector
+from pipeline.summary import collect_all
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
-def _write_hops(spark: SparkSession, emitted: DataFrame, out: Path, part: str,
-                statuses: list[StatusCount]) -> DataFrame:
-    """The finalised (and untraced) hops under `hops/`, late ones apart under `late/`; the
-    hops as written, read back."""
+def _hops(emitted: DataFrame, late: bool = False) -> DataFrame:
+    """The emitted hops, in the hop table's columns: finalised, evicted and untraced ones,
+    or (`late`) the late ones."""
     from pyspark.sql import functions as F
 
-    is_hop = F.col("kind") == HOP
-    hops = emitted.where(is_hop & (F.col("status") != LATE)).select(*HOP_COLUMNS)
-    hops.write.mode("overwrite").parquet(str(out / "hops" / part))
-    if any(r.kind == HOP and r.status == LATE for r in statuses):
-        # a replay brings the same rows
-        emitted.where(is_hop & (F.col("status") == LATE)).select(*HOP_COLUMNS).write.mode(
-            "overwrite").parquet(str(out / "late" / part))
-    return spark.read.parquet(str(out / "hops" / part))
+    status = F.col("status") == LATE
+    return emitted.where((F.col("kind") == HOP) & (status if late else ~status)).select(
+        *HOP_COLUMNS)
 
 
-def _log_batch(out: Path, agg: Aggregates, statuses: list[StatusCount]) -> None:
-    """One line of `batches.jsonl`: the hold's side of the micro-batch."""
+def _log_batch(out: Path, agg: Aggregates, statuses: list[StatusCount],
+               steps_ms: dict[str, float]) -> None:
+    """One line of `batches.jsonl`: the hold's side of the micro-batch, and the time of each
+    step of it (`pipeline.stream.steps`)."""
     with (out / "batches.jsonl").open("a") as f:
         f.write(json.dumps({"batch_id": agg.batch_id, **agg.stream.held()._asdict(),
                             "emitted": {f"{r.kind}:{r.status}": r.rows for r in statuses
-                                        if r.status != STATE}}) + "\n")
+                                        if r.status != STATE},
+                            "steps_ms": steps_ms}) + "\n")
 
 
 def each_batch(spark: SparkSession, config: PipelineConfig,
@@ -70,41 +69,58 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
     agg_dir.mkdir(parents=True, exist_ok=True)
 
     def run(emitted: DataFrame, batch_id: int) -> None:
+        timer = StepTimer(spark.sparkContext, batch_id)
+        step = timer.step
         for name, schema in JSON_COLUMNS.items():
             emitted = emitted.withColumn(name, F.from_json(name, schema))
-        emitted = emitted.withColumn("event_time", F.timestamp_millis("event_ms")
-                                     ).localCheckpoint()
+        with step("hold"):  # the Kafka sources, the shuffle by key and the stateful operator
+            emitted = emitted.withColumn("event_time", F.timestamp_millis("event_ms")
+                                         ).localCheckpoint()
         part = f"batch_id={batch_id}"
-        statuses = status_counts(emitted)
-        sizes = state_sizes(emitted)
-        hops = _write_hops(spark, emitted, out, part, statuses)
+        hops = _hops(emitted)
+        with step("hops written"):
+            hops.write.mode("overwrite").parquet(str(out / "hops" / part))
         fetches = None
         if config.fetch_topic:  # the finalised flows' observations: evidence, as in batch
             fetches = emitted.where((F.col("kind") == FETCH)
                                     & F.col("status").isin(FINAL, EVICTED)).select(
                 "topic", "partition", "offset", "consumer", "consumer_host", "group",
                 F.col("event_ms").alias("fetched_ms"))
-        tables = analyze(hops, config, fetches=fetches, transit=False)
-        tables.branches = tables.branches.cache()
+        with step("analysis"):
+            tables = analyze(hops, config, fetches=fetches, transit=False)
+            tables.branches = tables.branches.cache()
         try:
-            for name in ("links", "branches", "flows"):
-                getattr(tables, name).write.mode("overwrite").parquet(str(out / name / part))
-            agg = latest_aggregates(agg_dir, batch_id)
-            merge_batch(agg, batch_figures(tables, statuses, sizes, config), config)
-            if any(r.status in (TRANSIT, DUPLICATE) for r in statuses):
-                merge_reads(agg, read_figures(emitted, config), config)
+            with step("tables written"):
+                for name in ("links", "branches", "flows"):
+                    getattr(tables, name).write.mode("overwrite").parquet(
+                        str(out / name / part))
+            with step("figures"):  # everything the merge takes, in one Spark action
+                rows = collect_all({**emitted_frames(emitted, config),
+                                    **table_frames(tables, config)})
         finally:
             tables.branches.unpersist()
             tables.unpersist()
-        agg.batch_id = batch_id
-        save_aggregates(agg_dir, agg)
-        _log_batch(out, agg, statuses)
-        rows = aggregate_tables(agg)
-        write_aggregate_tables(spark, out, rows, bool(config.fetch_topic))
-        summary = summary_of(agg, rows, config, last_progress(out))
-        (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
-        write_report(summary, out / "report.html")
+        figures = batch_figures(rows)
+        if any(r.kind == HOP and r.status == LATE for r in figures.statuses):
+            with step("late written"):  # a replay brings the same rows
+                _hops(emitted, late=True).write.mode("overwrite").parquet(
+                    str(out / "late" / part))
+        with step("merged"):
+            agg = latest_aggregates(agg_dir, batch_id)
+            merge_batch(agg, figures, config)
+            merge_reads(agg, read_figures(rows), config)
+            agg.batch_id = batch_id
+            save_aggregates(agg_dir, agg)
+        with step("merged tables"):
+            tables_rows = aggregate_tables(agg)
+            write_aggregate_tables(out, tables_rows, bool(config.fetch_topic))
+        with step("summary"):
+            summary = summary_of(agg, tables_rows, config, last_progress(out))
+            (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
+        with step("report"):
+            write_report(summary, out / "report.html")
         if metrics is not None:
             metrics.publish(agg)
+        _log_batch(out, agg, figures.statuses, timer.ms)
 
     return run

@@ -44,10 +44,39 @@ def progress_record(progress: Any) -> dict[str, Any]:
         state = {k: sum(int(o.get(k) or 0) for o in ops) for k in (
             "numRowsTotal", "numRowsUpdated", "numRowsRemoved", "memoryUsedBytes",
             "numRowsDroppedByWatermark")}
+    durations = data.get("durationMs") or {}
     return {"batch_id": data.get("batchId"), "input_rows": data.get("numInputRows"),
-            "duration_ms": data.get("durationMs", {}).get("triggerExecution"),
+            "duration_ms": durations.get("triggerExecution"),
+            "durations_ms": durations,
             "watermark": (data.get("eventTime") or {}).get("watermark"),
-            "timestamp": data.get("timestamp"), "state": state}
+            "timestamp": data.get("timestamp"), "state": state,
+            "behind": _behind(data.get("sources") or [])}
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A Kafka source's offsets in Spark's progress (JSON text or already parsed)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _behind(sources: list[dict[str, Any]]) -> int | None:
+    """Records in Kafka that the micro-batch left for later: per partition of every source,
+    the latest offset Spark saw minus the offset the micro-batch read to (None when Spark
+    did not say). Flat over a run means the stream keeps up; growing, a backlog."""
+    total, known = 0, False
+    for source in sources:
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        for topic, parts in latest.items():
+            for part, offset in (parts or {}).items():
+                read = (end.get(topic) or {}).get(part)
+                if read is not None and offset is not None:
+                    total += max(0, int(offset) - int(read))
+                    known = True
+    return total if known else None
 
 
 

@@ -6,29 +6,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.flows import MIXED
 from pipeline.graph import INFERRED, LINKED
 from pipeline.sketch import Sketch
 from pipeline.stream.aggregates import Aggregates
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 Rows = list[dict[str, Any]]
 
-EDGE_SCHEMA = ("from_topic string, to_topic string, count long, p50_ms double, p90_ms double, "
-               "p99_ms double, max_ms long, linked long, inferred long, link string, "
-               "incomplete long")
-PATHWAY_SCHEMA = ("path string, count long, p50_ms double, p90_ms double, p99_ms double, "
-                  "max_ms long, broken long, inferred long, incomplete long")
-AUDIT_SCHEMA = ("hour_ms long, client_id string, principal string, origin string, "
-                "records long, bytes long, untraced long")
-TRANSIT_SCHEMA = ("topic string, `group` string, count long, p50_ms double, p90_ms double, "
-                  "p99_ms double, max_ms long, consumers array<string>")
-LAG_SCHEMA = ("topic string, `group` string, bucket_ms long, fetches long, p50_s double, "
-              "max_s double")
+# The batch job's columns and types of each merged table (`audit` with `hour_ms` in place of
+# its `hour`, which is written as a UTC timestamp).
+LATENCY = [("count", "int64"), ("p50_ms", "float64"), ("p90_ms", "float64"),
+           ("p99_ms", "float64"), ("max_ms", "int64")]
+EDGE_COLUMNS = [("from_topic", "string"), ("to_topic", "string"), *LATENCY,
+                ("linked", "int64"), ("inferred", "int64"), ("link", "string"),
+                ("incomplete", "int64")]
+PATHWAY_COLUMNS = [("path", "string"), *LATENCY, ("broken", "int64"), ("inferred", "int64"),
+                   ("incomplete", "int64")]
+AUDIT_COLUMNS = [("hour_ms", "timestamp"), ("client_id", "string"), ("principal", "string"),
+                 ("origin", "string"), ("records", "int64"), ("bytes", "int64"),
+                 ("untraced", "int64")]
+TRANSIT_COLUMNS = [("topic", "string"), ("group", "string"), *LATENCY,
+                   ("consumers", "strings")]
+LAG_COLUMNS = [("topic", "string"), ("group", "string"), ("bucket_ms", "int64"),
+               ("fetches", "int64"), ("p50_s", "float64"), ("max_s", "float64")]
 
 
 @dataclass(frozen=True)
@@ -80,19 +82,47 @@ def aggregate_tables(agg: Aggregates) -> AggregateRows:
     return AggregateRows(edges, pathways, audit, transit, lag)
 
 
-def write_aggregate_tables(spark: SparkSession, out: Path, rows: AggregateRows,
-                           fetches: bool = False) -> None:
+def _arrow_type(kind: str) -> Any:
+    import pyarrow as pa
+
+    return {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
+            "timestamp": pa.timestamp("ms", tz="UTC"), "strings": pa.list_(pa.string())}[kind]
+
+
+def write_table(folder: Path, rows: Rows, columns: list[tuple[str, str]]) -> None:
+    """`rows` as one Parquet file in `folder`, replacing what was there. Written on the
+    driver with Arrow, not with Spark: the merged tables are a few hundred rows, and a Spark
+    write is a job of its own (its scheduling costs more than the rows) in every
+    micro-batch. Spark reads the folder as it reads its own; `hour_ms` becomes `hour`."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = ["hour" if n == "hour_ms" else n for n, _ in columns]
+    schema = pa.schema([pa.field(name, _arrow_type(kind))
+                        for name, (_, kind) in zip(names, columns, strict=True)])
+    table = pa.table({name: pa.array([r[n] for r in rows], type=_arrow_type(kind))
+                      for name, (n, kind) in zip(names, columns, strict=True)}, schema=schema)
+    fresh = folder.with_name(f".{folder.name}.new")
+    stale = folder.with_name(f".{folder.name}.old")
+    for leftover in (fresh, stale):
+        shutil.rmtree(leftover, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    pq.write_table(table, fresh / "part-00000.parquet")
+    (fresh / "_SUCCESS").touch()
+    if folder.exists():
+        folder.rename(stale)
+    fresh.rename(folder)
+    shutil.rmtree(stale, ignore_errors=True)
+
+
+def write_aggregate_tables(out: Path, rows: AggregateRows, fetches: bool = False) -> None:
     """The merged tables as Parquet, with the batch job's columns; `transit/` and `lag/`
     with `fetches` (a `fetch_topic`), as batch writes them."""
-    from pyspark.sql import functions as F
-
-    tables = [("edges", rows.edges, EDGE_SCHEMA), ("pathways", rows.pathways, PATHWAY_SCHEMA)]
+    tables = [("edges", rows.edges, EDGE_COLUMNS), ("pathways", rows.pathways, PATHWAY_COLUMNS),
+              ("audit", rows.audit, AUDIT_COLUMNS)]
     if fetches:
-        tables += [("transit", rows.transit, TRANSIT_SCHEMA), ("lag", rows.lag, LAG_SCHEMA)]
-    for name, data, schema in tables:
-        spark.createDataFrame(data, schema).coalesce(1).write.mode("overwrite").parquet(
-            str(out / name))
-    audit = spark.createDataFrame(rows.audit, AUDIT_SCHEMA)
-    audit.select(F.timestamp_millis("hour_ms").alias("hour"), "client_id", "principal",
-                 "origin", "records", "bytes", "untraced").coalesce(1).write.mode(
-        "overwrite").parquet(str(out / "audit"))
+        tables += [("transit", rows.transit, TRANSIT_COLUMNS), ("lag", rows.lag, LAG_COLUMNS)]
+    for name, data, columns in tables:
+        write_table(out / name, data, columns)
