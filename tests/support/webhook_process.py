@@ -32,6 +32,7 @@ class Webhook:
     key: Path
     authority: CertificateAuthority
     log: Path
+    flags: tuple[str, ...] = ()
 
     def context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca))
@@ -74,11 +75,12 @@ def events(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.endswith("}")]
 
 
-def _wait_listening(proc: subprocess.Popen, log: Path) -> tuple[int, int]:
-    """The review port and the health port, from the log events saying where it listens."""
+def _wait_listening(proc: subprocess.Popen, log: Path, offset: int = 0) -> tuple[int, int]:
+    """The review port and the health port, from the log events (after `offset` bytes of the
+    log) saying where it listens."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        found = [e for e in events(log) if e["event"] == "webhook_listening"]
+        found = [e for e in _events_from(log, offset) if e["event"] == "webhook_listening"]
         if len(found) == 2:
             (review,) = [e for e in found if e["reviews"]]
             (health,) = [e for e in found if not e["reviews"]]
@@ -90,25 +92,51 @@ def _wait_listening(proc: subprocess.Popen, log: Path) -> tuple[int, int]:
     raise AssertionError(f"the webhook did not listen: {log.read_text()}")
 
 
-def start_webhook(folder: Path, *flags: str) -> Webhook:
+def _events_from(log: Path, offset: int) -> list[dict[str, Any]]:
+    with log.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return [json.loads(line) for line in text.splitlines() if line.endswith("}")]
+
+
+def _spawn(cert: Path, key: Path, log: Path, listen: str, health: str,
+           flags: tuple[str, ...]) -> tuple[subprocess.Popen, int, int]:
+    """The webhook process, its log appended to `log`, once it listens: (process, review
+    port, health port)."""
+    offset = log.stat().st_size if log.exists() else 0
+    with log.open("a") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "herald", "k8s", "webhook", "--listen", listen,
+             "--health-listen", health, "--cert", str(cert), "--key", str(key),
+             "--upstream", "kafka.data:9092", "--max-review-bytes", str(MAX_REVIEW),
+             "--shutdown-grace-s", "0.2", *flags],
+            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=stderr)
+    try:
+        port, health_port = _wait_listening(proc, log, offset)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, port, health_port
+
+
+def start_webhook(folder: Path, *flags: str, port: int = 0) -> Webhook:
+    """The webhook with a certificate of a new CA, reviewing on `port` (0: one the kernel
+    picks)."""
     authority = CertificateAuthority(folder / "ca")
     cert, key = folder / "tls.crt", folder / "tls.key"
     install(issue(authority, "first"), cert, key)
     ca = folder / "ca.crt"
     ca.write_bytes(authority.cert.public_bytes(Encoding.PEM))
     log = folder / "webhook.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "herald", "k8s", "webhook", "--listen", "127.0.0.1:0",
-         "--health-listen", "127.0.0.1:0", "--cert", str(cert), "--key", str(key),
-         "--upstream", "kafka.data:9092", "--max-review-bytes", str(MAX_REVIEW),
-         "--shutdown-grace-s", "0.2", *flags],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stderr=log.open("w"))
-    try:
-        port, health_port = _wait_listening(proc, log)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    return Webhook(proc, port, health_port, ca, cert, key, authority, log)
+    proc, port, health_port = _spawn(cert, key, log, f"127.0.0.1:{port}", "127.0.0.1:0", flags)
+    return Webhook(proc, port, health_port, ca, cert, key, authority, log, flags)
 
 
+def restart(webhook: Webhook) -> None:
+    """A webhook that was stopped runs again on its review port (a new health port), with its
+    certificate and flags, its log going on in the same file."""
+    assert webhook.proc.poll() is not None, "the webhook is still running"
+    webhook.proc, _, webhook.health_port = _spawn(
+        webhook.cert, webhook.key, webhook.log, f"127.0.0.1:{webhook.port}", "127.0.0.1:0",
+        webhook.flags)

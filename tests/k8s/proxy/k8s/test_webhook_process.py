@@ -242,10 +242,24 @@ def _counts(webhook: Webhook) -> dict[str, float]:
     return out
 
 
-def test_sigterm_stops_it_cleanly(webhook: Webhook) -> None:
-    """After the tests above (they share the process), which it ends."""
-    webhook.proc.send_signal(signal.SIGTERM)
-    assert webhook.proc.wait(timeout=30) == 0
+def test_sigterm_stops_it_cleanly(tmp_path: Path) -> None:
+    """A webhook of its own, which has reviewed, rejected a request and reloaded its
+    certificate: SIGTERM ends it with 0, and its log holds all of it."""
+    webhook = start_webhook(tmp_path, "--request-timeout-s", "3")
+    try:
+        conn = webhook.connection()
+        assert webhook.post(conn, "/mutate/namespace", _review_body()[1])[0] == 200
+        assert webhook.post(conn, "/mutate/namespace", b"{not json")[0] == 400
+        conn.close()
+        renewed = issue(webhook.authority, "renewed")
+        install(renewed, webhook.cert, webhook.key)
+        assert _served_serial(webhook) == renewed.serial  # reloaded for the new connection
+        webhook.proc.send_signal(signal.SIGTERM)
+        assert webhook.proc.wait(timeout=30) == 0
+    finally:
+        if webhook.proc.poll() is None:
+            webhook.proc.kill()
+            webhook.proc.wait()
     logged = events(webhook.log)
     assert {"webhook_stopping", "review", "webhook_request_rejected", "tls_reloaded"} <= {
         e["event"] for e in logged}
