@@ -23,12 +23,11 @@ from typing import Any
 
 import pytest
 
-from proxy.devtools.embedded_kafka import free_port
 from proxy.k8s import sidecar
 from tests.support.apiserver import ApiServer, start_apiserver
 from tests.support.certs import CertificateAuthority
 from tests.support.k8s_tools import documents, find, helm_template
-from tests.support.webhook_process import Webhook, events, issue, restart, start_webhook
+from tests.support.webhook_process import Webhook, events, issue, start_webhook
 
 RELEASE_NAMESPACE = "herald-system"
 BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
@@ -122,27 +121,11 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container.get("env") or []}
 
 
-def _wait_until_called(api: ApiServer) -> None:
-    """Until a pod is created through both webhooks: the API server reads configurations
-    through an informer, and calls a webhook that came back at its next review."""
-    deadline = time.monotonic() + 60
-    while True:
-        probe = _create(api, "shop", _pod(labels={LATE: "yes"}))
-        names = [c["name"] for c in probe["spec"]["containers"]]
-        api.request("DELETE", f"/api/v1/namespaces/shop/pods/{probe['metadata']['name']}")
-        if _herald(probe) is not None and LATE in names:
-            return
-        assert time.monotonic() < deadline, f"webhooks never called:\n{api.logs()}"
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("apiserver")
     api = start_apiserver(folder / "api")
-    # A port outside the range outgoing connections take theirs from: the outage test
-    # starts the webhook again on it.
-    webhook = start_webhook(folder / "webhook", port=free_port())
+    webhook = start_webhook(folder / "webhook")
     late = _serve_late_webhook(webhook.authority)
     try:
         api.namespace("shop", {"herald.io/inject": "enabled"})
@@ -165,7 +148,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "rules": [{"operations": ["CREATE"], "apiGroups": [""],
                            "apiVersions": ["v1"], "resources": ["pods"]}],
                 "objectSelector": {"matchLabels": {LATE: "yes"}}}]})
-        _wait_until_called(api)
+        # The API server reads configurations through an informer: wait until both are used.
+        deadline = time.monotonic() + 60
+        while True:
+            probe = _create(api, "shop", _pod(labels={LATE: "yes"}))
+            names = [c["name"] for c in probe["spec"]["containers"]]
+            api.request("DELETE", f"/api/v1/namespaces/shop/pods/{probe['metadata']['name']}")
+            if _herald(probe) is not None and LATE in names:
+                break
+            assert time.monotonic() < deadline, f"webhooks never called:\n{api.logs()}"
+            time.sleep(0.2)
         yield Cluster(api, webhook)
     finally:
         late.shutdown()
@@ -173,17 +165,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             webhook.proc.kill()
             webhook.proc.wait()
         api.stop()
-
-
-@pytest.fixture
-def outage(cluster: Cluster) -> Iterator[Cluster]:
-    """The webhook stopped for one test, and running again (and called) afterwards, so that
-    the module's tests hold in any order."""
-    cluster.webhook.proc.kill()
-    cluster.webhook.proc.wait()
-    yield cluster
-    restart(cluster.webhook)
-    _wait_until_called(cluster.api)
 
 
 def test_a_controller_made_pod_in_an_opted_in_namespace_is_stored_with_the_sidecar(
@@ -252,16 +233,18 @@ def test_a_pod_with_a_bad_annotation_is_created_without_the_sidecar_and_a_warnin
     assert any("herald.io/upstream" in e.get("reason", "") for e in refused), refused
 
 
-def test_with_the_webhook_gone_pods_are_created_without_it(outage: Cluster) -> None:
-    """failurePolicy: Ignore (the chart's default): a webhook outage never blocks a pod."""
-    stored = _create(outage.api, "shop", _pod(name="during-outage"))
+def test_with_the_webhook_gone_pods_are_created_without_it(cluster: Cluster) -> None:
+    """failurePolicy: Ignore (the chart's default): a webhook outage never blocks a pod.
+    Last in this module: it stops the webhook."""
+    cluster.webhook.proc.kill()
+    cluster.webhook.proc.wait()
+    stored = _create(cluster.api, "shop", _pod(name="during-outage"))
     assert _herald(stored) is None
     assert _env(stored["spec"]["containers"][0])[BOOTSTRAP] == "kafka.data:9092"
 
 
 def test_the_webhook_logged_no_error(cluster: Cluster) -> None:
-    """Every review the module's tests (and the fixtures' probes) caused was answered by
-    design, none by the webhook's error path."""
+    """Every review above was answered by design, none by the webhook's error path."""
     logged = events(cluster.webhook.log)
     assert [e for e in logged if e["event"] == "review"]
     assert not [e for e in logged if e.get("level") == "error"], logged
