@@ -282,7 +282,7 @@ class InterceptorFilter(Filter):
         """`memory`: the budget big batches are decoded within (None: no budget);
         `report_traces`: hand on the trace contexts the produce chain wrote (tracing is on);
         `share`: counts the share-group records the fetch chain drops, and any the broker
-        hands out again (None: not counted)."""
+        hands out again (None: counted nowhere; dropped records are settled either way)."""
         self.chains = chains
         self.share = share if share is not None else ShareDrops(
             Counter("share_dropped", "", registry=None),
