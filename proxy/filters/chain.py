@@ -194,7 +194,7 @@ class FilterChain:
     """An ordered list of filters with per-(API, version) member lookup cached.
 
     Members read frames only in versions Herald's codec decodes; for a version beyond it
-    (newer than the Kafka releases Herald was generated from, or one 4.x dropped), the members
+    (newer than the Kafka releases Herald was generated from, or older than both), the members
     that would read it are `unreadable` instead, and the session asks them for an answer
     (`answer_unreadable`) rather than decoding what it cannot.
     """
