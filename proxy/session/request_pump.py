@@ -228,6 +228,7 @@ class RequestPump:
             self._ctx.client_id = head.client_id
         filters = self._chain.for_request(head.api_key, head.api_version)
         if not filters and self._chain.unreadable(head.api_key, head.api_version):
+            self._metrics.for_api(head.api_key, head.api_version).requests.inc()
             raise _Unreadable(head, self._chain.answer_unreadable(head.api_key, head.api_version))
         exchange = None
         payload: Buffer = view
