@@ -205,9 +205,12 @@ class FilterChain:
             tuple[int, int], tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]]
         ] = {}
 
-    def _lookup(
+    def members(
         self, api_key: int, version: int
     ) -> tuple[tuple[Filter, ...], tuple[Filter, ...], tuple[Filter, ...]]:
+        """The members that read the requests, those that read the responses, and those
+        that would read either but cannot at this version (see `unreadable`): one lookup,
+        for the session's per-frame path."""
         key = (api_key, version)
         found = self._members.get(key)
         if found is None:
@@ -223,15 +226,15 @@ class FilterChain:
         return found
 
     def for_request(self, api_key: int, version: int) -> tuple[Filter, ...]:
-        return self._lookup(api_key, version)[0]
+        return self.members(api_key, version)[0]
 
     def for_response(self, api_key: int, version: int) -> tuple[Filter, ...]:
-        return self._lookup(api_key, version)[1]
+        return self.members(api_key, version)[1]
 
     def unreadable(self, api_key: int, version: int) -> tuple[Filter, ...]:
         """The members that would read this request or its response, which Herald's codec
         cannot decode at this version (empty for every version it can)."""
-        return self._lookup(api_key, version)[2]
+        return self.members(api_key, version)[2]
 
     def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
         """What Herald answers a request its members cannot read (see `unreadable`): the

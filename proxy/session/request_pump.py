@@ -226,8 +226,8 @@ class RequestPump:
             self._path.frame(head.api_key, head.api_version)
         if head.client_id is not None:
             self._ctx.client_id = head.client_id
-        filters = self._chain.for_request(head.api_key, head.api_version)
-        if not filters and self._chain.unreadable(head.api_key, head.api_version):
+        filters, _, unreadable = self._chain.members(head.api_key, head.api_version)
+        if unreadable:
             self._metrics.for_api(head.api_key, head.api_version).requests.inc()
             raise _Unreadable(head, self._chain.answer_unreadable(head.api_key, head.api_version))
         exchange = None
