@@ -6,7 +6,8 @@
 # tests is built beside the suite (scripts/build-apiserver.sh). Extra arguments go to pytest,
 # and then only pytest runs (HERALD_IMAGE_BUILD=1 builds the image first all the same,
 # HERALD_APISERVER_BUILD=1 the API server); HERALD_SANITIZE=0 leaves the sanitizer part out,
-# HERALD_IMAGE_BUILD=0 the image build, HERALD_APISERVER_BUILD=0 the API server.
+# HERALD_IMAGE_BUILD=0 the image build, HERALD_APISERVER_BUILD=0 the API server;
+# HERALD_TEST_WORKERS sets the number of parallel workers (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -44,8 +45,17 @@ if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
   apiserver_job=$!
   echo "building $apiserver_job" >"$gocache/apiserver.status"
 fi
+# The whole suite runs on HERALD_TEST_WORKERS pytest-xdist workers (default 3: most of a test
+# waits on brokers and clients, so three keep two cores busy), whole modules each
+# (tests/support/parallel.py); 0 runs it in this process. With arguments, one process unless
+# HERALD_TEST_WORKERS says otherwise.
+workers=${HERALD_TEST_WORKERS:-$([ $# -eq 0 ] && echo 3 || echo 0)}
+parallel=()
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 status=0
-.venv/bin/python -m pytest -q -p no:cacheprovider "$@" || status=$?
+start=$SECONDS
+.venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
+echo "test: pytest took $((SECONDS - start)) s on ${workers} worker(s) (0: in one process)"
 if [ -n "$apiserver_job" ]; then
   wait "$apiserver_job" || true
   echo "test: API server $(cat "$gocache/apiserver.status"): $(tail -n 1 "$gocache/apiserver-build.log")"

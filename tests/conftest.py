@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.support import native_parts
+from tests.support import native_parts, parallel
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.kafka_version import kafka_version
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
@@ -24,6 +24,9 @@ from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 # (tests/support/herald_process.py), the Java brokers and tools do not.
 if os.environ.get("HERALD_SANITIZER_RUNTIME"):
     os.environ.pop("LD_PRELOAD", None)
+
+# A parallel worker picks its ports from a slice of its own (tests/support/parallel.py).
+parallel.claim_port_share()
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +87,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if native_parts.STRICT and (absent := native_parts.missing()):
         raise pytest.UsageError("HERALD_TEST_STRICT=1 and a native part is missing:\n  "
                                 + "\n  ".join(absent))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, whole modules are scheduled (tests/support/parallel.py)."""
+    if config.pluginmanager.hasplugin("xdist") and os.environ.get("PYTEST_XDIST_WORKER"):
+        parallel.schedule(items)

@@ -57,8 +57,41 @@ def unassigned_ports(step: int = 1) -> list[int]:
             low, high = (int(v) for v in f.read().split())
     except (OSError, ValueError):
         low, high = 32768, 60999  # Linux's default
-    ports = [*range(10000, low - step, step), *range(high + 1, 65536 - step, step)]
+    ports = [base for base in (*range(10000, low - step, step),
+                               *range(high + 1, 65536 - step, step))
+             if _in_share(base, step)]
     return random.sample(ports, len(ports))
+
+
+PORT_SHARE_ENV = "HERALD_PORT_SHARE"
+_SHARE_SPAN = 256  # ports per slice of the shared range
+
+
+def port_share() -> tuple[int, int]:
+    """Which slice of the free ports this process picks from: `HERALD_PORT_SHARE=i/n` gives
+    it every n-th run of 256 ports, starting with the i-th (default 0/1: all of them).
+
+    Several harnesses on one machine (the test suite's parallel workers) each start brokers
+    and proxies on ports they chose a moment before: in disjoint slices no two of them can
+    pick the same port in that moment."""
+    value = os.environ.get(PORT_SHARE_ENV, "")
+    if not value:
+        return 0, 1
+    index, _, count = value.partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ValueError(f"{PORT_SHARE_ENV}={value!r}: expected i/n, as 0/2") from None
+    if not 0 <= i < n:
+        raise ValueError(f"{PORT_SHARE_ENV}={value!r}: i must be in 0..n-1")
+    return i, n
+
+
+def _in_share(base: int, count: int) -> bool:
+    """Whether the ports base .. base+count-1 all lie in this process's slice."""
+    index, share = port_share()
+    first, last = base // _SHARE_SPAN, (base + count - 1) // _SHARE_SPAN
+    return first == last and first % share == index
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -83,8 +116,11 @@ def write_log_config(folder: Path, level: str = "INFO") -> list[str]:
     ignores the other's property.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "log4j2.properties").write_text(_LOG4J2.format(level=level))
-    (folder / "log4j.properties").write_text(_LOG4J1.format(level=level))
+    for name, text in (("log4j2.properties", _LOG4J2), ("log4j.properties", _LOG4J1)):
+        # Replaced whole: a JVM another process starts meanwhile never reads half a file.
+        staged = folder / f".{name}.{os.getpid()}"
+        staged.write_text(text.format(level=level))
+        os.replace(staged, folder / name)
     return [
         f"-Dlog4j2.configurationFile={folder / 'log4j2.properties'}",
         f"-Dlog4j.configuration=file:{folder / 'log4j.properties'}",

@@ -8,6 +8,7 @@ otherwise the broker would run without any log output.
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import subprocess
@@ -67,6 +68,16 @@ def _resolved(version: str, folder: str, marker: str, deps: list[tuple[str, str,
     if shutil.which("mvn") is None:
         raise KafkaDistError("Maven (mvn) is needed to fetch the Kafka jars; install it")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    # One resolver at a time per folder: a second process (a parallel test worker) waits and
+    # then finds the folder complete, instead of replacing it under a running broker.
+    with open(dest.parent / f".{folder}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dest / marker).exists():
+            _resolve_into(dest, folder, deps)
+    return dest
+
+
+def _resolve_into(dest: Path, folder: str, deps: list[tuple[str, str, str]]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f"{folder}-", dir=dest.parent))
     try:
         _copy_dependencies(work, deps)
@@ -78,7 +89,6 @@ def _resolved(version: str, folder: str, marker: str, deps: list[tuple[str, str,
         (work / "jars").rename(dest)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return dest
 
 
 def classpath(version: str = KAFKA_VERSION) -> str:

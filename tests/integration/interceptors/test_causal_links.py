@@ -49,6 +49,18 @@ def _write_direct(broker: str, topic: str, traces: list[str]) -> list[tuple[str,
     return keys
 
 
+def _learn_ids(herald: HeraldProcess, *topics: str) -> None:
+    """Herald learns the topics' ids from a Metadata answer it passes, before the service's
+    sessions begin. A native phase's plan names the ids Herald knew when the phase began: a
+    consumer whose first fetch races its own Metadata answer on another connection has that
+    one response handed to Python (a topic id the plan lacks), which is right but is not what
+    these tests measure."""
+    client = Producer({"bootstrap.servers": herald.bootstrap})
+    for topic in topics:
+        md = client.list_topics(topic, timeout=30).topics[topic]
+        assert md.error is None and md.partitions, (topic, md.error)
+
+
 def _consume(bootstrap: str, topic: str, count: int, client_id: str,
              herald: HeraldProcess | None = None) -> list:
     """`count` records of `topic`, read by a new group; on a short read the assertion says
@@ -261,6 +273,7 @@ def test_the_engine_links_traced_records_exactly(kafka: KafkaCluster, audit_afte
     traces = [_trace() for _ in range(count)]
     written = dict(zip(traces, _write_direct(kafka.bootstrap, src, traces), strict=True))
     with HeraldProcess(config) as herald:
+        _learn_ids(herald, src, dst)
         start = scrape(herald)
         _consume(herald.bootstrap, src, count, "svc-reader", herald)
         before = wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_remembered")
@@ -339,6 +352,7 @@ def test_a_memory_too_small_declares_the_parents_it_lost_on_the_records(
     keys = _write_direct(kafka.bootstrap, src, traces * 2)
     second = dict(zip(traces, keys[3:], strict=True))
     with HeraldProcess(config) as herald:
+        _learn_ids(herald, src, dst)
         start = scrape(herald)
         _consume(herald.bootstrap, src, 6, "svc-reader")
         wait_for(herald, lambda s: moved(start, s, EVENTS, event="link_remembered") >= 6)

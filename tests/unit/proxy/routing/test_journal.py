@@ -67,7 +67,8 @@ def test_a_journal_of_another_cluster_or_no_journal_is_set_aside() -> None:
     assert other.entries == [] and "not 'another'" in other.note
     assert replay(b"garbage that is not a journal", "c").entries == []
     assert "not a routing journal" in replay(encode(ENTRIES[1]), "c").note
-    assert replay(b"", "c") == replay(b"", "c") and replay(b"", "c").note == ""
+    empty = replay(b"", "c")  # a journal not written yet: nothing to replay, nothing to say
+    assert empty.entries == [] and empty.note == ""
 
 
 def test_the_sequence_map_comes_back_from_its_snapshot_and_from_its_entries() -> None:
