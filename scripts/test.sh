@@ -51,7 +51,7 @@ fi
 # HERALD_TEST_WORKERS says otherwise.
 workers=${HERALD_TEST_WORKERS:-$([ $# -eq 0 ] && echo 3 || echo 0)}
 parallel=()
-[ "$workers" -gt 0 ] && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
+[ "$workers" -gt 0 ] && parallel=(-n "$workers" --no-loadscope-reorder)
 status=0
 start=$SECONDS
 .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" || status=$?

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.support import native_parts, parallel
+from tests.support import native_parts, parallel, required_parts
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.kafka_version import kafka_version
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
@@ -82,14 +82,21 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under `HERALD_TEST_STRICT=1` (CI) a run without every native part stops before any
-    test: a failed optional build must not pass as a suite of skips."""
-    if native_parts.STRICT and (absent := native_parts.missing()):
-        raise pytest.UsageError("HERALD_TEST_STRICT=1 and a native part is missing:\n  "
+    """Under `HERALD_TEST_STRICT=1` (CI) a run without every required part (native and of
+    the machine: tests/support/required_parts.py) stops before any test: a failed optional
+    build or a missing package must not pass as a suite of skips."""
+    if native_parts.STRICT and (absent := native_parts.missing() + required_parts.missing()):
+        raise pytest.UsageError("HERALD_TEST_STRICT=1 and a required part is missing:\n  "
                                 + "\n  ".join(absent))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, whole modules are scheduled (tests/support/parallel.py)."""
-    if config.pluginmanager.hasplugin("xdist") and os.environ.get("PYTEST_XDIST_WORKER"):
+    """Under pytest-xdist, the heaviest groups of modules first (tests/support/parallel.py)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
         parallel.schedule(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Whole modules, and groups of them, to each worker (tests/support/parallel.py)."""
+    return parallel.make_scheduler(config, log)

@@ -11,14 +11,13 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import StreamCollector
 from tests.support.pipeline.aggregates import sample_aggregates
-from tests.support.prometheus import MISSING, binary
+from tests.support.required_parts import PROMTOOL, binary, needs
 
 REPO = Path(__file__).resolve().parents[2]
 BOARD = REPO / "deploy/grafana/herald-kafka-flows.json"
@@ -29,7 +28,7 @@ METRIC = re.compile(r"\b(?:herald_stream|traces_service_graph)_[a-z_]+")
 MACROS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "1m", "$job": ".*"}
 SUFFIXES = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_count", "_sum"]}
 
-promtool = pytest.mark.skipif(binary("promtool") is None, reason=MISSING)
+promtool = needs(PROMTOOL)
 
 
 def _board() -> dict:

@@ -21,9 +21,10 @@ from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.pipeline.scenario import topic_names
 from tests.support.pipeline.stream_runs import KINDS, T0, lost_parents_of, observe, stream_config
 from tests.support.pipeline.synthetic import Hop, Traffic
-from tests.support.prometheus import MISSING, Prometheus, binary, running_prometheus
+from tests.support.prometheus import Prometheus, running_prometheus
+from tests.support.required_parts import PROMETHEUS, needs
 
-pytestmark = pytest.mark.skipif(binary("prometheus") is None, reason=MISSING)
+pytestmark = needs(PROMETHEUS)
 
 
 ACCURACY = 0.01  # the stream's default sketch accuracy

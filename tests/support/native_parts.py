@@ -1,4 +1,5 @@
-"""Whether the native parts are here, and what a test that needs one does when it is not.
+"""Whether the native parts are here (the parts of the machine, and what a test does when
+one is missing: tests/support/required_parts.py).
 
 The extensions are built with `optional=True` (setup.py), so a failed build leaves Herald on
 its pure-Python reference and, left alone, turns every native test into a skip: the suite
@@ -11,28 +12,15 @@ one is missing.
 from __future__ import annotations
 
 import importlib
-import os
 import ssl
-from dataclasses import dataclass
 from types import ModuleType
-from typing import NoReturn
-
-import pytest
 
 from protocol import stamping
 from proxy.native import relay as native_relay
+from tests.support.required_parts import STRICT, Part, absent, needs, require
 
-STRICT = os.environ.get("HERALD_TEST_STRICT", "") == "1"
-"""Under the strict switch a missing native part fails the tests that need it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One native part, and why it is missing when it is."""
-
-    present: bool
-    missing: str
-
+__all__ = ["ALL", "ENGINE", "STAMPER", "STRICT", "TLS", "missing", "native_module", "needs",
+           "require"]
 
 def _tls_missing() -> str:
     if not native_relay.available():
@@ -53,32 +41,12 @@ STAMPER = Part(stamping.NATIVE, "the record stamper (protocol._stamp) is not bui
 ALL = (ENGINE, TLS, STAMPER)
 
 
-def _absent(reason: str) -> NoReturn:
-    if STRICT:
-        pytest.fail(f"HERALD_TEST_STRICT=1: {reason}", pytrace=False)
-    pytest.skip(reason, allow_module_level=True)
-
-
-def needs(part: Part) -> pytest.MarkDecorator:
-    """A mark for a test or module (`pytestmark`) that needs `part`: it skips without it, and
-    under the strict switch the module fails to collect instead."""
-    if not part.present and STRICT:
-        _absent(part.missing)
-    return pytest.mark.skipif(not part.present, reason=part.missing or "present")
-
-
-def require(part: Part) -> None:
-    """Inside a test: stop here without `part` (skip, or fail under the strict switch)."""
-    if not part.present:
-        _absent(part.missing)
-
-
 def native_module(name: str) -> ModuleType:
     """`pytest.importorskip` for a native extension, which fails under the strict switch."""
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        _absent(f"{name} is not built: {exc}")
+        absent(f"{name} is not built: {exc}")
 
 
 def missing() -> list[str]:

@@ -1,13 +1,13 @@
 """How the suite runs on several pytest-xdist workers at once (scripts/test.sh).
 
 Each worker is a test session of its own: it starts its own session broker, and a module's
-fixtures live in the worker that runs the module. So the scheduler is handed whole modules
-(`--dist loadgroup`, one group per module), never single tests, and modules that share
-something heavier than a module fixture go together:
+fixtures live in the worker that runs the module. So the scheduler is handed whole modules,
+never single tests, and modules that share something heavier than a module fixture go
+together:
 
 - `pipeline`: one SparkSession and one played topology serve every pipeline test;
-- `cluster`: the three-broker cluster (`kafka_cluster`), a session fixture;
-- `pod-network`: the simulated pod's network namespace uses fixed addresses.
+- `cluster`: the three-broker cluster (`kafka_cluster`, `herald_cluster`), a session
+  fixture, serves every module that names it.
 
 The heaviest groups are scheduled first, so that no worker starts one near the end while the
 others wait. Each worker picks ports from a slice of its own (`HERALD_PORT_SHARE`,
@@ -16,17 +16,20 @@ proxy/devtools/embedded_kafka.py), so two workers never choose the same port at 
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from proxy.devtools.embedded_kafka import PORT_SHARE_ENV
 
-PIPELINE, CLUSTER, POD_NETWORK = "pipeline", "cluster", "pod-network"
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE, CLUSTER = "pipeline", "cluster"
 FIRST = (PIPELINE, CLUSTER)  # longest first
-_CLUSTER_FIXTURES = {"kafka_cluster", "herald_cluster"}
-_POD_NETWORK_MODULES = {"tests/k8s/deploy/test_image.py",
-                        "tests/k8s/proxy/k8s/test_simulated_pod.py"}
+_CLUSTER_FIXTURE = re.compile(r"\b(?:kafka_cluster|herald_cluster)\b")
 
 
 def claim_port_share(environ: dict[str, str] = os.environ) -> str | None:  # noqa: B006
@@ -41,34 +44,38 @@ def claim_port_share(environ: dict[str, str] = os.environ) -> str | None:  # noq
     return share
 
 
-def module_of(item: pytest.Item) -> str:
-    """The test's module, as a path relative to the repository (`tests/...py`)."""
-    return item.nodeid.split("::", 1)[0]
+@functools.cache
+def group_of(module: str) -> str:
+    """A module's scheduling group (`module`: its path from the repository, `tests/...py`):
+    a shared one when it needs what the group shares, else the module itself. Told from the
+    module's path and text alone, so the controller, which sees test ids only, and every
+    worker agree."""
+    if module.startswith("tests/pipeline/"):
+        return PIPELINE
+    path = REPO / module
+    if path.is_file() and _CLUSTER_FIXTURE.search(path.read_text()):
+        return CLUSTER
+    return module
 
 
-def group_modules(items: list[pytest.Item]) -> dict[str, str]:
-    """Each module's scheduling group: a shared one (`pipeline`, `cluster`, `pod-network`)
-    when the module needs what the group shares, else the module itself."""
-    groups: dict[str, str] = {}
-    for item in items:
-        module = module_of(item)
-        if module.startswith("tests/pipeline/"):
-            groups[module] = PIPELINE
-        elif module in _POD_NETWORK_MODULES:
-            groups[module] = POD_NETWORK
-        elif _CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            groups[module] = CLUSTER  # the whole module, also its tests before this one
-        else:
-            groups.setdefault(module, module)
-    return groups
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def schedule(items: list[pytest.Item]) -> None:
-    """Mark every test with its module's group (`xdist_group`) and move the heaviest groups
-    to the front, keeping the order within each; run in every worker alike, so each collects
-    the same list."""
-    groups = group_modules(items)
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[module_of(item)]))
+    """Move the heaviest groups to the front, keeping the order within each; run in every
+    worker alike, so each collects the same list."""
     rank = {name: at for at, name in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(groups[module_of(item)], len(FIRST)))
+    items.sort(key=lambda item: rank.get(group_of(_module(item.nodeid)), len(FIRST)))
+
+
+def make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scheduling by scope, with a module's group as its scope: a worker is handed
+    a whole group at a time, in the order the workers collected."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(_module(nodeid))
+
+    return GroupScheduling(config, log)

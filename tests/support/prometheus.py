@@ -5,7 +5,6 @@ queried through its HTTP API."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -17,14 +16,7 @@ from pathlib import Path
 import yaml
 
 from proxy.devtools.embedded_kafka import free_port
-
-MISSING = ("Debian's `prometheus` package is not installed (scripts/setup.sh installs it when "
-           "run as root: apt-get install prometheus)")
-
-
-def binary(name: str) -> str | None:
-    return shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists()
-                                  else None)
+from tests.support.required_parts import PROMETHEUS, binary, require
 
 
 class Prometheus:
@@ -68,8 +60,8 @@ class Prometheus:
 def running_prometheus(targets: list[str], folder: Path, interval_s: int = 1
                        ) -> Iterator[Prometheus]:
     """Prometheus scraping `targets` (HOST:PORT, path /metrics) every `interval_s`."""
+    require(PROMETHEUS)
     exe = binary("prometheus")
-    assert exe is not None, MISSING
     port = free_port("127.0.0.1")
     config = folder / "prometheus.yml"
     config.write_text(yaml.safe_dump({

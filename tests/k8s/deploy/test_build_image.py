@@ -7,19 +7,16 @@ And when the build fails, the image tests say why: a skip locally, a failure in 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.support.herald_process import REPO
+from tests.support.required_parts import APT, needs
 
 SCRIPT = REPO / "deploy" / "build-image.sh"
 
-needs_apt = pytest.mark.skipif(shutil.which("apt-config") is None,
-                                reason="apt-config is not installed (not a Debian machine)")
+needs_apt = needs(APT)
 
 
 def _archive(tmp_path: Path, sources_list: str, parts: dict[str, str],

@@ -336,3 +336,37 @@ def test_a_reload_keeps_the_memory_unless_the_settings_change() -> None:
     changed = build_chains({"produce": [{"type": "trace_context", "link": {"ttl_s": 5}}]}, info)
     _, out = _produce(changed, POD_A, [[("traceparent", _tp(t))]])
     assert _values(out[0]) == []
+
+
+def test_the_shipped_memory_holds_a_hundred_thousand_traces_for_an_hour() -> None:
+    """proxy.yaml's link memory, as Herald builds it: an entry is believed for 3600 s and
+    not after, and the 100,001st trace evicts the least recently fetched one; the documented
+    defaults are these."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[3]
+    shipped = yaml.safe_load((repo / "proxy.yaml").read_text())["interceptors"]
+    (member,) = [m for m in build_chains(shipped).fetch.members
+                 if m.name == "trace_context.fetched"]
+    memory = member.interceptor.memory
+    now = [0.0]
+    memory.clock = lambda: now[0]
+    scope = memory.scope(POD_A)
+    memory.remember(scope, b"a" * 32, ("in", 0, 1))
+    memory.remember(scope, b"b" * 32, ("in", 0, 2))
+    now[0] = 3599.0
+    assert memory.parents(scope, b"a" * 32) == ((("in", 0, 1),), None)
+    now[0] = 3600.5
+    assert memory.parents(scope, b"b" * 32)[0] == "expired"
+    for i in range(100_001):
+        memory.remember(scope, b"%032x" % i, ("in", 0, i))
+    assert len(memory) == 100_000
+    assert memory.parents(scope, b"%032x" % 0)[0] == "evicted"
+    assert memory.parents(scope, b"%032x" % 1) == ((("in", 0, 1),), None)
+    docs = (repo / "docs" / "interceptors.md").read_text()
+    for key, value in (("capacity", "100000"), ("ttl_s", "3600")):
+        row = re.search(rf"^\| `link\.{key}` \|.*\| `([^`]+)` \|$", docs, re.M)
+        assert row is not None and row.group(1) == value, key

@@ -32,6 +32,7 @@ from tests.support.pod_sim import (
     PodNetwork,
     readable_folder,
 )
+from tests.support.required_parts import NAMESPACES, absent, require
 
 APP = Path(__file__).with_name("pod_app.py")
 REPO = APP.parents[4]
@@ -39,12 +40,13 @@ REPO = APP.parents[4]
 
 @pytest.fixture(scope="module")
 def network() -> Iterator[PodNetwork]:
+    require(NAMESPACES)
     net = PodNetwork()
     try:
         net.create()
     except NamespacesUnavailable as exc:
         net.delete()
-        pytest.skip(f"no network namespace for the simulated pod: {exc}")
+        absent(f"no network namespace for the simulated pod: {exc}")
     try:
         yield net
     finally:

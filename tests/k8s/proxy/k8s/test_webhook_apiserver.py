@@ -27,7 +27,7 @@ from proxy.k8s import sidecar
 from tests.support.apiserver import ApiServer, start_apiserver
 from tests.support.certs import CertificateAuthority
 from tests.support.k8s_tools import documents, find, helm_template
-from tests.support.webhook_process import Webhook, events, issue, start_webhook
+from tests.support.webhook_process import Webhook, events, issue, restart, start_webhook
 
 RELEASE_NAMESPACE = "herald-system"
 BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
@@ -234,13 +234,19 @@ def test_a_pod_with_a_bad_annotation_is_created_without_the_sidecar_and_a_warnin
 
 
 def test_with_the_webhook_gone_pods_are_created_without_it(cluster: Cluster) -> None:
-    """failurePolicy: Ignore (the chart's default): a webhook outage never blocks a pod.
-    Last in this module: it stops the webhook."""
+    """failurePolicy: Ignore (the chart's default): a webhook outage never blocks a pod,
+    and once the webhook is back the next pod gets the sidecar again (the webhook is
+    restarted whatever happens, so no other test depends on running before this one)."""
     cluster.webhook.proc.kill()
     cluster.webhook.proc.wait()
-    stored = _create(cluster.api, "shop", _pod(name="during-outage"))
-    assert _herald(stored) is None
-    assert _env(stored["spec"]["containers"][0])[BOOTSTRAP] == "kafka.data:9092"
+    try:
+        stored = _create(cluster.api, "shop", _pod(name="during-outage"))
+        assert _herald(stored) is None
+        assert _env(stored["spec"]["containers"][0])[BOOTSTRAP] == "kafka.data:9092"
+    finally:
+        restart(cluster.webhook)
+    after = _create(cluster.api, "shop", _pod(name="after-outage"))
+    assert _herald(after) is not None
 
 
 def test_the_webhook_logged_no_error(cluster: Cluster) -> None:

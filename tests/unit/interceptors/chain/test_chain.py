@@ -314,7 +314,7 @@ def test_traces_noted_by_members_reach_the_outcome_unless_the_batch_is_abandoned
 
 
 def test_real_record_batches_stay_byte_identical():
-    records = pytest.importorskip("protocol.records")
+    from protocol import records
     raw = records.build_batch(
         [records.Record(b"k", b"v" * 100, [("a", b"1"), ("dup", b"x"), ("dup", None)])
          for _ in range(5)],
