@@ -1,49 +1,51 @@
 #!/usr/bin/env bash
-# Set up, then run the lint, build the container image, and run the whole test suite (unit,
-# property, differential, integration against real brokers, the image itself), then the native
-# engine's tests under ASan and UBSan and its fuzz targets for a short while
-# (scripts/sanitize.sh, docs/native-safety.md). A real Kubernetes API server for the webhook's
-# tests is built beside the suite (scripts/build-apiserver.sh). Extra arguments go to pytest,
-# and then only pytest runs (HERALD_IMAGE_BUILD=1 builds the image first all the same,
-# HERALD_APISERVER_BUILD=1 the API server); HERALD_SANITIZE=0 leaves the sanitizer part out,
-# HERALD_IMAGE_BUILD=0 the image build, HERALD_APISERVER_BUILD=0 the API server;
-# HERALD_TEST_WORKERS sets the number of parallel workers (below).
+# Set up, then run the lint and the whole test suite (unit, property, differential,
+# integration against real brokers, the container image itself), then the native engine's
+# tests under ASan and UBSan and its fuzz targets for a short while (scripts/sanitize.sh,
+# docs/native-safety.md). Two builds run beside setup and the suite, and the tests that need
+# them wait for them (tests/support/background_builds.py): a real Kubernetes API server for
+# the webhook's tests (scripts/build-apiserver.sh, from before setup) and the container image
+# (deploy/build-image.sh, once setup is done). Extra arguments go to pytest, and then only
+# pytest runs (HERALD_IMAGE_BUILD=1 builds the image all the same, HERALD_APISERVER_BUILD=1
+# the API server); HERALD_SANITIZE=0 leaves the sanitizer part out, HERALD_IMAGE_BUILD=0 the
+# image build, HERALD_APISERVER_BUILD=0 the API server; HERALD_TEST_WORKERS sets the number
+# of parallel workers (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cache=${HERALD_CACHE_DIR:-$PWD/.cache}
+jobs=()
+# A real API server for the webhook's tests (cached). A cold build takes about 10 minutes of
+# one core at the lowest CPU priority: begun before setup, which mostly waits on downloads,
+# it is mostly done before the suite needs the cores.
+build_apiserver=0
+[ $# -eq 0 ] && build_apiserver=1
+if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
+  mkdir -p "$cache/go"
+  echo "test: building kube-apiserver and etcd beside setup and the suite if missing (scripts/build-apiserver.sh > $cache/go/apiserver-build.log)"
+  bash scripts/build-apiserver.sh >"$cache/go/apiserver-build.log" 2>&1 &
+  jobs+=("$!:$cache/go/apiserver.status:API server:$cache/go/apiserver-build.log")
+fi
 bash scripts/setup.sh
 .venv/bin/ruff check .
-# The image (deploy/build-image.sh; reused while its inputs are unchanged). A failed build does
-# not stop the suite: its outcome is recorded for tests/k8s/deploy/test_image.py, which reports
-# the build's error (and fails under HERALD_TEST_STRICT=1).
+# The image (deploy/build-image.sh; reused while its inputs are unchanged), beside the suite.
+# A failed build does not stop the suite: its outcome is recorded for
+# tests/k8s/deploy/test_image.py, which reports the build's error (and fails under
+# HERALD_TEST_STRICT=1).
 build_image=0
 [ $# -eq 0 ] && build_image=1
 if [ "${HERALD_IMAGE_BUILD:-$build_image}" = 1 ]; then
-  record=${HERALD_CACHE_DIR:-$PWD/.cache}/image
+  record=$cache/image
   mkdir -p "$record"
-  rm -f "$record/build.status"
-  echo "test: building the image if its inputs changed (deploy/build-image.sh > $record/build.log)"
-  start=$SECONDS
-  if bash deploy/build-image.sh >"$record/build.log" 2>&1; then
-    status=built
-  else
-    status="failed $?"
-  fi
-  echo "$status" >"$record/build.status"
-  echo "test: image $status in $((SECONDS - start)) s: $(grep '^build-image: ' "$record/build.log" | tail -n 1)"
-fi
-# A real API server for the webhook's tests (scripts/build-apiserver.sh; cached). A cold build
-# takes about 10 minutes of one core, so it runs beside the suite at the lowest CPU priority;
-# tests/k8s/proxy/k8s/test_webhook_apiserver.py waits for it (and reports a failed build).
-build_apiserver=0
-[ $# -eq 0 ] && build_apiserver=1
-apiserver_job=
-if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
-  gocache=${HERALD_CACHE_DIR:-$PWD/.cache}/go
-  mkdir -p "$gocache"
-  echo "test: building kube-apiserver and etcd beside the suite if missing (scripts/build-apiserver.sh > $gocache/apiserver-build.log)"
-  bash scripts/build-apiserver.sh >"$gocache/apiserver-build.log" 2>&1 &
-  apiserver_job=$!
-  echo "building $apiserver_job" >"$gocache/apiserver.status"
+  echo "test: building the image beside the suite if its inputs changed (deploy/build-image.sh > $record/build.log)"
+  echo "building $$" >"$record/build.status"  # until the build's own process says so
+  (
+    echo "building $BASHPID" >"$record/build.status"
+    start=$SECONDS
+    if bash deploy/build-image.sh >"$record/build.log" 2>&1; then status=built; else status="failed $?"; fi
+    echo "$status" >"$record/build.status.tmp" && mv "$record/build.status.tmp" "$record/build.status"
+    echo "test: image $status in $((SECONDS - start)) s: $(grep '^build-image: ' "$record/build.log" | tail -n 1)"
+  ) &
+  jobs+=("$!:$record/build.status:image:$record/build.log")
 fi
 # The whole suite runs on HERALD_TEST_WORKERS pytest-xdist workers (default 3: most of a test
 # waits on brokers and clients, so three keep two cores busy), whole modules each
@@ -56,10 +58,11 @@ status=0
 start=$SECONDS
 .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" || status=$?
 echo "test: pytest took $((SECONDS - start)) s on ${workers} worker(s) (0: in one process)"
-if [ -n "$apiserver_job" ]; then
-  wait "$apiserver_job" || true
-  echo "test: API server $(cat "$gocache/apiserver.status"): $(tail -n 1 "$gocache/apiserver-build.log")"
-fi
+for job in "${jobs[@]}"; do
+  IFS=: read -r pid record what log <<<"$job"
+  wait "$pid" || true
+  echo "test: $what $(cat "$record"): $(tail -n 1 "$log")"
+done
 [ "$status" = 0 ] || exit "$status"
 if [ $# -eq 0 ] && [ "${HERALD_SANITIZE:-1}" != 0 ]; then
   bash scripts/sanitize.sh

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import JVM_OPTS_ENV, KafkaCluster
 from tests.support import native_parts, parallel, required_parts
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.kafka_version import kafka_version
@@ -27,6 +27,9 @@ if os.environ.get("HERALD_SANITIZER_RUNTIME"):
 
 # A parallel worker picks its ports from a slice of its own (tests/support/parallel.py).
 parallel.claim_port_share()
+# The suite's brokers and Java tools carry a few records each: the client compiler alone and
+# one GC thread cost them a third less CPU to start and idle, which the other workers use.
+os.environ.setdefault(JVM_OPTS_ENV, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import os
 import random
+import shlex
 import shutil
 import socket
 import subprocess
@@ -61,6 +62,17 @@ def unassigned_ports(step: int = 1) -> list[int]:
                                *range(high + 1, 65536 - step, step))
              if _in_share(base, step)]
     return random.sample(ports, len(ports))
+
+
+JVM_OPTS_ENV = "HERALD_KAFKA_JVM_OPTS"
+
+
+def jvm_opts() -> list[str]:
+    """Extra flags for every JVM the harness starts (brokers, their storage tool, and the
+    test suite's Java tools): `HERALD_KAFKA_JVM_OPTS`, split as a shell would. The test suite
+    sets it so that brokers carrying a few records spend less CPU on JIT and GC threads than
+    on the records; unset, the JVMs run with their defaults (the benchmarks, `herald dev`)."""
+    return shlex.split(os.environ.get(JVM_OPTS_ENV, ""))
 
 
 PORT_SHARE_ENV = "HERALD_PORT_SHARE"
@@ -210,7 +222,8 @@ class KafkaCluster:
             conf = node.folder / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = subprocess.run(
-                ["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                ["java", *jvm_opts(), "-cp", cp, "kafka.tools.StorageTool", "format", "-t",
+                 cluster_id,
                  "-c", str(conf), "--ignore-formatted",
                  *(arg for c in self.scram_credentials for arg in ("--add-scram", c))],
                 capture_output=True, text=True,
@@ -285,7 +298,8 @@ class KafkaCluster:
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child process
         try:
             node.process = subprocess.Popen(
-                ["java", f"-Xmx{self.heap}", "-Xms256m", *flags, "-cp", cp, "kafka.Kafka",
+                ["java", f"-Xmx{self.heap}", "-Xms256m", *jvm_opts(), *flags, "-cp", cp,
+                 "kafka.Kafka",
                  str(node.folder / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=_die_with_parent,

@@ -614,6 +614,20 @@ static PyObject *engine_tls_bytes(engine_obj *self, void *closure) {
                          (unsigned long long)n[2], (unsigned long long)n[3]);
 }
 
+static PyObject *engine_walks(engine_obj *self, void *closure) {
+    ne_engine *e = engine_of(self);
+    if (e == NULL) {
+        return NULL;
+    }
+    uint64_t n[NE_WALK_KINDS];
+    Py_BEGIN_ALLOW_THREADS
+    ne_walks(e, n);
+    Py_END_ALLOW_THREADS
+    return Py_BuildValue("(KKK)", (unsigned long long)n[NE_WALK_TURNS],
+                         (unsigned long long)n[NE_WALK_DEADLINES],
+                         (unsigned long long)n[NE_WALK_TLS]);
+}
+
 static PyMethodDef engine_methods[] = {
     {"register", (PyCFunction)(void (*)(void))engine_register, METH_VARARGS | METH_KEYWORDS,
      "Hand a session's descriptors to the engine."},
@@ -638,6 +652,10 @@ static PyGetSetDef engine_getset[] = {
      "those through TLS sides (since the engine began).", NULL},
     {"grown", (getter)engine_grown, NULL,
      "Bytes session buffers have grown by past their base size, now (at most grow_limit).",
+     NULL},
+    {"walks", (getter)engine_walks, NULL,
+     "(turns, walks over every session for deadlines, walks for TLS bytes) since the engine "
+     "began: a turn walks the sessions only when a deadline or a TLS side asks for it.",
      NULL},
     {"spliced", (getter)engine_spliced, NULL,
      "Bytes moved socket to socket through a pipe, never copied (since the engine began).",

@@ -198,6 +198,9 @@ struct ne_engine {
      * cost a turn nothing, however many there are. */
     double scan_at;
     int again_any;
+    /* Turns taken, and of them those that walked every session for deadlines and for TLS
+     * bytes: what `scan_at` and `again_any` save, observable (ne_walks). */
+    uint64_t walks[NE_WALK_KINDS];
     /* What session buffers may grow by in all past their base size, for a large frame to
      * stamp or scan (Python books it in the memory budget once), and what they have grown by:
      * idle sessions book nothing beyond their base buffers. */
@@ -1465,7 +1468,9 @@ void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms) {
     /* TLS sides holding bytes that no readiness announces (a turn's rounds ran out, or room
      * was made after they were read from the socket). */
     int again = 0;
+    e->walks[NE_WALK_TURNS]++;
     if (e->again_any) {
+        e->walks[NE_WALK_TLS]++;
         e->again_any = 0;
         for (session_t *s = e->active; s != NULL && !e->quit; s = s->next) {
             if (s->again && (s->state == ACTIVE || s->state == STOPPING)) {
@@ -1477,6 +1482,7 @@ void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms) {
     }
     double now = now_s(e);
     if (now >= e->scan_at) {
+        e->walks[NE_WALK_DEADLINES]++;
         check_deadlines(e, now, next_timeout_ms);
     } else {
         *next_timeout_ms = timeout_until(e->scan_at, now);
@@ -1905,6 +1911,12 @@ uint64_t ne_spliced(ne_engine *e) {
     uint64_t n = e->spliced;
     pthread_mutex_unlock(&e->mu);
     return n;
+}
+
+void ne_walks(ne_engine *e, uint64_t out[NE_WALK_KINDS]) {
+    pthread_mutex_lock(&e->mu);
+    memcpy(out, e->walks, sizeof e->walks);
+    pthread_mutex_unlock(&e->mu);
 }
 
 void ne_tls_bytes(ne_engine *e, uint64_t out[4]) {

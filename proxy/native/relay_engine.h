@@ -163,6 +163,10 @@ int ne_collect_stamped(ne_engine *e, ne_stamp_counts **rows, size_t *n);
 size_t ne_grown(ne_engine *e);
 /* Bytes moved socket to pipe to socket since the engine began. */
 uint64_t ne_spliced(ne_engine *e);
+/* Turns the engine took, and of them those that walked every session: for deadlines (one
+ * was due) and for TLS bytes no readiness announces (a side held some), since it began. */
+enum { NE_WALK_TURNS, NE_WALK_DEADLINES, NE_WALK_TLS, NE_WALK_KINDS };
+void ne_walks(ne_engine *e, uint64_t out[NE_WALK_KINDS]);
 /* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),
  * those decrypted or encrypted by the engine on TLS sides, since it began: never reset. */
 void ne_tls_bytes(ne_engine *e, uint64_t out[4]);

@@ -62,6 +62,8 @@ class CollectorKeeper:
             "collector keeper's own passes (settle, thaw)",
             ["generation"], buckets=PAUSE_BUCKETS, registry=r)
         self._by_generation = [self._pauses.labels(str(g)) for g in range(3)]
+        for own in ("settle", "thaw"):  # every series from the start: none appears later
+            self._pauses.labels(own)
         self._settles = Counter("herald_gc_settles", "Passes that froze what survived",
                                 registry=r)
         self._thaws = Counter("herald_gc_thaws", "Thaws of everything frozen", registry=r)

@@ -6,7 +6,6 @@ metrics the stream's exporter serves."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -17,31 +16,21 @@ from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.stream.aggregates import Aggregates
 from pipeline.stream_metrics import StreamCollector
 from tests.support.pipeline.aggregates import sample_aggregates
+from tests.support.pipeline.monitoring import RULES, RULES_TEST, board, expanded, queries, rules
 from tests.support.required_parts import PROMTOOL, binary, needs
 
-REPO = Path(__file__).resolve().parents[2]
-BOARD = REPO / "deploy/grafana/herald-kafka-flows.json"
-RULES = REPO / "deploy/prometheus/herald-stream-rules.yaml"
-RULES_TEST = REPO / "deploy/prometheus/herald-stream-rules.test.yaml"
 METRIC = re.compile(r"\b(?:herald_stream|traces_service_graph)_[a-z_]+")
-# Grafana's macros and variables, replaced by values PromQL accepts.
-MACROS = {"$__rate_interval": "1m", "$__range": "1h", "$__interval": "1m", "$job": ".*"}
 SUFFIXES = {"counter": ["_total"], "gauge": [""], "histogram": ["_bucket", "_count", "_sum"]}
 
 promtool = needs(PROMTOOL)
 
 
-def _board() -> dict:
-    return json.loads(BOARD.read_text())
-
-
-def _queries(board: dict) -> list[str]:
-    return [t["expr"] for p in board["panels"] for t in p.get("targets", []) if "expr" in t]
+def _queries() -> list[str]:
+    return [expr for _, expr in queries(board())]
 
 
 def _rule_exprs() -> list[str]:
-    doc = yaml.safe_load(RULES.read_text())
-    return [r["expr"] for g in doc["groups"] for r in g["rules"]]
+    return [r["expr"] for r in rules()]
 
 
 def _exported() -> set[str]:
@@ -71,29 +60,27 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass() -> None:
 @promtool
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:
     """Each query, macros replaced, as a recording rule that `promtool check rules` parses."""
-    rules = []
-    for i, expr in enumerate(_queries(_board())):
-        for macro, value in MACROS.items():
-            expr = expr.replace(macro, value)
-        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    recorded = []
+    for i, expr in enumerate(_queries()):
+        recorded.append({"record": f"dashboard:query_{i}", "expr": expanded(expr)})
     path = tmp_path / "dashboard-queries.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": recorded}]}))
     checked = subprocess.run([binary("promtool"), "check", "rules", str(path)],
                              capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout
+    assert f"SUCCESS: {len(recorded)} rules found" in checked.stdout
 
 
 def test_the_dashboard_is_well_formed() -> None:
-    board = _board()
-    assert board["uid"] and board["title"] and board["schemaVersion"] >= 36
-    variables = {v["name"]: v for v in board["templating"]["list"]}
+    dashboard = board()
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["query"] == "prometheus"
     assert variables["tempo"]["query"] == "tempo"
-    ids = [p["id"] for p in board["panels"]]
+    ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     taken: set[tuple[int, int]] = set()
-    for p in board["panels"]:
+    for p in dashboard["panels"]:
         g = p["gridPos"]
         assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, p["title"]
         cells = {(x, y) for x in range(g["x"], g["x"] + g["w"])
@@ -110,16 +97,16 @@ def test_the_dashboard_is_well_formed() -> None:
         for t in p["targets"]:
             assert t["datasource"] == p["datasource"]
             assert "expr" in t or t.get("queryType") == "serviceMap", p["title"]
-    types = {p["type"] for p in board["panels"]}
+    types = {p["type"] for p in dashboard["panels"]}
     assert {"nodeGraph", "timeseries", "stat", "table", "row"} <= types
-    titles = " ".join(p["title"].lower() for p in board["panels"])
+    titles = " ".join(p["title"].lower() for p in dashboard["panels"])
     for topic in ("wait p99", "lag", "broken", "incomplete", "trace context", "micro-batch"):
         assert topic in titles, topic
 
 
 def test_dashboard_and_rules_use_only_metrics_the_stream_serves() -> None:
     exported = _exported()
-    used = {m for e in _queries(_board()) + _rule_exprs() for m in METRIC.findall(e)}
+    used = {m for e in _queries() + _rule_exprs() for m in METRIC.findall(e)}
     assert len(used) > 20
     assert used <= exported, used - exported
     # The node graph reads the service-graph series Grafana's Tempo data source queries.

@@ -4,11 +4,13 @@ broker, Prometheus scrapes its metrics port every second, and PromQL answers wha
 stream's own tables say for the same traffic: edge and pathway counts, the exact sum of the
 waits, latency quantiles (`histogram_quantile`, within the bucket that holds the stream's
 sketch quantile), consumer lag in seconds, broken branches, untraced records and the stream's
-health."""
+health. On the same scrape every query of the shipped dashboard returns data, and of the
+shipped alerts exactly those the traffic calls for would fire."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import replace
@@ -18,6 +20,7 @@ import pytest
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
+from tests.support.pipeline.monitoring import board, expanded, queries, rules
 from tests.support.pipeline.scenario import topic_names
 from tests.support.pipeline.stream_runs import KINDS, T0, lost_parents_of, observe, stream_config
 from tests.support.pipeline.synthetic import Hop, Traffic
@@ -141,6 +144,8 @@ def test_prometheus_scraping_the_stream_sees_what_its_tables_say(
 
             _wait_for("Prometheus scrapes the last batch", scraped_last_batch)
             _assert_matches(scraped[0], summary, spark, out, topics)
+            _assert_every_panel_has_data(scraped[0])
+            _assert_the_alerts_that_should_fire(scraped[0])
         finally:
             query.stop()
 
@@ -233,3 +238,23 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
     assert prom.value("herald_stream_watermark_timestamp_seconds") == \
         summary["watermark_ms"] / 1000
     assert prom.value("time() - herald_stream_last_progress_timestamp_seconds") < 60
+
+
+def _assert_every_panel_has_data(prom: Prometheus) -> None:
+    """Each Prometheus query of the shipped dashboard (macros replaced) answers at least one
+    series with a number: no panel would show "No data" for this traffic."""
+    empty = []
+    for title, expr in queries(board()):
+        values = [r["value"] for r in prom.query(expanded(expr))]
+        if not any(math.isfinite(v) for v in values):
+            empty.append((title, expr, values))
+    assert not empty, empty
+
+
+def _assert_the_alerts_that_should_fire(prom: Prometheus) -> None:
+    """Of the shipped alerts, the expression of the broken-branches one holds (the traffic
+    breaks more than 5% of its branches) and no other: the lag stays under five minutes, every
+    group fetched within the watermark's last 15 minutes, the stream progresses, reports and
+    evicts nothing."""
+    firing = {r["alert"] for r in rules() if "alert" in r and prom.query(r["expr"])}
+    assert firing == {"HeraldKafkaBrokenBranchesRising"}, firing

@@ -10,7 +10,6 @@ service account.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import subprocess
 import time
@@ -24,12 +23,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from interceptors.cache import cache_root
+from tests.support.background_builds import wait_for_build
 from tests.support.certs import CertificateAuthority
 from tests.support.herald_process import free_port_block
 from tests.support.k8s_tools import tool_versions
 from tests.support.required_parts import absent
 
-BUILD_WAIT_S = 40 * 60  # scripts/test.sh builds it beside the suite, at the lowest priority
+BUILD_WAIT_S = 40 * 60  # scripts/test.sh builds it beside setup and the suite
 
 
 def binaries() -> tuple[Path, Path]:
@@ -40,9 +40,7 @@ def binaries() -> tuple[Path, Path]:
     apiserver = folder / "bin" / f"kube-apiserver-{versions['KUBE_APISERVER_VERSION']}"
     etcd = folder / "bin" / f"etcd-{versions['ETCD_VERSION']}"
     status = folder / "apiserver.status"
-    deadline = time.monotonic() + BUILD_WAIT_S
-    while _building(status) and time.monotonic() < deadline:
-        time.sleep(5)
+    wait_for_build(status, BUILD_WAIT_S)
     if apiserver.is_file() and etcd.is_file():
         return apiserver, etcd
     log = folder / "apiserver-build.log"
@@ -54,16 +52,6 @@ def binaries() -> tuple[Path, Path]:
             status.read_text().split())
         why = f"{what}: {log.read_text()[-2000:] if log.exists() else 'no log'}"
     absent(f"the API server for the webhook's tests is {why}")
-
-
-def _building(status: Path) -> bool:
-    """Whether a build is running now: its status file names a live process."""
-    try:
-        word, pid = status.read_text().split()
-        os.kill(int(pid), 0)
-    except (OSError, ValueError):
-        return False
-    return word == "building"
 
 
 @dataclass

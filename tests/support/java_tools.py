@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from proxy.devtools.embedded_kafka import write_log_config
+from proxy.devtools.embedded_kafka import jvm_opts, write_log_config
 from proxy.devtools.kafka_dist import cache_root, classpath
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
@@ -57,4 +57,4 @@ def tool_command(main_class: str, *args: str, version: str | None = None) -> lis
     """The command line that runs one Kafka tool (for a test that streams its input)."""
     cp = classpath(version) if version else classpath()
     flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
-    return ["java", "-Xmx512m", *flags, "-cp", cp, main_class, *args]
+    return ["java", "-Xmx512m", *jvm_opts(), *flags, "-cp", cp, main_class, *args]

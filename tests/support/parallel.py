@@ -5,13 +5,16 @@ fixtures live in the worker that runs the module. So the scheduler is handed who
 never single tests, and modules that share something heavier than a module fixture go
 together:
 
-- `pipeline`: one SparkSession and one played topology serve every pipeline test;
+- `pipeline`: the modules that read the one played topology (`played`, `batch_run`,
+  `herald_traced`: Herald, four services and a batch run, set up once);
 - `cluster`: the three-broker cluster (`kafka_cluster`, `herald_cluster`), a session
   fixture, serves every module that names it.
 
 The heaviest groups are scheduled first, so that no worker starts one near the end while the
-others wait. Each worker picks ports from a slice of its own (`HERALD_PORT_SHARE`,
-proxy/devtools/embedded_kafka.py), so two workers never choose the same port at once.
+others wait, and the modules that need a build scripts/test.sh runs beside the suite (the
+image, the API server) last, so the build has had the suite's time. Each worker picks ports
+from a slice of its own (`HERALD_PORT_SHARE`, proxy/devtools/embedded_kafka.py), so two
+workers never choose the same port at once.
 """
 
 from __future__ import annotations
@@ -28,7 +31,15 @@ from proxy.devtools.embedded_kafka import PORT_SHARE_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE, CLUSTER = "pipeline", "cluster"
-FIRST = (PIPELINE, CLUSTER)  # longest first
+# Longest first, as measured on a 2-core machine (pytest --durations, three workers): the
+# played topology's modules about 22 minutes, the cluster's 5, then the slowest modules.
+FIRST = (PIPELINE, CLUSTER, "tests/pipeline/test_stream.py",
+         "tests/integration/proxy/test_compatibility.py",
+         "tests/integration/proxy/routing/test_routing.py",
+         "tests/integration/proxy/security/test_security.py", "tests/pipeline/test_graph.py",
+         "tests/pipeline/test_demo.py")
+LAST = ("tests/k8s/deploy/test_image.py", "tests/k8s/proxy/k8s/test_webhook_apiserver.py")
+_PLAYED_FIXTURE = re.compile(r"\b(?:played|batch_run|herald_traced)\b")
 _CLUSTER_FIXTURE = re.compile(r"\b(?:kafka_cluster|herald_cluster)\b")
 
 
@@ -50,10 +61,11 @@ def group_of(module: str) -> str:
     a shared one when it needs what the group shares, else the module itself. Told from the
     module's path and text alone, so the controller, which sees test ids only, and every
     worker agree."""
-    if module.startswith("tests/pipeline/"):
-        return PIPELINE
     path = REPO / module
-    if path.is_file() and _CLUSTER_FIXTURE.search(path.read_text()):
+    text = path.read_text() if path.is_file() else ""
+    if module.startswith("tests/pipeline/") and _PLAYED_FIXTURE.search(text):
+        return PIPELINE
+    if _CLUSTER_FIXTURE.search(text):
         return CLUSTER
     return module
 
@@ -63,9 +75,11 @@ def _module(nodeid: str) -> str:
 
 
 def schedule(items: list[pytest.Item]) -> None:
-    """Move the heaviest groups to the front, keeping the order within each; run in every
-    worker alike, so each collects the same list."""
+    """Move the heaviest groups to the front and the modules that wait for a build to the
+    back, keeping the order within each; run in every worker alike, so each collects the
+    same list."""
     rank = {name: at for at, name in enumerate(FIRST)}
+    rank.update({name: len(FIRST) + 1 + at for at, name in enumerate(LAST)})
     items.sort(key=lambda item: rank.get(group_of(_module(item.nodeid)), len(FIRST)))
 
 

@@ -50,7 +50,7 @@ def test_under_the_switch_a_missing_engine_fails_the_run(tmp_path: Path) -> None
     run = _pytest(tmp_path, strict=True)
     assert run.returncode != 0
     output = run.stdout + run.stderr
-    assert "HERALD_TEST_STRICT=1 and a native part is missing" in output
+    assert "HERALD_TEST_STRICT=1 and a required part is missing" in output
     assert "the native relay (proxy.native._relay) is not built" in output
     assert "the record stamper (protocol._stamp) is not built" in output
     assert "skipped" not in run.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from proxy.devtools.embedded_kafka import KafkaCluster
+from proxy.devtools.embedded_kafka import KafkaCluster, jvm_opts
 from proxy.devtools.kafka_dist import kafka_libs, streams_libs
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -35,8 +35,8 @@ def _start_app(bootstrap: str, app_id: str, source: str, sink: str, protocol: st
                ) -> tuple[subprocess.Popen[str], list[str]]:
     cp = f"{kafka_libs()}/*:{streams_libs()}/*"
     proc = subprocess.Popen(
-        ["java", "-Xmx512m", "-cp", cp, str(APP), bootstrap, app_id, source, sink, protocol,
-         "exactly_once_v2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        ["java", "-Xmx512m", *jvm_opts(), "-cp", cp, str(APP), bootstrap, app_id, source, sink,
+         protocol, "exactly_once_v2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
 
     def read() -> None:

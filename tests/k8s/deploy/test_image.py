@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient
 from interceptors.cache import cache_root
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.k8s import sidecar
+from tests.support.background_builds import wait_for_build
 from tests.support.clients import consume_all
 from tests.support.herald_process import free_port_block
 from tests.support.pod_sim import http_get, readable_folder
@@ -62,7 +63,11 @@ def _build_failure() -> str | None:
     return f"deploy/build-image.sh failed (exit {status[1]}): {why} (log: {record / 'build.log'})"
 
 
+BUILD_WAIT_S = 30 * 60  # scripts/test.sh builds it beside the suite
+
+
 def _image_missing() -> str | None:
+    wait_for_build(cache_root() / "image" / "build.status", BUILD_WAIT_S)
     tools = shutil.which("podman") and shutil.which("runc")
     if tools and subprocess.run(["podman", "image", "exists", IMAGE]).returncode == 0:
         return None

@@ -63,6 +63,7 @@ class Rig:
             s.settimeout(5)
         for s in (self.client_end, self.upstream_end):
             s.setblocking(False)
+        self.held: list[socket.socket] = []  # more sessions' ends (`hold`), closed last
         self.sid = native_relay.next_session_id()
         self.engine.register(self.sid, self.client_end.fileno(), self.upstream_end.fileno(),
                              allowed, max_frame, max_in_flight, 64 * 1024, idle, frame, prefill)
@@ -107,9 +108,20 @@ class Rig:
         sender.start()
         return sender
 
+    def hold(self, allowed: bytes) -> None:
+        """One more session on the engine, idle: its peers never send."""
+        client, client_end = socket.socketpair()
+        upstream_end, broker = socket.socketpair()
+        for s in (client_end, upstream_end):
+            s.setblocking(False)
+        self.held += [client, client_end, upstream_end, broker]
+        self.engine.register(native_relay.next_session_id(), client_end.fileno(),
+                             upstream_end.fileno(), allowed, 1 << 20, 100, 64 * 1024, 600.0,
+                             60.0, b"")
+
     def close(self) -> None:
         self.engine.close()
-        for s in (self.app, self.client_end, self.upstream_end, self.broker):
+        for s in (self.app, self.client_end, self.upstream_end, self.broker, *self.held):
             s.close()
 
 

@@ -87,14 +87,18 @@ def baseline(proc: HeraldProcess) -> LatencyProbe:
     return probe
 
 
-def assert_kept_latency(probe: LatencyProbe, quiet: LatencyProbe) -> None:
-    """Sub-50 ms for the other client; on a machine so loaded that even the quiet p99 is
-    above that, no worse than twice the quiet p99."""
+def assert_kept_latency(probe: LatencyProbe, quiet: LatencyProbe, took: float) -> None:
+    """The other client is served while the batch is: its median stays under 50 ms, and its
+    slowest round trip is well under the `took` seconds the batch took. Work on the event
+    loop would hold every other client for about that long (its slowest round trip would be
+    most of `took`); work in a thread leaves the loop free but for the interpreter's switches,
+    which a loaded machine stretches to tens of milliseconds, never to the batch's time."""
+    slowest = max(probe.latencies)
     print(f"other client: median {probe.median() * 1000:.1f} ms, p99 {probe.p99() * 1000:.1f} "
-          f"ms, max {max(probe.latencies) * 1000:.1f} ms (quiet: median "
-          f"{quiet.median() * 1000:.1f} ms, p99 {quiet.p99() * 1000:.1f} ms)")
+          f"ms, max {slowest * 1000:.1f} ms (quiet: median {quiet.median() * 1000:.1f} ms, "
+          f"p99 {quiet.p99() * 1000:.1f} ms); the batch took {took * 1000:.0f} ms")
     assert probe.median() < 0.05
-    assert probe.p99() < max(0.05, 2 * quiet.p99())
+    assert slowest < max(0.25, took / 2), (slowest, took)
 
 
 def test_a_million_tiny_records_are_refused_before_decompressing(
@@ -112,7 +116,7 @@ def test_a_million_tiny_records_are_refused_before_decompressing(
     assert "limits.max_batch_records (200000)" in partition.error_message
     assert took < 1.0
     assert herald_chain.memory("VmHWM") - peak_before < 50 * MIB
-    assert_kept_latency(probe, quiet)
+    assert_kept_latency(probe, quiet, took)
     assert "partition_refused" in herald_chain.logs()
 
 
@@ -141,4 +145,4 @@ def test_a_large_batch_within_the_limits_is_processed_off_the_event_loop(
     peak_growth = herald_chain.memory("VmHWM") - peak_before
     assert peak_growth < 400 * MIB, peak_growth
     print(f"processed in {took:.3f} s; peak RSS growth {peak_growth / MIB:.0f} MiB")
-    assert_kept_latency(probe, quiet)
+    assert_kept_latency(probe, quiet, took)

@@ -451,3 +451,28 @@ def test_a_client_that_closes_mid_splice_ends_the_session(rigs) -> None:
     rig.app.close()
     state = rig.wait_handover()
     assert state.reason == "client_closed"
+
+
+def test_held_idle_sessions_cost_a_turn_no_walk(rigs) -> None:
+    """With 200 idle sessions held beside a busy one, the engine walks every session only when
+    a deadline may be due (about once a second while a request is in flight) and never for TLS
+    bytes (there are none): hundreds of turns, a handful of walks. A turn that walked every
+    session each time would have as many walks as turns."""
+    rig = rigs(table((FETCH, 12)))
+    for _ in range(200):
+        rig.hold(table((FETCH, 12)))
+    time.sleep(0.2)  # the registrations' own walks are over
+    turns0, deadlines0, tls0 = rig.engine.walks
+    started = time.monotonic()
+    for corr in range(1, 301):
+        ask = request(FETCH, 12, corr, b"x" * 50, flexible=True)
+        rig.app.sendall(ask)
+        assert rig.recv_exactly(rig.broker, len(ask)) == ask
+        answer = response(corr, b"f" * 100)
+        rig.broker.sendall(answer)
+        assert rig.recv_exactly(rig.app, len(answer)) == answer
+    elapsed = time.monotonic() - started
+    turns, deadlines, tls = rig.engine.walks
+    assert turns - turns0 >= 300, (turns, turns0)
+    assert deadlines - deadlines0 <= elapsed + 3, (deadlines - deadlines0, elapsed)
+    assert tls == tls0 == 0
