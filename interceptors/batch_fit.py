@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.compression import CODEC_NAMES, GZIP, LZ4, ZSTD
+from protocol.compression import GZIP, LZ4, ZSTD
 from protocol.records import RecordBatch
 
 ZSTD_MIN_PRODUCE_VERSION = 7
@@ -64,7 +64,3 @@ def fit(batch: RecordBatch, encoded: bytes, limit: int, produce_version: int
             return data, codec
         best = min(best, len(data))
     return TooLarge(limit, before, len(encoded), best)
-
-
-def codec_name(codec: int) -> str:
-    return CODEC_NAMES[codec]

@@ -15,7 +15,6 @@ proportional to its own records, not to all hops so far.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,10 +113,3 @@ def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     from pipeline.stream.query import start_stream as start
 
     return start(spark, config)
-
-
-def reset_output(config: PipelineConfig) -> None:
-    """Remove the output folder (and the stream's checkpoint): a fresh start."""
-    shutil.rmtree(config.output, ignore_errors=True)
-    if config.stream.checkpoint:
-        shutil.rmtree(config.stream.checkpoint, ignore_errors=True)

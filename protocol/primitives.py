@@ -264,14 +264,6 @@ def varlong_bytes(value: int) -> bytes:
     return _unsigned_long_bytes(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
-def write_varint(out: bytearray, value: int) -> None:
-    out += varint_bytes(value)
-
-
-def write_varlong(out: bytearray, value: int) -> None:
-    out += varlong_bytes(value)
-
-
 # --------------------------------------------------------------------------- strings, bytes
 
 _unpack_int16 = INT16.unpack_from
@@ -418,12 +410,6 @@ def write_compact_nullable_bytes(out: bytearray, value: bytes | None) -> None:
     out += value
 
 
-def write_compact_bytes(out: bytearray, value: bytes) -> None:
-    if value is None:
-        raise CodecError("non-nullable compact bytes are None")
-    write_compact_nullable_bytes(out, value)
-
-
 # --------------------------------------------------------------------------- arrays
 
 
@@ -532,14 +518,6 @@ def write_compact_nullable_array(
     write_unsigned_varint(out, len(items) + 1)
     for item in items:
         write_element(out, item)
-
-
-def write_compact_array(
-    out: bytearray, items: list[T], write_element: Callable[[bytearray, T], None]
-) -> None:
-    if items is None:
-        raise CodecError("non-nullable compact array is None")
-    write_compact_nullable_array(out, items, write_element)
 
 
 # --------------------------------------------------------------------------- tagged fields

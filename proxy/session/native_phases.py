@@ -18,6 +18,7 @@ import math
 
 import trio
 
+from protocol.contracts import native_relay
 from protocol.headers import peek_request_header
 from proxy.filters.chain import SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
@@ -157,11 +158,12 @@ class NativePhases:
         """Carry on in Python from where the native relay stopped, or end as it says."""
         reason = state.reason
         kind = self._path.ended(reason, state.forwarded, _ending_api(state))
-        if kind == "deadline":  # the engine's names for them are the limits'
+        if kind == native_relay.DEADLINE:  # the engine's names for them are the limits'
             self._metrics.connection_limit_hits.labels(reason).inc()
             raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
-        if kind != "resume":
-            raise SessionClosed(state.detail, "warning" if kind == "upstream" else "info")
+        if kind != native_relay.RESUME:
+            raise SessionClosed(state.detail,
+                                "warning" if kind == native_relay.UPSTREAM else "info")
         if reason == RESPONSE_BY_ENGINE and state.in_flight:  # the oldest request's answer
             _, api_key, api_version, _ = state.in_flight[0]
             self._path.response_declined(api_key, api_version)
