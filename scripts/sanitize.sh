@@ -88,7 +88,8 @@ for mod in (stamp, relay):
 PY
 echo "sanitize: the native tests under ASan and UBSan ..."
 status=0
-LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider \
+# On two workers, whole modules each (tests/support/parallel.py), as the suite runs.
+LD_PRELOAD=$runtime "$python" -m pytest -q -p no:cacheprovider -n 2 --no-loadscope-reorder \
   tests/unit/proxy/native/test_native_hostile.py tests/unit/proxy/native/test_native_relay_engine.py \
   tests/unit/proxy/native/test_native_relay_session.py tests/unit/proxy/native/test_native_relay_config.py \
   tests/unit/proxy/native/test_fetch_plan.py tests/unit/proxy/native/test_stamp_plan.py tests/unit/proxy/native/test_relay_trace.py \

@@ -19,12 +19,6 @@ from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.kafka_version import kafka_version
 from tests.support.secure_cluster import SecureCluster, start_secure_cluster
 
-# scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
-# (HERALD_SANITIZER_RUNTIME names it): the Herald processes they start get it again
-# (tests/support/herald_process.py), the Java brokers and tools do not.
-if os.environ.get("HERALD_SANITIZER_RUNTIME"):
-    os.environ.pop("LD_PRELOAD", None)
-
 # A parallel worker picks its ports from a slice of its own (tests/support/parallel.py).
 parallel.claim_port_share()
 # The suite's brokers and Java tools carry a few records each: the client compiler alone and
@@ -82,6 +76,17 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name per test (auto-created or created by the test)."""
     base = re.sub(r"[^a-zA-Z0-9._-]", "-", request.node.name)[:40]
     return f"t-{base}-{uuid.uuid4().hex[:8]}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """scripts/sanitize.sh runs the native tests with the ASan runtime preloaded into pytest
+    (HERALD_SANITIZER_RUNTIME names it): the Herald processes they start get it again
+    (tests/support/herald_process.py), the Java brokers and tools do not. An xdist controller
+    keeps it for the workers it starts: it starts no broker or tool itself."""
+    controller = getattr(config.option, "numprocesses", None) and not os.environ.get(
+        "PYTEST_XDIST_WORKER")
+    if os.environ.get("HERALD_SANITIZER_RUNTIME") and not controller:
+        os.environ.pop("LD_PRELOAD", None)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

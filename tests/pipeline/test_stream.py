@@ -3,8 +3,7 @@ test chooses, with the fetch_log observations of its consumers: it equals the ba
 the same records and observations (exactly for counts, within the sketch's bound for
 percentiles; fetch evidence, transit and lag included), a restart from the checkpoint (and a
 micro-batch run twice, as after a crash before its commit) neither loses nor counts twice,
-late hops and evicted flows are counted apart, and many micro-batches keep the state and each
-batch's work bounded by the records it brought."""
+and late hops and evicted flows are counted apart (many micro-batches: test_stream_state.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +14,6 @@ from pathlib import Path
 
 from PIL import Image
 
-from pipeline.config import PipelineConfig
-from pipeline.jobs import start_stream
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.pipeline.scenario import topic_names
 from tests.support.pipeline.screenshot import screenshot
@@ -28,6 +25,8 @@ from tests.support.pipeline.stream_runs import (
     batch_without,
     lost_parents_of,
     observe,
+    progress_lines,
+    run_stream,
     stream_config,
     table_rows,
 )
@@ -35,20 +34,6 @@ from tests.support.pipeline.synthetic import Hop, Traffic
 
 # (exact, sketched) columns of the tables measured from fetch_log observations
 LOSSY_BAND = (0xFD, 0xF2, 0xE9)  # the report's background of the line on lost parents
-
-
-def _run(spark, config: PipelineConfig) -> None:
-    query = start_stream(spark, config)
-    query.awaitTermination(600)
-    assert not query.isActive and query.exception() is None, query.exception()
-
-
-def _lines(output: str, name: str) -> list[dict]:
-    return [json.loads(line) for line in (Path(output) / name).read_text().splitlines()]
-
-
-def _progress(output: str) -> list[dict]:
-    return _lines(output, "progress.jsonl")
 
 
 def _fraud_by_host(traffic: Traffic, start_ms: int) -> dict[str, int]:
@@ -93,7 +78,7 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     traffic.fetch(first[2][-1], "svc-audit-2", None, 7)  # a second reader without a group
     lost = lost_parents_of(traffic, T0 + 36_000)
     written = set(traffic.write(kafka.bootstrap))
-    _run(spark, config)
+    run_stream(spark, config)
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     # The last flows are younger than the gap: still held, not counted yet.
     assert 0 < summary["flows"]["total"] < len(first)
@@ -131,10 +116,10 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
         chain.append(traffic.add(Hop(topics["payments"], end + 3010 + n, trace, [chain[-1]])))
     observe(traffic, chain, 0)
     written |= set(traffic.write(kafka.bootstrap, create=False))
-    _run(spark, config)
+    run_stream(spark, config)
     tick = traffic.add(Hop(topics["orders"], end + 120_000, None, client="clock"))
     written |= set(traffic.write(kafka.bootstrap, create=False))
-    _run(spark, config)
+    run_stream(spark, config)
     skip = {traffic.keys[late], traffic.keys[behind]}
 
     out = Path(config.output)
@@ -149,10 +134,10 @@ def test_stream_equals_batch_resumes_from_its_checkpoint_and_counts_late_hops(
     assert summary["stream"]["late_hops"] == 1
     assert (summary["stream"]["evicted_flows"], summary["stream"]["evicted_hops"]) == (1, 6)
     dropped = sum((p["state"] or {}).get("numRowsDroppedByWatermark", 0)
-                  for p in _progress(config.output))
+                  for p in progress_lines(config.output))
     assert dropped == 2  # the hop behind the watermark and its partition clock's twin
     assert summary["stream"]["no_record_time"] == 0
-    assert [p["batch_id"] for p in _progress(config.output)].count(replayed) == 2
+    assert [p["batch_id"] for p in progress_lines(config.output)].count(replayed) == 2
     assert traffic.keys[tick] in set(keys)
 
     batch = batch_without(spark, config, skip, tmp_path / "batch")
@@ -246,49 +231,3 @@ def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, lis
     tinted = sum(1 for p in top.get_flattened_data()
                  if all(abs(a - b) <= 3 for a, b in zip(p, LOSSY_BAND, strict=True)))
     assert tinted > 1000 * 30, tinted
-
-
-def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
-    spark, kafka: KafkaCluster, tmp_path: Path
-) -> None:
-    """Flows arrive at a steady rate over many micro-batches: the state stays flat instead of
-    growing with the batches (its rows are the hold's buckets, fewer than the flows it holds
-    at once and than the traces a batch brings), and every flow is counted once at the end."""
-    topics = topic_names()
-    # Fewer buckets than the flows held at once (about 20) and than a batch's traces (36
-    # records, 12 flows): state kept per trace would show in the rows Spark counts.
-    buckets = 8
-    config = stream_config(topics, kafka.bootstrap, tmp_path, watermark_s=0.0, flow_gap_s=1.0,
-                           late_retention_s=1.0, max_offsets_per_trigger=36,
-                           state_buckets=buckets)
-    traffic = Traffic(topics)
-    flows = 240
-    for i in range(flows):
-        traffic.flow(T0 + i * 100, wait_ms=10)
-    traffic.add(Hop(topics["orders"], T0 + flows * 100 + 60_000, None, client="clock"))
-    traffic.write(kafka.bootstrap)
-    _run(spark, config)
-
-    progress = [p for p in _progress(config.output) if p["input_rows"]]
-    assert len(progress) >= 20
-    # Spark's state rows are the hold's buckets, however many flows: the state never holds
-    # more rows than buckets, nor does a batch touch more, while every batch with records
-    # touches some.
-    for p in progress:
-        touched = p["state"]["numRowsUpdated"] + p["state"]["numRowsRemoved"]
-        assert 0 < touched <= buckets and p["state"]["numRowsTotal"] <= buckets, p
-    # What the buckets hold: flows waiting and tombstones cover about 2 s of event time (gap
-    # plus retention), 20 flows at 100 ms apart, whatever the number of batches so far.
-    held = [b for b in _lines(config.output, "batches.jsonl") if sum(b["emitted"].values())]
-    steady = [b["held_flows"] + b["tombstones"] for b in held[:-1]]  # the last: the clock
-    assert len(steady) >= 20
-    half = len(steady) // 2
-    assert max(steady[half:]) <= max(steady[:half]) + 5, steady
-    assert 0 < max(steady) <= 40, steady
-    # ... and they held more flows at once than there are rows: rows are not flows.
-    assert max(b["held_flows"] for b in held) > buckets, steady
-    assert held[-1]["held_flows"] == 0
-    summary = json.loads((Path(config.output) / "summary.json").read_text())
-    assert summary["flows"]["total"] == flows and summary["flows"]["broken"] == 0
-    assert summary["stream"]["finalized_flows"] == flows
-    assert summary["records"]["total"] == 3 * flows + 1

@@ -42,6 +42,24 @@ MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
             "lag": (("fetches", "max_s"), ("p50_s",))}
 
 
+def run_stream(spark, config: PipelineConfig) -> None:
+    """Run the stream to its end (an `available_now` trigger), failing on its error."""
+    from pipeline.jobs import start_stream
+
+    query = start_stream(spark, config)
+    query.awaitTermination(600)
+    assert not query.isActive and query.exception() is None, query.exception()
+
+
+def output_lines(output: str, name: str) -> list[dict]:
+    """The JSON lines of the stream's file `name` (progress.jsonl, batches.jsonl)."""
+    return [json.loads(line) for line in (Path(output) / name).read_text().splitlines()]
+
+
+def progress_lines(output: str) -> list[dict]:
+    return output_lines(output, "progress.jsonl")
+
+
 def table_rows(spark, path: str, keys: list[str]) -> list[dict]:
     df = spark.read.parquet(path)
     if "batch_id" in df.columns:
