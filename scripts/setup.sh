@@ -60,28 +60,33 @@ PY
 # shellcheck source=/dev/null
 . deploy/tools.env
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
+# Both are built in the background, beside the rest of setup (they share nothing with it),
+# and waited for at its end.
 helm_bin="$cache/go/bin/helm-$HELM_VERSION"
-if [ ! -x "$helm_bin" ]; then
-  command -v go >/dev/null || { echo "setup: 'go' is required to build helm" >&2; exit 1; }
+build_helm() {
+  command -v go >/dev/null || { echo "setup: 'go' is required to build helm" >&2; return 1; }
   echo "setup: building helm $HELM_VERSION from the Go module proxy ..."
+  local tmp_bin
   tmp_bin=$(mktemp -d)
   GOPATH="$cache/go" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-modcacherw \
     GOBIN="$tmp_bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   mkdir -p "$cache/go/bin"
   mv "$tmp_bin/helm" "$helm_bin"
   rm -rf "$tmp_bin"
-fi
+}
 checkov_venv="$cache/tools/checkov-$CHECKOV_VERSION"
-if [ ! -x "$checkov_venv/bin/checkov" ]; then
+install_checkov() {
   echo "setup: installing checkov $CHECKOV_VERSION ..."
   "$PYTHON" -m venv "$checkov_venv"
   "$checkov_venv/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
-fi
+}
+tool_jobs=()
+[ -x "$helm_bin" ] || { build_helm & tool_jobs+=("$!"); }
+[ -x "$checkov_venv/bin/checkov" ] || { install_checkov & tool_jobs+=("$!"); }
 if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get install -y -q iproute2 >/dev/null || { apt-get update -q >/dev/null &&
     apt-get install -y -q iproute2 >/dev/null; }
 fi
-echo "setup: helm $HELM_VERSION, checkov $CHECKOV_VERSION in $cache"
 
 # The analytics pipeline: Spark's Kafka connector, resolved from Maven Central by Spark's own
 # package mechanism into the Ivy cache (pipeline/deps.py), and Chromium (Debian's package),
@@ -121,3 +126,8 @@ fi
 if ! command -v haproxy >/dev/null; then
   debian_package haproxy "production benchmark"
 fi
+
+for job in "${tool_jobs[@]}"; do
+  wait "$job" || { echo "setup: building the deploy tools failed (above)" >&2; exit 1; }
+done
+echo "setup: helm $HELM_VERSION, checkov $CHECKOV_VERSION in $cache"

@@ -47,9 +47,9 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
                "--time-bucket-s", str(config.time_bucket_s), "--output", config.output,
                "--inference-scope", config.inference_scope,
                "--checkpoint", config.stream.checkpoint, "--trigger", "available_now",
-               "--watermark-s", "20", "--flow-gap-s", "15", "--max-offsets-per-trigger", "40"]
-        # Twice: the records and their observations (read at rates of their own, within the
-        # watermark's 20 s), then, once all of it was read, an untraced record far ahead,
+               "--watermark-s", "20", "--flow-gap-s", "15", "--max-offsets-per-trigger", "100"]
+        # Twice: the records and their observations (at most 100 rows of each source a
+        # micro-batch), then, once all of it was read, an untraced record far ahead,
         # which moves the watermark past every flow and fetch.
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()

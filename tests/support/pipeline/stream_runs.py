@@ -43,11 +43,13 @@ MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
 
 
 def run_stream(spark, config: PipelineConfig) -> None:
-    """Run the stream to its end (an `available_now` trigger), failing on its error."""
+    """Run the stream to its end (an `available_now` trigger), failing on its error or when
+    it has not ended in 15 minutes (a hang: on a loaded 2-core machine a micro-batch takes
+    up to about 30 s)."""
     from pipeline.jobs import start_stream
 
     query = start_stream(spark, config)
-    query.awaitTermination(600)
+    query.awaitTermination(900)
     assert not query.isActive and query.exception() is None, query.exception()
 
 
