@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.support.herald_process import REPO
@@ -15,21 +14,14 @@ from tests.support.pipeline.stream_runs import (
     TABLE_KEYS,
     table_rows,
 )
-from tests.support.spark_standalone import SparkStandalone
+from tests.support.spark_standalone import SparkStandalone, pipeline_command
 
 
 def test_standalone_cluster_gives_the_local_results(spark, batch_run, tmp_path: Path) -> None:
     config, local = batch_run
     output = tmp_path / "cluster"
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
-        cmd = [sys.executable, "-m", "herald", "pipeline", "batch",
-               "--master", cluster.master_url, "--driver-memory", "768m",
-               "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
-               "--terminal-topics", ",".join(config.terminal_topics),
-               "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
-               "--time-bucket-s", str(config.time_bucket_s),
-               "--inference-scope", config.inference_scope,
-               "--output", str(output)]
+        cmd = pipeline_command("batch", cluster.master_url, config, str(output))
         result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, result.stderr[-4000:] + cluster.logs()
         # The work ran in both workers' executors, not in the driver.

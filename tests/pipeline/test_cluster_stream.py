@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from tests.support.pipeline.stream_runs import (
     stream_config,
 )
 from tests.support.pipeline.synthetic import Hop, Traffic
-from tests.support.spark_standalone import SparkStandalone
+from tests.support.spark_standalone import SparkStandalone, pipeline_command
 
 
 def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Path) -> None:
@@ -39,15 +38,10 @@ def test_stream_on_the_cluster_equals_the_local_batch(spark, kafka, tmp_path: Pa
         observe(traffic, traffic.flow(T0 + i * 700, KINDS[i % len(KINDS)]), i)
     traffic.write(kafka.bootstrap)
     with SparkStandalone(worker_cores=1, worker_memory="1g", workers=2) as cluster:
-        cmd = [sys.executable, "-m", "herald", "pipeline", "stream",
-               "--master", cluster.master_url, "--driver-memory", "768m",
-               "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
-               "--terminal-topics", ",".join(config.terminal_topics),
-               "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
-               "--time-bucket-s", str(config.time_bucket_s), "--output", config.output,
-               "--inference-scope", config.inference_scope,
-               "--checkpoint", config.stream.checkpoint, "--trigger", "available_now",
-               "--watermark-s", "20", "--flow-gap-s", "15", "--max-offsets-per-trigger", "100"]
+        cmd = pipeline_command(
+            "stream", cluster.master_url, config, config.output,
+            "--checkpoint", config.stream.checkpoint, "--trigger", "available_now",
+            "--watermark-s", "20", "--flow-gap-s", "15", "--max-offsets-per-trigger", "100")
         # Twice: the records and their observations (at most 100 rows of each source a
         # micro-batch), then, once all of it was read, an untraced record far ahead,
         # which moves the watermark past every flow and fetch.

@@ -12,15 +12,14 @@ and c's name their second input and declare the first.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
-from tests.support.clients import create_topic
+from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 
 LOST = "herald.parents_lost"
@@ -31,19 +30,7 @@ def _tp(trace: str) -> bytes:
 
 
 def _read(bootstrap: str, topic: str, count: int, client_id: str) -> list:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "client.id": client_id, "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list = []
-    deadline = time.monotonic() + 120
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is not None and not msg.error():
-                got.append(msg)
-    finally:
-        consumer.close()
+    got = consume_all(bootstrap, topic, count, timeout=120, conf={"client.id": client_id})
     assert len(got) == count, (topic, len(got))
     return got
 

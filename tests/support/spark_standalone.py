@@ -7,10 +7,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import free_port
 
 
@@ -94,3 +96,16 @@ class SparkStandalone:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def pipeline_command(job: str, master: str, config: PipelineConfig, output: str,
+                     *more: str) -> list[str]:
+    """`herald pipeline <job>` (batch or stream) submitted to `master` with `config`'s
+    sources and settings, writing to `output`; `more` are the job's own flags."""
+    return [sys.executable, "-m", "herald", "pipeline", job,
+            "--master", master, "--driver-memory", "768m",
+            "--bootstrap", config.bootstrap, "--topics", ",".join(config.topics),
+            "--terminal-topics", ",".join(config.terminal_topics),
+            "--max-wait-ms", str(config.max_wait_ms), "--fetch-topic", config.fetch_topic,
+            "--time-bucket-s", str(config.time_bucket_s),
+            "--inference-scope", config.inference_scope, "--output", output, *more]
