@@ -238,8 +238,7 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
             (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges"),
             (F.col("parents_lost") + F.col("next_lost")).alias("parents_lost"),
             F.array_union("lost_reasons", "next_reasons").alias("lost_reasons"),
-            "lost_root"
-        ).localCheckpoint()
+            "lost_root")  # a projection of the checkpointed step: no job of its own
     if not done:  # no traced hop at all: no branch, but the table keeps its columns
         done.append(frontier)
     branches = done[0]

@@ -61,6 +61,9 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.driver.host", "127.0.0.1")
+        # The workers' daemon imports the installed PySpark, not Spark's bundled archives
+        # (`pipeline.worker_daemon` says why).
+        .config("spark.python.daemon.module", "pipeline.worker_daemon")
     )
     for name, value in s.conf.items():
         builder = builder.config(name, value)

@@ -15,7 +15,6 @@ from pipeline.flow_hold import HOP, UNTRACED, Bucket, HoldRules, empty_bucket, h
 from pipeline.stream.rows import (
     CLOCK,
     DUPLICATE,
-    EMITTED_COLUMNS,
     FETCH,
     HELD_COLUMNS,
     NO_RECORD_TIME,
@@ -33,20 +32,35 @@ if TYPE_CHECKING:
 Step = Callable[[tuple, Iterator["pd.DataFrame"], "GroupState"], Iterator["pd.DataFrame"]]
 
 
+CLOCK_COLUMNS = ["kind", "event_ms", "offset", "group", "consumer", "record_ms"]  # a clock reads
+
+
+def one_frame(frames: list[pd.DataFrame], columns: list[str] | None = None) -> pd.DataFrame:
+    """A key's Arrow batches as one frame (of `columns` only). Most keys come as one batch,
+    which is used as it is; several are concatenated on just the columns read, since pandas
+    checks every all-null column of a concatenation value by value (in the stream's profile
+    the clocks' concatenation of the hops' columns, all null on their time-only twins, was
+    the largest single cost of the operator)."""
+    import pandas as pd
+
+    parts = frames if columns is None else [f[columns] for f in frames]
+    if len(parts) == 1:
+        return parts[0]
+    return pd.concat(parts, ignore_index=True)
+
+
 def _reads_frame(reads: list[Read], topic: str, partition: int, watermark: int) -> pd.DataFrame:
     """A partition clock's released reads (`fetch_clock.Read`) as emitted rows."""
     import pandas as pd
 
-    out = pd.DataFrame({c: [None] * len(reads) for c in EMITTED_COLUMNS})
+    out = pd.DataFrame({
+        "offset": [r.offset for r in reads], "event_ms": [r.fetched_ms for r in reads],
+        "group": [r.group for r in reads], "consumer": [r.consumer for r in reads],
+        "record_ms": [r.record_ms for r in reads],
+        "transit_ms": pd.array([r.transit_ms for r in reads], dtype="Int64"),
+        "lag_ms": pd.array([r.lag_ms for r in reads], dtype="Int64"),
+        "status": [TRANSIT if r.first else DUPLICATE for r in reads]})
     out["topic"], out["partition"], out["kind"] = topic, partition, FETCH
-    out["offset"] = [r.offset for r in reads]
-    out["event_ms"] = [r.fetched_ms for r in reads]
-    out["group"] = [r.group for r in reads]
-    out["consumer"] = [r.consumer for r in reads]
-    out["record_ms"] = [r.record_ms for r in reads]
-    out["transit_ms"] = [r.transit_ms for r in reads]
-    out["lag_ms"] = [r.lag_ms for r in reads]
-    out["status"] = [TRANSIT if r.first else DUPLICATE for r in reads]
     out["watermark_ms"] = watermark
     return with_all_columns(out)
 
@@ -56,16 +70,16 @@ def tick_partition(key: str, frames: Iterator[pd.DataFrame], state: GroupState,
     """One partition's clock (`pipeline.fetch_clock`): queue its record times and
     observations, release what the watermark passed, wake up again at the earliest queued
     time. The state is never removed: it holds the offsets each reader has counted."""
-    import pandas as pd
-
     _, topic, partition = key.split(PARTITION_KEY)
     clock = pickle.loads(state.get[0]) if state.exists else new_clock()
     if not state.hasTimedOut:
-        new = pd.concat(list(frames), ignore_index=True)
-        obs = new[new["kind"] == FETCH]
-        timed = obs[obs["record_ms"].notna()]
-        if len(timed) < len(obs):  # counted, and left to batch: see `pipeline.stream`
-            yield emit(obs[obs["record_ms"].isna()], NO_RECORD_TIME, watermark)
+        frames = list(frames)
+        untimed = [f[(f["kind"] == FETCH) & f["record_ms"].isna()] for f in frames]
+        untimed = [f for f in untimed if len(f)]
+        if untimed:  # counted, and left to batch: see `pipeline.stream`
+            yield emit(one_frame(untimed), NO_RECORD_TIME, watermark)
+        new = one_frame(frames, CLOCK_COLUMNS)
+        timed = new[(new["kind"] == FETCH) & new["record_ms"].notna()]
         add(clock, new.loc[new["kind"] == CLOCK, "event_ms"].astype("int64").tolist(),
             zip(timed["event_ms"].astype("int64").tolist(),
                 timed["offset"].astype("int64").tolist(), timed["group"].tolist(),
@@ -107,19 +121,17 @@ def hold_flows(config: PipelineConfig) -> Step:
 
     def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
              ) -> Iterator[pd.DataFrame]:
-        import pandas as pd
-
         watermark = max(state.getCurrentWatermarkMs(), 0)
         if key[0] is not None and key[0].startswith(PARTITION_KEY):
             yield from tick_partition(key[0], frames, state, watermark)
             return
-        new = None if state.hasTimedOut else pd.concat(list(frames), ignore_index=True)
+        new = None if state.hasTimedOut else one_frame(list(frames), HELD_COLUMNS)
         if key[0] is None:  # untraced: no flow to hold
             if new is not None and len(new):
                 yield emit(new, UNTRACED, watermark)
             return
         bucket = pickle.loads(state.get[0]) if state.exists else empty_bucket(HELD_COLUMNS)
-        done = hold(bucket, None if new is None else new[HELD_COLUMNS], watermark, rules)
+        done = hold(bucket, new, watermark, rules)
         for rows, status in done.emitted:
             yield emit(rows, status, watermark)
         if done.bucket is None:

@@ -89,6 +89,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
         with step("analysis"):
             tables = analyze(hops, config, fetches=fetches, transit=False)
             tables.branches = tables.branches.cache()
+            tables.flows = tables.flows.cache()  # written, then counted by the figures
         try:
             with step("tables written"):
                 for name in ("links", "branches", "flows"):
@@ -99,6 +100,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
                                     **table_frames(tables, config)})
         finally:
             tables.branches.unpersist()
+            tables.flows.unpersist()
             tables.unpersist()
         figures = batch_figures(rows)
         if any(r.kind == HOP and r.status == LATE for r in figures.statuses):
