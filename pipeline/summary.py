@@ -87,6 +87,11 @@ def config_of(config: PipelineConfig) -> dict[str, Any]:
 
 
 FLAGS = ("broken", "stopped", "slow", "open")
+
+
+def with_complete(flows: Mapping[str, int]) -> dict[str, int]:
+    """Flow counts with `complete`: neither broken nor still open (batch and stream alike)."""
+    return {**flows, "complete": flows["total"] - flows["broken"] - flows["open"]}
 """The flags counted of flows and of branches."""
 
 
@@ -246,8 +251,7 @@ def summarize(tables: Tables, config: PipelineConfig) -> dict[str, Any]:
         del o["untraced"], o["bytes"]
 
     tallies = tally(tables)
-    counts = dict(tallies.flows)
-    counts["complete"] = counts["total"] - counts["broken"] - counts["open"]
+    counts = with_complete(tallies.flows)
     branches = tables.branches
     links = link_counts(tallies.evidence, tallies.unresolved)
 

@@ -10,7 +10,14 @@ from pipeline.config import PipelineConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from pipeline.stream.aggregates import Aggregates
 from pipeline.stream.tables import AggregateRows, stats
-from pipeline.summary import audit_of, config_of, incomplete_of, link_counts, records_of
+from pipeline.summary import (
+    audit_of,
+    config_of,
+    incomplete_of,
+    link_counts,
+    records_of,
+    with_complete,
+)
 
 COUNTED = ("total", "broken", "stopped", "slow", "open")  # of flows and of branches
 
@@ -22,8 +29,7 @@ def summary_of(agg: Aggregates, rows: AggregateRows, config: PipelineConfig,
     offsets = sorted(({k: v for k, v in o.to_json().items() if k not in ("untraced", "bytes")}
                       for o in agg.offsets.values()),
                      key=lambda o: (o["topic"], o["partition"]))
-    flows = {k: agg.flows.get(k, 0) for k in COUNTED}
-    flows["complete"] = flows["total"] - flows["broken"] - flows["open"]
+    flows = with_complete({k: agg.flows.get(k, 0) for k in COUNTED})
     branches = {k: agg.branches.get(k, 0) for k in COUNTED}
     links = link_counts(agg.links, agg.links.get("unresolved", 0))
     incomplete = incomplete_of(agg.incomplete or {}, rows.edges, rows.pathways)
