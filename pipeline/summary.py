@@ -87,12 +87,12 @@ def config_of(config: PipelineConfig) -> dict[str, Any]:
 
 
 FLAGS = ("broken", "stopped", "slow", "open")
+"""The flags counted of flows and of branches."""
 
 
 def with_complete(flows: Mapping[str, int]) -> dict[str, int]:
     """Flow counts with `complete`: neither broken nor still open (batch and stream alike)."""
     return {**flows, "complete": flows["total"] - flows["broken"] - flows["open"]}
-"""The flags counted of flows and of branches."""
 
 
 @dataclass

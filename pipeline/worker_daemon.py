@@ -30,16 +30,15 @@ def _bundled(entry: str) -> bool:
 def without_bundled_archives(path: list[str], importer_cache: dict[str, object]) -> bool:
     """Take Spark's bundled archives off `path` (in place) and their importers out of
     `importer_cache`, if `pyspark` and `py4j` can still be imported; True if it did."""
-    kept = [p for p in path if not _bundled(p)]
-    if len(kept) == len(path):
+    dropped = [p for p in path if _bundled(p)]
+    if not dropped:
         return False
     saved = path[:]
-    path[:] = kept
-    found = all(importlib.util.find_spec(m) is not None for m in ("pyspark", "py4j"))
-    if not found:
+    path[:] = [p for p in path if not _bundled(p)]
+    if not all(importlib.util.find_spec(m) is not None for m in ("pyspark", "py4j")):
         path[:] = saved
         return False
-    for key in [k for k in importer_cache if any(k.startswith(z) for z in saved if _bundled(z))]:
+    for key in [k for k in importer_cache if k.startswith(tuple(dropped))]:
         del importer_cache[key]
     return True
 
