@@ -60,6 +60,7 @@ PY
 # shellcheck source=/dev/null
 . deploy/tools.env
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
+mkdir -p "$cache"
 # Both are built in the background, beside the rest of setup (they share nothing with it),
 # and waited for at its end.
 helm_bin="$cache/go/bin/helm-$HELM_VERSION"
@@ -82,6 +83,9 @@ install_checkov() {
 }
 tool_jobs=()
 [ -x "$helm_bin" ] || { build_helm & tool_jobs+=("$!"); }
+# The compatibility matrix's Go and JavaScript clients (scripts/build-clients.sh; cached).
+{ bash scripts/build-clients.sh >"$cache/clients-build.log" 2>&1 ||
+  { cat "$cache/clients-build.log" >&2; exit 1; }; } & tool_jobs+=("$!")
 [ -x "$checkov_venv/bin/checkov" ] || { install_checkov & tool_jobs+=("$!"); }
 if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get install -y -q iproute2 >/dev/null || { apt-get update -q >/dev/null &&
@@ -128,6 +132,7 @@ if ! command -v haproxy >/dev/null; then
 fi
 
 for job in "${tool_jobs[@]}"; do
-  wait "$job" || { echo "setup: building the deploy tools failed (above)" >&2; exit 1; }
+  wait "$job" || { echo "setup: building the deploy tools or clients failed (above)" >&2; exit 1; }
 done
 echo "setup: helm $HELM_VERSION, checkov $CHECKOV_VERSION in $cache"
+tail -n 1 "$cache/clients-build.log"

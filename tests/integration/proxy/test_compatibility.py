@@ -9,21 +9,30 @@ releases to run. Outcomes are recorded for docs/compatibility.md.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, ShareConsumer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.helpers import create_ssl_context
+from confluent_kafka import Consumer, ConsumerGroupType, Producer, ShareConsumer
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_TESTED_VERSIONS, KAFKA_VERSION
-from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.support import compatibility
+from proxy.devtools.embedded_kafka import free_port
+from tests.support import compatibility, foreign_clients
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
+from tests.support.required_parts import require
+from tests.support.secure_cluster import USERS, start_secure_cluster, tls_herald_config
 
 CHAINS = {
     "produce": [{"type": "trace_context"}, {"type": "audit"}],
@@ -36,22 +45,45 @@ BROKERS = KAFKA_TESTED_VERSIONS if _WANTED == "all" else tuple(
 Seen = list[tuple[str, dict[str, bytes]]]  # (value, headers) of each record consumed
 
 
+@dataclass(frozen=True)
+class Through:
+    """One column's broker (plaintext and secured listeners) and the two Heralds in front of
+    it: one plaintext to plaintext, one serving TLS to its clients and passing their SASL
+    through to the broker's SASL_SSL listener."""
+
+    version: str
+    herald: HeraldProcess
+    broker: str
+    secured: HeraldProcess
+    ca: Path
+
+
 @pytest.fixture(scope="module")
-def through(request: pytest.FixtureRequest) -> Iterator[tuple[str, HeraldProcess, str]]:
-    """(broker version, Herald in front of a broker of it, the broker's bootstrap)."""
+def through(request: pytest.FixtureRequest) -> Iterator[Through]:
     version = request.param
-    with KafkaCluster(size=1, version=version, heap="512m") as cluster, HeraldProcess(
-            herald_config(cluster.bootstrap, interceptors=CHAINS,
-                          admin={"bind": f"127.0.0.1:{free_port()}"})) as herald:
-        yield version, herald, cluster.bootstrap
+    cluster = start_secure_cluster(version)
+    try:
+        upstream = {"bootstrap": cluster.sasl_address, "tls": {"ca_file": str(cluster.ca.pem)}}
+        with HeraldProcess(herald_config(
+                cluster.plaintext, interceptors=CHAINS,
+                admin={"bind": f"127.0.0.1:{free_port()}"})) as herald, HeraldProcess(
+                tls_herald_config(cluster, "herald-compat", "auto", upstream,
+                                  interceptors=CHAINS)) as secured:
+            yield Through(version, herald, cluster.plaintext, secured, cluster.ca.pem)
+    finally:
+        cluster.stop()
 
 
-def _check(seen: Seen) -> None:
+def _check(seen: Seen, principal: str | None = None) -> None:
+    """Every record once, with Herald's headers and without the stripped one; through the
+    secured Herald, the audit names the client's own SASL user."""
     values = sorted(int(v) for v, _ in seen)
     assert values == list(range(RECORDS)), values
     for _, headers in seen:
         assert "traceparent" in headers and "herald.msg_id" in headers, headers
         assert not any(k.startswith("secret.") for k in headers), headers
+        if principal is not None:
+            assert headers.get("herald.principal") == principal.encode(), headers
 
 
 def _librdkafka_produce(bootstrap: str, topic: str, **conf: object) -> None:
@@ -112,11 +144,11 @@ def _legacy(version: str) -> bool:
     return version.startswith("3.")
 
 
-def _java_produce(bootstrap: str, topic: str, version: str) -> None:
+def _java_produce(bootstrap: str, topic: str, version: str, *extra: str) -> None:
     lines = "".join(f"secret.token:x\t{i}\n" for i in range(RECORDS))
     tool = "kafka.tools.ConsoleProducer" if _legacy(version) else CONSOLE_PRODUCER
     flag = "--property" if _legacy(version) else "--reader-property"
-    run_tool(tool, "--bootstrap-server", bootstrap, "--topic", topic,
+    run_tool(tool, "--bootstrap-server", bootstrap, "--topic", topic, *extra,
              flag, "parse.headers=true", version=version, input=lines)
 
 
@@ -150,14 +182,15 @@ def _java_share(bootstrap: str, topic: str, broker: str) -> Seen:
     return _java_lines(result.stdout)
 
 
-def _kafka_python(bootstrap: str, topic: str) -> Seen:
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
+def _kafka_python(bootstrap: str, topic: str, **conf: Any) -> Seen:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **conf)
     for i in range(RECORDS):
         producer.send(topic, str(i).encode(), headers=[("secret.token", b"x")])
     producer.flush(30)
     producer.close()
     consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             group_id=f"g-{uuid.uuid4().hex[:8]}", consumer_timeout_ms=30000)
+                             group_id=f"g-{uuid.uuid4().hex[:8]}", consumer_timeout_ms=30000,
+                             **conf)
     seen: Seen = []
     for msg in consumer:
         seen.append((msg.value.decode(), dict(msg.headers)))
@@ -167,7 +200,61 @@ def _kafka_python(bootstrap: str, topic: str) -> Seen:
     return seen
 
 
+async def _aiokafka_cell(bootstrap: str, topic: str, **conf: Any) -> Seen:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **conf)
+    await producer.start()
+    try:
+        for i in range(RECORDS):
+            await producer.send(topic, str(i).encode(), headers=[("secret.token", b"x")])
+        await producer.flush()
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                group_id=f"g-{uuid.uuid4().hex[:8]}", **conf)
+    await consumer.start()
+    seen: Seen = []
+    try:
+        async with asyncio.timeout(60):
+            async for msg in consumer:
+                seen.append((msg.value.decode(), dict(msg.headers)))
+                if len(seen) == RECORDS:
+                    break
+    finally:
+        await consumer.stop()
+    return seen
+
+
+def _aiokafka(bootstrap: str, topic: str, **conf: Any) -> Seen:
+    return asyncio.run(_aiokafka_cell(bootstrap, topic, **conf))
+
+
 Cell = Callable[[str, str, str], Seen]  # (Herald bootstrap, topic, broker bootstrap) -> seen
+
+
+def _group_type(broker: str, group: str) -> ConsumerGroupType:
+    """The protocol of `group` as the broker holds it (classic, or KIP-848's consumer)."""
+    admin = AdminClient({"bootstrap.servers": broker})  # held until the answer is in
+    listed = admin.list_consumer_groups(request_timeout=30).result(timeout=60)
+    types = {g.group_id: g.type for g in listed.valid}
+    assert group in types, (group, sorted(types))
+    return types[group]
+
+
+def _go(library: str, group_type: ConsumerGroupType = ConsumerGroupType.CLASSIC) -> Cell:
+    """A Go library's cell; the broker is asked which protocol its group ran, since a client
+    that finds a KIP-848 API missing from ApiVersions falls back to the classic one."""
+    def cell(bootstrap: str, topic: str, broker: str) -> Seen:
+        require(foreign_clients.GO_CLIENTS)
+        group = f"g-{uuid.uuid4().hex[:8]}"
+        seen = foreign_clients.go_cell(library, bootstrap, topic, RECORDS, group)
+        assert _group_type(broker, group) == group_type
+        return seen
+    return cell
+
+
+def _kafkajs(bootstrap: str, topic: str, broker: str) -> Seen:
+    require(foreign_clients.KAFKAJS)
+    return foreign_clients.kafkajs_cell(bootstrap, topic, RECORDS, f"g-{uuid.uuid4().hex[:8]}")
 
 
 def _java(version: str, *extra: str) -> Cell:
@@ -212,11 +299,63 @@ CELLS: dict[tuple[str, str], Cell] = {
     (_RDK, "share group"): _librdkafka_share_cell,
     (_RDK, "transactions"): _transactions,
     ("kafka-python", "produce, classic group"): lambda b, t, _: _kafka_python(b, t),
+    ("aiokafka", "produce, classic group"): lambda b, t, _: _aiokafka(b, t),
+    ("franz-go", "produce, classic group"): _go("franz-go"),
+    ("franz-go", "KIP-848 group"): _go("franz-go-kip848", ConsumerGroupType.CONSUMER),
+    ("Sarama", "produce, classic group"): _go("sarama"),
+    ("kafka-go", "produce, classic group"): _go("kafka-go"),
+    ("KafkaJS", "produce, classic group"): _kafkajs,
+}
+
+
+# Through the secured Herald: TLS to Herald (the cluster's CA), SCRAM-SHA-512 as `alice`
+# passed through to the broker. `Secured` cells get (Herald bootstrap, topic, CA file).
+USER, SECURED = "alice", "TLS, SASL/SCRAM passthrough"
+Secured = Callable[[str, str, Path], Seen]
+
+
+def _librdkafka_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
+    conf = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": USER, "sasl.password": USERS[USER], "ssl.ca.location": str(ca)}
+    _librdkafka_produce(bootstrap, topic, **conf)
+    return _librdkafka_consume(bootstrap, topic, **conf)
+
+
+def _java_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
+    props = ca.parent / f"client-{uuid.uuid4().hex[:8]}.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{USER}" password="{USERS[USER]}";\n'
+        f"ssl.truststore.type=PEM\nssl.truststore.location={ca}\n")
+    _java_produce(bootstrap, topic, KAFKA_VERSION, "--command-config", str(props))
+    return _java_consume(bootstrap, topic, KAFKA_VERSION, "--command-config", str(props))
+
+
+def _kafka_python_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
+    return _kafka_python(bootstrap, topic, security_protocol="SASL_SSL",
+                         sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=USER,
+                         sasl_plain_password=USERS[USER], ssl_cafile=str(ca))
+
+
+def _aiokafka_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
+    return _aiokafka(bootstrap, topic, security_protocol="SASL_SSL",
+                     sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=USER,
+                     sasl_plain_password=USERS[USER],
+                     ssl_context=create_ssl_context(cafile=str(ca)))
+
+
+SECURED_CELLS: dict[tuple[str, str], Secured] = {
+    (_JAVA, SECURED): _java_secured,
+    (_RDK, SECURED): _librdkafka_secured,
+    ("kafka-python", SECURED): _kafka_python_secured,
+    ("aiokafka", SECURED): _aiokafka_secured,
 }
 
 
 def test_every_row_of_the_document_is_a_cell() -> None:
-    assert set(CELLS) == set(compatibility.ROWS)
+    assert not set(CELLS) & set(SECURED_CELLS)
+    assert set(CELLS) | set(SECURED_CELLS) == set(compatibility.ROWS)
 
 
 PAIRS = [(version, row) for version in BROKERS for row in compatibility.ROWS
@@ -225,14 +364,16 @@ PAIRS = [(version, row) for version in BROKERS for row in compatibility.ROWS
 
 @pytest.mark.parametrize(("through", "row"), PAIRS, indirect=["through"],
                          ids=[f"{v}-{c}-{f}" for v, (c, f) in PAIRS])
-def test_cell(through: tuple[str, HeraldProcess, str], row: tuple[str, str]) -> None:
-    version, herald, broker = through
-    cell = CELLS[row]
+def test_cell(through: Through, row: tuple[str, str]) -> None:
     topic = f"compat-{uuid.uuid4().hex[:8]}"
-    create_topic(herald.bootstrap, topic)
+    create_topic(through.herald.bootstrap, topic)
     try:
-        _check(cell(herald.bootstrap, topic, broker))
+        if row in SECURED_CELLS:
+            _check(SECURED_CELLS[row](through.secured.bootstrap, topic, through.ca),
+                   principal=f"User:{USER}")
+        else:
+            _check(CELLS[row](through.herald.bootstrap, topic, through.broker))
     except BaseException as exc:
-        compatibility.record(version, *row, "failed", repr(exc))
+        compatibility.record(through.version, *row, "failed", repr(exc))
         raise
-    compatibility.record(version, *row, "passed")
+    compatibility.record(through.version, *row, "passed")
