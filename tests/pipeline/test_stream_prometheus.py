@@ -10,7 +10,6 @@ shipped alerts exactly those the traffic calls for would fire."""
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from dataclasses import replace
@@ -20,7 +19,7 @@ import pytest
 
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
-from tests.support.pipeline.monitoring import board, expanded, queries, rules
+from tests.support.pipeline.monitoring import board, empty_panels, rules
 from tests.support.pipeline.scenario import topic_names
 from tests.support.pipeline.stream_runs import KINDS, T0, lost_parents_of, observe, stream_config
 from tests.support.pipeline.synthetic import Hop, Traffic
@@ -240,21 +239,6 @@ def _assert_matches(prom: Prometheus, summary: dict, spark, out: Path,
     assert prom.value("time() - herald_stream_last_progress_timestamp_seconds") < 60
 
 
-def _empty_panels(prom: Prometheus) -> list[str]:
-    """The shipped dashboard's queries (macros replaced) that would show "No data": no
-    series at all, or only NaN where the query is not a share or quantile of what moved in a
-    rate window (0/0 there means nothing moved in that window, which a panel rightly shows
-    as no data: this traffic all arrives at once, so by the time it is finalised its rates are
-    0). Anything cumulative must be a number."""
-    empty = []
-    for title, expr in queries(board()):
-        values = [r["value"] for r in prom.query(expanded(expr))]
-        windowed = "rate(" in expr and ("histogram_quantile" in expr or " / " in expr)
-        if not values or not (windowed or any(math.isfinite(v) for v in values)):
-            empty.append(f"{title}: {expr} -> {values}")
-    return empty
-
-
 def _assert_every_panel_has_data(prom: Prometheus) -> None:
     """Each Prometheus query of the shipped dashboard answers series (see `_empty_panels`):
     no panel would show "No data" for this traffic for want of a metric or a label. Rates
@@ -262,7 +246,7 @@ def _assert_every_panel_has_data(prom: Prometheus) -> None:
     the next scrapes are in (a minute at most)."""
     now = Prometheus(prom.url)
     deadline = time.monotonic() + 60
-    while (empty := _empty_panels(now)) and time.monotonic() < deadline:
+    while (empty := empty_panels(now, board())) and time.monotonic() < deadline:
         time.sleep(2)
     assert not empty, "\n".join(empty)
 
