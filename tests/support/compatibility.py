@@ -45,12 +45,14 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("Sarama", "produce, classic group"),
     ("kafka-go", "produce, classic group"),
     ("KafkaJS", "produce, classic group"),
+    ("Kafka Streams 4.4", "classic group, exactly once"),
+    ("Kafka Streams 4.4", "streams group, exactly once"),
 )
 NOT_TESTED = (
-    "Kafka Streams 4.4 (classic and `group.protocol=streams`, exactly once): tested against "
-    "the pinned broker by tests/integration/interceptors/test_kafka_streams.py, not in these "
-    "columns; Herald passes the streams group APIs undecoded, so their "
-    "`PartitionsByUserEndpoint` (the application's own instances) stay as they are.",
+    "Kafka Streams' own checks (the output continuing each input's trace and linked to it) "
+    "are tests/integration/interceptors/test_kafka_streams.py's, on the pinned broker. Herald "
+    "passes the streams group APIs undecoded, so their `PartitionsByUserEndpoint` (the "
+    "application's own instances) stay as they are.",
     "TLS and SASL for franz-go, Sarama, kafka-go and KafkaJS, and mutual TLS and the other "
     "SASL mechanisms (PLAIN, SCRAM-SHA-256, OAUTHBEARER, credentials Herald injects) for "
     "every client: tests/integration/proxy/security and tests/integration/proxy/native test "
@@ -63,6 +65,8 @@ def not_applicable(broker: str, feature: str) -> str | None:
     """Why a feature cannot work on a broker release at all (None: it can)."""
     if broker.startswith("3.") and feature == "share group":
         return "not applicable: share groups need Kafka 4.x"
+    if broker.startswith("3.") and feature.startswith("streams group"):
+        return "not applicable: the streams group protocol (KIP-1071) needs Kafka 4.x"
     if broker.startswith("3.") and feature == "KIP-848 group":
         return "not applicable: the KIP-848 protocol is off by default in 3.9"
     return None

@@ -5,22 +5,17 @@ forwards headers) and linked to it (`herald.parent`, by the link memory)."""
 
 from __future__ import annotations
 
-import subprocess
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from proxy.devtools.embedded_kafka import KafkaCluster, jvm_opts
-from proxy.devtools.kafka_dist import kafka_libs, streams_libs
+from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
+from tests.support.streams.app import running_app
 
-APP = Path(__file__).resolve().parents[2] / "support" / "streams" / "UppercaseApp.java"
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "host"}}, {"type": "audit"}]}
 RECORDS = 30
 
@@ -29,27 +24,6 @@ RECORDS = 30
 def herald_streams(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
     with HeraldProcess(herald_config(kafka.bootstrap, interceptors=CHAINS)) as proc:
         yield proc
-
-
-def _start_app(bootstrap: str, app_id: str, source: str, sink: str, protocol: str
-               ) -> tuple[subprocess.Popen[str], list[str]]:
-    cp = f"{kafka_libs()}/*:{streams_libs()}/*"
-    proc = subprocess.Popen(
-        ["java", "-Xmx512m", *jvm_opts(), "-cp", cp, str(APP), bootstrap, app_id, source, sink,
-         protocol, "exactly_once_v2"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip())
-
-    threading.Thread(target=read, daemon=True).start()
-    deadline = time.monotonic() + 120
-    while "state RUNNING" not in lines:
-        assert proc.poll() is None and time.monotonic() < deadline, "\n".join(lines[-40:])
-        time.sleep(0.2)
-    return proc, lines
 
 
 def _trace_id(headers: dict[str, bytes]) -> str:
@@ -64,8 +38,8 @@ def test_a_streams_application_reads_and_writes_through_herald_exactly_once(
     source, sink = (f"streams-{side}-{uuid.uuid4().hex[:8]}" for side in ("in", "out"))
     create_topic(bootstrap, source)
     create_topic(bootstrap, sink)
-    app, lines = _start_app(bootstrap, f"app-{uuid.uuid4().hex[:8]}", source, sink, protocol)
-    try:
+    with running_app(bootstrap, f"app-{uuid.uuid4().hex[:8]}", source, sink,
+                     protocol) as lines:
         producer = Producer({"bootstrap.servers": bootstrap})
         for i in range(RECORDS):
             producer.produce(source, f"record-{i}".encode())
@@ -74,9 +48,6 @@ def test_a_streams_application_reads_and_writes_through_herald_exactly_once(
                   for m in consume_all(bootstrap, source, RECORDS)}
         outputs = consume_all(bootstrap, sink, RECORDS, timeout=120,
                               conf={"isolation.level": "read_committed"})
-    finally:
-        app.terminate()
-        app.wait(60)
     values = sorted(m.value().decode() for m in outputs)
     assert values == sorted(f"RECORD-{i}" for i in range(RECORDS)), "\n".join(lines[-40:])
     for msg in outputs:

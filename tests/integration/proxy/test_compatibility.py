@@ -33,6 +33,7 @@ from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.java_tools import CONSOLE_CONSUMER, CONSOLE_PRODUCER, run_tool
 from tests.support.required_parts import require
 from tests.support.secure_cluster import USERS, start_secure_cluster, tls_herald_config
+from tests.support.streams.app import running_app
 
 CHAINS = {
     "produce": [{"type": "trace_context"}, {"type": "audit"}],
@@ -231,6 +232,20 @@ def _aiokafka(bootstrap: str, topic: str, **conf: Any) -> Seen:
 Cell = Callable[[str, str, str], Seen]  # (Herald bootstrap, topic, broker bootstrap) -> seen
 
 
+def _streams(protocol: str) -> Cell:
+    """Kafka Streams (the pinned release) upper-cases the records of an input topic into
+    `topic`, exactly once, through Herald; they are read back committed. Its input carries
+    the header the fetch chain strips, which Streams forwards with the rest."""
+    def cell(bootstrap: str, topic: str, broker: str) -> Seen:
+        source = f"{topic}-in"
+        create_topic(bootstrap, source)
+        with running_app(bootstrap, f"app-{uuid.uuid4().hex[:8]}", source, topic, protocol):
+            _librdkafka_produce(bootstrap, source)
+            seen = _librdkafka_consume(bootstrap, topic, **{"isolation.level": "read_committed"})
+        return seen
+    return cell
+
+
 def _group_type(broker: str, group: str) -> ConsumerGroupType:
     """The protocol of `group` as the broker holds it (classic, or KIP-848's consumer)."""
     admin = AdminClient({"bootstrap.servers": broker})  # held until the answer is in
@@ -287,6 +302,7 @@ def _transactions(bootstrap: str, topic: str, broker: str) -> Seen:
 
 
 _JAVA, _RDK = "Java 4.4 (console tools)", "librdkafka (confluent-kafka)"
+_STREAMS = "Kafka Streams 4.4"
 CELLS: dict[tuple[str, str], Cell] = {
     (_JAVA, "produce, classic group"): _java(KAFKA_VERSION),
     (_JAVA, "KIP-848 group"): _java(KAFKA_VERSION, "--consumer-property",
@@ -305,6 +321,8 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("Sarama", "produce, classic group"): _go("sarama"),
     ("kafka-go", "produce, classic group"): _go("kafka-go"),
     ("KafkaJS", "produce, classic group"): _kafkajs,
+    (_STREAMS, "classic group, exactly once"): _streams("classic"),
+    (_STREAMS, "streams group, exactly once"): _streams("streams"),
 }
 
 
