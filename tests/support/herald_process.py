@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from proxy.devtools.embedded_kafka import unassigned_ports
+from tests.support.processes import stop as stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -190,15 +191,8 @@ class HeraldProcess:
         return self.process.wait(timeout=timeout)
 
     def stop(self) -> None:
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        if self.process is not None:
+            stop_process(self.process, 20)
 
     def __enter__(self) -> HeraldProcess:
         return self.start()

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from proxy.devtools.embedded_kafka import free_port
+from tests.support.processes import stop
 from tests.support.required_parts import PROMETHEUS, binary, require
 
 
@@ -88,10 +89,5 @@ def running_prometheus(targets: list[str], folder: Path, interval_s: int = 1
             time.sleep(0.2)
         yield prom
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 10)
         log.close()

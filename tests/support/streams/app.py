@@ -13,6 +13,7 @@ from pathlib import Path
 
 from proxy.devtools.embedded_kafka import jvm_opts
 from proxy.devtools.kafka_dist import kafka_libs, streams_libs
+from tests.support.processes import stop
 
 APP = Path(__file__).resolve().parent / "UppercaseApp.java"
 
@@ -42,9 +43,4 @@ def running_app(bootstrap: str, app_id: str, source: str, sink: str, protocol: s
             time.sleep(0.2)
         yield lines
     finally:
-        proc.terminate()
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 60)
