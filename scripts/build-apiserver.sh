@@ -9,19 +9,10 @@
 #   bash scripts/build-apiserver.sh      # writes .cache/go/apiserver.status: built | failed N
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=/dev/null
-. deploy/tools.env
-cache=${HERALD_CACHE_DIR:-$PWD/.cache}
-bin=$cache/go/bin
+# shellcheck source=scripts/go-tool-build.sh
+. scripts/go-tool-build.sh apiserver
 apiserver=$bin/kube-apiserver-$KUBE_APISERVER_VERSION
 etcd=$bin/etcd-$ETCD_VERSION
-status=$cache/go/apiserver.status
-mkdir -p "$bin"
-echo "building $$" >"$status"
-trap 'code=$?; [ "$code" = 0 ] || echo "failed $code" >"$status"' EXIT
-command -v go >/dev/null || { echo "build-apiserver: 'go' is required" >&2; exit 1; }
-export GOPATH=$cache/go GOMODCACHE=$cache/go/mod GOCACHE=$cache/go/build GOFLAGS="-modcacherw -buildvcs=false"
-export CGO_ENABLED=0 GOTOOLCHAIN=local
 work=$cache/go/src-apiserver
 build() {  # OUT PACKAGE (in the module at $PWD)
   nice -n 19 go mod tidy

@@ -2,14 +2,16 @@
 # Set up, then run the lint and the whole test suite (unit, property, differential,
 # integration against real brokers, the container image itself), then the native engine's
 # tests under ASan and UBSan and its fuzz targets for a short while (scripts/sanitize.sh,
-# docs/native-safety.md). Two builds run beside setup and the suite, and the tests that need
+# docs/native-safety.md). Three builds run beside setup and the suite, and the tests that need
 # them wait for them (tests/support/background_builds.py): a real Kubernetes API server for
-# the webhook's tests (scripts/build-apiserver.sh, from before setup) and the container image
-# (deploy/build-image.sh, once setup is done). Extra arguments go to pytest, and then only
+# the webhook's tests (scripts/build-apiserver.sh, from before setup), Jaeger for the APM test
+# (scripts/build-jaeger.sh, from before setup) and the container image (deploy/build-image.sh,
+# once setup is done). Extra arguments go to pytest, and then only
 # pytest runs (HERALD_IMAGE_BUILD=1 builds the image all the same, HERALD_APISERVER_BUILD=1
-# the API server); HERALD_SANITIZE=0 leaves the sanitizer part out, HERALD_IMAGE_BUILD=0 the
-# image build, HERALD_APISERVER_BUILD=0 the API server; HERALD_TEST_WORKERS sets the number
-# of parallel workers (below).
+# the API server, HERALD_JAEGER_BUILD=1 Jaeger); HERALD_SANITIZE=0 leaves the sanitizer part
+# out, HERALD_IMAGE_BUILD=0 the image build, HERALD_APISERVER_BUILD=0 the API server,
+# HERALD_JAEGER_BUILD=0 Jaeger; HERALD_TEST_WORKERS sets the number of parallel workers
+# (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
@@ -24,6 +26,14 @@ if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
   echo "test: building kube-apiserver and etcd beside setup and the suite if missing (scripts/build-apiserver.sh > $cache/go/apiserver-build.log)"
   bash scripts/build-apiserver.sh >"$cache/go/apiserver-build.log" 2>&1 &
   jobs+=("$!:$cache/go/apiserver.status:API server:$cache/go/apiserver-build.log")
+fi
+# Jaeger v2, for the APM test (cached; a cold build takes about 3 minutes of both cores, at the
+# lowest CPU priority beside setup and the suite).
+if [ "${HERALD_JAEGER_BUILD:-$build_apiserver}" = 1 ]; then
+  mkdir -p "$cache/go"
+  echo "test: building Jaeger beside setup and the suite if missing (scripts/build-jaeger.sh > $cache/go/jaeger-build.log)"
+  bash scripts/build-jaeger.sh >"$cache/go/jaeger-build.log" 2>&1 &
+  jobs+=("$!:$cache/go/jaeger.status:Jaeger:$cache/go/jaeger-build.log")
 fi
 bash scripts/setup.sh
 .venv/bin/ruff check .

@@ -12,8 +12,8 @@ together:
 
 The heaviest groups are scheduled first, so that no worker starts one near the end while the
 others wait, and the modules that need a build scripts/test.sh runs beside the suite (the
-image, the API server) last, so the build has had the suite's time. Each worker picks ports
-from a slice of its own (`HERALD_PORT_SHARE`, proxy/devtools/embedded_kafka.py), so two
+image, the API server, Jaeger) last, so the build has had the suite's time. Each worker picks
+ports from a slice of its own (`HERALD_PORT_SHARE`, proxy/devtools/embedded_kafka.py), so two
 workers never choose the same port at once.
 """
 
@@ -40,7 +40,8 @@ FIRST = (PIPELINE, "tests/pipeline/test_stream_state.py",
          "tests/integration/proxy/routing/test_routing.py",
          "tests/integration/proxy/security/test_security.py", "tests/pipeline/test_graph.py",
          "tests/pipeline/test_demo.py")
-LAST = ("tests/k8s/deploy/test_image.py", "tests/k8s/proxy/k8s/test_webhook_apiserver.py")
+LAST = ("tests/integration/proxy/observability/test_jaeger.py", "tests/k8s/deploy/test_image.py",
+        "tests/k8s/proxy/k8s/test_webhook_apiserver.py")
 _PLAYED_FIXTURE = re.compile(r"\b(?:played|batch_run|herald_traced)\b")
 _CLUSTER_FIXTURE = re.compile(r"\b(?:kafka_cluster|herald_cluster)\b")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from proxy.devtools.embedded_kafka import free_port
-from tests.support.processes import stop
+from tests.support.processes import stop, wait_ready
 from tests.support.required_parts import PROMETHEUS, binary, require
 
 
@@ -76,17 +75,11 @@ def running_prometheus(targets: list[str], folder: Path, interval_s: int = 1
         stdout=log, stderr=subprocess.STDOUT)
     prom = Prometheus(f"http://127.0.0.1:{port}")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (folder / "prometheus.log").read_text()[-3000:]
-            try:
-                with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "prometheus did not become ready"
-            time.sleep(0.2)
+        def ready() -> bool:
+            with urllib.request.urlopen(f"{prom.url}/-/ready", timeout=2) as resp:
+                return resp.status == 200
+
+        wait_ready(proc, folder / "prometheus.log", ready, "prometheus")
         yield prom
     finally:
         stop(proc, 10)
