@@ -81,6 +81,9 @@ def add_sidecar_arguments(p: argparse.ArgumentParser) -> None:
                    help="Secret with username and password Herald authenticates with")
     p.add_argument("--sasl-mechanism", default="SCRAM-SHA-512",
                    choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+    p.add_argument("--otlp-endpoint", default="", metavar="URL",
+                   help="send Herald's spans over OTLP/HTTP to this collector or APM, for "
+                        "example http://jaeger-collector.observability:4318 (default: none)")
     p.add_argument("--produce-mb-s", type=float, default=5.0,
                    help="expected produce MB/s per pod, for the CPU request (default 5)")
     p.add_argument("--consume-mb-s", type=float, default=5.0,
@@ -111,11 +114,15 @@ def options_from(args: argparse.Namespace, config_in_pod: bool = False) -> Injec
         load = Throughput(args.produce_mb_s, args.consume_mb_s, args.interceptors)
     except ValueError as exc:
         raise InjectError(str(exc)) from None
-    spec = SidecarSpec(
-        upstream=args.upstream, image=args.image, native=not args.classic, load=load,
-        upstream_tls_secret=args.upstream_tls_secret, sasl_secret=args.sasl_secret,
-        sasl_mechanism=args.sasl_mechanism, link_scope=args.scope,
-    )
+    try:
+        spec = SidecarSpec(
+            upstream=args.upstream, image=args.image, native=not args.classic, load=load,
+            upstream_tls_secret=args.upstream_tls_secret, sasl_secret=args.sasl_secret,
+            sasl_mechanism=args.sasl_mechanism, link_scope=args.scope,
+            otlp_endpoint=args.otlp_endpoint,
+        )
+    except ValueError as exc:
+        raise InjectError(f"--{exc}") from None
     proxy_yaml = None
     if args.config is not None:
         spec, proxy_yaml = _own_config(args.config, spec)

@@ -67,11 +67,28 @@ class SidecarSpec:
     admin_port: int = ADMIN_PORT
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
     link_scope: str = LINK_SCOPE  # of the causal links: one of LINK_SCOPES
+    otlp_endpoint: str = ""  # where Herald's spans go (OTLP over HTTP); empty: no tracing
 
     def __post_init__(self) -> None:
         if self.link_scope not in LINK_SCOPES:
             raise ValueError(f"scope: expected one of {', '.join(LINK_SCOPES)}, "
                              f"got {self.link_scope!r}")
+        if self.otlp_endpoint and not self.otlp_endpoint.startswith(("http://", "https://")):
+            raise ValueError("otlp-endpoint: expected an http:// or https:// URL (OTLP over "
+                             f"HTTP, port 4318 by convention), got {self.otlp_endpoint!r}")
+
+
+def tracing_env(endpoint: str) -> list[dict[str, Any]]:
+    """The sidecar's OpenTelemetry variables (docs/observability.md#traces): spans over OTLP
+    to `endpoint`, each tagged with the pod, namespace and node it came from (Kubernetes
+    expands `$(VAR)` from the variables before it). None without an endpoint."""
+    if not endpoint:
+        return []
+    pod = ",".join(f"k8s.{key}.name=$({var})" for key, var in (
+        ("pod", "POD_NAME"), ("namespace", "POD_NAMESPACE"), ("node", "NODE_NAME")))
+    return [{"name": "OTEL_TRACES_EXPORTER", "value": "otlp"},
+            {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint},
+            {"name": "OTEL_RESOURCE_ATTRIBUTES", "value": pod}]
 
 
 def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
@@ -152,6 +169,7 @@ def container(spec: SidecarSpec) -> dict[str, Any]:
     c["env"] = [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
                 for var, path in _DOWNWARD]
     c["env"].append({"name": STATE_DIR_ENV, "value": STATE_DIR})
+    c["env"] += tracing_env(spec.otlp_endpoint)
     c["resources"] = resources(spec.load)
     c["startupProbe"] = _probe("/healthz", 1, 30)
     c["readinessProbe"] = _probe("/readyz", 5, 2)

@@ -100,6 +100,9 @@ def _check_custom(doc: dict[str, Any]) -> None:
     assert endpoint["port"] == port and endpoint["path"] == "/metrics"
 
 
+OTLP = "http://jaeger-collector.observability:4318"
+
+
 def _static() -> dict[str, list[dict[str, Any]]]:
     return {p.name: documents(p.read_text()) for p in sorted(MANIFESTS.glob("*.yaml"))
             if p.name != "gateway-values.yaml"}
@@ -194,14 +197,17 @@ def test_native_sidecars_need_kubernetes_1_29_and_classic_ones_do_not() -> None:
 
 
 def test_the_chart_sidecar_is_the_injector_sidecar() -> None:
-    """Two renderings of one design: the chart's container equals the injector's."""
-    for native in (True, False):
-        docs = documents(helm_template(f"sidecar.native={str(native).lower()}", *SECURE[:2]))
+    """Two renderings of one design: the chart's container equals the injector's, with
+    tracing to an OTLP endpoint and without."""
+    for native, otlp in ((True, ""), (False, ""), (True, OTLP)):
+        traced = (f"tracing.otlpEndpoint={otlp}",) if otlp else ()
+        docs = documents(helm_template(f"sidecar.native={str(native).lower()}", *SECURE[:2],
+                                       *traced))
         pod = find(docs, "Deployment")["spec"]["template"]["spec"]
         group = pod["initContainers"] if native else pod["containers"]
         (charted,) = [c for c in group if c["name"] == "herald"]
         spec = SidecarSpec(image="herald:0.1.0", native=native,
-                           upstream_tls_secret="x", sasl_secret="y")
+                           upstream_tls_secret="x", sasl_secret="y", otlp_endpoint=otlp)
         assert charted == sidecar.container(spec)
         assert pod["terminationGracePeriodSeconds"] == sidecar.termination_grace_s(spec)
         config = yaml.safe_load(find(docs, "ConfigMap")["data"]["proxy.yaml"])
@@ -211,6 +217,15 @@ def test_the_chart_sidecar_is_the_injector_sidecar() -> None:
         assert {k: v for k, v in config.items() if k != "upstream"} == {
             k: v for k, v in injected.items() if k != "upstream"}
         assert link_scope(config["interceptors"]) == "host"  # the pod's clients, on loopback
+
+
+def test_the_webhook_gives_injected_sidecars_the_charts_otlp_endpoint() -> None:
+    docs = documents(helm_template("mode=webhook", f"tracing.otlpEndpoint={OTLP}"))
+    (container,) = find(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert f"--otlp-endpoint={OTLP}" in container["args"]
+    plain = documents(helm_template("mode=webhook"))
+    (container,) = find(plain, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert not any(a.startswith("--otlp-endpoint") for a in container["args"])
 
 
 def test_gateway_exposes_bootstrap_and_one_port_per_broker() -> None:

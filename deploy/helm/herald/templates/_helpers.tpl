@@ -136,6 +136,14 @@ failureThreshold: {{ .failures }}
           fieldPath: spec.nodeName
     - name: HERALD_STATE_DIR
       value: /var/lib/herald
+    {{- with $v.tracing.otlpEndpoint }}
+    - name: OTEL_TRACES_EXPORTER
+      value: otlp
+    - name: OTEL_EXPORTER_OTLP_ENDPOINT
+      value: {{ . | quote }}
+    - name: OTEL_RESOURCE_ATTRIBUTES
+      value: k8s.pod.name=$(POD_NAME),k8s.namespace.name=$(POD_NAMESPACE),k8s.node.name=$(NODE_NAME)
+    {{- end }}
   resources:
     {{- toYaml $v.resources | nindent 4 }}
   startupProbe:

@@ -423,3 +423,47 @@ def test_cli_names_every_error_of_a_given_proxy_yaml(
     assert lines[0] == f"herald k8s inject: {own}: listen.colour: unknown key"
     assert lines[1].startswith(f"herald k8s inject: {own}: logging.level: expected one of")
     assert len(lines) == 2
+
+
+def _kubelet_env(container: dict[str, Any], downward: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet gives it: downward-API values, and
+    `$(VAR)` in a value expanded from the variables before it."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        value = downward[item["name"]] if "valueFrom" in item else item["value"]
+        for name, known in env.items():
+            value = value.replace(f"$({name})", known)
+        env[item["name"]] = value
+    return env
+
+
+def test_an_otlp_endpoint_turns_the_sidecars_tracing_on_tagged_with_its_pod(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.resources import OTELResourceDetector
+
+    from proxy.observability.tracing import exporters_from_env
+
+    endpoint = "http://jaeger-collector.observability:4318"
+    docs, _ = inject([workload("Deployment")], InjectOptions(SidecarSpec(otlp_endpoint=endpoint)))
+    (herald,) = heralds(the_pod(docs[1]))
+    env = _kubelet_env(herald, {"POD_NAME": "web-1", "POD_NAMESPACE": "shop",
+                                "NODE_NAME": "n1"})
+    assert exporters_from_env(env) == ["otlp"]
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == endpoint
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", env["OTEL_RESOURCE_ATTRIBUTES"])
+    attributes = OTELResourceDetector().detect().attributes
+    assert {k: attributes[k] for k in ("k8s.pod.name", "k8s.namespace.name", "k8s.node.name")
+            } == {"k8s.pod.name": "web-1", "k8s.namespace.name": "shop", "k8s.node.name": "n1"}
+    # Without one, nothing of tracing is set: it stays off.
+    docs, _ = inject([workload("Deployment")], InjectOptions())
+    (herald,) = heralds(the_pod(docs[1]))
+    assert exporters_from_env(_kubelet_env(herald, {"POD_NAME": "p", "POD_NAMESPACE": "n",
+                                                    "NODE_NAME": "x"})) == []
+
+
+def test_cli_refuses_an_otlp_endpoint_that_is_not_an_http_url(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = _write(tmp_path / "app.yaml", workload("Deployment"))
+    assert main(["k8s", "inject", str(source), "--otlp-endpoint", "jaeger:4317"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "herald k8s inject: --otlp-endpoint: expected an http:// or https:// URL")
