@@ -254,8 +254,8 @@ class _EngineWork:
         limits = filt.limits
         batch = limits.max_batch_decompressed_bytes
         request = limits.max_request_decompressed_bytes
-        if filt.memory is not None:
-            share = filt.memory.limit // (2 * limits.big_batch_workers)
+        share = filt.big_batch_share()
+        if share is not None:
             batch, request = min(batch, share), min(request, share)
         return min(batch, ON_LOOP_DECOMPRESSED), request
 
@@ -355,6 +355,15 @@ class InterceptorFilter(Filter):
         return self._finish(topic, outcome, _join(batches, *self._fit_to(topic, allowance,
                                                                           version)))
 
+    def big_batch_share(self) -> int | None:
+        """The most of the memory budget one large partition's decompression books: half the
+        budget, split between the workers that may decompress at once (None: no budget).
+        Python books it (`_run_big`), and the engine decompresses no more than it
+        (`decompression_limits`), so the two never disagree on what is too big."""
+        if self.memory is None:
+            return None
+        return self.memory.limit // (2 * self.limits.big_batch_workers)
+
     async def _run_big(
         self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
         allowance: RequestAllowance | None, version: int,
@@ -362,13 +371,14 @@ class InterceptorFilter(Filter):
         per_batch = self.limits.max_batch_decompressed_bytes
         held = None
         cap = None
-        if self.memory is not None:
+        share = self.big_batch_share()
+        if self.memory is not None and share is not None:
             # The decompressed records are booked in the memory budget before they exist:
             # as much as the limits allow, at most a share of the budget per worker.
             compressed = sum(1 for b in batches if not isinstance(b, _BYTES) and b.compression)
             cap = min(per_batch * compressed,
                       allowance.decompressed if allowance is not None else per_batch * compressed,
-                      self.memory.limit // (2 * self.limits.big_batch_workers))
+                      share)
             held = self.memory.holder()
             await held.take(cap)
         try:

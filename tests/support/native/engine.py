@@ -53,9 +53,11 @@ class Rig:
 
     def __init__(self, allowed: bytes, max_frame: int = 1 << 20, max_in_flight: int = 100,
                  idle: float = 600.0, frame: float = 60.0, prefill: bytes = b"",
-                 tcp: bool = False, grow_limit: int = -1) -> None:
-        """`grow_limit` >= 0: what the engine's buffers may grow by in all."""
-        self.engine = native_relay._relay.Engine((0.001, 0.01, 0.1, 1.0), grow_limit)
+                 tcp: bool = False, grow_limit: int = -1, engine: object | None = None) -> None:
+        """`grow_limit` >= 0: what the engine's buffers may grow by in all; `engine`: an
+        engine made elsewhere (a `NativeRelay`'s) instead of one of the rig's own."""
+        self.engine = engine if engine is not None else native_relay._relay.Engine(
+            (0.001, 0.01, 0.1, 1.0), grow_limit)
         pair = tcp_pair if tcp else socket.socketpair
         self.app, self.client_end = pair()
         self.upstream_end, self.broker = pair()

@@ -218,6 +218,52 @@ def test_a_buffer_grows_from_the_engines_pool_or_the_frame_goes_to_python(pool: 
         rig.close()
 
 
+@pytest.mark.parametrize("fits", [False, True])
+def test_the_growth_pool_is_a_share_of_the_memory_budget_and_booked_in_it(fits: bool) -> None:
+    """A proxy's engine (`NativeRelay`) may grow its buffers by `GROWTH_SHARE` of the memory
+    budget, and what they have grown by is booked in the budget at every fold (every scrape):
+    with a budget whose share is smaller than the growth a large response needs, the response
+    goes to Python; with one whose share holds it, the growth is in the budget's `used` while
+    the session holds it, and out of it once the session is taken back."""
+    from proxy.limits.memory_budget import MemoryBudget
+    from proxy.native.relay import GROWTH_SHARE, NativeRelay
+    from proxy.observability.metrics import Metrics
+    from tests.support.native.engine import Rig, request, send_behind
+
+    filt, plan = setup()
+    table = passable_table(FilterChain([filt]), fetch=True)
+    large = frame(12, response(random.Random(22), 12, 2, 2, 12, 0.0), corr=0)
+    needed = len(large) - 64 * 1024  # past the rig's 64 KiB base buffer
+    assert needed > GROWTH_SHARE * 1000  # so a pool of the whole budget would hold it
+    limit = GROWTH_SHARE * (64 << 20) if fits else GROWTH_SHARE * 1000  # a 1,000-byte share
+    memory = MemoryBudget(limit)
+    relay = NativeRelay(Metrics(), memory)
+    rig = Rig(table, engine=relay._engine)
+    planned = relay.fetch_plan(FilterChain([filt]))
+    assert planned is not None and planned[0].wire == plan.wire
+    try:
+        rig.replan(table, fetch=(plan.wire, planned[1], 4 << 20))  # counted as the relay's
+        rig.app.sendall(request(1, 12, 0, b"\x00" * 40, flexible=True))
+        rig.recv_exactly(rig.broker, struct.unpack(">i", rig.recv_exactly(rig.broker, 4))[0])
+        if not fits:
+            rig.broker.sendall(large[:20_000])
+            assert rig.wait_handover().reason == "response"
+            relay.fold()
+            assert memory.used == 0
+        else:
+            send_behind(rig.broker, large)
+            assert rig.recv_exactly(rig.app, len(large)) == large
+            relay.fold()
+            assert memory.used == rig.engine.grown >= needed
+            assert memory.used <= limit // GROWTH_SHARE
+            rig.engine.stop(rig.sid)
+            rig.wait_handover()
+            relay.fold()
+            assert memory.used == 0
+    finally:
+        rig.close()
+
+
 def test_a_response_larger_than_the_scan_buffer_goes_to_python() -> None:
     from tests.support.native.engine import Rig, request
 
