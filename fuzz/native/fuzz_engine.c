@@ -205,8 +205,10 @@ static void take_back(rig_t *r, int may_resume) {
 
     ne_counters c;
     FUZZ_CHECK(ne_collect(r->e, &c) == NE_OK, "collect");
-    size_t from_client = (size_t)c.bytes[0], to_upstream = (size_t)c.bytes[1];
-    size_t from_upstream = (size_t)c.bytes[2], to_client = (size_t)c.bytes[3];
+    size_t from_client = (size_t)c.bytes[BYTES_CLIENT_TO_PROXY];
+    size_t to_upstream = (size_t)c.bytes[BYTES_PROXY_TO_UPSTREAM];
+    size_t from_upstream = (size_t)c.bytes[BYTES_UPSTREAM_TO_PROXY];
+    size_t to_client = (size_t)c.bytes[BYTES_PROXY_TO_CLIENT];
     ne_counters_free(&c);
     FUZZ_CHECK(h.reason != NULL && h.reason[0] != '\0', "a hand-over without a reason");
     /* What the engine saw of the client in this phase: the prefill, then what it read. */

@@ -42,8 +42,8 @@ def _enum(prefix: str, names: list[str], count: str) -> list[str]:
 def render_native_relay_header() -> str:
     about = textwrap.wrap(
         "What the native relay and Herald's Python both name: the hand-over reasons and their "
-        "kinds, the deadline messages, the record headers the engine reads, the order of its "
-        "link counts, the column kinds it stamps and the codec names. The "
+        "kinds, the byte directions, the deadline messages, the record headers the engine "
+        "reads, the order of its link counts, the column kinds it stamps and the codec names. The "
         "constants of protocol/contracts/native_relay.py (where each is explained), for C.",
         _WIDTH - 3)
     about += textwrap.wrap(
@@ -60,6 +60,8 @@ def render_native_relay_header() -> str:
     lines += _enum("HANDOVER_", ["none", *reasons], "HANDOVER_COUNT")
     lines += _wrapped_define("HANDOVER_NAMES", ["", *reasons])
     lines += _wrapped_define("HANDOVER_KINDS", ["", *kinds])
+    lines += ["", "/* The byte counts of a session, by direction and side, in their order. */"]
+    lines += _enum("BYTES_", list(native_relay.BYTE_DIRECTIONS), "BYTES_N")
     lines += ["", "/* What a session ended by a client deadline says (printf formats). */"]
     lines += [f'#define MESSAGE_{macro} "{text}"'
               for macro, text in native_relay.MESSAGES.items()]

@@ -1,7 +1,7 @@
 """What the native relay's C (``proxy/native``) and Herald's Python both name: why the engine
-hands a session back and what each reason means, the record headers it reads, the link
-counts it returns, in their order, and the kinds of column it stamps (with the codec names of
-``protocol/compression.py``).
+hands a session back and what each reason means, the byte directions it counts, the record
+headers it reads, the link counts it returns, in their order, and the kinds of column it
+stamps (with the codec names of ``protocol/compression.py``).
 
 Written once, here: ``protocol.codegen`` renders them for C into ``native_relay.h`` (the
 engine includes it), and the Python that reads what the engine says imports them from here.
@@ -63,6 +63,12 @@ HANDOVER_REASONS = (
 )
 """Every hand-over reason with its kind, in the engine's order (its codes count from 1; 0 is
 no reason)."""
+
+# The four byte counts of a session, one per direction and side, in the order the engine
+# counts them (its byte counters and its per-turn totals).
+BYTE_DIRECTIONS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
+"""Read from the client, written to the broker, read from the broker, written to the client:
+the `direction` label of ``herald_bytes_total`` and ``herald_native_tls_bytes_total``."""
 
 # What a column the engine stamps holds (`interceptors.api.NativeColumn.kind`), in the order of
 # its codes.

@@ -524,9 +524,10 @@ static PyObject *engine_collect(engine_obj *self, PyObject *unused) {
         Py_XDECREF(val);
     }
     if (pairs != NULL) {
-        out = Py_BuildValue("((KKKK)O)", (unsigned long long)c.bytes[0],
-                            (unsigned long long)c.bytes[1], (unsigned long long)c.bytes[2],
-                            (unsigned long long)c.bytes[3], pairs);
+        out = Py_BuildValue("((KKKK)O)", (unsigned long long)c.bytes[BYTES_CLIENT_TO_PROXY],
+                            (unsigned long long)c.bytes[BYTES_PROXY_TO_UPSTREAM],
+                            (unsigned long long)c.bytes[BYTES_UPSTREAM_TO_PROXY],
+                            (unsigned long long)c.bytes[BYTES_PROXY_TO_CLIENT], pairs);
     }
     Py_XDECREF(pairs);
     ne_counters_free(&c);
@@ -606,12 +607,14 @@ static PyObject *engine_tls_bytes(engine_obj *self, void *closure) {
     if (e == NULL) {
         return NULL;
     }
-    uint64_t n[4];
+    uint64_t n[BYTES_N];
     Py_BEGIN_ALLOW_THREADS
     ne_tls_bytes(e, n);
     Py_END_ALLOW_THREADS
-    return Py_BuildValue("(KKKK)", (unsigned long long)n[0], (unsigned long long)n[1],
-                         (unsigned long long)n[2], (unsigned long long)n[3]);
+    return Py_BuildValue("(KKKK)", (unsigned long long)n[BYTES_CLIENT_TO_PROXY],
+                         (unsigned long long)n[BYTES_PROXY_TO_UPSTREAM],
+                         (unsigned long long)n[BYTES_UPSTREAM_TO_PROXY],
+                         (unsigned long long)n[BYTES_PROXY_TO_CLIENT]);
 }
 
 static PyObject *engine_walks(engine_obj *self, void *closure) {
@@ -846,7 +849,7 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
             "max_api", NE_MAX_API, "max_version", NE_MAX_VER, "table_values", values,
             "reasons", reasons,
             "stamp", "api", NR_PRODUCE, "versions", NC_PRODUCE_MIN_VERSION,
-            NC_PRODUCE_MAX_VERSION, "codecs", stamped, "columns", columns,
+            NR_PRODUCE_MAX_VERSION, "codecs", stamped, "columns", columns,
             "scan", "api", NR_FETCH, "versions", NF_MIN_VERSION, NF_MAX_VERSION, "codecs",
             scanned,
             "tags", NR_PRODUCE, PRODUCE_NODE_ENDPOINTS_VERSION, NR_PRODUCE_MAX_VERSION,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from protocol.contracts.native_relay import BYTE_DIRECTIONS
 from proxy.filters.chain import FilterChain, SessionContext
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.limits.session_limits import SessionLimits
@@ -65,7 +66,6 @@ books its base buffers only, however large the frames it may one day carry."""
 MAX_API = CAPABILITIES.max_api
 MAX_VERSION = CAPABILITIES.max_version
 
-_BYTE_LABELS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
 _ids = itertools.count(1)
 
 
@@ -251,7 +251,7 @@ class NativeRelay:
         """Add what the engine counted since the last fold to the Prometheus metrics."""
         counted, pairs = self._engine.collect()
         m = self._metrics
-        for label, n in zip(_BYTE_LABELS, counted, strict=True):
+        for label, n in zip(BYTE_DIRECTIONS, counted, strict=True):
             if n:
                 m.bytes.labels(label).inc(n)
         for (api, version), (requests, lat, lat_sum, up, up_sum) in pairs.items():
@@ -267,7 +267,7 @@ class NativeRelay:
             m.native_spliced.inc(spliced - self._spliced)
             self._spliced = spliced
         tls = self._engine.tls_bytes
-        for label, n, before in zip(_BYTE_LABELS, tls, self._tls, strict=True):
+        for label, n, before in zip(BYTE_DIRECTIONS, tls, self._tls, strict=True):
             if n > before:
                 m.native_tls_bytes.labels(label).inc(n - before)
         self._tls = tls

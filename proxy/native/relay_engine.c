@@ -211,9 +211,9 @@ struct ne_engine {
     size_t unannounced; /* registered sessions not handed over yet: each may add one event */
     int nbounds;
     double bounds[MAX_BOUNDS];
-    uint64_t bytes[4]; /* client->proxy, proxy->upstream, upstream->proxy, proxy->client */
-    uint64_t spliced;  /* of bytes[0] and bytes[2], those spliced: never reset */
-    uint64_t tls_bytes[4]; /* of each of bytes[], those through TLS sides: never reset */
+    uint64_t bytes[BYTES_N]; /* by direction (contracts/native_relay.h) */
+    uint64_t spliced;  /* of the bytes read from either side, those spliced: never reset */
+    uint64_t tls_bytes[BYTES_N]; /* of each of bytes[], those through TLS sides: never reset */
     pair_stats_t *stats[MAX_API];
     ne_stamp_counts *stamp_stats;
     size_t nstamp_stats, stamp_stats_cap;
@@ -1198,7 +1198,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         readable_upstream |= tls_pending(s, UPSTREAM);
         if (readable_client && may_read(s, &s->req)) {
             int more = 0;
-            int r = pull(e, s, &s->req, CLIENT, 0, &more);
+            int r = pull(e, s, &s->req, CLIENT, BYTES_CLIENT_TO_PROXY, &more);
             if (r == -2) {
                 socket_error(e, s, "client", errno);
                 return;
@@ -1235,14 +1235,14 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         } else {
             parse_requests(e, s, now);
         }
-        int w = flush(e, s, &s->req, UPSTREAM, 1);
+        int w = flush(e, s, &s->req, UPSTREAM, BYTES_PROXY_TO_UPSTREAM);
         if (w == -2) {
             socket_error(e, s, "upstream", errno);
             return;
         }
         if (readable_upstream && may_read(s, &s->resp)) {
             int more = 0;
-            int r = pull(e, s, &s->resp, UPSTREAM, 2, &more);
+            int r = pull(e, s, &s->resp, UPSTREAM, BYTES_UPSTREAM_TO_PROXY, &more);
             if (r == -2) {
                 socket_error(e, s, "upstream", errno);
                 return;
@@ -1262,7 +1262,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         if (s->state == HANDED) {
             return;
         }
-        w = flush(e, s, &s->resp, CLIENT, 3);
+        w = flush(e, s, &s->resp, CLIENT, BYTES_PROXY_TO_CLIENT);
         if (w == -2) {
             socket_error(e, s, "client", errno);
             return;
@@ -1919,7 +1919,7 @@ void ne_walks(ne_engine *e, uint64_t out[NE_WALK_KINDS]) {
     pthread_mutex_unlock(&e->mu);
 }
 
-void ne_tls_bytes(ne_engine *e, uint64_t out[4]) {
+void ne_tls_bytes(ne_engine *e, uint64_t out[BYTES_N]) {
     pthread_mutex_lock(&e->mu);
     memcpy(out, e->tls_bytes, sizeof e->tls_bytes);
     pthread_mutex_unlock(&e->mu);

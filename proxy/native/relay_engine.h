@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "contracts/native_relay.h"
 #include "relay_stamp.h"
 
 struct ssl_st; /* OpenSSL's SSL: see relay_tls.h */
@@ -115,7 +116,7 @@ typedef struct {
 } ne_stamp_counts;
 
 typedef struct {
-    uint64_t bytes[4]; /* client->proxy, proxy->upstream, upstream->proxy, proxy->client */
+    uint64_t bytes[BYTES_N]; /* by direction (contracts/native_relay.h) */
     ne_pair_counts *pairs;
     size_t npairs;
     int nbuckets;
@@ -169,6 +170,6 @@ enum { NE_WALK_TURNS, NE_WALK_DEADLINES, NE_WALK_TLS, NE_WALK_KINDS };
 void ne_walks(ne_engine *e, uint64_t out[NE_WALK_KINDS]);
 /* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),
  * those decrypted or encrypted by the engine on TLS sides, since it began: never reset. */
-void ne_tls_bytes(ne_engine *e, uint64_t out[4]);
+void ne_tls_bytes(ne_engine *e, uint64_t out[BYTES_N]);
 
 #endif

@@ -2,8 +2,9 @@
  *
  * For a session whose produce chain the engine can run (proxy/native/stamp_plan.py decides, and
  * gives the plan: the columns each member appends, what they watch, the limits, the topic ids
- * Herald knows), a Produce request v3-v13 is walked whole (v13 names topics by id: one Herald
- * has not learnt goes to Python, which refuses it until it has); every batch must be magic 2,
+ * Herald knows), a Produce request of the versions relay_stamp.h names is walked whole (v13
+ * names topics by id: one Herald has not learnt goes to Python, which refuses it until it
+ * has); every batch must be magic 2,
  * uncompressed, not a control batch, within the limits, with no record carrying a watched
  * header, but for a record that keeps its own trace context: one valid traceparent and only
  * valid tracestates, when the plan's traceparent column `keeps` (relay_trace.c checks them;
@@ -27,6 +28,10 @@
 #include "contracts/native_relay.h"
 #include "relay_codec.h"
 #include "stamp_core.h"
+
+/* A macro's value as a string literal, for messages that name a constant. */
+#define NC_STR_(x) #x
+#define NC_STR(x) NC_STR_(x)
 
 #define BATCH_HEADER 61
 #define TP_LEN 55
@@ -1169,8 +1174,9 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     }
     int64_t api = rd_int(&r, 2), ver = rd_int(&r, 2);
     rd_skip(&r, 4); /* correlation id */
-    if (api != 0 || ver < NC_PRODUCE_MIN_VERSION || ver > NC_PRODUCE_MAX_VERSION) {
-        *why = "not a Produce request of v3-v13";
+    if (api != NR_PRODUCE || ver < NC_PRODUCE_MIN_VERSION || ver > NR_PRODUCE_MAX_VERSION) {
+        *why = "not a Produce request of v" NC_STR(NC_PRODUCE_MIN_VERSION) "-v" NC_STR(
+            NR_PRODUCE_MAX_VERSION);
         return NC_PYTHON;
     }
     int flexible = ver >= PRODUCE_FLEXIBLE_VERSION;

@@ -7,15 +7,17 @@
 
 #include "contracts/native_relay.h"
 #include "link_memory.h"
+#include "relay_frames.h"
 
 /* What a column's value is (interceptors.api.NativeColumn.kind): NC_CONST .. NC_TRACEPARENT
  * and NC_KIND_NAMES come from contracts/native_relay.h, in the order Python sends a column's
  * kind as its index. */
 
-/* The Produce versions the stamp walks (v13 names topics by id: one Herald has not learnt goes
- * to Python). The batch codecs it stamps are relay_codec.h's NK_NATIVE_CODECS. */
+/* The Produce versions the stamp walks: from the first whose batches are v2 record batches
+ * (headers) up to the newest the engine reads, NR_PRODUCE_MAX_VERSION (relay_frames.h; v13
+ * names topics by id: one Herald has not learnt goes to Python). The batch codecs it stamps
+ * are relay_codec.h's NK_NATIVE_CODECS. */
 #define NC_PRODUCE_MIN_VERSION 3
-#define NC_PRODUCE_MAX_VERSION 13
 /* Which stream of random bytes a column draws from (interceptors.ids: trace ids, message ids). */
 enum { NC_TRACE_DRAWS = 0, NC_MSG_DRAWS = 1 };
 

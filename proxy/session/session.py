@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from protocol.contracts.native_relay import BYTE_DIRECTIONS
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder
 from proxy.filters.chain import SessionContext
@@ -66,14 +67,16 @@ class Session:
         self._hand_back = False
         # What this connection holds of the global memory budget: request bytes read and
         # not yet forwarded, response bytes read and not yet sent on.
+        read_client, to_upstream, read_upstream, to_client = (
+            metrics.bytes.labels(direction) for direction in BYTE_DIRECTIONS)
         requests = Lane(
             FrameDecoder(max_frame_bytes), memory.holder() if memory is not None else None,
-            metrics.bytes.labels("client_to_proxy"), metrics.bytes.labels("proxy_to_upstream"),
+            read_client, to_upstream,
         )
         responses = Lane(
             FrameDecoder(max_frame_bytes),
             Holder(memory, always_small=True) if memory is not None else None,
-            metrics.bytes.labels("upstream_to_proxy"), metrics.bytes.labels("proxy_to_client"),
+            read_upstream, to_client,
         )
         self._lanes = (requests, responses)
         self._calls = CorrelationTable(env.limits.max_in_flight)

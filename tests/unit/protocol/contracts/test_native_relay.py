@@ -22,6 +22,7 @@ SOURCE = ROOT / "protocol" / "contracts" / "native_relay.py"
 _WORDS = {native_relay.REQUEST, native_relay.RESPONSE, native_relay.DRAIN, native_relay.REAUTH}
 REASONS = {name for name, _ in native_relay.HANDOVER_REASONS} - _WORDS
 COUNTERS = set(native_relay.FETCH_COUNTERS + native_relay.PRODUCE_COUNTERS)
+DIRECTIONS = set(native_relay.BYTE_DIRECTIONS)
 HEADER_KEYS = set(native_relay.HEADERS.values())
 KINDS = set(native_relay.COLUMN_KINDS) - {native_relay.COLUMN_CONST}  # "const": a C keyword
 CODECS = set(CODEC_NAMES.values()) - {"none"}
@@ -58,7 +59,7 @@ def restated_in_c(name: str, text: str) -> list[str]:
 
 
 def restated_in_python(name: str, text: str) -> list[str]:
-    facts = REASONS | COUNTERS
+    facts = REASONS | COUNTERS | DIRECTIONS
     return [f"{name}:{node.lineno}: {node.value!r}" for node in ast.walk(ast.parse(text))
             if isinstance(node, ast.Constant) and isinstance(node.value, str)
             and (node.value in facts or node.value.startswith(MESSAGE_HEADS))]
@@ -104,6 +105,7 @@ def test_the_checks_find_what_they_look_for() -> None:
         "relay_engine.c:3: 'gzip'", "relay_engine.c:4: 'limits.idle_timeout_s: idle for %g s'"]
     python = ('FETCH_COUNTERS = ("link_remembered", "link_evicted", "link_expired")\n'
               'IDLE_TIMEOUT = "idle_timeout"\n'
-              'why = f"limits.frame_timeout_s: a frame was not complete {s:g} s after it began"\n')
-    assert len(restated_in_python("old.py", python)) == 5
+              'why = f"limits.frame_timeout_s: a frame was not complete {s:g} s after it began"\n'
+              'metrics.bytes.labels("client_to_proxy")\n')
+    assert len(restated_in_python("old.py", python)) == 6
 

@@ -25,6 +25,7 @@ from protocol.records import Record, build_batch, split_batches
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter
 from proxy.limits.config import LimitsConfig
+from proxy.native.capabilities import CAPABILITIES
 from proxy.native.path_choice import PASS, STAMP, STAMP_UNLESS_TAGGED, passable_table
 from proxy.native.stamp_plan import stamp_plan
 from proxy.net.wire import decode_request, parse_request_header
@@ -135,7 +136,9 @@ def test_batches_the_engine_does_not_stamp_go_to_python() -> None:
     legacy = bytearray(build_batch(plain))
     legacy[16] = 1
     assert "magic" in refused(one_partition(bytes(legacy)), plan)
-    assert "v3-v13" in refused(one_partition(build_batch(plain), version=2), plan)
+    versions = CAPABILITIES.stamp_versions
+    too_old = one_partition(build_batch(plain), version=versions[0] - 1)
+    assert f"v{versions[0]}-v{versions[-1]}" in refused(too_old, plan)
     unknown = TopicProduceData(topic_id=b"\x09" * 16, partition_data=[
         PartitionProduceData(index=0, records=build_batch(plain))])
     assert "not learnt" in refused(frame(13, ProduceRequest(acks=1, topic_data=[unknown])), plan)
