@@ -21,6 +21,8 @@ cd "$(dirname "$0")/.."
 only_archive=
 [ "${1:-}" = --archive ] && { only_archive=1; shift; }
 tag=${1:-${HERALD_IMAGE:-herald:0.1.0}}
+# The stream's image (the Dockerfile's `pipeline` target), built beside Herald's.
+pipeline_tag=${HERALD_PIPELINE_IMAGE:-herald-pipeline:0.1.0}
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}/image
 suite=bookworm
 base=localhost/herald-base:$suite
@@ -95,17 +97,31 @@ echo "build-image: Debian archive $mirror${security:+, security $security}${apt_
 [ -z "$only_archive" ] || exit 0
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap and buildah's chroot isolation); run it as root"
 
-# ---- nothing to do when the image has these very inputs ----------------------------------------
+# ---- Spark's Kafka connector, as setup resolved it into the cache (pipeline/deps.py) ------------
+# Staged in image-jars/ (the build context), for the stream's image.
+python=${HERALD_PYTHON:-.venv/bin/python}
+[ -x "$python" ] || die "no $python: run scripts/setup.sh first (the stream's image takes" \
+  "Spark's Kafka connector from the cache it fills)"
+jars=$("$python" -c 'from pipeline.deps import cached_jars; print(" ".join(cached_jars() or []))')
+[ -n "$jars" ] || die "Spark's Kafka connector is not in the cache: run scripts/setup.sh first"
+rm -rf image-jars && mkdir image-jars
+# shellcheck disable=SC2086
+cp $jars image-jars/
+
+# ---- nothing to do when both images have these very inputs -------------------------------------
 inputs=$({
   echo "$mirror $security"
-  find pyproject.toml setup.py README.md proxy.yaml protocol interceptors proxy herald \
-       deploy/Dockerfile deploy/build-image.sh -type f \
+  find pyproject.toml setup.py README.md proxy.yaml protocol interceptors proxy herald pipeline \
+       image-jars deploy/Dockerfile deploy/build-image.sh -type f \
        ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.so' ! -path '*.egg-info/*' -print0 |
     LC_ALL=C sort -z | xargs -0 sha256sum
 } | sha256sum | cut -d' ' -f1)
-if command -v podman >/dev/null && podman image exists "$tag" &&
-   [ "$(podman image inspect --format "{{index .Labels \"$label\"}}" "$tag")" = "$inputs" ]; then
-  echo "build-image: $tag is up to date (inputs $inputs)"
+current() {  # TAG: built from these inputs
+  podman image exists "$1" &&
+    [ "$(podman image inspect --format "{{index .Labels \"$label\"}}" "$1")" = "$inputs" ]
+}
+if command -v podman >/dev/null && current "$tag" && current "$pipeline_tag"; then
+  echo "build-image: $tag and $pipeline_tag are up to date (inputs $inputs)"
   exit 0
 fi
 
@@ -147,15 +163,22 @@ secret=()
 for bundle in /etc/ssl/certs/ca-certificates.crt /etc/pki/tls/certs/ca-bundle.crt; do
   if [ -f "$bundle" ]; then secret=(--secret "id=ca,src=$bundle"); break; fi
 done
-previous=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
-buildah bud --isolation chroot --network host --layers "${secret[@]}" \
-  --build-arg "BASE=$base" --build-arg "DEBIAN_MIRROR=$mirror" \
-  --build-arg "DEBIAN_SECURITY=$security" --build-arg "APT_PROXY=$apt_proxy" \
-  --label "$label=$inputs" -f deploy/Dockerfile -t "$tag" . ||
-  die "buildah could not build deploy/Dockerfile (see its messages above)"
-# The image this one replaces keeps no name: remove it (unless a container still uses it).
-if [ -n "$previous" ] && [ "$(podman image inspect --format '{{.Id}}' "$tag")" != "$previous" ] &&
-   [ -z "$(podman image inspect --format '{{join .RepoTags " "}}' "$previous")" ]; then
-  podman rmi "$previous" >/dev/null 2>&1 || true
-fi
+build() {  # TARGET TAG
+  local previous
+  previous=$(podman image inspect --format '{{.Id}}' "$2" 2>/dev/null || true)
+  buildah bud --isolation chroot --network host --layers "${secret[@]}" \
+    --build-arg "BASE=$base" --build-arg "DEBIAN_MIRROR=$mirror" \
+    --build-arg "DEBIAN_SECURITY=$security" --build-arg "APT_PROXY=$apt_proxy" \
+    --label "$label=$inputs" -f deploy/Dockerfile --target "$1" -t "$2" . ||
+    die "buildah could not build deploy/Dockerfile's $1 target (see its messages above)"
+  # The image this one replaces keeps no name: remove it (unless a container still uses it).
+  if [ -n "$previous" ] && [ "$(podman image inspect --format '{{.Id}}' "$2")" != "$previous" ] &&
+     [ -z "$(podman image inspect --format '{{join .RepoTags " "}}' "$previous")" ]; then
+    podman rmi "$previous" >/dev/null 2>&1 || true
+  fi
+}
+build pipeline "$pipeline_tag"
+podman image inspect "$pipeline_tag" \
+  --format "build-image: $pipeline_tag {{.Id}} {{.Size}} bytes, user {{.Config.User}}"
+build run "$tag"
 podman image inspect "$tag" --format 'build-image: {{.Id}} {{.Size}} bytes, user {{.Config.User}}'

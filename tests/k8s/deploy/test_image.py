@@ -34,8 +34,13 @@ from tests.support.herald_process import free_port_block
 from tests.support.pod_sim import http_get, readable_folder
 from tests.support.required_parts import absent
 
-_TAG = os.environ.get("HERALD_IMAGE", "herald:0.1.0")
-IMAGE = _TAG if "/" in _TAG else f"localhost/{_TAG}"
+
+def _local(tag: str) -> str:
+    return tag if "/" in tag else f"localhost/{tag}"
+
+
+IMAGE = _local(os.environ.get("HERALD_IMAGE", "herald:0.1.0"))
+PIPELINE_IMAGE = _local(os.environ.get("HERALD_PIPELINE_IMAGE", "herald-pipeline:0.1.0"))
 # The sandbox this runs in may forbid raising resource limits; lowering them is always allowed.
 # runc, because crun refuses hosts with cgroups v1 and v2 mounted side by side.
 PODMAN = ["podman", "--runtime", "runc"]
@@ -66,16 +71,16 @@ def _build_failure() -> str | None:
 BUILD_WAIT_S = 30 * 60  # scripts/test.sh builds it beside the suite
 
 
-def _image_missing() -> str | None:
+def _image_missing(image: str = IMAGE) -> str | None:
     wait_for_build(cache_root() / "image" / "build.status", BUILD_WAIT_S)
     tools = shutil.which("podman") and shutil.which("runc")
-    if tools and subprocess.run(["podman", "image", "exists", IMAGE]).returncode == 0:
+    if tools and subprocess.run(["podman", "image", "exists", image]).returncode == 0:
         return None
     if failure := _build_failure():
         return failure
     if not tools:
         return "podman and runc are not installed (deploy/build-image.sh installs them)"
-    return (f"{IMAGE} is not built here: `bash deploy/build-image.sh` builds it (as root), and "
+    return (f"{image} is not built here: `bash deploy/build-image.sh` builds it (as root), and "
             f"`bash scripts/test.sh` without arguments runs that first")
 
 
@@ -87,6 +92,15 @@ def image() -> str:
     if missing:
         absent(f"the image must be built and tested: {missing}")
     return IMAGE
+
+
+@pytest.fixture(scope="session")
+def pipeline_image() -> str:
+    """The stream's image (the Dockerfile's `pipeline` target), as `image` is Herald's."""
+    missing = _image_missing(PIPELINE_IMAGE)
+    if missing:
+        absent(f"the stream's image must be built and tested: {missing}")
+    return PIPELINE_IMAGE
 
 
 @pytest.fixture
@@ -199,3 +213,67 @@ def test_the_image_has_no_shell(image: str) -> None:
                                "-c", "true"], capture_output=True, text=True, timeout=60)
         assert done.returncode != 0
         assert "no such file or directory" in done.stderr.lower(), done.stderr
+
+
+def test_the_streams_image_runs_the_stream_offline_as_the_chart_runs_it(
+    pipeline_image: str, kafka: KafkaCluster, config_dir: Path, topic_name: str
+) -> None:
+    """The chart's `pipelineStream` container: read-only root, no capabilities, its own user,
+    the config mounted read-only, state on a volume, /tmp on a volume, and the connector's
+    jars from the image (Spark resolves nothing with Ivy). It reads the topic, finishes a
+    micro-batch, and serves its metrics."""
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(20):
+        producer.produce(topic_name, f"record {i}".encode())
+    assert producer.flush(30) == 0
+    port = free_port_block()
+    config = {"pipeline": {
+        "bootstrap": kafka.bootstrap, "topics": [topic_name],
+        "output": "/var/lib/herald-pipeline/out", "driver_memory": "512m",
+        "stream": {"checkpoint": "/var/lib/herald-pipeline/checkpoint",
+                   "trigger": "processing_time", "interval_s": 2, "watermark_s": 5,
+                   "flow_gap_s": 5, "metrics_bind": f"127.0.0.1:{port}"}}}
+    (config_dir / "pipeline.yaml").write_text(yaml.safe_dump(config))
+    with readable_folder("herald-stream-state-") as state, \
+            readable_folder("herald-stream-tmp-") as tmp:
+        for folder in (state, tmp):
+            os.chown(folder, 10001, 10001)
+        name = f"herald-stream-{uuid.uuid4().hex[:8]}"
+        run = [*PODMAN, "run", "--rm", "--name", name, "--network", "host", *LIMITS,
+               "--read-only", "--read-only-tmpfs=false", "--cap-drop", "ALL",
+               "--security-opt", "no-new-privileges",
+               "-v", f"{config_dir}:/etc/herald/pipeline:ro",
+               "-v", f"{state}:/var/lib/herald-pipeline", "-v", f"{tmp}:/tmp", pipeline_image]
+        started = time.monotonic()
+        log = config_dir / "stream.log"  # a file: Spark says more than a pipe holds
+        with log.open("wb") as out:
+            process = subprocess.Popen(run, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = started + 300
+            batches = None
+            while time.monotonic() < deadline and process.poll() is None:
+                status, text = _get(f"http://127.0.0.1:{port}/metrics")
+                count = "herald_stream_batch_duration_seconds_count"
+                if status == 200:
+                    batches = next((float(line.split()[-1]) for line in text.splitlines()
+                                    if line.startswith(count)), None)
+                    if batches:
+                        break
+                time.sleep(1)
+            said = log.read_text(errors="replace")[-4000:]
+            assert batches, f"no micro-batch in {time.monotonic() - started:.0f} s: {said}"
+            print(f"stream image: first micro-batch on /metrics {time.monotonic() - started:.0f}"
+                  " s after start")
+            status = _status_of_herald(name)
+            assert status["Uid"].split() == ["10001"] * 4
+            assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"].strip() == "1"
+            assert any(p.name.startswith("offsets") or p.name == "commits"
+                       for p in (state / "checkpoint").iterdir())
+        finally:
+            if process.poll() is None:
+                subprocess.run(["podman", "stop", "--time", "30", name], capture_output=True,
+                               timeout=60)
+                process.wait(timeout=60)
+        # Spark named the image's jars: no Ivy resolution (which would ask Maven repositories).
+        said = log.read_text(errors="replace")
+        assert ":: resolving dependencies" not in said and "ivy-default-cache" not in said, said
