@@ -47,7 +47,8 @@ def test_report_renders_to_a_real_picture(batch_run, tmp_path: Path) -> None:
     config, summary = batch_run
     png = Path(config.output) / "report.png"
     size = (1400, 2000)
-    screenshot(Path(config.output) / "report.html", png, tmp_path / "profile", size)
+    screenshot(Path(config.output) / "report.html", png, tmp_path / "profile", size,
+               keep_as="batch-report.png")
     image = Image.open(png).convert("RGB")
     assert image.size == size
     small = image.resize((350, 500))

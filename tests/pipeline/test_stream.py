@@ -226,7 +226,8 @@ def _assert_lost_parents(spark, out: Path, traffic: Traffic, lost: dict[str, lis
     assert "1 incomplete (parents lost)</text>" in html  # on the edge in the graph
     # Drawn: the line stands out (its tinted band spans the page under the cards).
     png = out / "report.png"
-    screenshot(out / "report.html", png, out / "profile", (1400, 1600))
+    screenshot(out / "report.html", png, out / "profile", (1400, 1600),
+               keep_as="stream-report.png")
     top = Image.open(png).convert("RGB").crop((0, 0, 1400, 700))
     tinted = sum(1 for p in top.get_flattened_data()
                  if all(abs(a - b) <= 3 for a, b in zip(p, LOSSY_BAND, strict=True)))
