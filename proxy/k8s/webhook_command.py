@@ -12,6 +12,7 @@ import trio
 from interceptors.config import ConfigError, HostPort, parse_host_port
 from proxy.k8s import admission, sidecar
 from proxy.k8s.inject import InjectError, InjectOptions
+from proxy.k8s.sidecar_options import add_sidecar_arguments, options_from
 from proxy.k8s.webhook_server import Limits, WebhookServer
 from proxy.net.config import ListenError
 from proxy.observability.logs import configure, get_logger
@@ -46,8 +47,6 @@ webhook's failurePolicy.
 
 
 def add_webhook_parser(k8s_sub: argparse._SubParsersAction) -> None:
-    from proxy.k8s.command import add_sidecar_arguments
-
     p = k8s_sub.add_parser("webhook", help="serve the mutating admission webhook that adds "
                            "the Herald sidecar to pods", description=WEBHOOK_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,8 +82,6 @@ def _fail(message: str) -> int:
 
 
 def run_webhook(args: argparse.Namespace) -> int:
-    from proxy.k8s.command import options_from
-
     configure(args.log_level, args.log_format)
     try:
         options: InjectOptions = options_from(args, config_in_pod=args.config_map is None)

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from proxy.k8s import admission
-from proxy.k8s.command import add_arguments, options_from
+from proxy.k8s.command import add_arguments
+from proxy.k8s.sidecar_options import options_from
 from tests.support.k8s_tools import CHART, documents, find, helm, helm_template
 
 NAME_LABEL = "kubernetes.io/metadata.name"
