@@ -54,28 +54,3 @@ def cached_jars() -> list[str] | None:
     if not jars or not all(Path(j).is_file() for j in jars):
         return None
     return jars
-
-
-def ensure_connector() -> Path:
-    """Resolve the connector into the Ivy cache once (setup runs this); later Spark sessions
-    find every jar there. Resolution needs a JVM, so a throwaway local session does it."""
-    jar = connector_jar()
-    if cached_jars() is None:
-        from pipeline.session import SparkSettings, spark_session
-
-        spark = spark_session(SparkSettings(master="local[1]", driver_memory="512m"),
-                              resolve=True)
-        try:
-            resolved = spark.sparkContext.getConf().get("spark.jars", "")
-        finally:
-            spark.stop()
-        jars = [j.removeprefix("file://").removeprefix("file:") for j in resolved.split(",")
-                if j.strip()]
-        if str(jar) not in jars:
-            raise RuntimeError(f"{connector_coordinate()} was not resolved into {ivy_dir()}")
-        manifest().write_text("\n".join(jars) + "\n")
-    return jar
-
-
-if __name__ == "__main__":
-    print(f"setup: Spark {spark_version()} Kafka connector in {ensure_connector().parent}")

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 from pipeline.config import PipelineConfig
 from pipeline.flows import analyze
 from pipeline.hops import to_hops
+from pipeline.kafka_source import read_batch
 from pipeline.report import write_report
+from pipeline.stream import query as stream_query
 from pipeline.summary import summarize
 from protocol.contracts import fetch_log
 
@@ -30,18 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 TABLES = ("links", "branches", "flows", "edges", "pathways", "audit", "transit", "lag")
-
-
-def read_batch(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    return (spark.read.format("kafka").options(**config.source_options())
-            .option("endingOffsets", config.ending_offsets).load())
-
-
-def read_stream(spark: SparkSession, config: PipelineConfig) -> DataFrame:
-    reader = spark.readStream.format("kafka").options(**config.source_options())
-    if config.stream.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.stream.max_offsets_per_trigger))
-    return reader.load()
 
 
 def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
@@ -110,6 +100,4 @@ def run_batch(spark: SparkSession, config: PipelineConfig) -> dict[str, Any]:
 
 def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     """Start the streaming job (`pipeline.stream`); the caller waits on (or stops) it."""
-    from pipeline.stream.query import start_stream as start
-
-    return start(spark, config)
+    return stream_query.start_stream(spark, config)

@@ -29,7 +29,7 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False
                   ) -> SparkSession:
     """Start (or reuse) the SparkSession with the Kafka connector on its classpath.
 
-    The connector's jars come from the cache once `deps.ensure_connector` resolved them;
+    The connector's jars come from the cache once `connector.ensure_connector` resolved them;
     before that (or with `resolve`), Spark resolves the package from Maven Central itself.
     The driver's JVM is launched by this call, so driver memory is taken from `settings`. The
     executors run this same Python (`PYSPARK_PYTHON`), which matters on a cluster; everything

@@ -93,9 +93,9 @@ if ! command -v ip >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 
 # The analytics pipeline: Spark's Kafka connector, resolved from Maven Central by Spark's own
-# package mechanism into the Ivy cache (pipeline/deps.py), and Chromium (Debian's package),
+# package mechanism into the Ivy cache (pipeline/connector.py), and Chromium (Debian's package),
 # which the tests use to render the HTML report.
-.venv/bin/python -m pipeline.deps
+.venv/bin/python -m pipeline.connector
 if ! command -v chromium >/dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive

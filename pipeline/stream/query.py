@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
+from pipeline.kafka_source import read_stream
 from pipeline.stream.micro_batch import each_batch
 from pipeline.stream.progress import progress_listener, register
 from pipeline.stream.sources import held_stream
@@ -20,8 +21,6 @@ if TYPE_CHECKING:
 
 def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     """Start the streaming job; the caller waits on (or stops) the returned query."""
-    from pipeline.jobs import read_stream
-
     if not config.stream.checkpoint:
         raise ValueError("pipeline.stream.checkpoint: required for the stream")
     out = Path(config.output)

@@ -97,34 +97,6 @@ def _uses_missing(cf: ClassField) -> bool:
     return cf.default is EMPTY_LIST or isinstance(cf.default, StructDefault)
 
 
-# Convenience entry points of the two headers: their version follows from the frame itself
-# (request) or from the request being answered (response).
-_FRAME_METHODS = {
-    "RequestHeader": [
-        "",
-        "    @classmethod",
-        "    def decode_frame(cls, frame: Buffer, offset: int = 0) -> tuple[RequestHeader, int]:",
-        '        """Decode the header of a request frame in the version its API key and version',
-        "        call for; return it and the offset of the body.\"\"\"",
-        "        from protocol.headers import decode_request_header",
-        "",
-        "        return decode_request_header(frame, offset)",
-    ],
-    "ResponseHeader": [
-        "",
-        "    @classmethod",
-        "    def decode_frame(",
-        "        cls, frame: Buffer, api_key: int, api_version: int, offset: int = 0",
-        "    ) -> tuple[ResponseHeader, int]:",
-        '        """Decode the header of a response to ``api_key``/``api_version``; return it',
-        "        and the offset of the body.\"\"\"",
-        "        from protocol.headers import decode_response_header",
-        "",
-        "        return decode_response_header(frame, api_key, api_version, offset)",
-    ],
-}
-
-
 class ModuleEmitter:
     """Writes the module of one message (its classes, codecs and version tables)."""
 
@@ -320,7 +292,6 @@ class ModuleEmitter:
         out.append(f'        return f"{cls.name}({{fields}})"')
         if top:
             out += self.render_codec_methods(cls)
-            out += _FRAME_METHODS.get(cls.name, [])
         return out
 
     def render_codec_methods(self, cls: ClassDef) -> list[str]:

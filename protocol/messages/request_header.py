@@ -136,14 +136,6 @@ class RequestHeader:
             del out[start:]
             raise
 
-    @classmethod
-    def decode_frame(cls, frame: Buffer, offset: int = 0) -> tuple[RequestHeader, int]:
-        """Decode the header of a request frame in the version its API key and version
-        call for; return it and the offset of the body."""
-        from protocol.headers import decode_request_header
-
-        return decode_request_header(frame, offset)
-
 
 def _decode_RequestHeader_v0(buf, pos):
     o = _new(RequestHeader)

@@ -115,16 +115,6 @@ class ResponseHeader:
             del out[start:]
             raise
 
-    @classmethod
-    def decode_frame(
-        cls, frame: Buffer, api_key: int, api_version: int, offset: int = 0
-    ) -> tuple[ResponseHeader, int]:
-        """Decode the header of a response to ``api_key``/``api_version``; return it
-        and the offset of the body."""
-        from protocol.headers import decode_response_header
-
-        return decode_response_header(frame, api_key, api_version, offset)
-
 
 def _decode_ResponseHeader_v0(buf, pos):
     o = _new(ResponseHeader)

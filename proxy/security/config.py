@@ -19,11 +19,16 @@ from typing import Any
 
 from interceptors.config import ConfigError, Node
 from proxy.security.principal import PrincipalMapper, PrincipalRuleError
+from proxy.security.tls import TlsSetupError, client_context, server_context
+from proxy.security.tls_config import (
+    CLIENT_AUTH,
+    PRINCIPAL_FROM,
+    TLS_VERSIONS,
+    ClientTlsConfig,
+    ServerTlsConfig,
+)
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-TLS_VERSIONS = ("1.2", "1.3")
-CLIENT_AUTH = ("none", "requested", "required")
-PRINCIPAL_FROM = ("subject", "san:dns", "san:uri", "san:email")
 
 
 @dataclass(frozen=True)
@@ -52,42 +57,6 @@ class SecretRef:
     def __repr__(self) -> str:
         where = f"file={self.file}" if self.file is not None else f"env={self.env}"
         return f"SecretRef({where})"
-
-
-@dataclass(frozen=True)
-class ServerTlsConfig:
-    """TLS Herald serves: towards clients on its listeners, or on the admin endpoint."""
-
-    cert_file: Path
-    key_file: Path
-    client_ca_file: Path | None = None
-    client_auth: str = "none"
-    min_version: str = "1.2"
-    principal_from: str = "subject"
-    principal_mapper: PrincipalMapper | None = None
-    handshake_timeout_s: float = 10.0
-    path: str = "listen.tls"
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return tuple(p for p in (self.cert_file, self.key_file, self.client_ca_file) if p)
-
-
-@dataclass(frozen=True)
-class ClientTlsConfig:
-    """TLS towards the brokers of one cluster."""
-
-    ca_file: Path | None = None
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    verify_hostname: bool = True
-    server_name: str | None = None
-    min_version: str = "1.2"
-    path: str = "upstream.tls"
-
-    @property
-    def files(self) -> tuple[Path, ...]:
-        return tuple(p for p in (self.ca_file, self.cert_file, self.key_file) if p)
 
 
 @dataclass(frozen=True)
@@ -303,8 +272,6 @@ def parse_passthrough_sasl(parent: Node, key: str = "sasl") -> PassthroughSaslCo
 
 def _check_context(config: ServerTlsConfig | ClientTlsConfig) -> None:
     """Build the SSL context once on load, so a bad certificate or key fails at start."""
-    from proxy.security.tls import TlsSetupError, client_context, server_context
-
     try:
         if isinstance(config, ServerTlsConfig):
             server_context(config)

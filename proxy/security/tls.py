@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from proxy.observability.logs import get_logger
-from proxy.security.config import ClientTlsConfig, ServerTlsConfig
+from proxy.security.tls_config import ClientTlsConfig, ServerTlsConfig
 
 log = get_logger("tls")
 

@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.config import PipelineConfig, StreamConfig
 from pipeline.hops import to_hops
-from pipeline.jobs import read_batch, write_outputs
+from pipeline.jobs import write_outputs
+from pipeline.kafka_source import read_batch
 from tests.support.pipeline.synthetic import FANOUT, RETRY, SLOW, STOPPED, Hop, Traffic
 
 T0 = 1_780_000_000_000

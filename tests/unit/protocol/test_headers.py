@@ -84,13 +84,13 @@ def test_request_header_v2() -> None:
     assert frame[body_offset:] == b"BODY"
 
 
-def test_decode_frame_entry_points() -> None:
+def test_headers_decode_in_the_version_the_frame_or_its_request_calls_for() -> None:
     frame = b"\x00\x03\x00\x0c\x00\x00\x00\x07\x00\x03app\x00BODY"
-    header, offset = RequestHeader.decode_frame(frame)
+    header, offset = decode_request_header(frame)
     assert (header.client_id, frame[offset:]) == ("app", b"BODY")
-    response, offset = ResponseHeader.decode_frame(b"\x00\x00\x00\x07\x00BODY", 3, 12)
+    response, offset = decode_response_header(b"\x00\x00\x00\x07\x00BODY", 3, 12)
     assert (response.correlation_id, offset) == (7, 5)
-    assert ResponseHeader.decode_frame(b"\x00\x00\x00\x07\x00BODY", 18, 3)[1] == 4
+    assert decode_response_header(b"\x00\x00\x00\x07\x00BODY", 18, 3)[1] == 4
 
 
 def test_request_header_v1_null_client_id() -> None:
