@@ -57,6 +57,7 @@ def _read(result: subprocess.CompletedProcess[str], what: str) -> Seen:
 
 def go_cell(library: str, bootstrap: str, topic: str, records: int, group: str) -> Seen:
     """`library` (one of GO_LIBRARIES) produces `records` records and reads them back."""
+    assert library in GO_LIBRARIES, library
     program = _go_program()
     assert program is not None, GO_CLIENTS.missing
     result = subprocess.run([str(program), library, bootstrap, topic, str(records), group],
