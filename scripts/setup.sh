@@ -61,7 +61,7 @@ PY
 . deploy/tools.env
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
 mkdir -p "$cache"
-# Both are built in the background, beside the rest of setup (they share nothing with it),
+# These are built in the background, beside the rest of setup (they share nothing with it),
 # and waited for at its end.
 helm_bin="$cache/go/bin/helm-$HELM_VERSION"
 build_helm() {
