@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from interceptors.cache import cache_root
@@ -55,25 +56,44 @@ def _read(result: subprocess.CompletedProcess[str], what: str) -> Seen:
     return seen
 
 
-def go_cell(library: str, bootstrap: str, topic: str, records: int, group: str) -> Seen:
+@dataclass(frozen=True)
+class Secured:
+    """TLS trusting `ca`, and SASL/SCRAM-SHA-512 as `user`: what the programs read from
+    COMPAT_TLS_CA, COMPAT_SASL_USER and COMPAT_SASL_PASSWORD."""
+
+    ca: Path
+    user: str
+    password: str
+
+    def env(self) -> dict[str, str]:
+        return {"COMPAT_TLS_CA": str(self.ca), "COMPAT_SASL_USER": self.user,
+                "COMPAT_SASL_PASSWORD": self.password}
+
+
+def _env(secured: Secured | None, **more: str) -> dict[str, str]:
+    return {**os.environ, **(secured.env() if secured is not None else {}), **more}
+
+
+def go_cell(library: str, bootstrap: str, topic: str, records: int, group: str,
+            secured: Secured | None = None) -> Seen:
     """`library` (one of GO_LIBRARIES) produces `records` records and reads them back."""
     assert library in GO_LIBRARIES, library
     program = _go_program()
     assert program is not None, GO_CLIENTS.missing
     result = subprocess.run([str(program), library, bootstrap, topic, str(records), group],
-                            capture_output=True, text=True, timeout=150)
+                            capture_output=True, text=True, timeout=150, env=_env(secured))
     return _read(result, library)
 
 
-def kafkajs_cell(bootstrap: str, topic: str, records: int, group: str) -> Seen:
+def kafkajs_cell(bootstrap: str, topic: str, records: int, group: str,
+                 secured: Secured | None = None) -> Seen:
     """KafkaJS produces `records` records and reads them back."""
     folder = _kafkajs()
     assert folder is not None, KAFKAJS.missing
     result = subprocess.run(
         [binary("node") or "node", str(REPO / "tests" / "clients" / "js" / "cell.js"),
          bootstrap, topic, str(records), group],
-        capture_output=True, text=True, timeout=150,
-        env={**os.environ, "NODE_PATH": str(folder)})
+        capture_output=True, text=True, timeout=150, env=_env(secured, NODE_PATH=str(folder)))
     return _read(result, "kafkajs")
 
 

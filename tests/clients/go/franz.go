@@ -4,21 +4,33 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
-func franzGo(ctx context.Context, bootstrap, topic, group string, records int) ([]Record, error) {
-	return franzGoGroup(ctx, bootstrap, topic, group, records)
+func franzOpts(sec Security, bootstrap string) []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(bootstrap)}
+	if sec.TLS != nil {
+		opts = append(opts, kgo.DialTLSConfig(sec.TLS))
+	}
+	if sec.sasl() {
+		opts = append(opts, kgo.SASL(scram.Auth{User: sec.User, Pass: sec.Password}.AsSha512Mechanism()))
+	}
+	return opts
+}
+
+func franzGo(ctx context.Context, sec Security, bootstrap, topic, group string, records int) ([]Record, error) {
+	return franzGoGroup(ctx, sec, bootstrap, topic, group, records)
 }
 
 // franzGo848 reads back in a KIP-848 group (the broker assigns the partitions).
-func franzGo848(ctx context.Context, bootstrap, topic, group string, records int) ([]Record, error) {
-	return franzGoGroup(ctx, bootstrap, topic, group, records,
+func franzGo848(ctx context.Context, sec Security, bootstrap, topic, group string, records int) ([]Record, error) {
+	return franzGoGroup(ctx, sec, bootstrap, topic, group, records,
 		kgo.Balancers(kgo.RangeBalancer()), kgo.ServerSideBalancer())
 }
 
-func franzGoGroup(ctx context.Context, bootstrap, topic, group string, records int,
+func franzGoGroup(ctx context.Context, sec Security, bootstrap, topic, group string, records int,
 	groupOpts ...kgo.GroupOpt) ([]Record, error) {
-	producer, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.DefaultProduceTopic(topic))
+	producer, err := kgo.NewClient(append(franzOpts(sec, bootstrap), kgo.DefaultProduceTopic(topic))...)
 	if err != nil {
 		return nil, err
 	}
@@ -32,8 +44,8 @@ func franzGoGroup(ctx context.Context, bootstrap, topic, group string, records i
 	if err != nil {
 		return nil, err
 	}
-	opts := []kgo.Opt{kgo.SeedBrokers(bootstrap), kgo.ConsumerGroup(group),
-		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	opts := append(franzOpts(sec, bootstrap), kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	for _, opt := range groupOpts {
 		opts = append(opts, opt)
 	}

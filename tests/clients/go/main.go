@@ -7,7 +7,8 @@
 // LIBRARY is franz-go, franz-go-kip848 (a KIP-848 group), sarama or kafka-go. Records "0".."RECORDS-1" are produced, each with
 // the header secret.token=x (which Herald's fetch chain strips); each record read back is
 // printed as one JSON line {"value": ..., "headers": {name: base64 value}}. Errors go to
-// stderr with a non-zero exit.
+// stderr with a non-zero exit. COMPAT_TLS_CA, COMPAT_SASL_USER and COMPAT_SASL_PASSWORD ask for
+// TLS and SASL/SCRAM-SHA-512 (security.go).
 package main
 
 import (
@@ -25,8 +26,10 @@ type Record struct {
 	Headers map[string][]byte `json:"headers"`
 }
 
-// Cell produces `records` records to topic and reads them back in group.
-type Cell func(ctx context.Context, bootstrap, topic, group string, records int) ([]Record, error)
+// Cell produces `records` records to topic and reads them back in group, connecting as sec
+// says.
+type Cell func(ctx context.Context, sec Security, bootstrap, topic, group string,
+	records int) ([]Record, error)
 
 var cells = map[string]Cell{
 	"franz-go":        franzGo,
@@ -52,7 +55,12 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	seen, err := cell(ctx, os.Args[2], os.Args[3], os.Args[5], records)
+	sec, err := securityFromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compat-clients:", err)
+		os.Exit(2)
+	}
+	seen, err := cell(ctx, sec, os.Args[2], os.Args[3], os.Args[5], records)
 	out := json.NewEncoder(os.Stdout)
 	for _, r := range seen {
 		if encodeErr := out.Encode(r); encodeErr != nil {

@@ -7,8 +7,18 @@ import (
 	"github.com/IBM/sarama"
 )
 
-func saramaConfig() *sarama.Config {
+func saramaConfig(sec Security) *sarama.Config {
 	config := sarama.NewConfig()
+	if sec.TLS != nil {
+		config.Net.TLS.Enable = true
+		config.Net.TLS.Config = sec.TLS
+	}
+	if sec.sasl() {
+		config.Net.SASL.Enable = true
+		config.Net.SASL.Mechanism = sarama.SASLTypeSCRAMSHA512
+		config.Net.SASL.User, config.Net.SASL.Password = sec.User, sec.Password
+		config.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{} }
+	}
 	config.Version = sarama.V3_6_0_0 // record headers need 0.11 or later
 	config.Producer.Return.Successes = true
 	config.Producer.RequiredAcks = sarama.WaitForAll
@@ -17,9 +27,9 @@ func saramaConfig() *sarama.Config {
 	return config
 }
 
-func saramaCell(ctx context.Context, bootstrap, topic, group string, records int) ([]Record, error) {
+func saramaCell(ctx context.Context, sec Security, bootstrap, topic, group string, records int) ([]Record, error) {
 	brokers := []string{bootstrap}
-	producer, err := sarama.NewSyncProducer(brokers, saramaConfig())
+	producer, err := sarama.NewSyncProducer(brokers, saramaConfig(sec))
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +46,7 @@ func saramaCell(ctx context.Context, bootstrap, topic, group string, records int
 	if err != nil {
 		return nil, err
 	}
-	consumer, err := sarama.NewConsumerGroup(brokers, group, saramaConfig())
+	consumer, err := sarama.NewConsumerGroup(brokers, group, saramaConfig(sec))
 	if err != nil {
 		return nil, err
 	}

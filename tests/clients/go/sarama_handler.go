@@ -4,7 +4,25 @@ import (
 	"sync"
 
 	"github.com/IBM/sarama"
+	"github.com/xdg-go/scram"
 )
+
+// scramClient is the SCRAM-SHA-512 conversation Sarama asks its users to bring.
+type scramClient struct {
+	conversation *scram.ClientConversation
+}
+
+func (c *scramClient) Begin(user, password, authzID string) error {
+	client, err := scram.SHA512.NewClient(user, password, authzID)
+	if err != nil {
+		return err
+	}
+	c.conversation = client.NewConversation()
+	return nil
+}
+
+func (c *scramClient) Step(challenge string) (string, error) { return c.conversation.Step(challenge) }
+func (c *scramClient) Done() bool                            { return c.conversation.Done() }
 
 // collect is a sarama consumer group handler that keeps what it reads until it has `want`.
 type collect struct {

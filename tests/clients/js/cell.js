@@ -6,16 +6,35 @@
 // Records "0".."RECORDS-1" are produced, each with the header secret.token=x (which Herald's
 // fetch chain strips); each record read back is printed as one JSON line
 // {"value": ..., "headers": {name: base64 value}}. Errors go to stderr with exit code 1.
+// COMPAT_TLS_CA (a CA file), COMPAT_SASL_USER and COMPAT_SASL_PASSWORD ask for TLS and
+// SASL/SCRAM-SHA-512.
 'use strict';
 
+const fs = require('fs');
 const { Kafka, logLevel } = require('kafkajs');
+
+function security(env) {
+  const out = {};
+  if (env.COMPAT_TLS_CA) {
+    out.ssl = { ca: [fs.readFileSync(env.COMPAT_TLS_CA, 'utf-8')] };
+  }
+  if (env.COMPAT_SASL_USER) {
+    out.sasl = { mechanism: 'scram-sha-512', username: env.COMPAT_SASL_USER,
+                 password: env.COMPAT_SASL_PASSWORD || '' };
+    // KafkaJS re-authenticates this long before the broker's session ends (default 10 s):
+    // with a session shorter than that, it would re-authenticate before every request.
+    out.reauthenticationThreshold = 1000;
+  }
+  return out;
+}
 
 async function main([bootstrap, topic, count, group]) {
   const records = Number(count);
   if (!bootstrap || !topic || !group || !(records > 0)) {
     throw new Error('usage: node cell.js BOOTSTRAP TOPIC RECORDS GROUP');
   }
-  const kafka = new Kafka({ clientId: 'compat-kafkajs', brokers: [bootstrap], logLevel: logLevel.ERROR });
+  const kafka = new Kafka({ clientId: 'compat-kafkajs', brokers: [bootstrap], logLevel: logLevel.ERROR,
+                            ...security(process.env) });
   const producer = kafka.producer();
   await producer.connect();
   const messages = [];

@@ -363,11 +363,30 @@ def _aiokafka_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
                      ssl_context=create_ssl_context(cafile=str(ca)))
 
 
+def _go_secured(library: str) -> Secured:
+    def cell(bootstrap: str, topic: str, ca: Path) -> Seen:
+        require(foreign_clients.GO_CLIENTS)
+        return foreign_clients.go_cell(library, bootstrap, topic, RECORDS,
+                                       f"g-{uuid.uuid4().hex[:8]}",
+                                       foreign_clients.Secured(ca, USER, USERS[USER]))
+    return cell
+
+
+def _kafkajs_secured(bootstrap: str, topic: str, ca: Path) -> Seen:
+    require(foreign_clients.KAFKAJS)
+    return foreign_clients.kafkajs_cell(bootstrap, topic, RECORDS, f"g-{uuid.uuid4().hex[:8]}",
+                                        foreign_clients.Secured(ca, USER, USERS[USER]))
+
+
 SECURED_CELLS: dict[tuple[str, str], Secured] = {
     (_JAVA, SECURED): _java_secured,
     (_RDK, SECURED): _librdkafka_secured,
     ("kafka-python", SECURED): _kafka_python_secured,
     ("aiokafka", SECURED): _aiokafka_secured,
+    ("franz-go", SECURED): _go_secured("franz-go"),
+    ("Sarama", SECURED): _go_secured("sarama"),
+    ("kafka-go", SECURED): _go_secured("kafka-go"),
+    ("KafkaJS", SECURED): _kafkajs_secured,
 }
 
 
