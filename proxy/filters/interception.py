@@ -371,7 +371,7 @@ class InterceptorFilter(Filter):
         per_batch = self.limits.max_batch_decompressed_bytes
         held = None
         cap = None
-        share = self.big_batch_share()
+        share = self.big_batch_share()  # None exactly when there is no budget
         if self.memory is not None and share is not None:
             # The decompressed records are booked in the memory budget before they exist:
             # as much as the limits allow, at most a share of the budget per worker.
