@@ -308,6 +308,9 @@ def write_seeds(conversations: list[list[Chunk]], root: pathlib.Path) -> Corpus:
                 fields = records_fields(resp, ver)
                 for field in fields[:2]:
                     corpus.add("fuzz_fetch_scan", bytes([0x80 | (ver - 4)]) + field)
+                    # The same records in a ShareFetch response (v1-v2; the last byte's bit 1
+                    # picks it: one byte more in a records field is a partial batch).
+                    corpus.add("fuzz_fetch_scan", bytes([0x80 | (1 + ver % 2)]) + field + b"\x02")
                 values += record_headers(fields)
                 if ver >= 13:
                     corpus.add("fuzz_fetch_walk", b"\x00" + resp[8:])

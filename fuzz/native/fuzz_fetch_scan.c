@@ -1,7 +1,8 @@
 /* The native Fetch scan (proxy/native/relay_fetch.c nf_scan_fetch) on hostile responses.
  *
- * The first input byte picks the version (v4-v18), whether top-level tagged fields are
- * checked, and the shape of the rest:
+ * The input's last byte picks the API (bit 1: ShareFetch, else Fetch); the first byte the
+ * version (Fetch v4-v18, ShareFetch v0-v2: v0 the scan does not read), whether top-level
+ * tagged fields are checked, and the shape of the rest:
  *   - a whole response frame (its size prefix set to its length when the flag says so);
  *   - one partition's records field, whose record batches get their CRC32C made right and
  *     which is put in a well-formed response of that version: the scan checks the CRC
@@ -146,12 +147,50 @@ static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
     put_be32(o->p, (uint32_t)(o->len - 4));
 }
 
+/* The same for a ShareFetch response (protocol/messages/share_fetch_response.py): one topic
+ * by id, one partition holding `records`, acquired from offset 0 to 9, no node endpoints. */
+static void share_response(out_t *o, int ver, const uint8_t *records, size_t n) {
+    put_int(o, 0, 4); /* size, set below */
+    put_int(o, 7, 4); /* correlation id */
+    put_uvarint(o, 0); /* header tagged fields */
+    put_int(o, 0, 4); /* throttle time */
+    put_int(o, 0, 2); /* error code */
+    put_uvarint(o, 0); /* null error message */
+    if (ver >= 1) {
+        put_int(o, 30000, 4); /* acquisition lock timeout */
+    }
+    put_uvarint(o, 2);
+    put(o, TOPIC_ID_A, 16);
+    put_uvarint(o, 2);
+    put_int(o, 0, 4); /* index */
+    put_int(o, 0, 2); /* error */
+    put_uvarint(o, 0); /* null error message */
+    put_int(o, 0, 2); /* acknowledge error */
+    put_uvarint(o, 0); /* null acknowledge error message */
+    put_int(o, 1, 4);  /* current leader: id, epoch, tagged fields */
+    put_int(o, 0, 4);
+    put_uvarint(o, 0);
+    put_uvarint(o, n + 1);
+    put(o, records, n);
+    put_uvarint(o, 2); /* one acquired range */
+    put_int(o, 0, 8);
+    put_int(o, 9, 8);
+    put_int(o, 1, 2);
+    put_uvarint(o, 0);
+    put_uvarint(o, 0); /* partition tagged fields, topic's */
+    put_uvarint(o, 0);
+    put_uvarint(o, 1); /* no node endpoints */
+    put_uvarint(o, 0); /* top-level tagged fields */
+    put_be32(o->p, (uint32_t)(o->len - 4));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) {
         return 0;
     }
     uint8_t flags = data[0];
-    int ver = 4 + flags % 15;
+    int api = (data[size - 1] & 2) ? NR_SHARE_FETCH : NR_FETCH;
+    int ver = api == NR_SHARE_FETCH ? (flags & 0x0f) % 3 : 4 + flags % 15;
     int check_tags = (flags >> 4) & 1;
     size_t n = size - 1;
     out_t o = {0};
@@ -167,7 +206,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             records = packed;
             n = packed_len;
         }
-        response(&o, ver, records, n);
+        if (api == NR_SHARE_FETCH) {
+            share_response(&o, ver, records, n);
+        } else {
+            response(&o, ver, records, n);
+        }
         free(records);
     } else {
         put(&o, data + 1, n);
@@ -210,18 +253,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             memcpy(here, frame, cuts[c]);
         }
         size_t before = verified;
-        verified = nf_verify_prefix(here, cuts[c], o.len, ver, &plan2, verified);
+        verified = nf_verify_prefix(here, cuts[c], o.len, api, ver, &plan2, verified);
         FUZZ_CHECK(verified == before || (verified > before && verified <= cuts[c]),
                    "verified %zu after %zu, %zu here", verified, before, cuts[c]);
         free(here);
     }
     nc_counts counts2;
     const char *why2 = NULL;
-    int r2 = nf_scan_fetch_verified(frame, o.len, ver, &plan2, check_tags, verified, &counts2,
-                                    &why2);
+    int r2 = nf_scan_fetch_verified(frame, o.len, api, ver, &plan2, check_tags, verified,
+                                    &counts2, &why2);
     nc_counts counts;
     const char *why = NULL;
-    int r = nf_scan_fetch(frame, o.len, ver, &plan, check_tags, &counts, &why);
+    int r = nf_scan_fetch(frame, o.len, api, ver, &plan, check_tags, &counts, &why);
     FUZZ_CHECK(r2 == r && (r == NC_OK || strcmp(why, why2) == 0) &&
                    counts2.batches == counts.batches && counts2.records == counts.records &&
                    counts2.remembered == counts.remembered,

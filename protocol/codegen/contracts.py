@@ -118,6 +118,13 @@ FEATURES = (
         ("FetchResponse.Responses.Partitions.PreferredReadReplica",),
     ),
     Feature(
+        "SHARE_FETCH_LOCK_TIMEOUT_VERSION",
+        "ShareFetch responses carry the acquisition lock timeout (after the error message), "
+        "and a partition's records field is never null, from this version on (KIP-932; the "
+        "version before was early access).",
+        ("ShareFetchResponse.AcquisitionLockTimeoutMs",),
+    ),
+    Feature(
         "FIND_COORDINATOR_BATCHED_VERSION",
         "FindCoordinator asks for several keys at once and answers with a list of "
         "coordinators (KIP-699) from this version on.",

@@ -57,6 +57,11 @@ FETCH_PREFERRED_READ_REPLICA_VERSION = 11
 """A partition of a Fetch response names a preferred read replica (KIP-392) from this version on.
 (FetchResponse.Responses.Partitions.PreferredReadReplica)"""
 
+SHARE_FETCH_LOCK_TIMEOUT_VERSION = 1
+"""ShareFetch responses carry the acquisition lock timeout (after the error message), and a
+partition's records field is never null, from this version on (KIP-932; the version before was
+early access). (ShareFetchResponse.AcquisitionLockTimeoutMs)"""
+
 FIND_COORDINATOR_BATCHED_VERSION = 4
 """FindCoordinator asks for several keys at once and answers with a list of coordinators (KIP-699)
 from this version on. (FindCoordinatorRequest.CoordinatorKeys,

@@ -52,8 +52,10 @@ class AddressRewriter(Filter):
         return api_key == ApiKey.FETCH
 
     def tagged_only(self, api_key: int, version: int) -> bool:
-        # Leader hints are the only thing read in Produce v10+ and Fetch v16+ responses.
-        return api_key in (ApiKey.PRODUCE, ApiKey.FETCH)
+        # Leader hints are the only thing read in Produce v10+, Fetch v16+ and ShareFetch
+        # responses (ShareFetch's are a field, NodeEndpoints, which the engine's scan reads:
+        # a response with any goes to Python). ShareAcknowledge responses stay Python's.
+        return api_key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH)
 
     async def on_response(
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any

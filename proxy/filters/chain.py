@@ -126,7 +126,10 @@ class NativeTakeover:
     Frames no member reads pass through the engine whatever the members declare; a member
     that reads a frame keeps it in Python unless it declares here what the engine may do
     instead. `stamp`: the engine may stamp the Produce requests it reads; `scan`: the engine
-    may scan the Fetch responses it reads; either with a plan built from `work`. The path
+    may scan the Fetch and ShareFetch responses it reads; either with a plan built from `work`.
+    A member that declares `scan` and reads the requests of an API the engine scans reads them
+    only to carry what the session owes the broker (`Filter.owes`): the engine passes them
+    while the session owes nothing. The path
     choice (proxy/native/path_choice.py) asks the chain's members this and nothing else, once
     per session phase, never per frame."""
 
@@ -175,8 +178,15 @@ class Filter:
         return False
 
     def tagged_only(self, api_key: int, version: int) -> bool:
-        """True when this member reads nothing of the response but its top-level tagged
-        fields, so a response without any may pass unread (the native relay checks)."""
+        """True when this member reads nothing of the response but its leader hints (the
+        top-level tagged fields of Produce and Fetch, the node endpoints of ShareFetch), so a
+        response without any may pass unread (the native relay checks)."""
+        return False
+
+    def owes(self, ctx: SessionContext) -> bool:
+        """Whether the session owes the broker something this member adds to a request it
+        reads (a share group's acknowledgements): until a request carries it, the session's
+        requests stay in Python."""
         return False
 
     def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:

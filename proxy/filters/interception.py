@@ -480,6 +480,12 @@ class InterceptorFilter(Filter):
         # chain enforces holds for every consumer, a queue's as a classic group's.
         return api_key in _FETCHES and len(self.chains.fetch) > 0
 
+    def owes(self, ctx: SessionContext) -> bool:
+        # The gaps of share-group records the chain dropped, for the next ShareFetch or
+        # ShareAcknowledge request to carry (the engine's scan passes only responses the chain
+        # leaves unchanged, so only Python's runs of the chain add to them).
+        return share_drops.owed(ctx.attributes)
+
     def _topic(self, name: str, topic_id: bytes, version: int, by_id_from: int) -> str | None:
         return name if version < by_id_from else self.topics.name(topic_id)
 

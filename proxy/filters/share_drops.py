@@ -85,6 +85,12 @@ class PendingGaps:
         self.offsets.setdefault((topic_id, partition), set()).update(gone)
 
 
+def owed(attributes: dict[str, Any]) -> bool:
+    """Whether a session owes the broker any gap (without making room for some)."""
+    found = attributes.get(_PENDING)
+    return found is not None and bool(found.offsets)
+
+
 def pending(attributes: dict[str, Any]) -> PendingGaps:
     found = attributes.get(_PENDING)
     if found is None:

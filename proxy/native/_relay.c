@@ -734,12 +734,13 @@ static PyObject *py_stamp_produce(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* scan_fetch(frame, version, plan, check_tags): the engine's verdict on a Fetch response. */
+/* scan_fetch(frame, api, version, plan, check_tags): the engine's verdict on a Fetch (or
+ * ShareFetch) response. */
 static PyObject *py_scan_fetch(PyObject *self, PyObject *args) {
     Py_buffer frame;
-    int ver, check_tags;
+    int api, ver, check_tags;
     PyObject *plan_obj;
-    if (!PyArg_ParseTuple(args, "y*iOp", &frame, &ver, &plan_obj, &check_tags)) {
+    if (!PyArg_ParseTuple(args, "y*iiOp", &frame, &api, &ver, &plan_obj, &check_tags)) {
         return NULL;
     }
     PyObject *out = NULL;
@@ -747,7 +748,7 @@ static PyObject *py_scan_fetch(PyObject *self, PyObject *args) {
     if (plan_parse(plan_obj, &plan)) {
         nc_counts counts;
         const char *why = NULL;
-        if (nf_scan_fetch(frame.buf, (size_t)frame.len, ver, &plan, check_tags, &counts,
+        if (nf_scan_fetch(frame.buf, (size_t)frame.len, api, ver, &plan, check_tags, &counts,
                           &why) == NC_OK) {
             out = counts_tuple(&counts);
         } else {
@@ -844,14 +845,15 @@ static PyObject *py_capabilities(PyObject *self, PyObject *unused) {
     if (reasons != NULL && values != NULL && columns != NULL && stamped != NULL &&
         scanned != NULL) {
         out = Py_BuildValue(
-            "{s:i,s:i,s:O,s:O,s:{s:i,s:(ii),s:O,s:O},s:{s:i,s:(ii),s:O},"
+            "{s:i,s:i,s:O,s:O,s:{s:i,s:(ii),s:O,s:O},s:{s:i,s:(ii),s:O,s:i,s:(ii)},"
             "s:{i:(ii),i:(ii)},s:O,s:k}",
             "max_api", NE_MAX_API, "max_version", NE_MAX_VER, "table_values", values,
             "reasons", reasons,
             "stamp", "api", NR_PRODUCE, "versions", NC_PRODUCE_MIN_VERSION,
             NR_PRODUCE_MAX_VERSION, "codecs", stamped, "columns", columns,
             "scan", "api", NR_FETCH, "versions", NF_MIN_VERSION, NF_MAX_VERSION, "codecs",
-            scanned,
+            scanned, "share_api", NR_SHARE_FETCH, "share_versions", NF_SHARE_MIN_VERSION,
+            NF_SHARE_MAX_VERSION,
             "tags", NR_PRODUCE, PRODUCE_NODE_ENDPOINTS_VERSION, NR_PRODUCE_MAX_VERSION,
             NR_FETCH, FETCH_NODE_ENDPOINTS_VERSION, NR_FETCH_MAX_VERSION,
             "tls", NE_TLS ? Py_True : Py_False, "openssl_version",
@@ -929,7 +931,8 @@ static PyMethodDef module_methods[] = {
     {"capabilities", py_capabilities, METH_NOARGS,
      "capabilities() -> what the engine does: {max_api, max_version, table_values (names by "
      "value), reasons ({hand-over reason: resume, deadline, upstream or close}), stamp ({api, "
-     "versions (first, last), codecs, columns}), scan ({api, versions, codecs}), tags ({api: "
+     "versions (first, last), codecs, columns}), scan ({api, versions, codecs, share_api, "
+     "share_versions: the ShareFetch versions it scans, whose leader hints it reads}), tags ({api: "
      "versions whose responses' top-level tagged fields it reads}), tls, openssl_version (the "
      "OpenSSL the engine runs, OPENSSL_VERSION_NUMBER)}"},
     {"stamp_produce", py_stamp_produce, METH_VARARGS,
@@ -942,8 +945,9 @@ static PyMethodDef module_methods[] = {
      "valid_tracestate(value) -> whether interceptors.tracing.parse_tracestate accepts it, "
      "as the engine decides"},
     {"scan_fetch", py_scan_fetch, METH_VARARGS,
-     "scan_fetch(frame, version, plan, check_tags) -> (batches, records) when the Fetch "
-     "response passes as it is, or (None, why) when it goes to Python: the engine's verdict"},
+     "scan_fetch(frame, api, version, plan, check_tags) -> (batches, records) when the Fetch "
+     "(or ShareFetch) response passes as it is, or (None, why) when it goes to Python: the "
+     "engine's verdict"},
     {"crc32c", py_crc32c, METH_VARARGS,
      "crc32c(data, table=False) -> the CRC32C the engine writes into record batches"},
     {"codec_decompress", py_codec_decompress, METH_VARARGS,

@@ -35,9 +35,16 @@ class Capabilities:
     scan_api: int = -1
     scan_versions: range = range(0)
     scan_codecs: frozenset[str] = frozenset()
+    share_api: int = -1  # ShareFetch: scanned as Fetch is, its leader hints read by the scan
+    share_versions: range = range(0)
     tags: dict[int, range] = field(default_factory=dict)  # api -> versions whose responses'
     # top-level tagged fields it reads (passing them when empty)
     tls: bool = False
+
+    def scans(self, api: int, version: int) -> bool:
+        """Whether the engine scans the responses of (api, version) for a fetch plan."""
+        return ((api == self.scan_api and version in self.scan_versions)
+                or (api == self.share_api and version in self.share_versions))
 
     def value(self, name: str) -> int:
         """The table byte for `name` (0, Python's, for a value this engine does not know)."""
@@ -68,6 +75,8 @@ def load() -> Capabilities:
         scan_api=scan["api"],
         scan_versions=_span(scan["versions"]),
         scan_codecs=frozenset(scan["codecs"]),
+        share_api=scan["share_api"],
+        share_versions=_span(scan["share_versions"]),
         tags={api: _span(versions) for api, versions in c["tags"].items()},
         # The engine adopts connections Python's ssl module made: only with that very
         # OpenSSL (a Python with an OpenSSL of its own would hand over another library's state).

@@ -2,7 +2,8 @@
 
 With `performance.native_relay: auto`, a fetch chain whose members only watch header keys
 (`Stamps` with no appends: `drop_headers` with names and prefixes) no longer sends every
-Fetch response to Python. The engine buffers the response whole, walks it, and when no batch
+Fetch response to Python, nor a share group's ShareFetch response (KIP-932), scanned with the
+same plan. The engine buffers the response whole, walks it, and when no batch
 holds a record carrying a watched key (and every batch is magic 2, every topic id one Herald
 knows) it forwards the response unchanged, which is what the Python chain would have sent
 (proxy/native/relay_fetch.c). Compressed batches (gzip, snappy, lz4, zstd) are decompressed
@@ -43,6 +44,10 @@ FETCH = int(ApiKey.FETCH)
 VERSIONS = CAPABILITIES.scan_versions
 """Fetch versions the engine scans, as it says (v13+ name topics by id: one Herald has not
 learnt goes to Python)."""
+SHARE_FETCH = int(ApiKey.SHARE_FETCH)
+SHARE_VERSIONS = CAPABILITIES.share_versions
+"""ShareFetch versions the engine scans with the same plan (`path_choice.passable_table`
+marks them where the chain allows)."""
 
 _NO_LINKS = (0,) * len(LINK_COUNTS)
 

@@ -60,8 +60,10 @@ REAUTH = native_relay.REAUTH  # Herald's own re-authentication to the broker was
 # under way (the engine's hand-over reason of the same name)
 TLS_REFUSED = "tls_refused"  # the engine would not carry on the session's TLS connection when
 # it was offered (or a TLS side had no connection left to give it): Python keeps the session
+OWED = "owed"  # the session owed the broker something a filter adds to its next request (the
+# acknowledgements of share-group records the fetch chain dropped): Python carries it
 FRAME_REASONS = (FILTER, PRODUCE_CHAIN, FETCH_CHAIN, ENGINE_DECLINED, BETWEEN_PHASES,
-                 MEMORY_BUDGET, REAUTH, TLS_REFUSED)
+                 MEMORY_BUDGET, REAUTH, TLS_REFUSED, OWED)
 
 # The engine's hand-over reasons Python tells apart from the rest of their kind: a frame the
 # engine would not serve (the next one Python handles is counted as declined), and the
@@ -144,24 +146,30 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
     With `stamp`, Produce requests the one filter that declares the engine may stamp them
     (`Filter.native`) alone reads are stamped; with `fetch`, Fetch responses the filters that
     declare the engine may scan them read (and others at most for their tagged fields) are
-    scanned. A response some filter reads only for its top-level tagged
-    fields passes unless it has some, where the engine reads them (`caps.tags`)."""
+    scanned (Fetch and ShareFetch; the requests of those the filters that declare it read
+    pass too, as they read them only for what a session owes, `Filter.owes`, and a session
+    that owes something gets no phase). A response some filter reads only for its leader
+    hints passes unless it has some, where the engine reads them (`caps.tags`; ShareFetch's,
+    a field, the scan reads itself)."""
     max_version = caps.max_version
     table = bytearray(caps.max_api * max_version)
     for api in range(caps.max_api):
         tagged = caps.tags.get(api, range(0))
         for version in range(max_version):
             stamped = stamp and api == caps.stamp_api and version in caps.stamp_versions
-            scanned = fetch and api == caps.scan_api and version in caps.scan_versions
-            if (chain.for_request(api, version) and not stamped) or chain.unreadable(
-                    api, version):
+            scanned = fetch and caps.scans(api, version)
+            requests = chain.for_request(api, version)
+            if scanned:
+                requests = tuple(f for f in requests if not f.native.scan)
+            if (requests and not stamped) or chain.unreadable(api, version):
                 continue
             readers = chain.for_response(api, version)
             if scanned:
                 readers = [f for f in readers if not f.native.scan]
+                hinted = version in tagged or api == caps.share_api
                 if not readers:
                     table[api * max_version + version] = SCAN
-                elif version in tagged and all(f.tagged_only(api, version) for f in readers):
+                elif hinted and all(f.tagged_only(api, version) for f in readers):
                     table[api * max_version + version] = SCAN_UNLESS_TAGGED
                 continue
             if not readers:
@@ -180,7 +188,7 @@ def table_reason(chain: FilterChain, api: int, version: int) -> str:
     responses = chain.for_response(api, version)
     if requests and api == native_stamp.PRODUCE and all(f.native.stamp for f in requests):
         return PRODUCE_CHAIN
-    if not requests and any(f.native.scan for f in responses) and all(
+    if all(f.native.scan for f in requests) and any(f.native.scan for f in responses) and all(
             f.native.scan or f.tagged_only(api, version) for f in responses):
         return FETCH_CHAIN
     return FILTER
@@ -262,7 +270,12 @@ class SessionPath:
         """The next native phase, or None when the memory budget has no room for the
         engine's buffers of `buffer` bytes each way. What they grow by for a large frame to
         stamp or scan comes from the engine's growth pool, booked as it grows
-        (`relay.GROWTH_SHARE`), not by every session that might one day need it."""
+        (`relay.GROWTH_SHARE`), not by every session that might one day need it. None too
+        while the session owes the broker something a filter adds to a request
+        (`Filter.owes`): Python carries it first."""
+        if any(f.owes(ctx) for f in chain.filters):
+            self._why = OWED
+            return None
         booked = 2 * buffer
         if held is not None and held.room(booked) < booked:
             self._why = MEMORY_BUDGET
@@ -299,7 +312,8 @@ class SessionPath:
         client's end of input, Herald's own re-authentication) is not the data path's."""
         if reason not in (DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE):
             return False
-        return api is None or api in (self._caps.stamp_api, self._caps.scan_api)
+        caps = self._caps
+        return api is None or api in (caps.stamp_api, caps.scan_api, caps.share_api)
 
     def engine_tls(self, client: Transport, upstream: Transport
                    ) -> tuple[object | None, object | None]:

@@ -81,9 +81,9 @@ _Static_assert(sizeof NE_REASON_KINDS / sizeof *NE_REASON_KINDS == HANDOVER_COUN
 /* Table values (relay_engine.h): a pair may not pass, passes, or passes when its response
  * carries no top-level tagged fields (the only thing a filter reads in it: leader hints);
  * T_STAMP* stamp the request first (Produce, for a session with a stamp plan: relay_stamp.c);
- * T_SCAN* pass the response when a scan finds nothing the fetch chain would change (Fetch,
- * for a session with a fetch plan: relay_fetch.c), and its top-level tagged fields empty for
- * the second. */
+ * T_SCAN* pass the response when a scan finds nothing the fetch chain would change (Fetch or
+ * ShareFetch, for a session with a fetch plan: relay_fetch.c), and its top-level tagged fields
+ * empty for the second. */
 enum {
     T_PYTHON = NE_T_PYTHON, T_PASS = NE_T_PASS, T_UNLESS_TAGGED = NE_T_UNLESS_TAGGED,
     T_STAMP = NE_T_STAMP, T_STAMP_UNLESS_TAGGED = NE_T_STAMP_UNLESS_TAGGED, T_SCAN = NE_T_SCAN,
@@ -378,7 +378,7 @@ static int decide_request(session_t *s, const uint8_t *p, size_t avail, int *exp
         return D_STOP;
     }
     int scan = value == T_SCAN || value == T_SCAN_UNLESS_TAGGED;
-    if (scan && (api != FETCH || !s->scanning)) {
+    if (scan && ((api != FETCH && api != NR_SHARE_FETCH) || !s->scanning)) {
         return D_STOP;
     }
     int answered = 1;
@@ -674,9 +674,9 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
     }
 }
 
-/* The Fetch response of `whole` bytes at d->parsed: S_DONE when it passes as it is (what the
- * chain would have seen is counted), S_WAIT until it is here whole, S_PYTHON when Python must
- * run the chain over it (or it is larger than the session may buffer). */
+/* The Fetch (or ShareFetch) response of `whole` bytes at d->parsed: S_DONE when it passes as
+ * it is (what the chain would have seen is counted), S_WAIT until it is here whole, S_PYTHON
+ * when Python must run the chain over it (or it is larger than the session may buffer). */
 static int scan_response(ne_engine *e, session_t *s, const pending_t *entry, uint64_t whole) {
     dir_t *d = &s->resp;
     if (whole > d->cap && (whole > s->fetch_cap || !grow_to(e, d, s->fetch_cap))) {
@@ -697,8 +697,8 @@ static int scan_response(ne_engine *e, session_t *s, const pending_t *entry, uin
         if (here > s->verified_here) {
             s->verified_here = here;
             unlock_for_work(e, s);
-            s->verified = nf_verify_prefix(frame, here, (size_t)whole, ver, &s->fetch_plan,
-                                           s->verified);
+            s->verified = nf_verify_prefix(frame, here, (size_t)whole, entry->api, ver,
+                                           &s->fetch_plan, s->verified);
             relock_after_work(e, s);
         }
         return S_WAIT; /* room is made once what precedes it is written */
@@ -708,8 +708,8 @@ static int scan_response(ne_engine *e, session_t *s, const pending_t *entry, uin
     size_t verified = s->verified;
     s->verified_at = 0;
     unlock_for_work(e, s);
-    int r = nf_scan_fetch_verified(frame, (size_t)whole, ver, &s->fetch_plan, check, verified,
-                                   &counts, &why);
+    int r = nf_scan_fetch_verified(frame, (size_t)whole, entry->api, ver, &s->fetch_plan, check,
+                                   verified, &counts, &why);
     relock_after_work(e, s);
     if (r != NC_OK) {
         return S_PYTHON;

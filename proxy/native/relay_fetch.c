@@ -3,7 +3,9 @@
  * For a session whose fetch chain only watches header keys (proxy/native/fetch_plan.py decides:
  * `drop_headers` with names and prefixes), a Fetch response v4-v18 that fits the session's
  * buffer is walked whole (the layouts of protocol/messages/fetch_response.py, flexible from
- * v12, topic ids from v13). Every partition's records field is cut into batches as
+ * v12, topic ids from v13), and so is a share group's ShareFetch response v1-v2
+ * (protocol/messages/share_fetch_response.py: flexible, topics by id, each partition's
+ * acquired ranges after its records, the leader hints a field of their own). Every partition's records field is cut into batches as
  * protocol/records.py `split_batches` cuts it: a trailing partial batch is skipped, as the
  * chain skips it, and so are control batches. Every other batch must be magic 2, have a
  * valid CRC32C (the Python path checks it before reading a record), hold the records it
@@ -12,7 +14,9 @@
  * Then the chain would change nothing and the response passes as it came; anything else
  * (a watched header, a legacy batch, a batch over the limits or one the codec refuses, a
  * topic id Herald has not learnt, leader hints where a filter reads them, bytes that are not
- * a well-formed response) goes to Python.
+ * a well-formed response) goes to Python. A ShareFetch response passed so changes nothing of
+ * what the share group acquired: the chain that scans dropped no record, so Herald owes the
+ * broker no acknowledgement for it (proxy/filters/share_drops.py).
  *
  * Safety: every read is bounded by the frame (sc_reader), every length checked before use.
  */
@@ -252,10 +256,10 @@ static int64_t read_length(sc_reader *r, int compact, int width) {
     return nc_read_int(r, width);
 }
 
-static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+static int scan_fetch(const uint8_t *frame, size_t len, int api, int ver, const nc_plan *plan,
                       int check_tags, nc_counts *counts, const char **why, scan_room *room);
 
-size_t nf_verify_prefix(const uint8_t *frame, size_t here, size_t len, int ver,
+size_t nf_verify_prefix(const uint8_t *frame, size_t here, size_t len, int api, int ver,
                         const nc_plan *plan, size_t verified) {
     scan_room room = {{NULL, 0, 0}, 0, 0, NULL, 0, 0, NULL, 0, 0, frame, verified, 1};
     nc_counts counts;
@@ -263,21 +267,21 @@ size_t nf_verify_prefix(const uint8_t *frame, size_t here, size_t len, int ver,
     if (here > len) {
         return verified;
     }
-    (void)scan_fetch(frame, here, ver, plan, 0, &counts, &why, &room);
+    (void)scan_fetch(frame, here, api, ver, plan, 0, &counts, &why, &room);
     return room.verified;
 }
 
-int nf_scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+int nf_scan_fetch(const uint8_t *frame, size_t len, int api, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why) {
-    return nf_scan_fetch_verified(frame, len, ver, plan, check_tags, 0, counts, why);
+    return nf_scan_fetch_verified(frame, len, api, ver, plan, check_tags, 0, counts, why);
 }
 
-int nf_scan_fetch_verified(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
-                           int check_tags, size_t verified, nc_counts *counts,
-                           const char **why) {
+int nf_scan_fetch_verified(const uint8_t *frame, size_t len, int api, int ver,
+                           const nc_plan *plan, int check_tags, size_t verified,
+                           nc_counts *counts, const char **why) {
     scan_room room = {{NULL, 0, 0}, plan->max_request_decompressed, 0, NULL, 0, 0, NULL, 0, 0,
                       frame, verified, 0};
-    int r = scan_fetch(frame, len, ver, plan, check_tags, counts, why, &room);
+    int r = scan_fetch(frame, len, api, ver, plan, check_tags, counts, why, &room);
     if (r == NC_OK && room.npending > 0) { /* it passes: what it carried is remembered */
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts); /* Python's time.monotonic */
@@ -294,11 +298,161 @@ int nf_scan_fetch_verified(const uint8_t *frame, size_t len, int ver, const nc_p
     return r;
 }
 
-static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *plan,
+/* The topic id at the reader, known to the plan: the room reads its topic's name from then
+ * on. 0 (and *why) when it goes to Python. */
+static int topic_by_id(sc_reader *r, const nc_plan *plan, scan_room *room, const char **why) {
+    const uint8_t *id = r->p + r->pos;
+    sc_read_skip(r, 16);
+    if (r->bad) {
+        return 0;
+    }
+    int64_t known = nc_id_index(plan, id);
+    if (known < 0) {
+        *why = "a topic id Herald has not learnt";
+        return 0;
+    }
+    if (plan->id_names != NULL) {
+        room->topic = plan->id_names[known];
+        room->topic_len = plan->id_name_lens[known];
+    } else if (plan->links != NULL) {
+        *why = "a topic id whose name the plan does not give";
+        return 0;
+    }
+    return 1;
+}
+
+/* A partition's records field of `n` bytes at the reader (n < 0: null): NC_OK and the reader
+ * past it when the chain would leave it unchanged, else NC_PYTHON or NC_NOMEM (*why). For
+ * nf_verify_prefix, a field that goes on past the bytes here has its whole batches checked,
+ * and the walk ends there (NC_PYTHON). */
+static int partition_records(sc_reader *r, int64_t n, const nc_plan *plan, nc_counts *counts,
+                             const char **why, scan_room *room) {
+    if (!r->bad && room->prefix && n > 0 && (uint64_t)n > r->end - r->pos) {
+        (void)scan_records(r->p + r->pos, r->end - r->pos, plan, counts, room);
+        return NC_PYTHON;
+    }
+    if (r->bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r->end - r->pos) {
+        return NC_PYTHON;
+    }
+    if (n > 0) {
+        const char *no = scan_records(r->p + r->pos, (size_t)n, plan, counts, room);
+        if (no != NULL) {
+            *why = no;
+            return room->nomem ? NC_NOMEM : NC_PYTHON;
+        }
+        r->pos += (size_t)n;
+    }
+    return NC_OK;
+}
+
+/* A compact nullable string the Python codec reads (at most 32767 bytes), skipped: 0 when it
+ * is not one. */
+static int skip_string(sc_reader *r) {
+    int64_t n = sc_read_compact(r);
+    sc_read_skip(r, n < 0 ? 0 : (uint64_t)n);
+    return !r->bad && n <= 32767;
+}
+
+/* A ShareFetch response (NR_SHARE_FETCH) after its response header, as scan_fetch reads a
+ * Fetch response. */
+static int scan_share_fetch(sc_reader *r, int ver, const nc_plan *plan, int check_tags,
+                            nc_counts *counts, const char **why, scan_room *room) {
+    size_t len = r->end;
+    *why = "a malformed ShareFetch response";
+    if (ver < NF_SHARE_MIN_VERSION || ver > NF_SHARE_MAX_VERSION) {
+        *why = "a ShareFetch version the scan does not read";
+        return NC_PYTHON;
+    }
+    sc_read_skip(r, 6); /* throttle time, error code */
+    if (!skip_string(r)) {
+        return NC_PYTHON;
+    }
+    sc_read_skip(r, 4); /* acquisition lock timeout */
+    int64_t topics;
+    if (!nc_read_count(r, 1, &topics)) {
+        return NC_PYTHON;
+    }
+    for (int64_t t = 0; t < topics && !r->bad; t++) {
+        if (!topic_by_id(r, plan, room, why)) {
+            return NC_PYTHON;
+        }
+        int64_t parts;
+        if (!nc_read_count(r, 1, &parts)) {
+            return NC_PYTHON;
+        }
+        for (int64_t p = 0; p < parts && !r->bad; p++) {
+            room->partition = (int32_t)nc_read_int(r, 4);
+            sc_read_skip(r, 2); /* error code */
+            if (!skip_string(r)) {
+                return NC_PYTHON;
+            }
+            sc_read_skip(r, 2); /* acknowledge error code */
+            if (!skip_string(r)) {
+                return NC_PYTHON;
+            }
+            sc_read_skip(r, 8); /* current leader: id, epoch */
+            sc_read_tagged(r);
+            int64_t n = sc_read_compact(r);
+            if (n < 0 && !r->bad) {
+                return NC_PYTHON; /* null records: not a field of these versions */
+            }
+            int done = partition_records(r, n, plan, counts, why, room);
+            if (done != NC_OK) {
+                return done;
+            }
+            int64_t acquired;
+            if (!nc_read_count(r, 1, &acquired)) {
+                return NC_PYTHON;
+            }
+            for (int64_t a = 0; a < acquired && !r->bad; a++) {
+                sc_read_skip(r, 18); /* first and last offsets, delivery count */
+                sc_read_tagged(r);
+            }
+            sc_read_tagged(r);
+        }
+        sc_read_tagged(r);
+    }
+    int64_t endpoints;
+    if (!nc_read_count(r, 1, &endpoints)) {
+        return NC_PYTHON;
+    }
+    if (endpoints > 0) {
+        *why = "leader hints (node endpoints)";
+        return NC_PYTHON;
+    }
+    size_t at = r->pos;
+    uint64_t tags = sc_read_uvarint(r);
+    if (!r->bad && tags > 0 && check_tags) {
+        *why = "top-level tagged fields";
+        return NC_PYTHON;
+    }
+    r->pos = at;
+    sc_read_tagged(r);
+    if (r->bad || r->pos != len) {
+        *why = "a malformed ShareFetch response";
+        return NC_PYTHON;
+    }
+    return NC_OK;
+}
+
+static int scan_fetch(const uint8_t *frame, size_t len, int api, int ver, const nc_plan *plan,
                       int check_tags, nc_counts *counts, const char **why, scan_room *room) {
     sc_reader r = {frame, 0, len, 0};
     memset(counts, 0, sizeof *counts);
     *why = "a malformed Fetch response";
+    if (api == NR_SHARE_FETCH) {
+        if (len < 9 || (!room->prefix && (uint64_t)be32at(frame) + 4 != len)) {
+            *why = "a malformed ShareFetch response";
+            return NC_PYTHON;
+        }
+        sc_read_skip(&r, 8); /* size, correlation id */
+        sc_read_tagged(&r);  /* response header v1 */
+        return scan_share_fetch(&r, ver, plan, check_tags, counts, why, room);
+    }
+    if (api != NR_FETCH) {
+        *why = "an API the scan does not read";
+        return NC_PYTHON;
+    }
     if (ver < NF_MIN_VERSION || ver > NF_MAX_VERSION) {
         *why = "a Fetch version the scan does not read";
         return NC_PYTHON;
@@ -318,21 +472,7 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
     }
     for (int64_t t = 0; t < topics && !r.bad; t++) {
         if (ver >= TOPIC_ID_VERSION) {
-            const uint8_t *id = frame + r.pos;
-            sc_read_skip(&r, 16);
-            if (r.bad) {
-                break;
-            }
-            int64_t known = nc_id_index(plan, id);
-            if (known < 0) {
-                *why = "a topic id Herald has not learnt";
-                return NC_PYTHON;
-            }
-            if (plan->id_names != NULL) {
-                room->topic = plan->id_names[known];
-                room->topic_len = plan->id_name_lens[known];
-            } else if (plan->links != NULL) {
-                *why = "a topic id whose name the plan does not give";
+            if (!topic_by_id(&r, plan, room, why)) {
                 return NC_PYTHON;
             }
         } else {
@@ -368,22 +508,9 @@ static int scan_fetch(const uint8_t *frame, size_t len, int ver, const nc_plan *
                 sc_read_skip(&r, 4); /* preferred read replica */
             }
             int64_t n = read_length(&r, flexible, 4);
-            if (!r.bad && room->prefix && n > 0 && (uint64_t)n > r.end - r.pos) {
-                /* the records field goes on past the bytes here: its whole batches, then
-                 * the prefix ends */
-                (void)scan_records(frame + r.pos, r.end - r.pos, plan, counts, room);
-                return NC_PYTHON;
-            }
-            if (r.bad || n < -1 || (uint64_t)(n < 0 ? 0 : n) > r.end - r.pos) {
-                return NC_PYTHON;
-            }
-            if (n > 0) {
-                const char *no = scan_records(frame + r.pos, (size_t)n, plan, counts, room);
-                if (no != NULL) {
-                    *why = no;
-                    return room->nomem ? NC_NOMEM : NC_PYTHON;
-                }
-                r.pos += (size_t)n;
+            int done = partition_records(&r, n, plan, counts, why, room);
+            if (done != NC_OK) {
+                return done;
             }
             if (flexible) {
                 sc_read_tagged(&r);

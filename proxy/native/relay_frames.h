@@ -9,6 +9,7 @@
 
 #define NR_PRODUCE 0
 #define NR_FETCH 1
+#define NR_SHARE_FETCH 78 /* KIP-932: a share group's fetch, scanned as Fetch is */
 /* The newest versions whose responses the engine reads the top-level tagged fields of (from
  * the first with node endpoints, contracts/features.h): Produce v10-13 read whole, Fetch
  * v16-18 walked as they stream past. */

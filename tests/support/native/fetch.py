@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from interceptors import build_chains
+from protocol.api_keys import ApiKey
 from protocol.messages.fetch_response import (
     AbortedTransaction,
     FetchableTopicResponse,
@@ -25,6 +26,7 @@ from proxy.net.wire import decode_response, encode_response
 from proxy.upstream.topic_ids import TopicIds
 
 _relay = native_relay._relay
+FETCH, SHARE_FETCH = int(ApiKey.FETCH), int(ApiKey.SHARE_FETCH)
 
 
 DROPPED = ["x-debug", "prefix:x-tenant-"]
@@ -104,21 +106,25 @@ def response(rng: random.Random, version: int, topics: int, partitions: int, bat
     return FetchResponse(throttle_time_ms=0, session_id=0, responses=data)
 
 
-def frame(version: int, msg: FetchResponse, corr: int = 7) -> bytes:
-    payload = struct.pack(">i", corr) + (b"\x00" if version >= 12 else b"") + msg.encode(version)
+def frame(version: int, msg: Any, corr: int = 7, api: int = FETCH) -> bytes:
+    """A response frame of `msg` (a Fetch response, or a ShareFetch one with `api`)."""
+    flexible = api == SHARE_FETCH or version >= 12
+    payload = struct.pack(">i", corr) + (b"\x00" if flexible else b"") + msg.encode(version)
     return struct.pack(">i", len(payload)) + payload
 
 
-def python_unchanged(filt: InterceptorFilter, data: bytes, version: int) -> bool:
+def python_unchanged(filt: InterceptorFilter, data: bytes, version: int, api: int = FETCH,
+                     ctx: SessionContext | None = None) -> bool:
     """Does the Python path send the response frame out byte for byte as it came?"""
     payload = data[4:]
-    offset, msg = decode_response(1, version, payload)
-    changed = trio.run(filt.on_response, session(), Exchange(), 1, version, msg)
-    return not changed or encode_response(1, version, payload, offset, msg) == payload
+    offset, msg = decode_response(api, version, payload)
+    changed = trio.run(filt.on_response, ctx or session(), Exchange(), api, version, msg)
+    return not changed or encode_response(api, version, payload, offset, msg) == payload
 
 
-def scan(data: bytes, version: int, plan: FetchPlan, check_tags: bool = False) -> tuple:
-    return _relay.scan_fetch(data, version, plan.wire, check_tags)
+def scan(data: bytes, version: int, plan: FetchPlan, check_tags: bool = False,
+         api: int = FETCH) -> tuple:
+    return _relay.scan_fetch(data, api, version, plan.wire, check_tags)
 
 
 def scan_agrees_with_python(version: int, msg: FetchResponse) -> bool:

@@ -337,5 +337,5 @@ def test_a_fetched_batch_over_the_decompression_limit_goes_to_python() -> None:
     assert fetch_tests.scan(data, 12, plan)[0] is not None
     small = list(plan.wire)
     small[7] = 10
-    assert _relay.scan_fetch(data, 12, tuple(small), False) == (
+    assert _relay.scan_fetch(data, 1, 12, tuple(small), False) == (
         None, "a compressed batch over the decompression limits")

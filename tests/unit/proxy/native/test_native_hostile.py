@@ -156,7 +156,7 @@ FETCH_2_63 = {
 
 @pytest.mark.parametrize("field", sorted(FETCH_2_63))
 def test_a_fetch_count_of_2_63_goes_to_python(field: str) -> None:
-    batches, why = _relay.scan_fetch(fetch_v12(FETCH_2_63[field]), 12, FETCH_PLAN, False)
+    batches, why = _relay.scan_fetch(fetch_v12(FETCH_2_63[field]), 1, 12, FETCH_PLAN, False)
     assert batches is None and why
 
 

@@ -419,7 +419,7 @@ def test_the_scan_remembers_what_the_python_chain_remembers(version: int, drop: 
         raw = fetch_frame(version, msg)
         plan = fetch_plan(FilterChain([engine]), session())
         assert plan is not None and plan.wire[-1] is not None
-        got = _relay.scan_fetch(raw, version, plan.wire, False)
+        got = _relay.scan_fetch(raw, 1, version, plan.wire, False)
         assert got[0] is not None, got
         assert python_unchanged(python, raw, version)
         fetch_plan(FilterChain([counted]), session()).count(*got)

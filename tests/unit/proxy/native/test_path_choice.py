@@ -53,6 +53,9 @@ def test_the_facts_are_the_engines() -> None:
     first, last = said["scan"]["versions"]
     assert fetch_plan.VERSIONS == range(first, last + 1)
     assert stamp_plan.PRODUCE == said["stamp"]["api"] and fetch_plan.FETCH == said["scan"]["api"]
+    first, last = said["scan"]["share_versions"]
+    assert fetch_plan.SHARE_VERSIONS == range(first, last + 1)
+    assert fetch_plan.SHARE_FETCH == said["scan"]["share_api"]
     values = said["table_values"]
     for name in values:
         assert getattr(path_choice, name.upper()) == values.index(name)
@@ -231,6 +234,62 @@ def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
         path.frame(int(ApiKey.HEARTBEAT), 4)
         assert metrics.registry.get_sample_value("herald_python_path_total", {
             "scope": "frame", "reason": "memory_budget", "api": "Heartbeat"}) == 1
+    finally:
+        engine.close()
+
+
+def _share_chain(fetch: list[dict]) -> FilterChain:
+    from interceptors import build_chains
+    from proxy.filters.interception import InterceptorFilter
+    from proxy.upstream.topic_ids import TopicIds
+
+    return FilterChain([*_chain().filters,
+                        InterceptorFilter(build_chains({"fetch": fetch}), TopicIds())])
+
+
+def test_share_fetch_is_scanned_where_fetch_is_and_share_acknowledge_stays_python() -> None:
+    """With a fetch plan, ShareFetch v1-v2 (requests and responses) go through the engine, its
+    node endpoints read by the scan; v0 (early access) and ShareAcknowledge (whose node
+    endpoints the engine does not read) stay Python's, and a chain the engine cannot scan
+    keeps ShareFetch in Python, counted as the fetch chain's."""
+    at = CAPABILITIES.max_version
+    share, ack = int(ApiKey.SHARE_FETCH), int(ApiKey.SHARE_ACKNOWLEDGE)
+    scannable = _share_chain([{"type": "drop_headers", "headers": ["secret"]}])
+    table = path_choice.passable_table(scannable, fetch=True)
+    assert [table[share * at + v] for v in range(4)] == [
+        path_choice.PYTHON, path_choice.SCAN_UNLESS_TAGGED, path_choice.SCAN_UNLESS_TAGGED,
+        path_choice.PYTHON]
+    assert table[ack * at + 1] == path_choice.PYTHON
+    assert path_choice.table_reason(scannable, ack, 1) == path_choice.FILTER
+    filtering = _share_chain([{"type": "filter", "header": "tier", "equals": "hidden"}])
+    assert fetch_plan.fetch_plan(filtering) is None
+    table = path_choice.passable_table(filtering)
+    assert table[share * at + 1] == path_choice.PYTHON
+    assert path_choice.table_reason(filtering, share, 1) == path_choice.FETCH_CHAIN
+
+
+def test_a_session_that_owes_share_acknowledgements_stays_in_python() -> None:
+    """Gaps Herald owes the broker for records the chain dropped go in the session's next
+    ShareFetch or ShareAcknowledge, which only Python writes: no native phase until then."""
+    from proxy.filters import share_drops
+
+    metrics = Metrics()
+    engine = relay.NativeRelay(metrics)
+    try:
+        chain = _share_chain([{"type": "drop_headers", "headers": ["secret"]}])
+        ctx = SessionContext(client_address="app", listener="bootstrap", upstream_address="b")
+        path = path_choice.SessionPath(metrics, None, chain)
+        roomy = Holder(MemoryBudget(64 << 20))
+        assert path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE) is not None
+        path.ended("response", 3, int(ApiKey.SHARE_FETCH))  # Python drops a record
+        share_drops.pending(ctx.attributes).add(b"\x01" * 16, 0, {5})
+        assert path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE) is None
+        path.frame(int(ApiKey.SHARE_FETCH), 1)
+        assert metrics.registry.get_sample_value("herald_python_path_total", {
+            "scope": "frame", "reason": "owed", "api": "ShareFetch"}) == 1
+        share_drops.pending(ctx.attributes).offsets.clear()  # carried
+        phase = path.phase(engine, chain, ctx, roomy, relay.BUFFER_SIZE)
+        assert phase is not None and phase.fetch is not None
     finally:
         engine.close()
 
