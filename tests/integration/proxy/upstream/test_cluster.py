@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 import urllib.request
 
@@ -17,29 +16,9 @@ from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchT
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from proxy.net.wire import decode_response
 from tests.support.clients import consume_all
+from tests.support.connections import remote_ports_of_this_process
 from tests.support.herald_process import HeraldProcess, herald_config
 from tests.support.raw_client import SocketRawClient, metadata, request_frame
-
-
-def _remote_ports_of_this_process() -> set[int]:
-    """Remote TCP ports of this process's established connections (Linux /proc)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(table) as f:
-            next(f)
-            for line in f:
-                cols = line.split()
-                if cols[9] in inodes and cols[3] == "01":  # ESTABLISHED
-                    ports.add(int(cols[2].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def test_partitions_on_every_broker_flow_through_herald_ports(
@@ -68,14 +47,14 @@ def test_partitions_on_every_broker_flow_through_herald_ports(
         producer.produce(topic_name, str(i).encode(), partition=i % 6)
     producer.poll(0)
     broker_ports = {n.port for n in kafka_cluster.nodes}
-    assert not _remote_ports_of_this_process() & broker_ports
+    assert not remote_ports_of_this_process() & broker_ports
     assert producer.flush(30) == 0
 
     got = consume_all(herald_cluster.bootstrap, topic_name, 600)
     assert sorted(int(m.value()) for m in got) == list(range(600))
     assert {m.partition() for m in got} == set(range(6))
     # Checked while clients are connected: none of them talks to a broker directly.
-    assert not _remote_ports_of_this_process() & broker_ports
+    assert not remote_ports_of_this_process() & broker_ports
 
 
 @pytest.mark.parametrize(
