@@ -50,11 +50,10 @@ from bench.pinning import (  # noqa: E402
 )
 from proxy.devtools.embedded_kafka import ExtraListener, KafkaCluster, free_port  # noqa: E402
 from tests.support.herald_process import HeraldProcess, herald_config  # noqa: E402
-from tests.support.java_tools import run_tool  # noqa: E402
+from tests.support.java_tools import run_tool, share_group_from_start  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARE_PERF = "org.apache.kafka.tools.ShareConsumerPerformance"
-CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 SIZE = 1024
 MODES = ("classic", "share")
 
@@ -66,8 +65,7 @@ def shipped_chains() -> dict:
 def share_consume(bootstrap: str, broker: str, topic: str, records: int) -> None:
     """Every record of `topic` read by a new share group from its start."""
     group = f"share-bench-{uuid.uuid4().hex[:8]}"
-    run_tool(CONFIG_COMMAND, "--bootstrap-server", broker, "--alter", "--entity-type",
-             "groups", "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest")
+    share_group_from_start(broker, group)
     result = run_tool(SHARE_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
                       "--group", group, "--num-records", str(records), "--timeout", "30000",
                       timeout=1800)

@@ -13,6 +13,8 @@ CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"
 CONSUMER_PERF = "org.apache.kafka.tools.ConsumerPerformance"
+CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
+CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 
 _ONE_FLAG_MANY_VALUES = {PRODUCER_PERF}
 """Tools whose `--command-property` takes every property after one flag (argparse4j, `nargs
@@ -58,3 +60,10 @@ def tool_command(main_class: str, *args: str, version: str | None = None) -> lis
     cp = classpath(version) if version else classpath()
     flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
     return ["java", "-Xmx512m", *jvm_opts(), *flags, "-cp", cp, main_class, *args]
+
+
+def share_group_from_start(broker: str, group: str) -> None:
+    """A share group (KIP-932) starts at the end of a partition unless told otherwise: this
+    one reads from the start (`share.auto.offset.reset`, set on the broker before it joins)."""
+    run_tool(CONFIG_COMMAND, "--bootstrap-server", broker, "--alter", "--entity-type",
+             "groups", "--entity-name", group, "--add-config", "share.auto.offset.reset=earliest")

@@ -21,11 +21,9 @@ from confluent_kafka import Producer, ShareConsumer
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.clients import consume_all, create_topic
 from tests.support.herald_process import HeraldProcess, herald_config
-from tests.support.java_tools import run_tool
+from tests.support.java_tools import CONSOLE_SHARE_CONSUMER, run_tool, share_group_from_start
 from tests.support.metrics import Samples, scrape, total, wait_for
 
-CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
-CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 SHARE_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 
 CHAINS = {
@@ -54,13 +52,6 @@ def _produce(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-def _earliest(kafka: KafkaCluster, group: str) -> None:
-    """A share group starts at the end of a partition unless told otherwise."""
-    run_tool(CONFIG_COMMAND, "--bootstrap-server", kafka.bootstrap, "--alter",
-             "--entity-type", "groups", "--entity-name", group,
-             "--add-config", "share.auto.offset.reset=earliest")
-
-
 def _lag(kafka: KafkaCluster, group: str, topic: str) -> list[str]:
     """The group's rows for `topic` as ShareGroupCommand describes its offsets."""
     out = run_tool(SHARE_GROUP_COMMAND, "--bootstrap-server", kafka.bootstrap, "--describe",
@@ -75,7 +66,7 @@ def _start(herald: HeraldProcess, kafka: KafkaCluster) -> tuple[str, str, Sample
     create_topic(herald.bootstrap, topic)
     _produce(herald.bootstrap, topic)
     group = f"sg-{uuid.uuid4().hex[:8]}"
-    _earliest(kafka, group)
+    share_group_from_start(kafka.bootstrap, group)
     return topic, group, scrape(herald)
 
 

@@ -18,14 +18,13 @@ from confluent_kafka import Producer, ShareConsumer
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess
-from tests.support.java_tools import run_tool
+from tests.support.java_tools import share_group_from_start
 from tests.support.metrics import by_labels, moved, scrape, wait_for
 from tests.support.native_herald import native_herald
 from tests.support.native_parts import ENGINE, needs
 
 pytestmark = needs(ENGINE)
 
-CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "client_id"}}],
           "fetch": [{"type": "drop_headers", "headers": ["prefix:secret."]}]}
 COUNTERS = ("herald_interceptor_records_total", "herald_interceptor_batches_total",
@@ -84,9 +83,7 @@ def test_share_fetch_scanned_natively_as_in_python(kafka: KafkaCluster,
         create_topic(kafka.bootstrap, topic)
         sent = _fill(proc.bootstrap, topic)
         group = f"sg-{uuid.uuid4().hex[:8]}"
-        run_tool(CONFIG_COMMAND, "--bootstrap-server", kafka.bootstrap, "--alter",
-                 "--entity-type", "groups", "--entity-name", group,
-                 "--add-config", "share.auto.offset.reset=earliest")
+        share_group_from_start(kafka.bootstrap, group)
         before = scrape(proc)
         got = _share_read(proc.bootstrap, topic, group, len(sent))
         expected = sorted((v, [h for h in hs if not h[0].startswith("secret.")])

@@ -26,10 +26,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from tests.support.connections import remote_ports_of_this_process
 from tests.support.herald_process import HeraldProcess, herald_config
-from tests.support.java_tools import run_tool, tool_command
+from tests.support.java_tools import (
+    CONSOLE_SHARE_CONSUMER,
+    run_tool,
+    share_group_from_start,
+    tool_command,
+)
 
-CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"
-CONSOLE_SHARE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleShareConsumer"
 REASSIGN = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 ELECT = "org.apache.kafka.tools.LeaderElectionCommand"
 CHAINS = {"produce": [{"type": "trace_context", "link": {"scope": "client_id"}}],
@@ -136,9 +139,7 @@ def test_a_share_consumer_follows_a_leader_change_through_herald(
         admin = AdminClient({"bootstrap.servers": herald.bootstrap})
         admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]])])[topic].result(
             30)
-        run_tool(CONFIG_COMMAND, "--bootstrap-server", kafka_cluster.nodes[0].address,
-                 "--alter", "--entity-type", "groups", "--entity-name", group,
-                 "--add-config", "share.auto.offset.reset=earliest")
+        share_group_from_start(kafka_cluster.nodes[0].address, group)
         deadline = time.monotonic() + 30
         while _leader(admin, topic) != 1:
             assert time.monotonic() < deadline, "broker 1 never led the partition"
