@@ -353,7 +353,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         r.table[api * NE_MAX_VER + ver] = in_byte(&in) % NE_T_COUNT;
     }
     r.buffer_size = (size_t)4096 << (c0 & 3);
-    r.max_in_flight = 1 + ((c0 >> 2) & 7);
+    /* 1 to 22: below, at and past the in-flight table's first size (8), which grows. */
+    r.max_in_flight = 1 + ((c0 >> 2) & 7) * 3;
     r.stamping = (c1 & 1) != 0;
     r.scanning = (c1 & 2) != 0;
     r.plan_which = (c1 >> 2) & 7;

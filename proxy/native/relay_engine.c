@@ -352,6 +352,28 @@ static void relock_after_work(ne_engine *e, session_t *s) {
 
 enum { D_PASS, D_NEED, D_WAIT, D_STOP };
 
+/* The in-flight table holds FIFO_START entries at first and doubles as it fills, up to the
+ * session's max_in_flight: a held connection with a request or two in flight at a time keeps
+ * a few hundred bytes, not max_in_flight entries of 32 bytes each. The ring is laid out from
+ * its head again as it grows. 0: out of memory (the table is as it was). */
+#define FIFO_START 8
+
+static int grow_fifo(session_t *s) {
+    size_t cap = s->fcap * 2 < s->max_in_flight ? s->fcap * 2 : s->max_in_flight;
+    pending_t *grown = malloc(cap * sizeof *grown);
+    if (grown == NULL) {
+        return 0;
+    }
+    for (size_t i = 0; i < s->fcount; i++) {
+        grown[i] = s->fifo[(s->fhead + i) % s->fcap];
+    }
+    free(s->fifo);
+    s->fifo = grown;
+    s->fcap = cap;
+    s->fhead = 0;
+    return 1;
+}
+
 /* May the request frame starting at p pass natively? */
 static int decide_request(session_t *s, const uint8_t *p, size_t avail, int *expects,
                           uint64_t *total, int16_t *api_out, int16_t *ver_out,
@@ -395,8 +417,8 @@ static int decide_request(session_t *s, const uint8_t *p, size_t avail, int *exp
         answered = acks != 0;
     }
     if (answered) {
-        if (s->fcount >= s->max_in_flight) {
-            return D_WAIT;
+        if (s->fcount >= s->max_in_flight || (s->fcount == s->fcap && !grow_fifo(s))) {
+            return D_WAIT; /* out of memory too: the answers pending make room */
         }
         for (size_t i = 0; i < s->fcount; i++) {
             if (s->fifo[(s->fhead + i) % s->fcap].corr == corr) {
@@ -1652,7 +1674,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     s->req.cap = s->resp.cap = s->base_cap = a->buffer_size;
     s->req.buf = malloc(a->buffer_size);
     s->resp.buf = malloc(a->buffer_size);
-    s->fcap = a->max_in_flight;
+    s->fcap = a->max_in_flight < FIFO_START ? a->max_in_flight : FIFO_START;
     s->fifo = calloc(s->fcap, sizeof(pending_t));
     if (s->req.buf == NULL || s->resp.buf == NULL || s->fifo == NULL) {
         free_session(e, s);

@@ -85,6 +85,29 @@ def test_acks_zero_produce_keeps_no_entry(rigs, version: int) -> None:
     assert rig.wait_handover().in_flight == []
 
 
+@pytest.mark.parametrize("limit", [1, 8, 9, 300])
+def test_the_in_flight_table_grows_to_the_limit_and_keeps_the_order(rigs, limit: int) -> None:
+    """The table starts small and doubles as requests pile up (a held connection keeps a few
+    entries, not `max_in_flight`): up to the limit every request goes upstream, the next
+    waits, answers come back in order, and a hand-over returns what is in flight, oldest
+    first, across the growths."""
+    rig = rigs(table((FETCH, 12)), max_in_flight=limit)
+    frames = [request(FETCH, 12, corr, b"q" * 20, flexible=True) for corr in range(limit + 1)]
+    rig.app.sendall(b"".join(frames))
+    assert rig.recv_exactly(rig.broker, sum(map(len, frames[:limit]))) == b"".join(
+        frames[:limit])
+    assert rig.nothing_on(rig.broker)  # the one past the limit waits
+    answered = min(3, limit)
+    answers = b"".join(response(corr, b"a" * corr) for corr in range(answered))
+    rig.broker.sendall(answers)
+    assert rig.recv_exactly(rig.app, len(answers)) == answers
+    waiting = b"".join(frames[limit:limit + answered])
+    assert rig.recv_exactly(rig.broker, len(waiting)) == waiting  # room again
+    rig.engine.stop(rig.sid)
+    state = rig.wait_handover()
+    assert [e[0] for e in state.in_flight] == list(range(answered, limit + 1))
+
+
 def test_hand_over_mid_stream_returns_the_exact_state(rigs) -> None:
     rig = rigs(table((FETCH, 12), (API_VERSIONS, 3)))
     first = request(FETCH, 12, 1, b"a" * 10, flexible=True)
