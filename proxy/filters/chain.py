@@ -129,9 +129,8 @@ class NativeTakeover:
     may scan the Fetch and ShareFetch responses it reads; either with a plan built from `work`.
     A member that declares `scan` and reads the requests of an API the engine scans reads them
     only to carry what the session owes the broker (`Filter.owes`): the engine passes them
-    while the session owes nothing. The path
-    choice (proxy/native/path_choice.py) asks the chain's members this and nothing else, once
-    per session phase, never per frame."""
+    while the session owes nothing. The path choice (proxy/native/path_choice.py) asks the
+    chain's members this and nothing else, once per session phase, never per frame."""
 
     stamp: bool = False
     scan: bool = False

@@ -1,22 +1,22 @@
 /* Scanning Fetch responses in the native relay, with the Python fetch chain as the reference.
  *
  * For a session whose fetch chain only watches header keys (proxy/native/fetch_plan.py decides:
- * `drop_headers` with names and prefixes), a Fetch response v4-v18 that fits the session's
- * buffer is walked whole (the layouts of protocol/messages/fetch_response.py, flexible from
- * v12, topic ids from v13), and so is a share group's ShareFetch response v1-v2
- * (protocol/messages/share_fetch_response.py: flexible, topics by id, each partition's
- * acquired ranges after its records, the leader hints a field of their own). Every partition's records field is cut into batches as
- * protocol/records.py `split_batches` cuts it: a trailing partial batch is skipped, as the
- * chain skips it, and so are control batches. Every other batch must be magic 2, have a
- * valid CRC32C (the Python path checks it before reading a record), hold the records it
- * declares, and no record may carry a watched header key. A compressed batch is read
- * decompressed (relay_codec.c), within the plan's decompression limits, as Python reads it.
- * Then the chain would change nothing and the response passes as it came; anything else
- * (a watched header, a legacy batch, a batch over the limits or one the codec refuses, a
- * topic id Herald has not learnt, leader hints where a filter reads them, bytes that are not
- * a well-formed response) goes to Python. A ShareFetch response passed so changes nothing of
- * what the share group acquired: the chain that scans dropped no record, so Herald owes the
- * broker no acknowledgement for it (proxy/filters/share_drops.py).
+ * `drop_headers` with names and prefixes), a Fetch response v4-v18 that fits the session's buffer
+ * is walked whole (the layouts of protocol/messages/fetch_response.py, flexible from v12, topic ids
+ * from v13), and so is a share group's ShareFetch response v1-v2
+ * (protocol/messages/share_fetch_response.py: flexible, topics by id, each partition's acquired
+ * ranges after its records, the leader hints a field of their own). Every partition's records field
+ * is cut into batches as protocol/records.py `split_batches` cuts it: a trailing partial batch is
+ * skipped, as the chain skips it, and so are control batches. Every other batch must be magic 2,
+ * have a valid CRC32C (the Python path checks it before reading a record), hold the records it
+ * declares, and no record may carry a watched header key. A compressed batch is read decompressed
+ * (relay_codec.c), within the plan's decompression limits, as Python reads it. Then the chain would
+ * change nothing and the response passes as it came; anything else (a watched header, a legacy
+ * batch, a batch over the limits or one the codec refuses, a topic id Herald has not learnt, leader
+ * hints where a filter reads them, bytes that are not a well-formed response) goes to Python. A
+ * ShareFetch response passed so changes nothing of what the share group acquired: the chain that
+ * scans dropped no record, so Herald owes the broker no acknowledgement for it
+ * (proxy/filters/share_drops.py).
  *
  * Safety: every read is bounded by the frame (sc_reader), every length checked before use.
  */

@@ -21,7 +21,8 @@
  * chain would have seen, and the compressed ones it read by codec), NC_PYTHON otherwise
  * (*why says why), NC_NOMEM. With `check_tags`, top-level tagged fields (leader hints) also
  * send it to Python; a ShareFetch response's leader hints are a field of their own
- * (NodeEndpoints), and one that has any always goes to Python, which rewrites them. Reads nothing outside frame[0..len). */
+ * (NodeEndpoints), and one that has any always goes to Python, which rewrites them. Reads
+ * nothing outside frame[0..len). */
 int nf_scan_fetch(const uint8_t *frame, size_t len, int api, int ver, const nc_plan *plan,
                   int check_tags, nc_counts *counts, const char **why);
 
