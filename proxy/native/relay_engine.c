@@ -898,6 +898,15 @@ static void complete_responses(ne_engine *e, session_t *s, double now) {
     }
 }
 
+/* What a read or a write did (read_into, splice_in, pull, write_result, flush). */
+enum {
+    IO_NO_SPLICE = -3, /* the socket cannot splice: the caller reads instead */
+    IO_ERROR = -2,     /* errno set; EPROTO with s->tls_why for a TLS error */
+    IO_EOF = -1,       /* the peer ended its stream */
+    IO_WAIT = 0,       /* nothing now (a write: the rest waits for EPOLLOUT) */
+    IO_DONE = 1,       /* data read; a write: everything out */
+};
+
 static void compact(dir_t *d) {
     if (d->sent == 0) {
         return;
@@ -914,8 +923,8 @@ static void compact(dir_t *d) {
     }
 }
 
-/* One read into d from `side` of at most `limit` bytes (0: as many as fit): 1 data, 0 nothing
- * now, -1 end of stream, -2 error (errno set; EPROTO with s->tls_why for a TLS error). */
+/* One read into d from `side` of at most `limit` bytes (0: as many as fit): IO_DONE, IO_WAIT,
+ * IO_EOF or IO_ERROR. */
 static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter,
                      size_t limit) {
     compact(d);
@@ -924,7 +933,7 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
         space = limit;
     }
     if (space == 0) {
-        return 0;
+        return IO_WAIT;
     }
     if (s->tls[side] != NULL) {
         size_t got = 0;
@@ -936,31 +945,31 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
             d->len += got;
             e->bytes[counter] += got;
             e->tls_bytes[counter] += got;
-            return 1;
+            return IO_DONE;
         }
         if (r == NT_AGAIN) {
-            return 0;
+            return IO_WAIT;
         }
         if (r == NT_EOF) {
-            return -1;
+            return IO_EOF;
         }
         errno = EPROTO;
-        return -2;
+        return IO_ERROR;
     }
     int fd = s->fd[side];
     ssize_t n = recv(fd, d->buf + d->len, space, MSG_DONTWAIT);
     if (n > 0) {
         d->len += (size_t)n;
         e->bytes[counter] += (uint64_t)n;
-        return 1;
+        return IO_DONE;
     }
     if (n == 0) {
-        return -1;
+        return IO_EOF;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        return 0;
+        return IO_WAIT;
     }
-    return -2;
+    return IO_ERROR;
 }
 
 /* ---- splicing: frame bytes no check reads go socket to pipe to socket, never copied into
@@ -1004,8 +1013,8 @@ static uint64_t splice_budget(session_t *s, dir_t *d, int from_fd) {
     return n;
 }
 
-/* One splice of up to `budget` bytes from fd into d's pipe; returns as read_into does, and
- * -3 when the socket cannot splice (the caller reads instead). */
+/* One splice of up to `budget` bytes from fd into d's pipe; returns as read_into does, or
+ * IO_NO_SPLICE. */
 static int splice_in(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, uint64_t budget,
                      int *more) {
     size_t want = budget < d->pipe_cap ? (size_t)budget : d->pipe_cap;
@@ -1023,20 +1032,20 @@ static int splice_in(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, 
             s->fifo[(s->fhead + s->fstarted - 1) % s->fcap].end = d->off;
         }
         *more = (size_t)n == want;
-        return 1;
+        return IO_DONE;
     }
     *more = 0;
     if (n == 0) {
-        return -1;
+        return IO_EOF;
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-        return 0;
+        return IO_WAIT;
     }
     if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
         d->splicing = -1;
-        return -3;
+        return IO_NO_SPLICE;
     }
-    return -2;
+    return IO_ERROR;
 }
 
 /* Read what may come into d, spliced where it passes unread: as read_into; `more` says the
@@ -1046,7 +1055,7 @@ static int pull(ne_engine *e, session_t *s, dir_t *d, int side, int counter, int
     uint64_t budget = splice_budget(s, d, fd);
     if (budget > 0) {
         int r = splice_in(e, s, d, fd, counter, budget, more);
-        if (r != -3) {
+        if (r != IO_NO_SPLICE) {
             return r;
         }
     }
@@ -1065,27 +1074,27 @@ static int pull(ne_engine *e, session_t *s, dir_t *d, int side, int counter, int
     size_t before = d->len;
     int r = read_into(e, s, d, side, counter, limit);
     /* a short read drained the socket; a TLS read, the records its connection held whole */
-    *more = r == 1 && ((s->tls[side] != NULL && !s->tls_idle[side]) || d->len == d->cap ||
+    *more = r == IO_DONE && ((s->tls[side] != NULL && !s->tls_idle[side]) || d->len == d->cap ||
                        (limit > 0 && d->len - before == limit));
     return r;
 }
 
-/* What a write that returned n means: 1 go on, 0 wait for EPOLLOUT, -2 error (errno set). */
+/* What a write that returned n means: IO_DONE go on, IO_WAIT wait for EPOLLOUT, IO_ERROR. */
 static int write_result(ssize_t n) {
     if (n > 0 || (n < 0 && errno == EINTR)) {
-        return 1;
+        return IO_DONE;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return 0;
+        return IO_WAIT;
     }
     if (n == 0) {
         errno = EPIPE;
     }
-    return -2;
+    return IO_ERROR;
 }
 
-/* Write what is approved, the pipe's bytes first (they precede the buffer's): 1 all out,
- * 0 some left (wait for EPOLLOUT), -2 error. splice(2) has no MSG_NOSIGNAL: into a socket
+/* Write what is approved, the pipe's bytes first (they precede the buffer's): IO_DONE all out,
+ * IO_WAIT some left (wait for EPOLLOUT), IO_ERROR. splice(2) has no MSG_NOSIGNAL: into a socket
  * whose peer closed it raises SIGPIPE, which Python ignores from its start (so the call
  * fails with EPIPE, a socket error, as send's does). */
 static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
@@ -1094,7 +1103,7 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
         ssize_t n = splice(d->pipe[0], NULL, fd, NULL, d->piped,
                            SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         int r = write_result(n);
-        if (r != 1) {
+        if (r != IO_DONE) {
             return r;
         }
         if (n > 0) {
@@ -1111,11 +1120,11 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
         int r = nt_write(tls, &s->tls_saved[side], fd, d->buf + d->sent, d->parsed - d->sent,
                          &put, &s->write_wants_read[side], s->tls_why, sizeof s->tls_why);
         if (r == NT_AGAIN) {
-            return 0;
+            return IO_WAIT;
         }
         if (r != NT_DATA) {
             errno = EPROTO;
-            return -2;
+            return IO_ERROR;
         }
         d->sent += put;
         e->bytes[counter] += put;
@@ -1126,17 +1135,17 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
     if (tls != NULL && nt_unsent(&s->tls_saved[side]) > 0) {
         int r = nt_drain(&s->tls_saved[side], fd, s->tls_why, sizeof s->tls_why);
         if (r == NT_AGAIN) {
-            return 0;
+            return IO_WAIT;
         }
         if (r != NT_DATA) {
             errno = EPROTO;
-            return -2;
+            return IO_ERROR;
         }
     }
     while (d->sent < d->parsed) {
         ssize_t n = send(fd, d->buf + d->sent, d->parsed - d->sent, MSG_DONTWAIT | MSG_NOSIGNAL);
         int r = write_result(n);
-        if (r != 1) {
+        if (r != IO_DONE) {
             return r;
         }
         if (n > 0) {
@@ -1145,7 +1154,7 @@ static int flush(ne_engine *e, session_t *s, dir_t *d, int side, int counter) {
         }
     }
     compact(d);
-    return 1;
+    return IO_DONE;
 }
 
 static void socket_error(ne_engine *e, session_t *s, const char *side, int err) {
@@ -1221,11 +1230,11 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
         if (readable_client && may_read(s, &s->req)) {
             int more = 0;
             int r = pull(e, s, &s->req, CLIENT, BYTES_CLIENT_TO_PROXY, &more);
-            if (r == -2) {
+            if (r == IO_ERROR) {
                 socket_error(e, s, "client", errno);
                 return;
             }
-            if (r == -1) {
+            if (r == IO_EOF) {
                 s->client_eof = 1;
                 if (s->req.remaining > 0 || s->req.len > s->req.parsed) {
                     fail(e, s, HANDOVER_CLIENT_CLOSED, "client closed the connection");
@@ -1233,7 +1242,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
                 }
                 begin_stop(s, HANDOVER_CLIENT_EOF);
                 readable_client = 0;
-            } else if (r == 1) {
+            } else if (r == IO_DONE) {
                 progress = 1;
                 s->last_active = now;
                 readable_client = more;
@@ -1243,7 +1252,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
             size_t start_parsed = s->req.parsed;
             uint64_t start_off = s->req.off;
             parse_requests(e, s, now);
-            if (r == 1) {
+            if (r == IO_DONE) {
                 int completed = s->req.off + s->req.parsed > start_off + start_parsed &&
                                 s->req.remaining == 0;
                 int partial = s->req.remaining > 0 || s->req.len > s->req.parsed;
@@ -1258,22 +1267,22 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
             parse_requests(e, s, now);
         }
         int w = flush(e, s, &s->req, UPSTREAM, BYTES_PROXY_TO_UPSTREAM);
-        if (w == -2) {
+        if (w == IO_ERROR) {
             socket_error(e, s, "upstream", errno);
             return;
         }
         if (readable_upstream && may_read(s, &s->resp)) {
             int more = 0;
             int r = pull(e, s, &s->resp, UPSTREAM, BYTES_UPSTREAM_TO_PROXY, &more);
-            if (r == -2) {
+            if (r == IO_ERROR) {
                 socket_error(e, s, "upstream", errno);
                 return;
             }
-            if (r == -1) {
+            if (r == IO_EOF) {
                 fail(e, s, HANDOVER_UPSTREAM_CLOSED, "upstream closed the connection");
                 return;
             }
-            if (r == 1) {
+            if (r == IO_DONE) {
                 progress = 1;
                 readable_upstream = more;
             } else {
@@ -1285,7 +1294,7 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
             return;
         }
         w = flush(e, s, &s->resp, CLIENT, BYTES_PROXY_TO_CLIENT);
-        if (w == -2) {
+        if (w == IO_ERROR) {
             socket_error(e, s, "client", errno);
             return;
         }
