@@ -323,7 +323,7 @@ def run(args: argparse.Namespace, workdir: Path, relay_binary: Path, pinned: boo
         pids: dict[str, int] = {}
         targets = {"direct": cluster.bootstrap}
         for name, (outer, inner) in ports.items():
-            pids[name] = more.enter_context(_relay(name, relay_binary, outer, inner))
+            pids[name] = more.enter_context(relay_process(name, relay_binary, outer, inner))
             targets[name] = f"127.0.0.1:{outer}"
         processes: dict[str, HeraldProcess] = {}
         for name, chain in heralds(args).items():
@@ -388,7 +388,7 @@ def _link_counters(herald: HeraldProcess) -> dict[str, float]:
 
 
 @contextmanager
-def _relay(name: str, binary: Path, port: int, broker_port: int) -> Iterator[int]:
+def relay_process(name: str, binary: Path, port: int, broker_port: int) -> Iterator[int]:
     """A relay from `port` to the broker's listener at `broker_port`; yields its pid."""
     if name == "relay":
         command = [str(binary), str(port), str(broker_port)]

@@ -64,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_cost import CHAINS, _relay  # noqa: E402
+from bench.bench_cost import CHAINS, relay_process  # noqa: E402
 from bench.bench_proxy import (  # noqa: E402
     CpuClock,
     create_topic,
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace, chosen: list[str], payloads: list[Payload], wo
                 pids[name] = herald.process.pid
             if "relay.c" in wanted:
                 pids["relay.c"] = stack.enter_context(
-                    _relay("relay", relay_binary, relay_port, relay_inner))
+                    relay_process("relay", relay_binary, relay_port, relay_inner))
             if "haproxy" in wanted:
                 config = haproxy_config(haproxy_port, listen_cert.combined, haproxy_inner,
                                         secure.ca.pem)

@@ -101,24 +101,28 @@ def parse_producer_perf(output: str) -> ProduceResult:
     )
 
 
-def parse_consumer_perf(output: str) -> ConsumeResult:
-    """The CSV-like stats: a `start.time, end.time, ...` header line and one line of values.
-
-    `MB.sec`/`nMsg.sec` include the consumer group join; `fetch.*` exclude it, which is the
-    part that scales with data.
-    """
+def perf_stats(output: str, tool: str) -> dict[str, str]:
+    """The CSV-like stats of Kafka's consumer perf tools (ConsumerPerformance,
+    ShareConsumerPerformance): a `start.time, end.time, ...` header line and one line of
+    values, by column name."""
     lines = [line for line in output.splitlines() if line.strip()]
     for i, line in enumerate(lines[:-1]):
         if line.startswith("start.time"):
-            stats = dict(zip(line.split(", "), lines[i + 1].split(", "), strict=True))
-            return ConsumeResult(
-                records=int(stats["data.consumed.in.nMsg"]),
-                records_per_s=float(stats["nMsg.sec"]),
-                mb_per_s=float(stats["MB.sec"]),
-                fetch_records_per_s=float(stats["fetch.nMsg.sec"]),
-                fetch_mb_per_s=float(stats["fetch.MB.sec"]),
-            )
-    raise RuntimeError(f"no ConsumerPerformance stats in:\n{output[-2000:]}")
+            return dict(zip(line.split(", "), lines[i + 1].split(", "), strict=True))
+    raise RuntimeError(f"no {tool} stats in:\n{output[-2000:]}")
+
+
+def parse_consumer_perf(output: str) -> ConsumeResult:
+    """ConsumerPerformance's stats. `MB.sec`/`nMsg.sec` include the consumer group join;
+    `fetch.*` exclude it, which is the part that scales with data."""
+    stats = perf_stats(output, "ConsumerPerformance")
+    return ConsumeResult(
+        records=int(stats["data.consumed.in.nMsg"]),
+        records_per_s=float(stats["nMsg.sec"]),
+        mb_per_s=float(stats["MB.sec"]),
+        fetch_records_per_s=float(stats["fetch.nMsg.sec"]),
+        fetch_mb_per_s=float(stats["fetch.MB.sec"]),
+    )
 
 
 def create_topic(broker: str, topic: str, partitions: int) -> None:

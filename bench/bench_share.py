@@ -29,7 +29,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.bench_cost import _relay  # noqa: E402
+from bench.bench_cost import relay_process  # noqa: E402
 from bench.bench_proxy import (  # noqa: E402
     CpuClock,
     consume,
@@ -37,6 +37,7 @@ from bench.bench_proxy import (  # noqa: E402
     data_bytes,
     data_dir,
     log,
+    perf_stats,
     produce,
 )
 from bench.bench_relay import build_relay  # noqa: E402
@@ -69,15 +70,9 @@ def share_consume(bootstrap: str, broker: str, topic: str, records: int) -> None
     result = run_tool(SHARE_PERF, "--bootstrap-server", bootstrap, "--topic", topic,
                       "--group", group, "--num-records", str(records), "--timeout", "30000",
                       timeout=1800)
-    lines = [line for line in result.stdout.splitlines() if line.strip()]
-    for i, line in enumerate(lines[:-1]):
-        if line.startswith("start.time"):
-            stats = dict(zip(line.split(", "), lines[i + 1].split(", "), strict=True))
-            got = int(stats["data.consumed.in.nMsg"])
-            if got != records:
-                raise RuntimeError(f"ShareConsumerPerformance read {got} of {records} records")
-            return
-    raise RuntimeError(f"no ShareConsumerPerformance stats in:\n{result.stdout[-2000:]}")
+    got = int(perf_stats(result.stdout, "ShareConsumerPerformance")["data.consumed.in.nMsg"])
+    if got != records:
+        raise RuntimeError(f"ShareConsumerPerformance read {got} of {records} records")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                                    performance={"native_relay": args.native})
             herald = more.enter_context(HeraldProcess(config))
             assert herald.process is not None
-            pids = {"relay": more.enter_context(_relay("relay", relay_binary, outer, inner)),
+            pids = {"relay": more.enter_context(relay_process("relay", relay_binary, outer, inner)),
                     "herald": herald.process.pid}
             targets = {"relay": f"127.0.0.1:{outer}", "herald": herald.bootstrap}
             if pinned:

@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer, ShareConsumer
@@ -54,10 +55,10 @@ def _produce(bootstrap: str, topic: str, first: int) -> None:
     assert producer.flush(30) == 0
 
 
-def _move_leader(cluster: KafkaCluster, topic: str, tmp_path: object) -> None:
+def _move_leader(cluster: KafkaCluster, topic: str, tmp_path: Path) -> None:
     """Broker 2 first in the replica list, then a preferred leader election: it leads."""
     broker = cluster.nodes[0].address
-    plan = tmp_path / "reassign.json"  # type: ignore[operator]
+    plan = tmp_path / "reassign.json"
     plan.write_text(json.dumps({"version": 1, "partitions": [
         {"topic": topic, "partition": 0, "replicas": [2, 1, 3]}]}))
     run_tool(REASSIGN, "--bootstrap-server", broker, "--reassignment-json-file", str(plan),
@@ -128,7 +129,7 @@ class JavaReader:
 @pytest.mark.parametrize("reader", [LibrdkafkaReader, JavaReader],
                          ids=["librdkafka", "java"])
 def test_a_share_consumer_follows_a_leader_change_through_herald(
-    kafka_cluster: KafkaCluster, tmp_path: object, reader: type
+    kafka_cluster: KafkaCluster, tmp_path: Path, reader: type
 ) -> None:
     config = herald_config(kafka_cluster.nodes[0].address, interceptors=CHAINS,
                            admin={"bind": f"127.0.0.1:{free_port()}"})

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import trio
 
+from interceptors import build_chains
 from protocol.api_keys import ApiKey
 from proxy.config.proxy_yaml import parse_config
+from proxy.filters import share_drops
 from proxy.filters.address_rewrite import AddressRewriter
 from proxy.filters.api_versions import ApiVersionsNegotiator
 from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.interception import InterceptorFilter
 from proxy.limits.connection_guard import LIMITS
 from proxy.limits.memory_budget import Holder, MemoryBudget
 from proxy.native import fetch_plan, path_choice, relay, stamp_plan
@@ -25,6 +28,7 @@ from proxy.native.capabilities import CAPABILITIES, Capabilities
 from proxy.net.transport import PlainTransport, TlsTransport
 from proxy.observability.metrics import Metrics
 from proxy.upstream.brokers import BrokerDirectory
+from proxy.upstream.topic_ids import TopicIds
 from tests.support.native_parts import native_module
 
 _relay = native_module("proxy.native._relay")
@@ -239,10 +243,6 @@ def test_a_full_memory_budget_keeps_the_session_in_python() -> None:
 
 
 def _share_chain(fetch: list[dict]) -> FilterChain:
-    from interceptors import build_chains
-    from proxy.filters.interception import InterceptorFilter
-    from proxy.upstream.topic_ids import TopicIds
-
     return FilterChain([*_chain().filters,
                         InterceptorFilter(build_chains({"fetch": fetch}), TopicIds())])
 
@@ -271,8 +271,6 @@ def test_share_fetch_is_scanned_where_fetch_is_and_share_acknowledge_stays_pytho
 def test_a_session_that_owes_share_acknowledgements_stays_in_python() -> None:
     """Gaps Herald owes the broker for records the chain dropped go in the session's next
     ShareFetch or ShareAcknowledge, which only Python writes: no native phase until then."""
-    from proxy.filters import share_drops
-
     metrics = Metrics()
     engine = relay.NativeRelay(metrics)
     try:

@@ -24,7 +24,6 @@ from protocol.records import build_batch
 from proxy.filters import share_drops
 from proxy.filters.chain import FilterChain
 from proxy.filters.interception import InterceptorFilter, connection_info
-from proxy.native.capabilities import CAPABILITIES
 from proxy.native.fetch_plan import fetch_plan
 from proxy.upstream.topic_ids import TopicIds
 from tests.support.native.fetch import (
@@ -38,8 +37,9 @@ from tests.support.native.fetch import (
     setup,
     topic_id,
 )
+from tests.support.native_parts import ENGINE, needs
 
-pytestmark = pytest.mark.skipif(not CAPABILITIES.available, reason="the engine is not built")
+pytestmark = needs(ENGINE)
 
 VERSIONS = (1, 2)
 
