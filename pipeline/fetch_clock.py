@@ -8,14 +8,23 @@ fetches in time order. A stream cannot: it would have to keep (or read again) ev
 each observation carries the fetched record's own Herald time (`h`,
 `protocol.contracts.fetch_log.RECORD_MS`), and each partition keeps only:
 
-* `records`: the event times of its records still above the watermark (unordered; sorted when
-  released);
+* `records`: (event time, offset) of its records still above the watermark (unordered;
+  sorted when released);
 * `fetches`: its observations still above the watermark: (fetched_ms, offset, group,
   consumer, record_ms);
 * `newest`: the running maximum of the record times already released;
 * `seen`: per reader (group, and consumer for a consumer without a group, as
   `flows._first_fetches` has it) the offsets already counted, as merged disjoint ranges
   (consumers read in offset order, so this is a range or a few per reader).
+
+An observation without `h` (a record written past Herald, with no `herald.time`; or any
+record under `time_source: broker`, where `h` is not the hops' clock) takes the event time of
+its record from `records`, as the batch job looks it up, when the partition still holds the
+record: when the observation arrives, or when the watermark releases it. A record is queued
+until the watermark passes its own time, and a fetch of it comes later, so this holds for
+every consumer that reads within the watermark's delay of the write. A fetch of an older
+record (a consumer catching up) finds it gone: it is released unmeasured (`Read.record_ms`
+None), counted, and left to the batch job.
 
 Once the watermark has passed a time, no record or fetch at or before it can arrive any more
 (Spark drops rows behind the watermark before the state), so everything earlier than the
@@ -40,13 +49,14 @@ Fetch = tuple[int, int, "str | None", "str | None", "int | None"]
 
 class Read(NamedTuple):
     """A released fetch. `first`: the reader's first fetch of the record, which counts;
-    otherwise a duplicate and `transit_ms`/`lag_ms` are None."""
+    otherwise a duplicate, or unmeasured (`record_ms` None: the record's time is not known
+    here), and `transit_ms`/`lag_ms` are None."""
 
     fetched_ms: int
     offset: int
     group: str | None
     consumer: str | None
-    record_ms: int
+    record_ms: int | None
     first: bool
     transit_ms: int | None
     lag_ms: int | None
@@ -57,18 +67,31 @@ def new_clock() -> dict[str, Any]:
     return {"records": [], "fetches": [], "newest": None, "seen": {}}
 
 
-def add(clock: dict[str, Any], records: Iterable[int], fetches: Iterable[Fetch]) -> int:
-    """Queue record times and observations until the watermark passes them. An observation
-    without a record time cannot be measured here: it is not queued, and counted in the
-    return value (the batch job, which looks the record up, still measures it)."""
-    clock["records"].extend(int(t) for t in records)
-    untimed = 0
-    for f in fetches:
-        if f[4] is None:
-            untimed += 1
-        else:
-            clock["fetches"].append(f)
-    return untimed
+def upgraded(clock: dict[str, Any]) -> dict[str, Any]:
+    """A state written before records kept their offsets (bare times): the times stay, with
+    no offset to look a fetch up by."""
+    records = clock["records"]
+    if records and not isinstance(records[0], tuple):
+        clock["records"] = [(int(t), -1) for t in records]
+    return clock
+
+
+def _timed(fetches: list[Fetch], records: list[tuple[int, int]]) -> list[Fetch]:
+    """`fetches` with the record time of each one that has none taken from `records` by
+    offset, where it is there (see the module)."""
+    if all(f[4] is not None for f in fetches):
+        return fetches
+    times = {offset: t for t, offset in records}
+    return [f if f[4] is not None or f[1] not in times else (*f[:4], times[f[1]])
+            for f in fetches]
+
+
+def add(clock: dict[str, Any], records: Iterable[tuple[int, int]],
+        fetches: Iterable[Fetch]) -> None:
+    """Queue (event time, offset) of records and observations until the watermark passes
+    them; an observation without a record time takes its record's, when queued."""
+    clock["records"].extend((int(t), int(o)) for t, o in records)
+    clock["fetches"].extend(_timed(list(fetches), clock["records"]))
 
 
 def first_read(ranges: list[list[int]], offset: int) -> bool:
@@ -104,25 +127,28 @@ def release(clock: dict[str, Any], watermark_ms: int) -> list[Read]:
     """Everything earlier than the watermark, in (time, kind) order: records move `newest`,
     fetches become reads (see the module). What is not earlier stays queued."""
     records = sorted(clock["records"])
-    fetches = sorted(clock["fetches"], key=_fetch_order)
-    r = bisect_right(records, watermark_ms - 1)
+    fetches = sorted(_timed(clock["fetches"], records), key=_fetch_order)
+    r = bisect_right(records, (watermark_ms - 1, float("inf")))
     n = 0
     while n < len(fetches) and fetches[n][0] < watermark_ms:
         n += 1
     newest, seen = clock["newest"], clock["seen"]
     reads, i = [], 0
     for fetched_ms, offset, group, consumer, record_ms in fetches[:n]:
-        while i < r and records[i] <= fetched_ms:
-            newest = records[i] if newest is None else max(newest, records[i])
+        while i < r and records[i][0] <= fetched_ms:
+            newest = records[i][0] if newest is None else max(newest, records[i][0])
             i += 1
-        if first_read(seen.setdefault(_reader(group, consumer), []), offset):
+        if record_ms is None:
+            reads.append(Read(fetched_ms, offset, group, consumer, None, False, None, None))
+        elif first_read(seen.setdefault(_reader(group, consumer), []), offset):
             lag = 0 if newest is None else max(0, newest - record_ms)
             reads.append(Read(fetched_ms, offset, group, consumer, record_ms, True,
                               fetched_ms - record_ms, lag))
         else:
             reads.append(Read(fetched_ms, offset, group, consumer, record_ms, False, None, None))
     if i < r:
-        newest = records[r - 1] if newest is None else max(newest, records[r - 1])
+        last = records[r - 1][0]
+        newest = last if newest is None else max(newest, last)
     clock["newest"] = newest
     clock["records"], clock["fetches"] = records[r:], fetches[n:]
     return reads
@@ -131,7 +157,7 @@ def release(clock: dict[str, Any], watermark_ms: int) -> list[Read]:
 def next_due(clock: dict[str, Any]) -> int | None:
     """The earliest queued time (the state's event-time timeout: once the watermark passes
     it, a quiet partition still releases), or None when nothing is queued."""
-    firsts = [min(clock["records"])] if clock["records"] else []
+    firsts = [min(clock["records"])[0]] if clock["records"] else []
     if clock["fetches"]:
         firsts.append(min(f[0] for f in clock["fetches"]))
     return min(firsts, default=None)

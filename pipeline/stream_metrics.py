@@ -98,7 +98,8 @@ PLAIN_COUNTERS = (
     ("herald_stream_fetches_late", "Fetch observations arriving after their flow was finalised",
      ("stream", "late_fetches")),
     ("herald_stream_fetches_unmeasured",
-     "Fetch observations without the record's time: counted, left to batch",
+     "Fetch observations of records whose time the stream no longer held: counted, left "
+     "to batch",
      ("stream", "no_record_time")),
 )
 # Counters by one label: (metric, help, label, where, {label value: path under `where`},

@@ -33,8 +33,10 @@ arrive; recomputing everything after each micro-batch costs O(all hops) per batc
    and fetches above the watermark, the running newest record time and, per reader, the
    offsets counted (merged ranges). As the watermark passes, it releases them in time order:
    each reader's first fetch of a record with its transit (`f - h`) and lag. An observation
-   without `h` (or any under `time_source: broker`) cannot be measured so: it is counted
-   (`no_record_time`) and left to batch.
+   without `h` (a record written past Herald; or any under `time_source: broker`) takes the
+   time of its record from the clock, which holds each record's offset until the watermark
+   passes it; one whose record the clock no longer holds (a consumer reading older records
+   than the watermark's delay) is counted (`no_record_time`) and left to batch.
 4. **Analyse** (`foreachBatch`). The hops emitted by a micro-batch are exactly the finalised
    flows; `pipeline.flows.analyze`, the batch job's code, builds their graph, branches and
    flows. So the stream and the batch share one definition of the causal graph. Links,

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
-from pipeline.fetch_clock import Read, add, new_clock, next_due, release
+from pipeline.fetch_clock import Read, add, new_clock, next_due, release, upgraded
 from pipeline.flow_hold import HOP, UNTRACED, Bucket, HoldRules, empty_bucket, hold
 from pipeline.stream.rows import (
     CLOCK,
@@ -56,10 +56,11 @@ def _reads_frame(reads: list[Read], topic: str, partition: int, watermark: int) 
     out = pd.DataFrame({
         "offset": [r.offset for r in reads], "event_ms": [r.fetched_ms for r in reads],
         "group": [r.group for r in reads], "consumer": [r.consumer for r in reads],
-        "record_ms": [r.record_ms for r in reads],
+        "record_ms": pd.array([r.record_ms for r in reads], dtype="Int64"),
         "transit_ms": pd.array([r.transit_ms for r in reads], dtype="Int64"),
         "lag_ms": pd.array([r.lag_ms for r in reads], dtype="Int64"),
-        "status": [TRANSIT if r.first else DUPLICATE for r in reads]})
+        "status": [TRANSIT if r.first else NO_RECORD_TIME if r.record_ms is None
+                   else DUPLICATE for r in reads]})
     out["topic"], out["partition"], out["kind"] = topic, partition, FETCH
     out["watermark_ms"] = watermark
     return with_all_columns(out)
@@ -70,21 +71,20 @@ def tick_partition(key: str, frames: Iterator[pd.DataFrame], state: GroupState,
     """One partition's clock (`pipeline.fetch_clock`): queue its record times and
     observations, release what the watermark passed, wake up again at the earliest queued
     time. The state is never removed: it holds the offsets each reader has counted."""
+    import pandas as pd
+
     _, topic, partition = key.split(PARTITION_KEY)
-    clock = pickle.loads(state.get[0]) if state.exists else new_clock()
+    clock = upgraded(pickle.loads(state.get[0])) if state.exists else new_clock()
     if not state.hasTimedOut:
-        frames = list(frames)
-        untimed = [f[(f["kind"] == FETCH) & f["record_ms"].isna()] for f in frames]
-        untimed = [f for f in untimed if len(f)]
-        if untimed:  # counted, and left to batch: see `pipeline.stream`
-            yield emit(one_frame(untimed), NO_RECORD_TIME, watermark)
-        new = one_frame(frames, CLOCK_COLUMNS)
-        timed = new[(new["kind"] == FETCH) & new["record_ms"].notna()]
-        add(clock, new.loc[new["kind"] == CLOCK, "event_ms"].astype("int64").tolist(),
-            zip(timed["event_ms"].astype("int64").tolist(),
-                timed["offset"].astype("int64").tolist(), timed["group"].tolist(),
-                timed["consumer"].tolist(), timed["record_ms"].astype("int64").tolist(),
-                strict=True))
+        new = one_frame(list(frames), CLOCK_COLUMNS)
+        records, fetches = new[new["kind"] == CLOCK], new[new["kind"] == FETCH]
+        record_ms = fetches["record_ms"].astype("Int64")
+        add(clock, zip(records["event_ms"].astype("int64").tolist(),
+                       records["offset"].astype("int64").tolist(), strict=True),
+            zip(fetches["event_ms"].astype("int64").tolist(),
+                fetches["offset"].astype("int64").tolist(), fetches["group"].tolist(),
+                fetches["consumer"].tolist(),
+                [None if pd.isna(v) else int(v) for v in record_ms.tolist()], strict=True))
     reads = release(clock, watermark)
     if reads:
         yield _reads_frame(reads, topic, int(partition), watermark)

@@ -62,7 +62,7 @@ def fetch_rows(raw: DataFrame, config: PipelineConfig, like: DataFrame) -> DataF
     one keyed by the fetched record's partition, for its clock (topics read only). Their
     event time is the fetch time. `like`: the hop rows, whose column types they take.
     Under `time_source: broker` the record time `h` is not the hops' clock: it is left out,
-    and such observations are counted, not measured."""
+    and the partition's clock takes each fetched record's time from the record itself."""
     from pyspark.sql import functions as F
 
     value = F.from_json(F.col("value").cast("string"), fetch_log.SPARK_SCHEMA)

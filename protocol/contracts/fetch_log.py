@@ -40,7 +40,8 @@ RECORD_MS = "h"
 """The fetched record's Herald receive time: its ``herald.time`` header (the fetch_log member's
 ``time_header``) as an integer, ms since the epoch; null when the record has no such header or
 its value is not a decimal integer. With it, the stream measures transit and lag per partition
-from the observations alone, without looking the record up (``pipeline.fetch_clock``)."""
+without a join to the records; without it, from the record's time its clock still holds
+(``pipeline.fetch_clock``)."""
 
 FIELDS = ((TRACE_ID, "string"), (TOPIC, "string"), (PARTITION, "int"), (OFFSET, "long"),
           (CONSUMER, "string"), (GROUP, "string"), (FETCHED_MS, "long"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from pipeline.fetch_clock import add, first_read, new_clock, next_due, release
+from pipeline.fetch_clock import add, first_read, new_clock, next_due, release, upgraded
 
 
 def _reference(records: list[int], fetches: list[tuple]) -> tuple[list, dict]:
@@ -35,7 +35,7 @@ def _streamed(records: list[int], fetches: list[tuple], steps: list[int]) -> tup
     what is behind the watermark), and each step releases what the watermark passed."""
     rng = random.Random(7)
     clock = new_clock()
-    items = [("r", t, t) for t in records] + [("f", f[0], f) for f in fetches]
+    items = [("r", t, (t, o)) for o, t in enumerate(records)] + [("f", f[0], f) for f in fetches]
     rng.shuffle(items)
     rows, consumers = [], {}
     for wm in [*steps, max(it[1] for it in items) + 1]:
@@ -43,8 +43,7 @@ def _streamed(records: list[int], fetches: list[tuple], steps: list[int]) -> tup
         for it in items:
             (now if it[1] <= wm or rng.random() < 0.4 else later).append(it)
         items = later
-        assert add(clock, [t for k, _, t in now if k == "r"],
-                   [f for k, _, f in now if k == "f"]) == 0
+        add(clock, [r for k, _, r in now if k == "r"], [f for k, _, f in now if k == "f"])
         for read in release(clock, wm):
             consumers.setdefault(read.group, set()).add(read.consumer)
             if read.first:
@@ -77,25 +76,56 @@ def test_released_reads_equal_the_batch_definition() -> None:
 
 def test_a_record_at_the_fetch_time_counts_as_there_and_later_ones_do_not() -> None:
     clock = new_clock()
-    add(clock, [100, 200, 300], [(200, 0, "g", "c", 100)])
+    add(clock, [(100, 0), (200, 1), (300, 2)], [(200, 0, "g", "c", 100)])
     assert next_due(clock) == 100
     assert release(clock, 200) == []  # nothing at 200 is final until the watermark passes it
     (read,) = release(clock, 201)
     assert (read.first, read.transit_ms, read.lag_ms) == (True, 100, 100)
-    assert clock["newest"] == 200 and clock["records"] == [300] and next_due(clock) == 300
+    assert clock["newest"] == 200 and clock["records"] == [(300, 2)] and next_due(clock) == 300
 
 
-def test_a_fetch_before_any_record_lags_zero_and_untimed_fetches_are_counted() -> None:
+def test_a_fetch_before_any_record_lags_zero() -> None:
     clock = new_clock()
-    assert add(clock, [], [(50, 3, None, "solo", 40), (60, 4, None, "solo", None)]) == 1
+    add(clock, [], [(50, 3, None, "solo", 40)])
     (read,) = release(clock, 100)
     assert (read.group, read.consumer, read.transit_ms, read.lag_ms) == (None, "solo", 10, 0)
     assert clock["seen"] == {(None, "solo"): [[3, 3]]} and next_due(clock) is None
 
 
+def test_an_untimed_fetch_takes_its_record_s_time_while_the_partition_holds_the_record() -> None:
+    """A record written past Herald has no `h`: its fetch is measured from the record's own
+    time, as the batch job looks it up, whether the fetch arrives with the record, before it
+    or after it; once the watermark has released the record, a later fetch of it is released
+    unmeasured, counted by no reader."""
+    clock = new_clock()
+    add(clock, [(100, 0), (200, 1)], [(150, 0, "g", "c", None)])  # with its record
+    add(clock, [], [(400, 5, "g", "c", None)])  # before its record
+    add(clock, [(390, 5)], [])
+    reads = release(clock, 500)
+    assert [(r.offset, r.record_ms, r.first, r.transit_ms, r.lag_ms) for r in reads] == [
+        (0, 100, True, 50, 0), (5, 390, True, 10, 0)]
+    add(clock, [(600, 7)], [])
+    assert release(clock, 700) == []  # the record is released: its time is gone
+    add(clock, [], [(800, 7, "g", "c", None)])
+    (read,) = release(clock, 900)
+    assert (read.record_ms, read.first, read.transit_ms, read.lag_ms) == (None, False, None,
+                                                                          None)
+    assert clock["seen"] == {("g", None): [[0, 0], [5, 5]]}
+
+
+def test_a_state_of_bare_record_times_is_read_with_no_offsets() -> None:
+    """A checkpoint written before records kept their offsets goes on: its times still move
+    `newest`, and no fetch is looked up by them."""
+    clock = upgraded({"records": [300, 100], "fetches": [(250, 0, "g", "c", None)],
+                      "newest": None, "seen": {}})
+    assert clock["records"] == [(300, -1), (100, -1)]
+    (read,) = release(clock, 400)
+    assert read.record_ms is None and clock["newest"] == 300
+
+
 def test_duplicates_count_once_per_reader() -> None:
     clock = new_clock()
-    add(clock, [10], [(20, 0, "g", "c1", 10), (30, 0, "g", "c2", 10), (25, 0, "h", "d", 10),
+    add(clock, [(10, 0)], [(20, 0, "g", "c1", 10), (30, 0, "g", "c2", 10), (25, 0, "h", "d", 10),
                       (40, 0, None, "s1", 10), (41, 0, None, "s2", 10), (42, 0, None, "s1", 10)])
     reads = release(clock, 100)
     assert [(r.group, r.consumer, r.first) for r in reads] == [
