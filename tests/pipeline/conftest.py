@@ -6,7 +6,6 @@ that several tests read."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,15 +13,8 @@ from pipeline.config import PipelineConfig
 from proxy.devtools.embedded_kafka import KafkaCluster
 from tests.support.clients import create_topic
 from tests.support.herald_process import HeraldProcess, shipped_config
-from tests.support.pipeline.observations import FETCH_TOPIC, read_observations
-from tests.support.pipeline.scenario import (
-    MAX_WAIT_MS,
-    ROLES,
-    TERMINAL_ROLES,
-    Played,
-    play,
-    topic_names,
-)
+from tests.support.pipeline.observations import FETCH_TOPIC
+from tests.support.pipeline.scenario import Played, pipeline_config, play_observed, topic_names
 
 UNLINKED = "svc-f"  # the service herald_traced leaves out of the links
 
@@ -59,34 +51,7 @@ def herald_traced(kafka: KafkaCluster) -> Iterator[HeraldProcess]:
 
 @pytest.fixture(scope="session")
 def played(herald_traced: HeraldProcess, kafka: KafkaCluster) -> Played:
-    played = play(herald_traced.bootstrap, kafka.bootstrap, topic_names())
-    # B and F fetched every order and C every payment through Herald: wait until each of
-    # those fetches was observed (a record fetched again after a rebalance is seen twice).
-    t = played.topics
-    want = {(c, key) for key in played.delivered for c in ("svc-b", "svc-f")
-            if key[0] == t["orders"]}
-    want |= {("svc-c", key) for key in played.delivered if key[0] == t["payments"]}
-
-    def complete(found: list[dict]) -> bool:
-        return {(o["c"], (o["t"], o["p"], o["o"])) for o in found} >= want
-
-    played.fetches = read_observations(kafka.bootstrap, set(t.values()), len(want), complete)
-    assert complete(played.fetches)
-    return played
-
-
-def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
-                    ) -> PipelineConfig:
-    """The pipeline over the services' topics, with the scenario's threshold; one-second
-    buckets, so that the few seconds the services run make a trend. Every service runs on this
-    host, so an inferred parent's fetch is matched by host and client id (`client_id`), as
-    Herald's link memory would have to key them."""
-    more.setdefault("inference_scope", "client_id")
-    return PipelineConfig(bootstrap=bootstrap, topics=[topics[r] for r in ROLES],
-                          terminal_topics=[topics[r] for r in TERMINAL_ROLES],
-                          max_wait_ms=MAX_WAIT_MS, time_bucket_s=1,
-                          output=str(output), shuffle_partitions=2,
-                          fetch_topic=FETCH_TOPIC, **more)
+    return play_observed(herald_traced.bootstrap, kafka.bootstrap, topic_names())
 
 
 @pytest.fixture(scope="session")

@@ -28,12 +28,15 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
 from interceptors.tracing import parse_traceparent
+from pipeline.config import PipelineConfig
 from tests.support.clients import create_topic
+from tests.support.pipeline.observations import FETCH_TOPIC, read_observations
 
 FULL, STOP_AT_ORDERS, STOP_AT_PAYMENTS, SLOW, RETRY = (
     "full", "stop_orders", "stop_payments", "slow", "retry")
@@ -228,6 +231,38 @@ def play(herald: str, broker: str, topics: dict[str, str], partitions: int = 2,
     played = read_back(broker, topics, delivered)
     played.truth = truth
     return played
+
+
+def play_observed(herald: str, broker: str, topics: dict[str, str]) -> Played:
+    """The scenario played through `herald`, with the fetch_log observations of its topics.
+    B and F fetched every order and C every payment through Herald: this waits until each of
+    those fetches was observed (a record fetched again after a rebalance is seen twice)."""
+    played = play(herald, broker, topics)
+    t = played.topics
+    want = {(c, key) for key in played.delivered for c in ("svc-b", "svc-f")
+            if key[0] == t["orders"]}
+    want |= {("svc-c", key) for key in played.delivered if key[0] == t["payments"]}
+
+    def complete(found: list[dict]) -> bool:
+        return {(o["c"], (o["t"], o["p"], o["o"])) for o in found} >= want
+
+    played.fetches = read_observations(broker, set(t.values()), len(want), complete)
+    assert complete(played.fetches)
+    return played
+
+
+def pipeline_config(topics: dict[str, str], bootstrap: str, output: Path, **more: object
+                    ) -> PipelineConfig:
+    """The pipeline over the services' topics, with the scenario's threshold; one-second
+    buckets, so that the few seconds the services run make a trend. Every service runs on this
+    host, so an inferred parent's fetch is matched by host and client id (`client_id`), as
+    Herald's link memory would have to key them."""
+    more.setdefault("inference_scope", "client_id")
+    return PipelineConfig(bootstrap=bootstrap, topics=[topics[r] for r in ROLES],
+                          terminal_topics=[topics[r] for r in TERMINAL_ROLES],
+                          max_wait_ms=MAX_WAIT_MS, time_bucket_s=1,
+                          output=str(output), shuffle_partitions=2,
+                          fetch_topic=FETCH_TOPIC, **more)
 
 
 def read_back(broker: str, topics: dict[str, str], delivered: set[Key]) -> Played:
