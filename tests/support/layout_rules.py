@@ -100,9 +100,9 @@ def tiers(root: Path) -> list[Path]:
 
 
 TREE_WIDE = frozenset({"tests/unit/test_dependencies.py", "tests/unit/test_tests_layout.py",
-                       "tests/unit/test_strict_switch.py"})
-"""Tests of the whole tree (its shape, and how a run treats missing native parts): the only
-modules at the top of a tier, named after no source package."""
+                       "tests/unit/test_strict_switch.py", "tests/unit/test_parallel_groups.py"})
+"""Tests of the whole tree (its shape, how a run treats missing native parts, how it is split
+across workers): the only modules at the top of a tier, named after no source package."""
 
 
 def source_folder(root: Path, tier: Path, folder: Path) -> Path:

@@ -5,8 +5,9 @@ fixtures live in the worker that runs the module. So the scheduler is handed who
 never single tests, and modules that share something heavier than a module fixture go
 together:
 
-- `pipeline`: the modules that read the one played topology (`played`, `batch_run`,
-  `herald_traced`: Herald, four services and a batch run, set up once);
+- `pipeline`: the modules that read the one played topology (`played`, `batch_run`: Herald,
+  four services and a batch run, set up once); a module that only needs Herald
+  (`herald_traced`, a process started in seconds) is scheduled on its own;
 - `cluster`: the three-broker cluster (`kafka_cluster`, `herald_cluster`), a session
   fixture, serves every module that names it.
 
@@ -19,9 +20,9 @@ workers never choose the same port at once.
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
-import re
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,8 @@ FIRST = (PIPELINE, "tests/pipeline/test_stream_state.py",
          "tests/pipeline/test_demo.py")
 LAST = ("tests/integration/proxy/observability/test_jaeger.py", "tests/k8s/deploy/test_image.py",
         "tests/k8s/proxy/k8s/test_webhook_apiserver.py")
-_PLAYED_FIXTURE = re.compile(r"\b(?:played|batch_run|herald_traced)\b")
-_CLUSTER_FIXTURE = re.compile(r"\b(?:kafka_cluster|herald_cluster)\b")
+_PLAYED_FIXTURES = frozenset({"played", "batch_run"})
+_CLUSTER_FIXTURES = frozenset({"kafka_cluster", "herald_cluster"})
 
 
 def claim_port_share(environ: dict[str, str] = os.environ) -> str | None:  # noqa: B006
@@ -58,6 +59,18 @@ def claim_port_share(environ: dict[str, str] = os.environ) -> str | None:  # noq
     return share
 
 
+def _parameters(text: str) -> set[str]:
+    """The parameter names of every function of a module: the fixtures its tests and its own
+    fixtures ask for (a word in a docstring or a comment asks for nothing)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # collection reports it; scheduled on its own meanwhile
+        return set()
+    return {a.arg for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+
+
 @functools.cache
 def group_of(module: str) -> str:
     """A module's scheduling group (`module`: its path from the repository, `tests/...py`):
@@ -65,10 +78,10 @@ def group_of(module: str) -> str:
     module's path and text alone, so the controller, which sees test ids only, and every
     worker agree."""
     path = REPO / module
-    text = path.read_text() if path.is_file() else ""
-    if module.startswith("tests/pipeline/") and _PLAYED_FIXTURE.search(text):
+    wants = _parameters(path.read_text()) if path.is_file() else set()
+    if module.startswith("tests/pipeline/") and wants & _PLAYED_FIXTURES:
         return PIPELINE
-    if _CLUSTER_FIXTURE.search(text):
+    if wants & _CLUSTER_FIXTURES:
         return CLUSTER
     return module
 

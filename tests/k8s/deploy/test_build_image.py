@@ -96,7 +96,8 @@ def test_apt_sources_without_a_debian_archive_stop_the_build_with_the_reason(
 def _image_tests(cache: Path, strict: bool) -> subprocess.CompletedProcess[str]:
     """A real pytest run of the image tests after scripts/test.sh recorded a failed build."""
     env = {**os.environ, "HERALD_CACHE_DIR": str(cache),
-           "HERALD_IMAGE": f"herald-absent-{os.getpid()}:0"}
+           "HERALD_IMAGE": f"herald-absent-{os.getpid()}:0",
+           "HERALD_PIPELINE_IMAGE": f"herald-pipeline-absent-{os.getpid()}:0"}
     env.pop("HERALD_TEST_STRICT", None)
     if strict:
         env["HERALD_TEST_STRICT"] = "1"
@@ -120,10 +121,12 @@ def test_a_failed_build_is_the_image_tests_reason_to_skip_and_a_failure_under_st
 
     local = _image_tests(tmp_path, strict=False)
     assert local.returncode == 0, local.stdout
-    assert "2 skipped" in local.stdout
-    assert local.stdout.count(reason) == 2, local.stdout
+    assert "3 skipped" in local.stdout  # Herald's image (two tests) and the stream's
+    assert local.stdout.count(reason) == 3, local.stdout
 
     ci = _image_tests(tmp_path, strict=True)
     assert ci.returncode == 1, ci.stdout
-    assert "2 errors" in ci.stdout
+    assert "3 errors" in ci.stdout
     assert f"HERALD_TEST_STRICT=1: the image must be built and tested: {reason}" in ci.stdout
+    assert f"HERALD_TEST_STRICT=1: the stream's image must be built and tested: {reason}" \
+        in ci.stdout
