@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from proxy.k8s.sizing import Throughput, resources
+from interceptors.trace_links import LinkConfig
+from proxy.k8s.sizing import Throughput, link_capacity, resources
 from proxy.routing.config import STATE_DIR_ENV
 
 NAME = "herald"
@@ -91,13 +92,24 @@ def tracing_env(endpoint: str) -> list[dict[str, Any]]:
             {"name": "OTEL_RESOURCE_ATTRIBUTES", "value": pod}]
 
 
+def _link(spec: SidecarSpec) -> dict[str, Any]:
+    """The sidecar's `link` settings: its scope, and a capacity only where the pod's declared
+    rate asks for less than the shipped one (`sizing.link_capacity`)."""
+    link: dict[str, Any] = {"scope": spec.link_scope}
+    capacity = link_capacity(spec.load)
+    if capacity < LinkConfig().capacity:
+        link["capacity"] = capacity
+    return link
+
+
 def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
     """The proxy.yaml of a sidecar: loopback listeners for the application, the admin endpoint
     on every address for the kubelet's probes and Prometheus, the pod's identity in audit, and
     causal links scoped by `host`: every client of the pod reaches its sidecar from loopback,
     so the pod is the scope and its consumer and producer are linked whatever their client ids
     (Java's and librdkafka's defaults differ). Several services in one pod that read the same
-    traces would share the memory; such a pod wants `scope: client_id` and shared client ids."""
+    traces would share the memory; such a pod wants `scope: client_id` and shared client ids.
+    The links' memory is sized from the pod's declared consume rate (`sizing.link_capacity`)."""
     upstream: dict[str, Any] = {"bootstrap": spec.upstream}
     if spec.upstream_tls_secret:
         upstream["tls"] = {
@@ -124,8 +136,7 @@ def proxy_config(spec: SidecarSpec) -> dict[str, Any]:
         "shutdown": {"grace_s": spec.shutdown_grace_s},
         "logging": {"level": "warning", "format": "json"},
         "interceptors": {
-            "produce": [{"type": "trace_context", "link": {"scope": spec.link_scope}},
-                        {"type": "audit"}],
+            "produce": [{"type": "trace_context", "link": _link(spec)}, {"type": "audit"}],
             "fetch": [],
         },
     }

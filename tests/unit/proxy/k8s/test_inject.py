@@ -15,7 +15,7 @@ from proxy.k8s import sidecar
 from proxy.k8s.command import dump_documents
 from proxy.k8s.inject import InjectError, InjectOptions, inject
 from proxy.k8s.sidecar import SidecarSpec
-from proxy.k8s.sizing import Throughput, cpu_millicores
+from proxy.k8s.sizing import Throughput, cpu_millicores, link_capacity
 from proxy.routing.config import journal_path
 from tests.support.k8s_tools import workload
 from tests.support.links import link_scope
@@ -295,6 +295,25 @@ def test_sizing_follows_the_measured_cpu_per_mb() -> None:
         Throughput(1, 1, "all")
     with pytest.raises(ValueError, match="produce_mb_s"):
         Throughput(-1, 1)
+
+
+
+def _link_of(spec: SidecarSpec) -> dict[str, Any]:
+    config = parse_config(sidecar.proxy_config(spec), environ=POD_ENV)  # checked as loaded
+    (trace,) = [m for m in config.interceptors["produce"] if m["type"] == "trace_context"]
+    return trace["link"]
+
+
+def test_the_links_memory_is_sized_from_the_pod_s_consume_rate() -> None:
+    """A minute of the declared consume rate in 1 KiB records, each its own trace, within
+    [10,000, the shipped 100,000]; the shipped capacity is not written out."""
+    assert link_capacity(Throughput(consume_mb_s=0.5)) == 29_297  # 488.3 records/s * 60 s
+    assert link_capacity(Throughput(consume_mb_s=1)) == 58_594
+    assert link_capacity(Throughput(consume_mb_s=0)) == 10_000
+    assert link_capacity(Throughput(consume_mb_s=5)) == 100_000  # the default: capped
+    assert _link_of(SidecarSpec(load=Throughput(consume_mb_s=0.5))) == {
+        "scope": "host", "capacity": 29_297}
+    assert _link_of(SidecarSpec()) == {"scope": "host"}  # the shipped capacity applies
 
 
 # ---- the command line ------------------------------------------------------------------------
