@@ -627,12 +627,24 @@ static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
     return S_DONE;
 }
 
+/* Whether Herald's own re-authentication (`handover_at`) is due for an active session. */
+static int handover_due(const session_t *s, double now) {
+    return s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE;
+}
+
 static void parse_requests(ne_engine *e, session_t *s, double now) {
     dir_t *d = &s->req;
     for (;;) {
         if (d->remaining) {
             if (!advance(d)) {
                 return;
+            }
+            /* A frame ended: a due re-authentication stops the session here, whether or not
+             * the deadline scan has run since it fell due (bytes read before the scan must
+             * not carry the session past this boundary). */
+            if (handover_due(s, now)) {
+                s->handover_at = 0;
+                begin_stop(s, HANDOVER_REAUTH);
             }
             continue;
         }
@@ -1357,10 +1369,8 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             fail(e, s, HANDOVER_IDLE_TIMEOUT, why);
             continue;
         }
-        if (s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE) {
-            s->handover_at = 0;
-            begin_stop(s, HANDOVER_REAUTH);
-            service(e, s, 0, 0); /* hands over now when no frame is under way */
+        if (handover_due(s, now)) {
+            service(e, s, 0, 0); /* begins it: hands over now when no frame is under way */
             if (s->state != STOPPING) {
                 continue;
             }
