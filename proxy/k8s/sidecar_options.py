@@ -51,7 +51,8 @@ def add_sidecar_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--produce-mb-s", type=float, default=5.0,
                    help="expected produce MB/s per pod, for the CPU request (default 5)")
     p.add_argument("--consume-mb-s", type=float, default=5.0,
-                   help="expected consume MB/s per pod, for the CPU request (default 5)")
+                   help="expected consume MB/s per pod, for the CPU request and the causal "
+                        "links' memory (link.capacity; default 5)")
     p.add_argument("--interceptors", choices=sorted(CPU_MS_PER_MB), default="trace_audit_link",
                    help="which measured CPU figures size the request (default "
                         "trace_audit_link: the sidecar's chain)")
