@@ -627,9 +627,15 @@ static int stamp_request(ne_engine *e, session_t *s, uint64_t *total) {
     return S_DONE;
 }
 
-/* Whether Herald's own re-authentication (`handover_at`) is due for an active session. */
-static int handover_due(const session_t *s, double now) {
-    return s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE;
+/* Herald's own re-authentication (`handover_at`), once due, stops an active session: 1 when
+ * it began the stop. A frame under way still passes whole; the hand-over follows it. */
+static int begin_reauth_if_due(session_t *s, double now) {
+    if (s->handover_at > 0 && now >= s->handover_at && s->state == ACTIVE) {
+        s->handover_at = 0;
+        begin_stop(s, HANDOVER_REAUTH);
+        return 1;
+    }
+    return 0;
 }
 
 static void parse_requests(ne_engine *e, session_t *s, double now) {
@@ -639,15 +645,12 @@ static void parse_requests(ne_engine *e, session_t *s, double now) {
             if (!advance(d)) {
                 return;
             }
-            /* A frame ended: a due re-authentication stops the session here, whether or not
-             * the deadline scan has run since it fell due (bytes read before the scan must
-             * not carry the session past this boundary). */
-            if (handover_due(s, now)) {
-                s->handover_at = 0;
-                begin_stop(s, HANDOVER_REAUTH);
-            }
             continue;
         }
+        /* At a frame boundary a due re-authentication stops the session, whether or not the
+         * deadline scan has run since it fell due: bytes read before the scan must not carry
+         * the session past it. */
+        begin_reauth_if_due(s, now);
         if (s->state != ACTIVE) {
             return;
         }
@@ -1369,8 +1372,8 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
             fail(e, s, HANDOVER_IDLE_TIMEOUT, why);
             continue;
         }
-        if (handover_due(s, now)) {
-            service(e, s, 0, 0); /* begins it: hands over now when no frame is under way */
+        if (begin_reauth_if_due(s, now)) {
+            service(e, s, 0, 0); /* hands over now when no frame is under way */
             if (s->state != STOPPING) {
                 continue;
             }

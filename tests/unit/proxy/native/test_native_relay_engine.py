@@ -55,6 +55,19 @@ def drain(rig: Rig) -> tuple:
     return rig.engine.collect()
 
 
+def handed_back(rigs, prefill: bytes = b"", frame_deadline_s: float = 60.0, **state) -> Rig:
+    """A rig whose session Python took back and handed to the engine again, with `prefill`
+    (bytes read but not forwarded) and the rest of the hand-over state as `register` takes it."""
+    rig = rigs(table((FETCH, 12)))
+    rig.engine.stop(rig.sid)
+    rig.wait_handover()
+    rig.sid += 10_000
+    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
+                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, frame_deadline_s,
+                        prefill, **state)
+    return rig
+
+
 def test_frames_pass_byte_for_byte_and_are_counted(rigs) -> None:
     rig = rigs(table((API_VERSIONS, 3), (FETCH, 12)))
     requests = request(API_VERSIONS, 3, 1, b"\x00\x00", flexible=True) + request(
@@ -218,16 +231,10 @@ def test_deadlines(rigs) -> None:
 
 def test_a_partial_request_keeps_its_frame_clock_across_hand_overs(rigs) -> None:
     partial = request(FETCH, 12, 1, b"x" * 100, flexible=True)[:30]
-    rig = rigs(table((FETCH, 12)))
-    rig.engine.stop(rig.sid)
-    rig.wait_handover()
     # Python hands the session back with a partial request that began 1.5 s ago: with a
     # 2 s frame deadline, the engine ends the phase within about 0.5 s, not 2 s.
-    rig.sid += 10_000
     started = time.monotonic()
-    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
-                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 2.0, partial,
-                        frame_age=1.5)
+    rig = handed_back(rigs, partial, frame_deadline_s=2.0, frame_age=1.5)
     state = rig.wait_handover()
     assert state.reason == "frame_timeout"
     assert time.monotonic() - started < 1.5
@@ -242,31 +249,18 @@ def test_a_partial_request_keeps_its_frame_clock_across_hand_overs(rigs) -> None
     assert 0.25 <= state.frame_age < 5
 
 
-@pytest.mark.parametrize("scanned_first", [True, False], ids=["scanned", "bytes-first"])
-def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(
-        rigs, scanned_first: bool) -> None:
-    """`handover_s`: Herald's own re-authentication is due. The engine finishes the frame it
-    has begun (a frame is never cut), forwards nothing after it, and hands the session over
-    with reason `reauth`, which Python resumes from. The same when the rest of the frame and
-    the next one arrive before the engine's deadline scan has seen the re-authentication fall
-    due (`bytes-first`: sent at once, as a loaded machine delays the scan): the frame's end
-    is where it stops, not the scan."""
+def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(rigs) -> None:
+    """`handover_s`: Herald's own re-authentication falls due while a frame is under way. The
+    engine finishes that frame (a frame is never cut), forwards nothing after it, and hands
+    the session over with reason `reauth`, which Python resumes from."""
     one = request(FETCH, 12, 1, b"x" * 100, flexible=True)
     two = request(FETCH, 12, 2, flexible=True)
-    rig = rigs(table((FETCH, 12)))
-    rig.engine.stop(rig.sid)
-    rig.wait_handover()
-    rig.sid += 10_000
-    # Due at once, with a frame begun (its header and part of its body handed over).
-    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
-                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, one[:30],
-                        handover_s=1e-9)
-    if scanned_first:
-        assert rig.recv_exactly(rig.broker, 30) == one[:30]
-        assert rig.nothing_on(rig.engine.notify_fd)  # not before the frame ends
+    # A frame begun (its header and part of its body handed over), then the deadline passes.
+    rig = handed_back(rigs, one[:30], handover_s=0.3)
+    assert rig.recv_exactly(rig.broker, 30) == one[:30]
+    time.sleep(0.5)
+    assert rig.nothing_on(rig.engine.notify_fd)  # not before the frame ends
     rig.app.sendall(one[30:] + two)
-    if not scanned_first:
-        assert rig.recv_exactly(rig.broker, 30) == one[:30]
     state = rig.wait_handover()
     assert state.reason == "reauth"
     assert path_choice.CAPABILITIES.reasons[state.reason] == "resume"
@@ -275,17 +269,29 @@ def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(
     assert state.client == two  # the next request was not forwarded
     assert [corr for corr, *_ in state.in_flight] == [1]
 
+    # Due before the engine has read a byte, with whole requests there already (as when the
+    # bytes arrive before the deadline scan runs on a loaded machine): the boundary is the
+    # first frame's start, so nothing is forwarded, whatever the scan has seen.
+    rig = handed_back(rigs, one + two, handover_s=1e-9)
+    state = rig.wait_handover()
+    assert state.reason == "reauth"
+    assert rig.nothing_on(rig.broker)
+    assert state.client == one + two and state.in_flight == []
+
     # Not due within the phase: the session stays on the engine.
-    rig = rigs(table((FETCH, 12)))
-    rig.engine.stop(rig.sid)
-    rig.wait_handover()
-    rig.sid += 10_000
-    rig.engine.register(rig.sid, rig.client_end.fileno(), rig.upstream_end.fileno(),
-                        table((FETCH, 12)), 1 << 20, 100, 64 * 1024, 600.0, 60.0, b"",
-                        handover_s=3600.0)
+    rig = handed_back(rigs, b"", handover_s=3600.0)
     rig.app.sendall(two)
     assert rig.recv_exactly(rig.broker, len(two)) == two
     assert rig.nothing_on(rig.engine.notify_fd)
+
+
+def test_a_due_reauthentication_hands_over_an_idle_session(rigs) -> None:
+    """With no frame under way the re-authentication falls due at a boundary already: the
+    deadline scan hands the session over then, long before its idle deadline."""
+    rig = handed_back(rigs, b"", handover_s=0.2)
+    state = rig.wait_handover()
+    assert state.reason == "reauth"
+    assert state.client == b"" and state.in_flight == []
 
 
 def test_take_detaches_a_running_session(rigs) -> None:
