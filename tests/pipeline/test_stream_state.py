@@ -35,7 +35,7 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
     traffic = Traffic(topics)
     # 8 micro-batches of 12 flows: enough for the later half to show growth a per-trace state
     # would have (held flows doubling from the first half), few enough that a loaded machine,
-    # where a micro-batch takes up to a minute, runs them well within the stream's deadline.
+    # where a micro-batch has taken about 90 s, runs them well within the stream's deadline.
     batches = 8
     flows = batches * 12
     for i in range(flows):

@@ -46,7 +46,7 @@ MEASURED = {"transit": (("count", "max_ms", "consumers"), SKETCHED),
 def run_stream(spark, config: PipelineConfig) -> None:
     """Run the stream to its end (an `available_now` trigger), failing on its error or when
     it has not ended in 25 minutes (a hang: beside the rest of the suite on a slow 2-core
-    machine a micro-batch has taken about 90 s, and the longest test runs 9)."""
+    machine a micro-batch has taken about 90 s, and the longest of these runs 9 of them)."""
     from pipeline.jobs import start_stream
 
     query = start_stream(spark, config)
