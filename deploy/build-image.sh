@@ -111,7 +111,7 @@ cp $jars image-jars/
 # ---- nothing to do when both images have these very inputs -------------------------------------
 inputs=$({
   echo "$mirror $security"
-  find pyproject.toml setup.py README.md proxy.yaml protocol interceptors proxy herald pipeline \
+  find pyproject.toml setup.py README.md proxy.yaml protocol configuration interceptors proxy herald pipeline \
        image-jars deploy/Dockerfile deploy/build-image.sh -type f \
        ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.so' ! -path '*.egg-info/*' -print0 |
     LC_ALL=C sort -z | xargs -0 sha256sum

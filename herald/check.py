@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from configuration import ConfigError
 from herald.sections import read_sections, report
-from interceptors.config import ConfigError
 
 DESCRIPTION = (
     "Load and validate the config file as `herald run` does before it serves: every section, "

@@ -16,9 +16,9 @@ import argparse
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
+from configuration import ConfigError
 from herald.registry import COMMANDS, Command, NotInstalled, resolve
 from herald.sections import read_sections, report
-from interceptors.config import ConfigError
 
 DESCRIPTION = """Herald: a header-aware Kafka proxy.
 

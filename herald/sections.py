@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from configuration import ConfigError, ErrorCollector, read_yaml
 from herald.registry import SECTIONS, NotInstalled, Section, resolve
-from interceptors.config import ConfigError, ErrorCollector, read_yaml
 
 
 def read_sections(path: Path, sections: tuple[Section, ...] = SECTIONS) -> dict[str, Any]:

@@ -10,6 +10,7 @@ Plugin authors subclass `Interceptor` (a stamping member also declares `Stamps` 
 its columns); see docs/interceptors.md.
 """
 
+from configuration import ConfigError, InvalidConfig
 from interceptors.api import (
     DROP,
     KEEP,
@@ -22,8 +23,7 @@ from interceptors.api import (
     Verdict,
 )
 from interceptors.chain import ChainMember, Chains, FetchChain, PartitionOutcome, ProduceChain
-from interceptors.config import ConfigError, InvalidConfig
-from interceptors.config.chains import build_chains
+from interceptors.chains_from_yaml import build_chains
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext, TraceInfo
 from interceptors.errors import INVALID_RECORD, UNKNOWN_SERVER_ERROR, RejectRecord
 from interceptors.headers import HeaderBlock, Headers

@@ -19,7 +19,7 @@ import fnmatch
 import re
 from collections.abc import Iterable
 
-from interceptors.config import InvalidConfig
+from configuration import InvalidConfig
 
 _CACHE_LIMIT = 4096
 _KINDS = ("prefix", "glob", "regex")

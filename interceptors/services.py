@@ -56,5 +56,5 @@ class KafkaClients(Protocol):
     def client(self, bootstrap: str, tls: Any = None, sasl: Any = None) -> KafkaClient:
         """The cluster at `bootstrap`, with `tls` and `sasl` as the YAML gave them (the keys
         of `upstream.tls` / `upstream.sasl`), checked now: a bad key raises
-        `interceptors.config.InvalidConfig` naming it below the member (``tls.ca_file``)."""
+        `configuration.InvalidConfig` naming it below the member (``tls.ca_file``)."""
         ...

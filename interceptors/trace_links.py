@@ -65,8 +65,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from configuration import InvalidConfig
 from interceptors.api import FETCH, ColumnValue, Interceptor, Stamps
-from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.tracing import valid_traceparent

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from pipeline.config import load_pipeline_config
 
 DESCRIPTION = """Herald's analytics pipeline on Spark.

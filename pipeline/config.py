@@ -1,7 +1,7 @@
 """The pipeline's settings: a `pipeline:` section of a YAML file of the proxy.yaml family
 (Herald itself ignores that section), then command-line flags on top.
 
-Validation goes through `interceptors.config.schema.build_config`, so a bad value is refused with
+Validation goes through `configuration.schema.build_config`, so a bad value is refused with
 its YAML path (`pipeline.stream.trigger: expected one of ...`), the same way Herald's own
 configuration is.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from interceptors.config import (
+from configuration import (
     ConfigError,
     ErrorCollector,
     InvalidConfig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 
 SCALA_BINARY = "2.13"  # PySpark 4 is built for Scala 2.13
 

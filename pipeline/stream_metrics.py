@@ -536,7 +536,7 @@ def exporter_for(config: PipelineConfig) -> Exporter | None:
     exporter over with its own figures."""
     from prometheus_client import start_http_server
 
-    from interceptors.config import parse_host_port
+    from configuration import parse_host_port
 
     bind = config.stream.metrics_bind
     if not bind:

@@ -15,7 +15,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.config.proxy_yaml import ProxyConfig
 from proxy.net.config import ListenError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from interceptors.config import InvalidConfig
+from configuration import InvalidConfig
 from interceptors.jsonpath import split_path
 
 

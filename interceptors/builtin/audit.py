@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from configuration import InvalidConfig
 from interceptors.api import (
     CLIENT_ID,
     CONST,
@@ -54,7 +55,6 @@ from interceptors.api import (
     PerRecord,
     Stamps,
 )
-from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.errors import INVALID_RECORD, RejectRecord
 from interceptors.headers import HeaderBlock, Headers

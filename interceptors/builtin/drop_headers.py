@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from configuration import InvalidConfig
 from interceptors.api import ColumnValue, Interceptor, Stamps
-from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.patterns import matcher

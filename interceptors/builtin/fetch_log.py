@@ -57,8 +57,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from configuration import InvalidConfig
 from interceptors.api import FETCH, Interceptor
-from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS, KafkaClient

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from configuration import InvalidConfig
 from interceptors.api import DROP, FETCH, Interceptor, Verdict
-from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from configuration import InvalidConfig
 from interceptors.api import PRODUCE, Interceptor
-from interceptors.config import InvalidConfig
 from interceptors.context import RecordContext
 from interceptors.errors import INVALID_RECORD, RejectRecord
 from interceptors.headers import Headers

@@ -25,8 +25,8 @@ import string
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from configuration import InvalidConfig
 from interceptors.api import ColumnValue, Interceptor, PerRecord, Stamps
-from interceptors.config import InvalidConfig
 from interceptors.context import ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.ids import uuid4

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from configuration import InvalidConfig
 from interceptors.api import Interceptor
-from interceptors.config import InvalidConfig
 from interceptors.context import RecordContext
 from interceptors.headers import Headers
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from configuration import InvalidConfig
 from interceptors.api import (
     PRODUCE,
     ColumnValue,
@@ -56,7 +57,6 @@ from interceptors.api import (
     Stamps,
 )
 from interceptors.api import TRACEPARENT as NATIVE_TRACEPARENT
-from interceptors.config import InvalidConfig
 from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
 from interceptors.headers import Headers
 from interceptors.ids import new_trace_ids, trace_draws

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError, ErrorCollector, Node, read_yaml
-from interceptors.config.chains import build_chains
+from configuration import ConfigError, ErrorCollector, Node, read_yaml
+from interceptors.chains_from_yaml import build_chains
 from proxy.limits.config import LimitsConfig, parse_limits
 from proxy.native.config import NATIVE_RELAY_AUTO, parse_performance
 from proxy.observability.config import LoggingConfig, parse_instance, parse_logging

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from protocol.kafka_versions import KAFKA_VERSION
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">

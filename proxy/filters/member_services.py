@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from interceptors import Chains, ProxyInfo
-from interceptors.config.chains import build_chains as build_member_chains
+from interceptors.chains_from_yaml import build_chains as build_member_chains
 from proxy.security.kafka_clients import proxy_info
 
 

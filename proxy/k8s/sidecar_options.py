@@ -9,7 +9,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError, read_yaml
+from configuration import ConfigError, read_yaml
 from proxy.config.proxy_yaml import parse_config
 from proxy.k8s import sidecar
 from proxy.k8s.inject import InjectError, InjectOptions

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import trio
 
-from interceptors.config import ConfigError, HostPort, parse_host_port
+from configuration import ConfigError, HostPort, parse_host_port
 from proxy.k8s import admission, sidecar
 from proxy.k8s.inject import InjectError, InjectOptions
 from proxy.k8s.sidecar_options import add_sidecar_arguments, options_from

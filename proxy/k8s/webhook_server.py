@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from proxy.k8s import admission
 from proxy.k8s.inject import InjectOptions
 from proxy.net.config import ListenError

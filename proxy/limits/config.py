@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import Node
+from configuration import Node
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED
 from protocol.framing import DEFAULT_MAX_FRAME_BYTES
 

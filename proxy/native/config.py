@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from interceptors.config import Node
+from configuration import Node
 
 NATIVE_RELAY_OFF = "off"
 NATIVE_RELAY_AUTO = "auto"

@@ -1,6 +1,6 @@
 """Addresses in the configuration and what goes wrong with them.
 
-A configured address is a `HostPort` (`interceptors.config`, the configuration layer every
+A configured address is a `HostPort` (`configuration`, the configuration layer every
 package reads, the pipeline's `metrics_bind` included); what listens on it is configured in
 `serving/config.py` (`listen`, `admin`).
 """

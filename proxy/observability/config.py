@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from interceptors.config import Node
-from interceptors.config.env_expand import expanded
+from configuration import Node
+from configuration.env_expand import expanded
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError, InvalidConfig, Node, build_config
+from configuration import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import PRIMARY, Action, RuleSite, Target

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from interceptors.typed import Type, parse_value
 
 Header = tuple[str, bytes | None]

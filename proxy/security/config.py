@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from interceptors.config import ConfigError, Node
+from configuration import ConfigError, Node
 from proxy.security.principal import PrincipalMapper, PrincipalRuleError
 from proxy.security.tls import TlsSetupError, client_context, server_context
 from proxy.security.tls_config import (

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from configuration import ConfigError, InvalidConfig, Node
 from interceptors import ProxyInfo
-from interceptors.config import ConfigError, InvalidConfig, Node
 from proxy.security.config import (
     ClientTlsConfig,
     SaslClientConfig,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from interceptors.config import ConfigError, HostPort
+from configuration import ConfigError, HostPort
 from proxy.net.config import ListenError
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import Metrics

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from interceptors.config import ConfigError, HostPort, Node, parse_host_port
-from interceptors.config.env_expand import expanded
+from configuration import ConfigError, HostPort, Node, parse_host_port
+from configuration.env_expand import expanded
 from proxy.security.config import (
     PassthroughSaslConfig,
     SecretRef,

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from proxy.filters.chain import SessionContext
 from proxy.net.descriptors import OUT_OF_DESCRIPTORS, OutOfDescriptors
 from proxy.net.transport import PlainTransport, Transport

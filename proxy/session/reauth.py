@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from protocol.errors import CodecError
 from proxy.filters.chain import SessionContext
 from proxy.net.transport import Transport

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from protocol.errors import CodecError
 from proxy.observability.logs import get_logger
 

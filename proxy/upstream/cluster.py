@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import trio
 
-from interceptors.config import ConfigError, HostPort
+from configuration import ConfigError, HostPort
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder, frame

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interceptors.config import ConfigError, HostPort, Node, parse_host_port
+from configuration import ConfigError, HostPort, Node, parse_host_port
 from proxy.security.config import (
     ClientTlsConfig,
     SaslClientConfig,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from interceptors.tracing import parse_traceparent
 from pipeline.config import load_pipeline_config
 from pipeline.hops import to_hops

@@ -22,7 +22,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from tests.support.background_builds import wait_for_build
 from tests.support.certs import CertificateAuthority
 from tests.support.herald_process import free_port_block

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from protocol.kafka_versions import KAFKA_TESTED_VERSIONS
 
 RESULTS = "compat/results.json"

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from tests.support.required_parts import Part, binary
 
 REPO = Path(__file__).resolve().parents[2]

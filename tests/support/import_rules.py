@@ -1,7 +1,8 @@
 """The rules of which Herald package may import which, and a checker that reads the source.
 
 Dependencies run one way (DESIGN.md, *Layout*): `protocol` is the codec and imports nothing of
-Herald's; `interceptors` is pure header code over `protocol`; the pipeline runs where Spark
+Herald's, nor does `configuration`, the YAML layer every package reads its settings through;
+`interceptors` is pure header code over those two; the pipeline runs where Spark
 runs and never imports `proxy`, nor the proxy `pipeline` (the `herald` command above both
 finds each through `herald.registry`, and neither imports it); and the proxy reaches members
 through their declared interface (`interceptors.api`), never by naming a built-in
@@ -26,11 +27,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-HERALD = frozenset({"protocol", "interceptors", "proxy", "pipeline", "herald", "tests", "bench",
-                    "fuzz"})
+HERALD = frozenset({"protocol", "configuration", "interceptors", "proxy", "pipeline", "herald",
+                    "tests", "bench", "fuzz"})
 """Herald's own top-level packages: anything else is the standard library or third-party."""
 
-CHECKED = ("protocol", "interceptors", "pipeline", "proxy", "herald")
+CHECKED = ("protocol", "configuration", "interceptors", "pipeline", "proxy", "herald")
 """The shipped packages whose imports the rules govern (a package missing from a tree, say
 `herald` in a synthetic one, has nothing to check)."""
 
@@ -74,8 +75,10 @@ def _under(name: str, prefix: str) -> bool:
 RULES = (
     Rule("protocol", "protocol imports nothing of Herald's (stdlib and third-party only)",
          lambda name: _top(name) in HERALD and _top(name) != "protocol"),
-    Rule("interceptors", "interceptors imports only protocol of Herald's",
-         lambda name: _top(name) in HERALD - {"interceptors", "protocol"}),
+    Rule("configuration", "configuration imports nothing of Herald's (stdlib and third-party "
+         "only)", lambda name: _top(name) in HERALD and _top(name) != "configuration"),
+    Rule("interceptors", "interceptors imports only protocol and configuration of Herald's",
+         lambda name: _top(name) in HERALD - {"interceptors", "protocol", "configuration"}),
     Rule("pipeline", "pipeline never imports proxy",
          lambda name: _top(name) == "proxy"),
     Rule("pipeline", "pipeline never imports the herald command above it",

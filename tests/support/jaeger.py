@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from proxy.devtools.embedded_kafka import free_port
 from tests.support.background_builds import wait_for_build
 from tests.support.k8s_tools import tool_versions

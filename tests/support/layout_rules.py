@@ -100,9 +100,11 @@ def tiers(root: Path) -> list[Path]:
 
 
 TREE_WIDE = frozenset({"tests/unit/test_dependencies.py", "tests/unit/test_tests_layout.py",
-                       "tests/unit/test_strict_switch.py", "tests/unit/test_parallel_groups.py"})
+                       "tests/unit/test_strict_switch.py", "tests/unit/test_parallel_groups.py",
+                       "tests/unit/test_port_blocks.py"})
 """Tests of the whole tree (its shape, how a run treats missing native parts, how it is split
-across workers): the only modules at the top of a tier, named after no source package."""
+across workers, how its processes share ports): the only modules at the top of a tier, named
+after no source package."""
 
 
 def source_folder(root: Path, tier: Path, folder: Path) -> Path:

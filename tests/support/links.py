@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from interceptors.config.chains import build_chains
+from interceptors.chains_from_yaml import build_chains
 
 
 def link_scope(section: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from proxy.config.proxy_yaml import parse_config
 
 BASE = {"upstream": {"bootstrap": "127.0.0.1:9092"},

@@ -29,7 +29,7 @@ def test_every_part_of_proxy_has_a_layer() -> None:
 
 def test_the_checker_reads_the_real_tree() -> None:
     """Not vacuous: it finds the packages and their imports where it looks."""
-    for package in ("protocol", "interceptors", "pipeline", "proxy"):
+    for package in ("protocol", "configuration", "interceptors", "pipeline", "proxy"):
         assert (ROOT / package / "__init__.py").is_file()
     server = {name for _, name in imported_names((ROOT / "proxy" / "server.py").read_text(),
                                                  "proxy.server")}
@@ -45,7 +45,7 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    for package in ("protocol", "interceptors", "pipeline", "proxy"):
+    for package in ("protocol", "configuration", "interceptors", "pipeline", "proxy"):
         (root / package).mkdir(exist_ok=True)
         (root / package / "__init__.py").touch()
     return root
@@ -54,16 +54,21 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 def test_each_rule_catches_a_wrong_import(tmp_path: Path) -> None:
     root = _tree(tmp_path, {
         "interceptors/bad.py": "from proxy.server import x\n",
+        "configuration/bad.py": "from interceptors.api import Interceptor\n",
+        "configuration/ok.py": "import yaml\n",
+        "interceptors/settings.py": "from configuration import Node\n",
         "protocol/codec.py": "import struct\n\n\ndef f():\n    import interceptors.headers\n",
         "pipeline/job.py": "import importlib\n\nm = importlib.import_module('proxy.cli')\n",
         "proxy/filters/learner.py": "from interceptors import builtin\n",
         "proxy/ok.py": "from interceptors import Chains\nfrom interceptors.api import KEEP\n",
         "interceptors/ok.py": "import json\nfrom protocol.records import RecordBatch\n",
-        "pipeline/ok.py": "from interceptors.config import ConfigError\nimport pyspark\n",
+        "pipeline/ok.py": "from configuration import ConfigError\nimport pyspark\n",
     })
     found = [str(v) for v in violations(root)]
     assert found == [
-        "interceptors/bad.py:1: interceptors imports only protocol of Herald's "
+        "configuration/bad.py:1: configuration imports nothing of Herald's (stdlib and "
+        "third-party only) (imports interceptors.api)",
+        "interceptors/bad.py:1: interceptors imports only protocol and configuration of Herald's "
         "(imports proxy.server)",
         "pipeline/job.py:3: pipeline never imports proxy (imports proxy.cli)",
         "protocol/codec.py:5: protocol imports nothing of Herald's (stdlib and third-party "
@@ -77,8 +82,8 @@ def test_each_rule_catches_a_wrong_import(tmp_path: Path) -> None:
 def test_relative_imports_resolve_inside_their_own_package(tmp_path: Path) -> None:
     """A relative import never leaves its top-level package: ``from .. import proxy`` in
     interceptors is interceptors.proxy, not the proxy package."""
-    assert list(imported_names("from ..config import Node\n", "interceptors.sub.b")) == [
-        (1, "interceptors.config"), (1, "interceptors.config.Node")]
+    assert list(imported_names("from ..chain import Chains\n", "interceptors.sub.b")) == [
+        (1, "interceptors.chain"), (1, "interceptors.chain.Chains")]
     assert list(imported_names("from . import x\n", "interceptors.builtin", True)) == [
         (1, "interceptors.builtin"), (1, "interceptors.builtin.x")]
     root = _tree(tmp_path, {

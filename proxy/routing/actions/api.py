@@ -28,7 +28,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
-from interceptors.config import InvalidConfig, yaml_key
+from configuration import InvalidConfig, yaml_key
 
 if TYPE_CHECKING:
     from proxy.routing.config import Rule

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from interceptors.config import InvalidConfig
+from configuration import InvalidConfig
 from proxy.routing.actions.api import PRIMARY, Route, RuleSite, TargetSettings
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from interceptors.config import InvalidConfig
+from configuration import InvalidConfig
 from proxy.routing.actions.api import Action, Planner, RuleSite
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from interceptors.cache import cache_root
+from configuration.cache import cache_root
 from proxy.devtools.embedded_kafka import KafkaCluster
 from proxy.k8s import sidecar
 from tests.support.background_builds import wait_for_build

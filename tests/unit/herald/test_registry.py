@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from configuration import ConfigError
 from herald import cli
 from herald.cli import command_parser
 from herald.registry import COMMANDS, SECTIONS, Command, NotInstalled, Section, resolve
 from herald.sections import read_sections
-from interceptors.config import ConfigError
 from tests.support.herald_process import REPO
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from interceptors import ConnectionInfo, ProxyInfo
-from interceptors.config.chains import build_chains
+from interceptors.chains_from_yaml import build_chains
 from interceptors.testing import make_batch
 from interceptors.trace_links import FetchedTraces, LinkConfig, NativeFetchedTraces
 from protocol.contracts.headers import PARENTS_LOST_VALUE_RE

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from interceptors import ConfigError, ConnectionInfo
-from interceptors.config.chains import build_chains
+from interceptors.chains_from_yaml import build_chains
 from interceptors.testing import FakeRecord, make_batch
 from interceptors.trace_links import (
     EVICTED,

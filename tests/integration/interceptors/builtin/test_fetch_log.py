@@ -13,8 +13,8 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer
 
+from configuration import ConfigError
 from interceptors.builtin.fetch_log import FetchLogConfig, Publisher
-from interceptors.config import ConfigError
 from proxy.devtools.embedded_kafka import KafkaCluster, free_port
 from proxy.filters.member_services import build_chains
 from tests.support.clients import consume_all, create_topic

@@ -1,11 +1,11 @@
 """`${NAME}` expansion in `instance.id` and `listen.advertised_host` (the expansion itself:
-tests/unit/interceptors/config/test_env_expand.py), and `reload.watch_s`."""
+tests/unit/configuration/test_env_expand.py), and `reload.watch_s`."""
 
 from __future__ import annotations
 
 import pytest
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from proxy.config.proxy_yaml import parse_config
 
 BASE = {"upstream": {"bootstrap": "k:9092"}, "listen": {"bootstrap": "127.0.0.1:19092"}}

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interceptors.config import ConfigError, HostPort
+from configuration import ConfigError, HostPort
 from proxy.config.proxy_yaml import load_config, parse_config
 from tests.support.links import link_scope
 

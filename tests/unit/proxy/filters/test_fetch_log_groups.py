@@ -4,7 +4,7 @@ group requests (built here as the codecs decode them from bytes)."""
 from __future__ import annotations
 
 from interceptors import ProxyInfo
-from interceptors.config.chains import build_chains
+from interceptors.chains_from_yaml import build_chains
 from protocol.api_keys import ApiKey
 from protocol.messages import REQUESTS
 from protocol.messages.offset_fetch_request import OffsetFetchRequestGroup

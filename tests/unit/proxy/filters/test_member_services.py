@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from configuration import ConfigError, InvalidConfig
 from interceptors import ConnectionInfo, Interceptor, ProxyInfo, RecordContext
-from interceptors.config import ConfigError, InvalidConfig
-from interceptors.config.chains import build_chains as build_member_chains
+from interceptors.chains_from_yaml import build_chains as build_member_chains
 from interceptors.plugins import Registry
 from interceptors.services import CONSUMER_GROUPS, KAFKA_CLIENTS
 from protocol.api_keys import ApiKey

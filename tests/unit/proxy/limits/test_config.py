@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from proxy.config.proxy_yaml import parse_config
 from proxy.limits.config import (
     FDS_KEPT,

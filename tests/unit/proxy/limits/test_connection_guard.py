@@ -12,7 +12,7 @@ import time
 import pytest
 import trio
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from protocol.errors import CodecError
 from proxy.limits.connection_guard import peer_closed
 from proxy.serving.config import ListenConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from protocol.api_keys import ApiKey
 from proxy.config.proxy_yaml import parse_config
 from proxy.filters.address_rewrite import AddressRewriter

@@ -19,8 +19,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from configuration import ConfigError
 from interceptors import build_chains
-from interceptors.config import ConfigError
 from protocol.compression import GZIP
 from protocol.messages.produce_request import (
     PartitionProduceData,

@@ -319,7 +319,7 @@ async def test_a_rewrite_prepared_after_the_journal_was_dropped_is_discarded(
 
 @pytest.mark.parametrize("value", [5, "", "  ", ["a"]])
 def test_a_bad_journal_setting_is_refused_with_its_path(value: Any) -> None:
-    from interceptors.config import ConfigError
+    from configuration import ConfigError
     from proxy.config.proxy_yaml import parse_config
 
     with pytest.raises(ConfigError, match=r"routing\.journal: expected auto, off or a file"):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.routing.arrival import PartitionArrival
 from proxy.routing.origin import PROCESS_SEAL, OriginSeal

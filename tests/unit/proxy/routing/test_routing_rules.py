@@ -238,7 +238,7 @@ def test_kept_batch_is_renumbered_under_the_upstream_sequence() -> None:
 def test_producer_settings_carry_the_cluster_security(monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
-    from interceptors.config import HostPort
+    from configuration import HostPort
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import ClientTlsConfig, SaslClientConfig, SecretRef
     from proxy.upstream.config import UpstreamConfig
@@ -275,7 +275,7 @@ def test_oauthbearer_tokens_come_from_the_secret_with_their_expiry(
 
     from confluent_kafka import Producer
 
-    from interceptors.config import HostPort
+    from configuration import HostPort
     from proxy.routing.destinations import producer_settings
     from proxy.security.config import SaslClientConfig, SecretRef
     from proxy.upstream.config import UpstreamConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interceptors.config import ConfigError
+from configuration import ConfigError
 from proxy.config.proxy_yaml import parse_config
 from proxy.security.principal import (
     NoRuleMatched,

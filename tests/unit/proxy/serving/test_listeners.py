@@ -9,7 +9,7 @@ import socket
 import trio
 import trio.testing
 
-from interceptors.config import HostPort
+from configuration import HostPort
 from proxy.serving.accepting import Accepting
 from proxy.serving.config import ListenConfig
 from proxy.serving.listeners import Listeners

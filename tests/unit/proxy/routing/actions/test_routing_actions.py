@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 from prometheus_client import CollectorRegistry
 
-from interceptors.config import ConfigError, Node
+from configuration import ConfigError, Node
 from protocol.records import Record, RecordBatch, build_batch
 from proxy.routing.actions import ACTIONS
 from proxy.routing.actions.api import PRIMARY, Route, RuleSite, Target

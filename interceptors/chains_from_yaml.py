@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from configuration.errors import ConfigError, ErrorCollector, InvalidConfig
+from configuration.node import Node
+from configuration.schema import build_config
 from interceptors.api import FETCH, ON_ERROR, PRODUCE, Interceptor, Stamps
 from interceptors.chain import ChainMember, Chains, FetchChain, ProduceChain
-from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
-from interceptors.config.node import Node
-from interceptors.config.schema import build_config
 from interceptors.context import ProxyInfo
 from interceptors.patterns import NameMatcher, matcher
 from interceptors.plugins import PluginError, Registry

@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
+from configuration.errors import ConfigError, ErrorCollector, InvalidConfig
 
 __all__ = ["build_config", "yaml_key"]
 
@@ -31,21 +31,17 @@ def yaml_key(f: dataclasses.Field) -> str:
     return f.metadata.get("key", f.name.rstrip("_"))
 
 
+# How an error names a YAML value's type; bool before int, since a bool is an int.
+_KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a number"), (str, "a string"),
+          (list, "a list"), (dict, "a mapping"))
+
+
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
+    for kind, name in _KINDS:
+        if isinstance(value, kind):
+            return name
     return type(value).__name__
 
 

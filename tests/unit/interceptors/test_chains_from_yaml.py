@@ -146,7 +146,7 @@ def test_every_member_and_every_key_of_a_member_is_reported():
 def test_build_config_reports_every_bad_item_of_a_list():
     from dataclasses import dataclass, field
 
-    from interceptors.config import build_config
+    from configuration import build_config
 
     @dataclass
     class Settings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from interceptors.config.env_expand import UnsetVariable, expand_env
+from configuration.env_expand import UnsetVariable, expand_env
 
 
 def test_expand_replaces_references_and_keeps_other_dollars() -> None:

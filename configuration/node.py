@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from interceptors.config.errors import ConfigError, ErrorCollector
+from configuration.errors import ConfigError, ErrorCollector
 
 T = TypeVar("T")
 

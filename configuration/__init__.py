@@ -10,13 +10,14 @@ is read through these pieces, so every error names the YAML path of the bad key.
 * `ErrorCollector`: where a loader records errors and carries on, so one check reports every
   mistake of a file (`herald check`), not only the first.
 
-The layer lives under `interceptors` because that is the lowest package every other one may
-import (`protocol` stays a codec).
+It is a package of its own, below `interceptors`, `proxy` and `pipeline` alike, and imports
+nothing of Herald's: every product reads its YAML the same way without depending on another
+product's code. `configuration.cache` is the one rule for the cache folder, for the same reason.
 """
 
-from interceptors.config.errors import ConfigError, ErrorCollector, InvalidConfig
-from interceptors.config.node import HostPort, Node, parse_host_port
-from interceptors.config.schema import build_config, read_yaml, yaml_key
+from configuration.errors import ConfigError, ErrorCollector, InvalidConfig
+from configuration.node import HostPort, Node, parse_host_port
+from configuration.schema import build_config, read_yaml, yaml_key
 
 __all__ = [
     "ConfigError",

@@ -1,8 +1,8 @@
 """The project's cache folder, one rule for everything Herald fetches once and keeps: the
 Kafka jars (`proxy.devtools.kafka_dist`), Spark's Kafka connector (`pipeline.deps`), build tools.
 
-It lives here because `interceptors` is the one package both `proxy` and `pipeline` import
-(the pipeline never imports `proxy`).
+It lives in `configuration`, which every package may import (the pipeline never imports
+`proxy`), and `HERALD_CACHE_DIR` is read here alone.
 """
 
 from __future__ import annotations
