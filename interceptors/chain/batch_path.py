@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from interceptors.chain.columns import columns_for
 from interceptors.chain.planning import Plan
 from interceptors.chain.record_path import RecordPath
 from interceptors.chain.run import BatchWork, Run
@@ -74,7 +73,7 @@ class BatchPath(RecordPath):
                 if plan.hooks[i]:
                     icpt.on_batch(ctx)
                 if plan.stamps[i] is not None:
-                    columns[i] = columns_for(plan, i, ctx)
+                    columns[i] = plan.columns_for(i, ctx)
             except Exception as exc:
                 if plan.shadow[i]:
                     self._shadow_failure(plan, run, i, exc, batch.record_count)

@@ -11,19 +11,15 @@ headers every record shares is kept across batches (`shared_wire`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from interceptors.api import ColumnValue, PerRecord, Stamps
 from interceptors.context import RecordContext
 from protocol import stamping
 
-if TYPE_CHECKING:
-    from interceptors.chain.planning import Plan
-
 
 class Columns:
     """One stamping member's columns for a batch, ready for records (`row`) and for a whole
-    batch (`wire`). Kept while the member gives the same values object (`columns_for`)."""
+    batch (`wire`). Kept while the member gives the same values object (`Plan.columns_for`)."""
 
     __slots__ = ("values", "fixed", "template", "each", "bulk", "pieces")
 
@@ -85,17 +81,6 @@ class Columns:
                 raise ValueError(f"column {key!r}: many({n}) gave {len(made)} values")
             out.append(stamping.value_column(key, made))
         return out
-
-
-def columns_for(plan: Plan, i: int, ctx: RecordContext) -> Columns:
-    """Member i's `Columns` for this batch; the last one again when the member gave the very
-    same values object (built-ins keep theirs while nothing changes)."""
-    values = plan.members[i].interceptor.columns(ctx)
-    last = plan.columns[i]
-    if last is not None and last.values is values:
-        return last
-    cols = plan.columns[i] = Columns(plan.stamps[i], values)  # type: ignore[arg-type]
-    return cols
 
 
 _SHARED: dict[tuple, bytes] = {}

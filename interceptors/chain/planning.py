@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from interceptors.api import NEEDS, Interceptor, Stamps
+from interceptors.chain.columns import Columns
+from interceptors.context import RecordContext
 from interceptors.headers import Headers
 from interceptors.patterns import NameMatcher
 from protocol import stamping
-
-if TYPE_CHECKING:
-    from interceptors.chain.columns import Columns
 
 
 @dataclass(eq=False)
@@ -76,6 +74,16 @@ class Plan:
         self.fast = fast_path(self) if self.mode in ("headers", "read") else None
         self.columns: list[Columns | None] = [None] * len(members)  # the last, per member
         self.by_interceptor = {m.interceptor: m for m in members}
+
+    def columns_for(self, i: int, ctx: RecordContext) -> Columns:
+        """Member i's `Columns` for this batch; the last one again when the member gave the
+        very same values object (built-ins keep theirs while nothing changes)."""
+        values = self.members[i].interceptor.columns(ctx)
+        last = self.columns[i]
+        if last is not None and last.values is values:
+            return last
+        cols = self.columns[i] = Columns(self.stamps[i], values)  # type: ignore[arg-type]
+        return cols
 
 
 class FastPath:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter
 
@@ -33,7 +33,6 @@ from proxy.native.config import NATIVE_RELAY_AUTO
 from proxy.observability.metrics import Metrics, bounded_api_labels
 
 if TYPE_CHECKING:
-    from proxy.native.relay import NativeRelay
     from proxy.net.transport import Transport
 
 # Why a whole session is Python's (scope="session"; its requests are counted with the same
@@ -194,6 +193,19 @@ def table_reason(chain: FilterChain, api: int, version: int) -> str:
     return FILTER
 
 
+class Plans(Protocol):
+    """What a phase is planned from: the engine's plans and tables for a chain
+    (`relay.NativeRelay`, which keeps them per chain)."""
+
+    def stamp_plan(self, chain: FilterChain, ctx: SessionContext
+                   ) -> tuple[native_stamp.StampPlan, int] | None: ...
+
+    def fetch_plan(self, chain: FilterChain, ctx: SessionContext | None = None
+                   ) -> tuple[native_fetch.FetchPlan, int] | None: ...
+
+    def table(self, chain: FilterChain, stamp: bool = False, fetch: bool = False) -> bytes: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Phase:
     """What a native phase does: its table, its plans (with the keys the engine counts them
@@ -265,7 +277,7 @@ class SessionPath:
             counter = self._counters[key] = self._metrics.python_path.labels("frame", *key)
         counter.inc()
 
-    def phase(self, relay: NativeRelay, chain: FilterChain, ctx: SessionContext,
+    def phase(self, relay: Plans, chain: FilterChain, ctx: SessionContext,
               held: Holder | None, buffer: int) -> Phase | None:
         """The next native phase, or None when the memory budget has no room for the
         engine's buffers of `buffer` bytes each way. What they grow by for a large frame to

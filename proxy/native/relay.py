@@ -20,7 +20,6 @@ import errno
 import itertools
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -34,9 +33,6 @@ from proxy.native.capabilities import CAPABILITIES
 from proxy.native.path_choice import passable_table
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
-
-if TYPE_CHECKING:
-    pass
 
 try:
     from proxy.native import _relay

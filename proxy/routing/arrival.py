@@ -20,17 +20,26 @@ the arrival.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from protocol.errors import CodecError
 from protocol.records import RecordBatch, split_batches
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.routing.origin import OriginSeal
 from proxy.routing.predicates import Header, last_value
-from proxy.routing.rules import ORIGIN_HEADER
+from proxy.routing.rules import ORIGIN_HEADER, RoutingTable
+from proxy.upstream.topic_ids import TopicIds
 
-if TYPE_CHECKING:
-    from proxy.routing.produce_filter import RoutingFilter
+
+class Routing(Protocol):
+    """What arrivals read of the routing filter (`produce_filter.RoutingFilter`): its rules
+    and the topic names of topic ids."""
+
+    table: RoutingTable
+    topics: TopicIds
+
+    def wants_request(self, api_key: int, version: int) -> bool: ...
+
 
 ArrivedKey = tuple[str, bytes, int]  # topic name, topic id, partition: as the request has them
 _NEEDLE = ORIGIN_HEADER.encode()
@@ -50,7 +59,7 @@ class Arrivals(Filter):
     # Python.
     native = NATIVE_NOTHING
 
-    def __init__(self, routing: RoutingFilter) -> None:
+    def __init__(self, routing: Routing) -> None:
         self.routing = routing
 
     def wants_request(self, api_key: int, version: int) -> bool:

@@ -38,44 +38,14 @@ from typing import Any
 from configuration import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
 from proxy.routing.actions import ACTIONS
-from proxy.routing.actions.api import PRIMARY, Action, RuleSite, Target
+from proxy.routing.actions.api import PRIMARY, Action, Rule, RuleSite
 from proxy.routing.origin import MIN_SECRET_CHARS, PROCESS_SEAL, OriginSeal
-from proxy.routing.predicates import Predicate, compile_predicate
+from proxy.routing.predicates import compile_predicate
 from proxy.security.config import parse_secret
 from proxy.upstream.config import UpstreamConfig, parse_upstream
 
 JOURNAL_AUTO, JOURNAL_OFF = "auto", "off"
 STATE_DIR_ENV = "HERALD_STATE_DIR"
-
-
-@dataclass(frozen=True, eq=False)
-class Rule:
-    index: int
-    name: str
-    handler: Action  # what the rule does: an instance of a class of `actions.ACTIONS`
-    shadow: bool
-    topics: NameMatcher | None
-    client_ids: NameMatcher | None
-    headers: Predicate | None
-
-    @property
-    def action(self) -> str:
-        """The action's name: its registry key, and the `action` label of the metrics."""
-        return self.handler.name
-
-    @property
-    def target(self) -> Target | None:
-        return self.handler.target
-
-    @property
-    def message(self) -> str:
-        return self.handler.message
-
-    def covers(self, topic: str, client_id: str | None) -> bool:
-        """Whether the rule can apply to records of this topic from this client at all."""
-        if self.topics is not None and not self.topics(topic):
-            return False
-        return self.client_ids is None or self.client_ids(client_id or "")
 
 
 @dataclass(frozen=True)

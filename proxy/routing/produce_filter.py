@@ -52,8 +52,8 @@ from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.filters.offload import OFFLOAD_BYTES
 from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.observability.logs import get_logger
+from proxy.routing.actions.api import Rule
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
-from proxy.routing.config import Rule
 from proxy.routing.destinations import Delivery, Destination
 from proxy.routing.remembered import WAITING, RememberedSequences
 from proxy.routing.rules import (

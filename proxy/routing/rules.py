@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from protocol.contracts.headers import ROUTE_ORIGIN as ORIGIN_HEADER
-from proxy.routing.actions.api import KEY, PRIMARY, SAME, Target
-from proxy.routing.config import RoutingConfig, Rule
+from proxy.routing.actions.api import KEY, PRIMARY, SAME, Rule, Target
+from proxy.routing.config import RoutingConfig
 from proxy.routing.predicates import Header
 
 __all__ = ["KEY", "ORIGIN_HEADER", "PRIMARY", "SAME", "Target"]

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 from configuration import InvalidConfig, yaml_key
 
 if TYPE_CHECKING:
-    from proxy.routing.config import Rule
+    from interceptors.patterns import NameMatcher
+    from proxy.routing.predicates import Predicate
 
 PRIMARY = "upstream"
 """The name the primary cluster goes by in rules and metrics."""
@@ -135,3 +136,36 @@ class TargetSettings:
             raise InvalidConfig(f"{where}cluster", f"no cluster named {self.cluster!r} "
                                                    f"(known: {known})")
         return Target(self.cluster, self.topic, self.partition)
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    """A configured rule (`proxy.routing.config` parses them): where it applies and the action
+    it selects."""
+
+    index: int
+    name: str
+    handler: Action  # what the rule does: an instance of a class of `actions.ACTIONS`
+    shadow: bool
+    topics: NameMatcher | None
+    client_ids: NameMatcher | None
+    headers: Predicate | None
+
+    @property
+    def action(self) -> str:
+        """The action's name: its registry key, and the `action` label of the metrics."""
+        return self.handler.name
+
+    @property
+    def target(self) -> Target | None:
+        return self.handler.target
+
+    @property
+    def message(self) -> str:
+        return self.handler.message
+
+    def covers(self, topic: str, client_id: str | None) -> bool:
+        """Whether the rule can apply to records of this topic from this client at all."""
+        if self.topics is not None and not self.topics(topic):
+            return False
+        return self.client_ids is None or self.client_ids(client_id or "")

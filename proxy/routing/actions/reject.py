@@ -12,13 +12,9 @@ It applies to every record it matches, those that carry Herald's origin mark inc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from configuration import InvalidConfig
-from proxy.routing.actions.api import Action, Planner, RuleSite
-
-if TYPE_CHECKING:
-    from proxy.routing.config import Rule
+from proxy.routing.actions.api import Action, Planner, Rule, RuleSite
 
 
 @dataclass
