@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeline.session import JVM_OPTS_ENV as SPARK_JVM_OPTS_ENV
 from proxy.devtools.embedded_kafka import JVM_OPTS_ENV, KafkaCluster
 from tests.support import native_parts, parallel, required_parts
 from tests.support.herald_process import HeraldProcess, herald_config
@@ -24,6 +25,9 @@ parallel.claim_port_share()
 # The suite's brokers and Java tools carry a few records each: the client compiler alone and
 # one GC thread cost them a third less CPU to start and idle, which the other workers use.
 os.environ.setdefault(JVM_OPTS_ENV, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Spark's JVMs too (the driver, executors, a standalone cluster's daemons): a micro-batch of a
+# few hundred rows is mostly code run once, which the optimising compiler only costs CPU for.
+os.environ.setdefault(SPARK_JVM_OPTS_ENV, "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")

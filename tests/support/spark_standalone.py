@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from pipeline.config import PipelineConfig
+from pipeline.session import jvm_opts
 from proxy.devtools.embedded_kafka import free_port
 
 
@@ -39,7 +40,7 @@ class SparkStandalone:
     def _start(self, name: str, *args: str) -> tuple[subprocess.Popen, Path]:
         log = self.folder / f"{name}.log"
         env = dict(os.environ, SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1",
-                   SPARK_NO_DAEMONIZE="1")
+                   SPARK_NO_DAEMONIZE="1", SPARK_DAEMON_JAVA_OPTS=jvm_opts())
         with open(log, "wb") as out:
             proc = subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args],
                                     stdout=out, stderr=subprocess.STDOUT,
