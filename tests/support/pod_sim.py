@@ -43,6 +43,21 @@ def _ip(*args: str) -> None:
         raise NamespacesUnavailable(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
 
 
+PREFIX = "herald-pod-"
+
+
+def _remove_left_behind() -> None:
+    """Delete the pod namespaces a run that was killed left behind (one suite has one pod
+    network at a time). Their veth holds the same addresses, so the kernel would route this
+    pod's traffic and probes to a namespace where nothing listens. Deleting a namespace
+    deletes its veth, and with it the host's end."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30)
+    for line in listed.stdout.splitlines():
+        name = line.split(" ", 1)[0]
+        if name.startswith(PREFIX):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=30)
+
+
 @dataclass
 class PodNetwork:
     tag: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
@@ -50,7 +65,7 @@ class PodNetwork:
 
     @property
     def name(self) -> str:
-        return f"herald-pod-{self.tag}"
+        return f"{PREFIX}{self.tag}"
 
     def create(self) -> PodNetwork:
         if os.geteuid() != 0:
@@ -59,6 +74,7 @@ class PodNetwork:
             if shutil.which(tool) is None:
                 raise NamespacesUnavailable(f"the `{tool}` command ({package}) is not installed")
         host_if, pod_if = f"hv{self.tag}", f"pv{self.tag}"
+        _remove_left_behind()
         _ip("netns", "add", self.name)
         self.created.append("netns")
         _ip("link", "add", host_if, "type", "veth", "peer", "name", pod_if)
