@@ -27,7 +27,7 @@ if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
   bash scripts/build-apiserver.sh >"$cache/go/apiserver-build.log" 2>&1 &
   jobs+=("$!:$cache/go/apiserver.status:API server:$cache/go/apiserver-build.log")
 fi
-# Jaeger v2, for the APM test (cached; a cold build takes about 3 minutes of both cores, at the
+# Jaeger v2, for the APM test (cached; a cold build takes about 4 minutes of both cores, at the
 # lowest CPU priority beside setup and the suite).
 if [ "${HERALD_JAEGER_BUILD:-$build_apiserver}" = 1 ]; then
   mkdir -p "$cache/go"
