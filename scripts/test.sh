@@ -16,9 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
 jobs=()
-# A real API server for the webhook's tests (cached). A cold build takes about 10 minutes of
-# one core, at the lowest CPU priority on whatever the suite leaves idle: begun before setup,
-# which mostly waits on downloads.
+# A real API server for the webhook's tests (cached). A cold build of kube-apiserver alone takes
+# about 750 CPU-seconds, at the lowest CPU priority on whatever the suite leaves idle: begun
+# before setup, which mostly waits on downloads.
 build_apiserver=0
 [ $# -eq 0 ] && build_apiserver=1
 if [ "${HERALD_APISERVER_BUILD:-$build_apiserver}" = 1 ]; then
