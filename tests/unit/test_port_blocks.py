@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from tests.support import herald_process
@@ -12,7 +14,7 @@ def test_blocks_taken_before_binding_do_not_overlap(monkeypatch: pytest.MonkeyPa
     # free one was handed to every caller until it was bound.
     monkeypatch.setattr(herald_process, "unassigned_ports",
                         lambda step: list(range(40000, 40000 + 64 * step, step)))
-    monkeypatch.setattr(herald_process, "_HANDED", type(herald_process._HANDED)(maxlen=256))
+    monkeypatch.setattr(herald_process, "_HANDED", collections.deque(maxlen=256))
     sidecars = [herald_process.free_port_block() for _ in range(4)]
     admin = herald_process.free_port_block(1)
     spans = [(b, b + 16) for b in sidecars] + [(admin, admin + 1)]
