@@ -42,16 +42,16 @@ a tied hop without any, never its children. Topic, partition and offset break th
 remain, arbitrarily. (A branch never visits a hop twice all the same, so forged headers
 cannot loop it.)
 
-Branches are the root-to-leaf paths of hops, found level by level: a frontier of partial
-branches is joined to its hops' children until no branch grows. Hops are records, so a retry
-loop that revisits a topic still ends: each pass is a new record. A hop with two parents (fan-in)
-lies on the branches of both.
+Branches are the root-to-leaf paths of hops, walked depth first (`pipeline.branch_paths`) over
+partitions of the graph that hold whole traces, and traces joined by links together. Hops are
+records, so a retry loop that revisits a topic still ends: each pass is a new record. A hop
+with two parents (fan-in) lies on the branches of both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from protocol.contracts.headers import PARENTS_LOST_REASONS
 
@@ -199,54 +199,140 @@ def links_of(nodes: DataFrame, fetches: DataFrame | None = None, scope: str = "h
     return links, unresolved
 
 
+# A walk holds its partition of the graph in one Python worker: enough partitions that each
+# holds about this many hops at most (and never fewer than the session's shuffle partitions).
+WALK_NODES = 200_000
+_WALK_SCHEMA = (
+    "trace_id string, root_topic string, root_partition int, root_offset long, "
+    "leaf_topic string, leaf_partition int, leaf_offset long, start_ms long, end_ms long, "
+    "topics array<string>, max_wait_ms long, inferred_edges int, parents_lost long, "
+    "lost_reasons array<string>, lost_root boolean")
+
+
+def _groups(nodes: DataFrame, links: DataFrame) -> tuple[dict[str, str], int]:
+    """Which traces a branch can cross between (links from a hop of one trace to a hop of
+    another: fan-in across traces), as each trace's group (the traces joined to it, by one
+    of them), and how many nodes there are: one Spark action. Traces with no such link are
+    their own group and are left out."""
+    from pyspark.sql import functions as F
+
+    parent = nodes.select(F.col("key").alias("parent_key"), F.col("trace_id").alias("parent"))
+    pairs = (links.select("trace_id", "parent_key").join(parent, "parent_key")
+             .where(F.col("trace_id") != F.col("parent"))
+             .select("trace_id", "parent", F.lit(None).cast("long").alias("n")).distinct())
+    count = nodes.agg(F.lit(None).cast("string").alias("trace_id"),
+                      F.lit(None).cast("string").alias("parent"), F.count(F.lit(1)).alias("n"))
+    rows = pairs.unionByName(count).collect()
+    joined: dict[str, str] = {}  # union-find: each trace's link towards its group's
+
+    def find(t: str) -> str:
+        joined.setdefault(t, t)
+        while joined[t] != t:
+            joined[t] = joined[joined[t]]  # halve the path
+            t = joined[t]
+        return t
+
+    n = 0
+    for r in rows:
+        if r["n"] is not None:
+            n = r["n"]
+            continue
+        a, b = find(r["trace_id"]), find(r["parent"])
+        if a != b:
+            joined[max(a, b)] = min(a, b)
+    return {t: find(t) for t in joined}, n
+
+
+def _walk_partitions(batches: Iterator[Any]) -> Iterator[Any]:
+    """`mapInArrow`'s function: the rows of one partition of the graph (nodes, and links
+    with their `parent_*` set), walked (`pipeline.branch_paths.walk`)."""
+    import pyarrow as pa
+
+    from pipeline.branch_paths import Link, Node, walk
+
+    nodes: list[Node] = []
+    links: list[Link] = []
+    for batch in batches:
+        c = batch.to_pydict()
+        keys = list(zip(c["topic"], c["partition"], c["offset"], strict=True))
+        parents = list(zip(c["parent_topic"], c["parent_partition"], c["parent_offset"],
+                           strict=True))
+        for i, key in enumerate(keys):
+            if c["parent_topic"][i] is None:
+                nodes.append(Node(key, c["trace_id"][i], c["topic"][i], c["event_ms"][i],
+                                  c["parents_lost"][i], c["lost_reasons"][i] or ()))
+            else:
+                links.append(Link(parents[i], key, c["topic"][i], c["event_ms"][i],
+                                  c["wait_ms"][i], bool(c["inferred"][i]),
+                                  c["parents_lost"][i], c["lost_reasons"][i] or ()))
+    schema = pa.schema([
+        ("trace_id", pa.string()), ("root_topic", pa.string()), ("root_partition", pa.int32()),
+        ("root_offset", pa.int64()), ("leaf_topic", pa.string()),
+        ("leaf_partition", pa.int32()), ("leaf_offset", pa.int64()), ("start_ms", pa.int64()),
+        ("end_ms", pa.int64()), ("topics", pa.list_(pa.string())),
+        ("max_wait_ms", pa.int64()), ("inferred_edges", pa.int32()),
+        ("parents_lost", pa.int64()), ("lost_reasons", pa.list_(pa.string())),
+        ("lost_root", pa.bool_())])
+    rows: list[dict[str, Any]] = []
+    for b in walk(nodes, links):
+        rows.append({
+            "trace_id": b.trace_id, "root_topic": b.root[0], "root_partition": b.root[1],
+            "root_offset": b.root[2], "leaf_topic": b.leaf[0], "leaf_partition": b.leaf[1],
+            "leaf_offset": b.leaf[2], "start_ms": b.start_ms, "end_ms": b.end_ms,
+            "topics": b.topics, "max_wait_ms": b.max_wait_ms,
+            "inferred_edges": b.inferred_edges, "parents_lost": b.parents_lost,
+            "lost_reasons": b.lost_reasons, "lost_root": b.lost_root})
+        if len(rows) == 10_000:
+            yield pa.RecordBatch.from_pylist(rows, schema=schema)
+            rows = []
+    yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
 def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
     """Every root-to-leaf path of hops: `trace_id` (the root's), `root`, `leaf`, `start_ms`,
     `end_ms`, `duration_ms` (leaf minus root), `topics`, `path` (`a > b > c`), `hop_count`,
     `max_wait_ms` (longest single wait on it, null for a lone root), `inferred_edges`, and what
     lost parents did to it: `parents_lost` (the lost parents its hops declared), `lost_reasons`
     (theirs, sorted), `incomplete` (it passed a hop with lost parents) and `lost_root` (its root
-    itself declared lost parents: the branch starts at a record nobody can name)."""
+    itself declared lost parents: the branch starts at a record nobody can name).
+
+    One pass: the hops and links are partitioned by trace (traces that links join, together)
+    and each partition is walked in Python (`pipeline.branch_paths`), after one small action
+    that finds the joined traces (`_groups`)."""
     from pyspark.sql import functions as F
 
-    children = links.select(F.col("parent_key").alias("from"), F.col("key").alias("next"),
-                            F.col("topic").alias("next_topic"),
-                            F.col("event_ms").alias("next_ms"), "wait_ms",
-                            (F.col("link") == INFERRED).cast("int").alias("guessed"),
-                            F.col("parents_lost").alias("next_lost"),
-                            F.col("lost_reasons").alias("next_reasons"))
-    has_parent = links.select("key").distinct()
-    frontier = (nodes.join(has_parent, "key", "left_anti").select(
-        "trace_id", F.col("key").alias("root"), F.col("key").alias("cur"),
-        F.col("event_ms").alias("start_ms"), F.col("event_ms").alias("end_ms"),
-        F.array("topic").alias("topics"), F.array("key").alias("visited"),
-        F.lit(None).cast("long").alias("max_wait_ms"), F.lit(0).alias("inferred_edges"),
-        "parents_lost", "lost_reasons", (F.col("parents_lost") > 0).alias("lost_root"))
-    ).localCheckpoint()
-    done: list[DataFrame] = []
-    while not frontier.isEmpty():
-        step = frontier.join(
-            children, (F.col("cur") == F.col("from"))
-            & ~F.array_contains(F.col("visited"), F.col("next")), "left"
-        ).localCheckpoint()
-        done.append(step.where(F.col("next").isNull()).select(frontier.columns))
-        frontier = step.where(F.col("next").isNotNull()).select(
-            "trace_id", "root", F.col("next").alias("cur"), "start_ms",
-            F.col("next_ms").alias("end_ms"),
-            F.concat("topics", F.array("next_topic")).alias("topics"),
-            F.concat("visited", F.array("next")).alias("visited"),
-            F.greatest("max_wait_ms", "wait_ms").alias("max_wait_ms"),
-            (F.col("inferred_edges") + F.col("guessed")).alias("inferred_edges"),
-            (F.col("parents_lost") + F.col("next_lost")).alias("parents_lost"),
-            F.array_union("lost_reasons", "next_reasons").alias("lost_reasons"),
-            "lost_root")  # a projection of the checkpointed step: no job of its own
-    if not done:  # no traced hop at all: no branch, but the table keeps its columns
-        done.append(frontier)
-    branches = done[0]
-    for more in done[1:]:
-        branches = branches.unionByName(more)
-    return branches.select(
-        "trace_id", "root", F.col("cur").alias("leaf"), "start_ms", "end_ms",
-        (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"), "topics",
+    joined, n = _groups(nodes, links)
+    spark = nodes.sparkSession
+    least = int(spark.conf.get("spark.sql.shuffle.partitions") or 1)
+    partitions = max(least, -(-n // WALK_NODES))
+    null = {"parent_topic": F.lit(None).cast("string"),
+            "parent_partition": F.lit(None).cast("int"),
+            "parent_offset": F.lit(None).cast("long"),
+            "wait_ms": F.lit(None).cast("long"), "inferred": F.lit(None).cast("boolean")}
+    side = [
+        nodes.select("trace_id", "topic", F.col("partition").cast("int").alias("partition"),
+                     F.col("offset").cast("long").alias("offset"), "event_ms", "parents_lost",
+                     "lost_reasons", *[v.alias(k) for k, v in null.items()]),
+        links.select("trace_id", "topic", F.col("key.partition").cast("int").alias("partition"),
+                     F.col("key.offset").cast("long").alias("offset"), "event_ms",
+                     "parents_lost", "lost_reasons",
+                     F.col("parent_key.topic").alias("parent_topic"),
+                     F.col("parent_key.partition").cast("int").alias("parent_partition"),
+                     F.col("parent_key.offset").cast("long").alias("parent_offset"),
+                     F.col("wait_ms").cast("long").alias("wait_ms"),
+                     (F.col("link") == INFERRED).alias("inferred"))]
+    rows = side[0].unionByName(side[1])
+    group = F.col("trace_id")
+    if joined:
+        groups = spark.createDataFrame(list(joined.items()), "trace_id string, group string")
+        rows = rows.join(F.broadcast(groups), "trace_id", "left")
+        group = F.coalesce("group", "trace_id")
+    walked = rows.repartition(partitions, group).select(
+        "trace_id", "topic", "partition", "offset", "event_ms", "parents_lost",
+        "lost_reasons", *null).mapInArrow(_walk_partitions, _WALK_SCHEMA)
+    return walked.select(
+        "trace_id", _key("root_").alias("root"), _key("leaf_").alias("leaf"), "start_ms",
+        "end_ms", (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"), "topics",
         F.array_join("topics", " > ").alias("path"), F.size("topics").alias("hop_count"),
         "max_wait_ms", "inferred_edges", "parents_lost",
         F.array_sort("lost_reasons").alias("lost_reasons"),

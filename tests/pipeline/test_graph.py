@@ -448,3 +448,37 @@ def test_a_hop_without_links_continues_a_linked_hop_of_its_millisecond(spark) ->
     got = _parents(links_of(nodes, obs, "host")[0])
     assert got == {"tm.pay": ("tm.orders", "header"), "tm.ship": ("tm.pay", "header"),
                    "tm.audit": ("tm.ship", "time"), "tm.backup": ("tm.audit", "time")}
+
+
+def test_branches_across_traces_are_walked_whole(spark) -> None:
+    """A join hop continues records of two traces, in a third (fan-in across traces); the
+    walk's partitions hold whole traces, and traces joined by links together, so each root's
+    branch runs on through the join and past it, whatever the partitions."""
+    from pipeline.graph import branches_of, links_of, nodes_of
+
+    hops = [("t1", "xt.a", 0, 0, []), ("t2", "xt.b", 1, 5, []),
+            ("t3", "xt.join", 2, 9, [("xt.a", 0), ("xt.b", 1)]),
+            ("t3", "xt.after", 3, 12, [("xt.join", 2)])]
+    hops += [(f"s{i}", "xt.solo", 10 + i, 20 + i, []) for i in range(40)]
+    rows = [(tr, t, 0, o, BASE_MS + ms, "svc", None,
+             [{"topic": pt, "partition": 0, "offset": po} for pt, po in parents], 0, [])
+            for tr, t, o, ms, parents in hops]
+    nodes = nodes_of(spark.createDataFrame(rows, (
+        "trace_id string, topic string, partition int, offset long, event_ms long, "
+        "client_id string, source_host string, "
+        "parents array<struct<topic:string,partition:int,offset:long>>, parents_lost long, "
+        "lost_reasons array<string>")))
+    links, _ = links_of(nodes)
+    before = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "16")
+    try:
+        got = sorted((b["trace_id"], b["path"], b["root"]["offset"], b["leaf"]["offset"],
+                      b["duration_ms"], b["max_wait_ms"])
+                     for b in branches_of(nodes, links).collect())
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", before)
+    assert got[:2] == [("s0", "xt.solo", 10, 10, 0, None), ("s1", "xt.solo", 11, 11, 0, None)]
+    assert got[-3:] == [("s9", "xt.solo", 19, 19, 0, None),
+                        ("t1", "xt.a > xt.join > xt.after", 0, 3, 12, 9),
+                        ("t2", "xt.b > xt.join > xt.after", 1, 3, 7, 4)]
+    assert len(got) == 42
