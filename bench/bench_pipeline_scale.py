@@ -28,7 +28,8 @@ Per micro-batch (`per_batch`) it also says where the time went: Spark's own phas
 (`spark_ms`: offsets, planning, `addBatch` = the `foreachBatch` function, commits), each step
 of the function timed on the driver (`steps_ms`, `pipeline.stream.steps`), and the Spark jobs
 of each step with their time (`jobs`: step -> [jobs, ms], from Spark's event log, which
-`--jobs on`, the default, enables); `backlog` is what Kafka held beyond the batch's end
+`--jobs on`, the default, enables), the classes Spark compiled for it (`compiled`, a few
+once its plans are cached); `backlog` is what Kafka held beyond the batch's end
 offsets, and `metrics_behind_s_*` how far the finalised flows the metrics show were behind the
 records' own time just before the next micro-batch published (its end minus the watermark
 minus `flow_gap_s`).
@@ -312,6 +313,7 @@ def stream_report(batches: list[dict], held_by_batch: dict[int, dict],
                          if k != "triggerExecution"},
             # per step of foreachBatch: driver ms, then [Spark jobs, their ms]
             "steps_ms": held_by_batch.get(p["batch_id"], {}).get("steps_ms"),
+            "compiled": held_by_batch.get(p["batch_id"], {}).get("compiled"),
             "jobs": {k: [n, round(ms)] for k, (n, ms) in
                      per_job.get(p["batch_id"], {}).items()},
         } for p in batches],

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 JVM_OPTS_ENV = "HERALD_SPARK_JVM_OPTS"
+CODEGEN_CACHE_ENTRIES = 2000
 
 
 def jvm_opts() -> str:
@@ -74,6 +75,10 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False
         # The workers' daemon imports the installed PySpark, not Spark's bundled archives
         # (`pipeline.worker_daemon` says why).
         .config("spark.python.daemon.module", "pipeline.worker_daemon")
+        # A micro-batch runs a few dozen stages, each with its generated classes: Spark's
+        # cache of compiled classes (100 by default) would evict them before the next
+        # micro-batch comes round, which then compiles them all again.
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
     )
     opts = jvm_opts()
     if opts:

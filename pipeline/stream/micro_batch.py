@@ -48,14 +48,14 @@ def _hops(emitted: DataFrame, late: bool = False) -> DataFrame:
 
 
 def _log_batch(out: Path, agg: Aggregates, statuses: list[StatusCount],
-               steps_ms: dict[str, float]) -> None:
-    """One line of `batches.jsonl`: the hold's side of the micro-batch, and the time of each
-    step of it (`pipeline.stream.steps`)."""
+               timer: StepTimer) -> None:
+    """One line of `batches.jsonl`: the hold's side of the micro-batch, the time of each
+    step of it and the classes compiled for it (`pipeline.stream.steps`)."""
     with (out / "batches.jsonl").open("a") as f:
         f.write(json.dumps({"batch_id": agg.batch_id, **agg.stream.held()._asdict(),
                             "emitted": {f"{r.kind}:{r.status}": r.rows for r in statuses
                                         if r.status != STATE},
-                            "steps_ms": steps_ms}) + "\n")
+                            "steps_ms": timer.ms, "compiled": timer.compiled()}) + "\n")
 
 
 def each_batch(spark: SparkSession, config: PipelineConfig,
@@ -123,6 +123,6 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
             write_report(summary, out / "report.html")
         if metrics is not None:
             metrics.publish(agg)
-        _log_batch(out, agg, figures.statuses, timer.ms)
+        _log_batch(out, agg, figures.statuses, timer)
 
     return run

@@ -2,7 +2,10 @@
 driver, and the Spark jobs it starts carry the step's name as their description
 (`batch N: step`), so Spark's event log (and its UI, where one runs) attributes every job to
 its step. The times go to `batches.jsonl` (`steps_ms`); `bench/bench_pipeline_scale.py`
-reads them and the event log."""
+reads them and the event log. So does how many classes the driver's JVM compiled for the
+micro-batch's plans (`compiled`; on `local[*]` every task's too): Spark caches them by their
+code, so a micro-batch that compiles more than a few again is one whose plans the cache did
+not keep (`pipeline.session`)."""
 
 from __future__ import annotations
 
@@ -24,6 +27,16 @@ class StepTimer:
         self._sc = sc
         self._batch_id = batch_id
         self.ms: dict[str, float] = {}
+        self._compiled_before = self._compilations()
+
+    def _compilations(self) -> int:
+        """Classes Spark's code generator compiled in this JVM so far."""
+        metrics = self._sc._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+        return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+    def compiled(self) -> int:
+        """Classes compiled since the micro-batch began."""
+        return self._compilations() - self._compiled_before
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
