@@ -202,11 +202,19 @@ def links_of(nodes: DataFrame, fetches: DataFrame | None = None, scope: str = "h
 # A walk holds its partition of the graph in one Python worker: enough partitions that each
 # holds about this many hops at most (and never fewer than the session's shuffle partitions).
 WALK_NODES = 200_000
-_WALK_SCHEMA = (
-    "trace_id string, root_topic string, root_partition int, root_offset long, "
-    "leaf_topic string, leaf_partition int, leaf_offset long, start_ms long, end_ms long, "
-    "topics array<string>, max_wait_ms long, inferred_edges int, parents_lost long, "
-    "lost_reasons array<string>, lost_root boolean")
+
+
+def _walk_schema() -> Any:
+    """The walk's rows, as Arrow types (the executors build them; Spark's follow from them)."""
+    import pyarrow as pa
+
+    key = [("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64())]
+    return pa.schema([
+        ("trace_id", pa.string()), *[("root_" + k, t) for k, t in key],
+        *[("leaf_" + k, t) for k, t in key], ("start_ms", pa.int64()), ("end_ms", pa.int64()),
+        ("topics", pa.list_(pa.string())), ("max_wait_ms", pa.int64()),
+        ("inferred_edges", pa.int32()), ("parents_lost", pa.int64()),
+        ("lost_reasons", pa.list_(pa.string())), ("lost_root", pa.bool_())])
 
 
 def _groups(nodes: DataFrame, links: DataFrame) -> tuple[dict[str, str], int]:
@@ -240,7 +248,7 @@ def _groups(nodes: DataFrame, links: DataFrame) -> tuple[dict[str, str], int]:
         a, b = find(r["trace_id"]), find(r["parent"])
         if a != b:
             joined[max(a, b)] = min(a, b)
-    return {t: find(t) for t in joined}, n
+    return {t: find(t) for t in list(joined)}, n
 
 
 def _walk_partitions(batches: Iterator[Any]) -> Iterator[Any]:
@@ -265,14 +273,7 @@ def _walk_partitions(batches: Iterator[Any]) -> Iterator[Any]:
                 links.append(Link(parents[i], key, c["topic"][i], c["event_ms"][i],
                                   c["wait_ms"][i], bool(c["inferred"][i]),
                                   c["parents_lost"][i], c["lost_reasons"][i] or ()))
-    schema = pa.schema([
-        ("trace_id", pa.string()), ("root_topic", pa.string()), ("root_partition", pa.int32()),
-        ("root_offset", pa.int64()), ("leaf_topic", pa.string()),
-        ("leaf_partition", pa.int32()), ("leaf_offset", pa.int64()), ("start_ms", pa.int64()),
-        ("end_ms", pa.int64()), ("topics", pa.list_(pa.string())),
-        ("max_wait_ms", pa.int64()), ("inferred_edges", pa.int32()),
-        ("parents_lost", pa.int64()), ("lost_reasons", pa.list_(pa.string())),
-        ("lost_root", pa.bool_())])
+    schema = _walk_schema()
     rows: list[dict[str, Any]] = []
     for b in walk(nodes, links):
         rows.append({
@@ -300,6 +301,7 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
     and each partition is walked in Python (`pipeline.branch_paths`), after one small action
     that finds the joined traces (`_groups`)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     joined, n = _groups(nodes, links)
     spark = nodes.sparkSession
@@ -329,7 +331,7 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
         group = F.coalesce("group", "trace_id")
     walked = rows.repartition(partitions, group).select(
         "trace_id", "topic", "partition", "offset", "event_ms", "parents_lost",
-        "lost_reasons", *null).mapInArrow(_walk_partitions, _WALK_SCHEMA)
+        "lost_reasons", *null).mapInArrow(_walk_partitions, from_arrow_schema(_walk_schema()))
     return walked.select(
         "trace_id", _key("root_").alias("root"), _key("leaf_").alias("leaf"), "start_ms",
         "end_ms", (F.col("end_ms") - F.col("start_ms")).alias("duration_ms"), "topics",
