@@ -64,10 +64,11 @@ def test_many_micro_batches_keep_state_and_work_per_batch_bounded(
     assert max(b["held_flows"] for b in held) > buckets, steady
     assert held[-1]["held_flows"] == 0
     # The plans of a micro-batch are mostly the same every time and their compiled classes
-    # are kept: all the later micro-batches together compile fewer than the first alone
-    # (with Spark's default cache, each compiled about as many again as the first).
-    compiled = [b["compiled"] for b in output_lines(config.output, "batches.jsonl")]
-    assert compiled[0] > 20 and sum(compiled[2:]) < compiled[0], compiled
+    # are kept: after the first two, a micro-batch compiles a few at most (with Spark's
+    # default cache each compiled about 220 again). The first ones may compile fewer where
+    # an earlier test in this JVM ran the same plans.
+    later = [b["compiled"] for b in output_lines(config.output, "batches.jsonl")][2:]
+    assert len(later) >= batches - 2 and sum(later) < 10 * len(later), later
     summary = json.loads((Path(config.output) / "summary.json").read_text())
     assert summary["flows"]["total"] == flows and summary["flows"]["broken"] == 0
     assert summary["stream"]["finalized_flows"] == flows
