@@ -1447,6 +1447,11 @@ static void start_session(ne_engine *e, session_t *s) {
     }
     s->registered = 1;
     s->state = ACTIVE;
+    /* Its deadlines join this turn's walk. Not at registration: a walk that runs between the
+     * registration and the wake-up that starts the session skips it (it is not active yet),
+     * and its deadlines (idle, frame, re-authentication) would wait for the next walk
+     * something else asks for. */
+    e->scan_at = 0;
     if (s->stop_requested) {
         begin_stop(s, HANDOVER_DRAIN);
     }
@@ -1766,7 +1771,6 @@ int ne_register(ne_engine *e, ne_session_args *a) {
     e->unannounced++;
     s->next = e->active;
     e->active = s;
-    e->scan_at = 0; /* its deadlines join the next turn's walk */
     pthread_mutex_unlock(&e->mu);
     wake(e);
     return NE_OK;
