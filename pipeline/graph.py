@@ -311,19 +311,19 @@ def branches_of(nodes: DataFrame, links: DataFrame) -> DataFrame:
             "parent_partition": F.lit(None).cast("int"),
             "parent_offset": F.lit(None).cast("long"),
             "wait_ms": F.lit(None).cast("long"), "inferred": F.lit(None).cast("boolean")}
-    side = [
-        nodes.select("trace_id", "topic", F.col("partition").cast("int").alias("partition"),
-                     F.col("offset").cast("long").alias("offset"), "event_ms", "parents_lost",
-                     "lost_reasons", *[v.alias(k) for k, v in null.items()]),
-        links.select("trace_id", "topic", F.col("key.partition").cast("int").alias("partition"),
-                     F.col("key.offset").cast("long").alias("offset"), "event_ms",
-                     "parents_lost", "lost_reasons",
-                     F.col("parent_key.topic").alias("parent_topic"),
-                     F.col("parent_key.partition").cast("int").alias("parent_partition"),
-                     F.col("parent_key.offset").cast("long").alias("parent_offset"),
-                     F.col("wait_ms").cast("long").alias("wait_ms"),
-                     (F.col("link") == INFERRED).alias("inferred"))]
-    rows = side[0].unionByName(side[1])
+    node_rows = nodes.select(
+        "trace_id", "topic", F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"), "event_ms", "parents_lost",
+        "lost_reasons", *[v.alias(k) for k, v in null.items()])
+    link_rows = links.select(
+        "trace_id", "topic", F.col("key.partition").cast("int").alias("partition"),
+        F.col("key.offset").cast("long").alias("offset"), "event_ms", "parents_lost",
+        "lost_reasons", F.col("parent_key.topic").alias("parent_topic"),
+        F.col("parent_key.partition").cast("int").alias("parent_partition"),
+        F.col("parent_key.offset").cast("long").alias("parent_offset"),
+        F.col("wait_ms").cast("long").alias("wait_ms"),
+        (F.col("link") == INFERRED).alias("inferred"))
+    rows = node_rows.unionByName(link_rows)
     group = F.col("trace_id")
     if joined:
         groups = spark.createDataFrame(list(joined.items()), "trace_id string, group string")
