@@ -8,6 +8,8 @@ a log file in the cluster's work folder, so a failing start can be diagnosed aft
 from __future__ import annotations
 
 import base64
+import collections
+import itertools
 import os
 import random
 import shlex
@@ -15,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -106,19 +109,57 @@ def _in_share(base: int, count: int) -> bool:
     return first == last and first % share == index
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now, outside the range outgoing connections take theirs from
-    (`unassigned_ports`); one the kernel picks when none is."""
-    for port in unassigned_ports()[:200]:
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
+# The ports this process handed out last (base, count). A port is bound only when its broker
+# or Herald starts, so a harness that takes several before starting any (a broker's five
+# listeners, a Herald's block beside an admin port) would otherwise, now and then, be handed
+# the same free port twice.
+_HANDED: collections.deque[tuple[int, int]] = collections.deque(maxlen=1024)
+_HANDED_LOCK = threading.Lock()
+
+
+def _handed(base: int, count: int) -> bool:
+    return any(base < b + n and b < base + count for b, n in _HANDED)
+
+
+def _bindable(host: str, base: int, count: int) -> bool:
+    socks = []
+    try:
+        for port in range(base, base + count):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port_block(count: int = 16, host: str = "127.0.0.1") -> int:
+    """A base port such that base .. base+count-1 are all bindable right now, outside the
+    range outgoing connections take their ports from (`unassigned_ports`), and overlapping
+    no port this process handed out recently; ports the kernel picks when none is. The
+    default, 16, is a Herald's: its bootstrap and the ports it gives the brokers it learns."""
+    def probed() -> int:
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            return probe.getsockname()[1]
+
+    bases = unassigned_ports(count)[:200]
+    with _HANDED_LOCK:
+        for base in itertools.chain(bases, (probed() for _ in range(200))):
+            if base + count > 65000 or _handed(base, count):
                 continue
-            return port
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+            if _bindable(host, base, count):
+                _HANDED.append((base, count))
+                return base
+    raise RuntimeError(f"no free block of {count} ports on {host}")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now and not handed out recently (`free_port_block` of one)."""
+    return free_port_block(1, host)
 
 
 def write_log_config(folder: Path, level: str = "INFO") -> list[str]:

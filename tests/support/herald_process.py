@@ -6,13 +6,10 @@ those clients from stalling its event loop and exercises the real CLI, config fi
 
 from __future__ import annotations
 
-import collections
-import itertools
 import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,50 +20,10 @@ from typing import Any
 
 import yaml
 
-from proxy.devtools.embedded_kafka import unassigned_ports
+from proxy.devtools.embedded_kafka import free_port_block
 from tests.support.processes import stop as stop_process
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-# The blocks this process handed out last (base, count). A block is bound only when its
-# Herald starts, so a test that takes several before starting any (sidecars, an admin port
-# beside a Herald's block) would otherwise be handed the same free ports twice.
-_HANDED: collections.deque[tuple[int, int]] = collections.deque(maxlen=256)
-
-
-def _handed(base: int, count: int) -> bool:
-    return any(base < b + n and b < base + count for b, n in _HANDED)
-
-
-def free_port_block(count: int = 16) -> int:
-    """A base port such that base .. base+count-1 are all bindable on loopback right now,
-    outside the range outgoing connections take their ports from (`unassigned_ports`), and
-    overlapping no block handed out recently by this process: Herald binds a broker's port
-    only when it learns the broker, well after this."""
-    def probed() -> int:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return probe.getsockname()[1]
-
-    bases = unassigned_ports(count)[:200]
-    for base in itertools.chain(bases, (probed() for _ in range(200))):
-        if base + count > 65000 or _handed(base, count):
-            continue
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            _HANDED.append((base, count))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free block of ports")
 
 
 def herald_config(upstream: str, **overrides: Any) -> dict[str, Any]:
