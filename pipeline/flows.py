@@ -280,10 +280,11 @@ def histogram_index(col: str) -> Column:
     cumulative `le` buckets of a Prometheus histogram (`pipeline.stream_metrics`)."""
     from pyspark.sql import functions as F
 
-    bucket = F.lit(len(HISTOGRAM_BOUNDS_MS))
-    for i in reversed(range(len(HISTOGRAM_BOUNDS_MS))):
-        bucket = F.when(F.col(col) <= HISTOGRAM_BOUNDS_MS[i], F.lit(i)).otherwise(bucket)
-    return bucket
+    # One SQL expression, parsed in one call: built from `F.when` it took two calls into the
+    # JVM per bound, every micro-batch of the stream.
+    cases = " ".join(f"WHEN `{col}` <= {bound} THEN {i}"
+                     for i, bound in enumerate(HISTOGRAM_BOUNDS_MS))
+    return F.expr(f"CASE {cases} ELSE {len(HISTOGRAM_BOUNDS_MS)} END")
 
 
 def edge_histograms(links: DataFrame) -> DataFrame:

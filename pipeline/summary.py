@@ -145,7 +145,7 @@ def collect_all(frames: Mapping[str, DataFrame]) -> dict[str, list[dict[str, Any
         return {}
     union = parts[0]
     for more in parts[1:]:
-        union = union.unionByName(more)
+        union = union.union(more)  # the same two columns each: by position, no resolving
     rows: dict[str, list[dict[str, Any]]] = {name: [] for name in frames}
     for r in union.collect():
         rows[r["name"]].append(json.loads(r["row"]))

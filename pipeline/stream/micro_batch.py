@@ -88,9 +88,13 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
                 F.col("event_ms").alias("fetched_ms"))
         with step("analysis"):
             tables = analyze(hops, config, fetches=fetches, transit=False)
-            tables.branches = tables.branches.cache()
-            tables.flows = tables.flows.cache()  # written, then counted by the figures
+        cached = (tables.nodes, tables.links)
         try:
+            with step("analysis"):
+                # Computed once each and cut from their plans: the writes and the figures
+                # then plan over small tables, not over the whole analysis each time.
+                for name in ("links", "branches", "flows", "unresolved"):
+                    setattr(tables, name, getattr(tables, name).localCheckpoint())
             with step("tables written"):
                 for name in ("links", "branches", "flows"):
                     getattr(tables, name).write.mode("overwrite").parquet(
@@ -99,9 +103,8 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
                 rows = collect_all({**emitted_frames(emitted, config),
                                     **table_frames(tables, config)})
         finally:
-            tables.branches.unpersist()
-            tables.flows.unpersist()
-            tables.unpersist()
+            for df in cached:
+                df.unpersist()
         figures = batch_figures(rows)
         if any(r.kind == HOP and r.status == LATE for r in figures.statuses):
             with step("late written"):  # a replay brings the same rows
