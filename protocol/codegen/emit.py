@@ -97,6 +97,14 @@ def _uses_missing(cf: ClassField) -> bool:
     return cf.default is EMPTY_LIST or isinstance(cf.default, StructDefault)
 
 
+def _signature(name: str, params: str, returns: str) -> list[str]:
+    """A module-level function's first lines, wrapped as ruff wants them past 100 columns."""
+    line = f"def {name}({params}) -> {returns}:"
+    if len(line) <= 100:
+        return [line]
+    return [f"def {name}(", f"    {params}", f") -> {returns}:"]
+
+
 class ModuleEmitter:
     """Writes the module of one message (its classes, codecs and version tables)."""
 
@@ -396,7 +404,8 @@ class ModuleEmitter:
         for cf, _ignorable in layout.absent:
             body.append(f"o.{cf.py_name} = {self._default_expr(cf)}")
         body.append("return o, pos")
-        self.functions.append([f"def {name}(buf, pos):"] + ["    " + b if b else b for b in body])
+        head = _signature(name, "buf: Buffer, pos: int", f"tuple[{layout.name}, int]")
+        self.functions.append(head + ["    " + b if b else b for b in body])
         return name
 
     def _default_expr(self, cf: ClassField) -> str:
@@ -625,7 +634,8 @@ class ModuleEmitter:
             body += self._write_tagged(layout, version)
         if not body:
             body.append("pass")
-        self.functions.append([f"def {name}(o, out):"] + ["    " + b if b else b for b in body])
+        head = _signature(name, f"o: {layout.name}, out: bytearray", "None")
+        self.functions.append(head + ["    " + b if b else b for b in body])
         return name
 
     def _has_layout(self, version: int, sig: tuple[Any, ...]) -> bool:

@@ -139,7 +139,7 @@ class ApiVersionsRequest:
             raise
 
 
-def _decode_ApiVersionsRequest_v0(buf, pos):
+def _decode_ApiVersionsRequest_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsRequest, int]:
     o = _new(ApiVersionsRequest)
     o.unknown_tagged_fields = None
     o.client_software_name = ''
@@ -149,11 +149,11 @@ def _decode_ApiVersionsRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersionsRequest_v0(o, out):
+def _encode_ApiVersionsRequest_v0(o: ApiVersionsRequest, out: bytearray) -> None:
     pass
 
 
-def _decode_ApiVersionsRequest_v3(buf, pos):
+def _decode_ApiVersionsRequest_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRequest, int]:
     o = _new(ApiVersionsRequest)
     n = buf[pos]
     if n < 128:
@@ -218,7 +218,7 @@ def _decode_ApiVersionsRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersionsRequest_v3(o, out):
+def _encode_ApiVersionsRequest_v3(o: ApiVersionsRequest, out: bytearray) -> None:
     v = o.client_software_name
     if v is None:
         raise CodecError("ApiVersionsRequest.client_software_name: None in a non-nullable field")
@@ -250,7 +250,7 @@ def _encode_ApiVersionsRequest_v3(o, out):
         out.append(0)
 
 
-def _decode_ApiVersionsRequest_v5(buf, pos):
+def _decode_ApiVersionsRequest_v5(buf: Buffer, pos: int) -> tuple[ApiVersionsRequest, int]:
     o = _new(ApiVersionsRequest)
     n = buf[pos]
     if n < 128:
@@ -328,7 +328,7 @@ def _decode_ApiVersionsRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersionsRequest_v5(o, out):
+def _encode_ApiVersionsRequest_v5(o: ApiVersionsRequest, out: bytearray) -> None:
     v = o.client_software_name
     if v is None:
         raise CodecError("ApiVersionsRequest.client_software_name: None in a non-nullable field")

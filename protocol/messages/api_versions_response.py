@@ -309,7 +309,7 @@ class FinalizedFeatureKey:
         return f"FinalizedFeatureKey({fields})"
 
 
-def _decode_ApiVersion_v0(buf, pos):
+def _decode_ApiVersion_v0(buf: Buffer, pos: int) -> tuple[ApiVersion, int]:
     o = _new(ApiVersion)
     o.api_key, o.min_version, o.max_version = _u_hhh(buf, pos)
     pos += 6
@@ -317,7 +317,7 @@ def _decode_ApiVersion_v0(buf, pos):
     return o, pos
 
 
-def _decode_ApiVersionsResponse_v0(buf, pos):
+def _decode_ApiVersionsResponse_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsResponse, int]:
     o = _new(ApiVersionsResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -342,11 +342,11 @@ def _decode_ApiVersionsResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersion_v0(o, out):
+def _encode_ApiVersion_v0(o: ApiVersion, out: bytearray) -> None:
     out += _p_hhh(o.api_key, o.min_version, o.max_version)
 
 
-def _encode_ApiVersionsResponse_v0(o, out):
+def _encode_ApiVersionsResponse_v0(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.api_keys
     if v is None:
@@ -357,7 +357,7 @@ def _encode_ApiVersionsResponse_v0(o, out):
         _encode_ApiVersion_v0(x, out)
 
 
-def _decode_ApiVersionsResponse_v1(buf, pos):
+def _decode_ApiVersionsResponse_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsResponse, int]:
     o = _new(ApiVersionsResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -383,7 +383,7 @@ def _decode_ApiVersionsResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersionsResponse_v1(o, out):
+def _encode_ApiVersionsResponse_v1(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.api_keys
     if v is None:
@@ -395,7 +395,7 @@ def _encode_ApiVersionsResponse_v1(o, out):
     out += _p_i(o.throttle_time_ms)
 
 
-def _decode_ApiVersion_v3(buf, pos):
+def _decode_ApiVersion_v3(buf: Buffer, pos: int) -> tuple[ApiVersion, int]:
     o = _new(ApiVersion)
     o.api_key, o.min_version, o.max_version = _u_hhh(buf, pos)
     pos += 6
@@ -434,7 +434,7 @@ def _decode_ApiVersion_v3(buf, pos):
     return o, pos
 
 
-def _decode_SupportedFeatureKey_v3(buf, pos):
+def _decode_SupportedFeatureKey_v3(buf: Buffer, pos: int) -> tuple[SupportedFeatureKey, int]:
     o = _new(SupportedFeatureKey)
     n = buf[pos]
     if n < 128:
@@ -486,7 +486,7 @@ def _decode_SupportedFeatureKey_v3(buf, pos):
     return o, pos
 
 
-def _decode_FinalizedFeatureKey_v3(buf, pos):
+def _decode_FinalizedFeatureKey_v3(buf: Buffer, pos: int) -> tuple[FinalizedFeatureKey, int]:
     o = _new(FinalizedFeatureKey)
     n = buf[pos]
     if n < 128:
@@ -538,7 +538,7 @@ def _decode_FinalizedFeatureKey_v3(buf, pos):
     return o, pos
 
 
-def _decode_ApiVersionsResponse_v3(buf, pos):
+def _decode_ApiVersionsResponse_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsResponse, int]:
     o = _new(ApiVersionsResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -650,7 +650,7 @@ def _decode_ApiVersionsResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_ApiVersion_v3(o, out):
+def _encode_ApiVersion_v3(o: ApiVersion, out: bytearray) -> None:
     out += _p_hhh(o.api_key, o.min_version, o.max_version)
     u = o.unknown_tagged_fields
     if u:
@@ -659,7 +659,7 @@ def _encode_ApiVersion_v3(o, out):
         out.append(0)
 
 
-def _encode_SupportedFeatureKey_v3(o, out):
+def _encode_SupportedFeatureKey_v3(o: SupportedFeatureKey, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("SupportedFeatureKey.name: None in a non-nullable field")
@@ -680,7 +680,7 @@ def _encode_SupportedFeatureKey_v3(o, out):
         out.append(0)
 
 
-def _encode_FinalizedFeatureKey_v3(o, out):
+def _encode_FinalizedFeatureKey_v3(o: FinalizedFeatureKey, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("FinalizedFeatureKey.name: None in a non-nullable field")
@@ -701,7 +701,7 @@ def _encode_FinalizedFeatureKey_v3(o, out):
         out.append(0)
 
 
-def _encode_ApiVersionsResponse_v3(o, out):
+def _encode_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.api_keys
     if v is None:

@@ -227,7 +227,7 @@ class TopicPartitions:
         return f"TopicPartitions({fields})"
 
 
-def _decode_TopicPartitions_v0(buf, pos):
+def _decode_TopicPartitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     o = _new(TopicPartitions)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -280,7 +280,9 @@ def _decode_TopicPartitions_v0(buf, pos):
     return o, pos
 
 
-def _decode_ConsumerGroupHeartbeatRequest_v0(buf, pos):
+def _decode_ConsumerGroupHeartbeatRequest_v0(
+    buf: Buffer, pos: int
+) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     o = _new(ConsumerGroupHeartbeatRequest)
     n = buf[pos]
     if n < 128:
@@ -440,7 +442,7 @@ def _decode_ConsumerGroupHeartbeatRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_TopicPartitions_v0(o, out):
+def _encode_TopicPartitions_v0(o: TopicPartitions, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicPartitions.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -461,7 +463,9 @@ def _encode_TopicPartitions_v0(o, out):
         out.append(0)
 
 
-def _encode_ConsumerGroupHeartbeatRequest_v0(o, out):
+def _encode_ConsumerGroupHeartbeatRequest_v0(
+    o: ConsumerGroupHeartbeatRequest, out: bytearray
+) -> None:
     if o.subscribed_topic_regex is not None:
         raise CodecError(
             "ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be set in versions 0"
@@ -574,7 +578,9 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(o, out):
         out.append(0)
 
 
-def _decode_ConsumerGroupHeartbeatRequest_v1(buf, pos):
+def _decode_ConsumerGroupHeartbeatRequest_v1(
+    buf: Buffer, pos: int
+) -> tuple[ConsumerGroupHeartbeatRequest, int]:
     o = _new(ConsumerGroupHeartbeatRequest)
     n = buf[pos]
     if n < 128:
@@ -748,7 +754,9 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_ConsumerGroupHeartbeatRequest_v1(o, out):
+def _encode_ConsumerGroupHeartbeatRequest_v1(
+    o: ConsumerGroupHeartbeatRequest, out: bytearray
+) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("ConsumerGroupHeartbeatRequest.group_id: None in a non-nullable field")

@@ -245,7 +245,7 @@ class TopicPartitions:
         return f"TopicPartitions({fields})"
 
 
-def _decode_TopicPartitions_v0(buf, pos):
+def _decode_TopicPartitions_v0(buf: Buffer, pos: int) -> tuple[TopicPartitions, int]:
     o = _new(TopicPartitions)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -298,7 +298,7 @@ def _decode_TopicPartitions_v0(buf, pos):
     return o, pos
 
 
-def _decode_Assignment_v0(buf, pos):
+def _decode_Assignment_v0(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     o = _new(Assignment)
     c = buf[pos]
     if c < 128:
@@ -351,7 +351,9 @@ def _decode_Assignment_v0(buf, pos):
     return o, pos
 
 
-def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos):
+def _decode_ConsumerGroupHeartbeatResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[ConsumerGroupHeartbeatResponse, int]:
     o = _new(ConsumerGroupHeartbeatResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -423,7 +425,7 @@ def _decode_ConsumerGroupHeartbeatResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_TopicPartitions_v0(o, out):
+def _encode_TopicPartitions_v0(o: TopicPartitions, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicPartitions.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -444,7 +446,7 @@ def _encode_TopicPartitions_v0(o, out):
         out.append(0)
 
 
-def _encode_Assignment_v0(o, out):
+def _encode_Assignment_v0(o: Assignment, out: bytearray) -> None:
     v = o.topic_partitions
     if v is None:
         raise CodecError("Assignment.topic_partitions: None in a non-nullable field")
@@ -462,7 +464,9 @@ def _encode_Assignment_v0(o, out):
         out.append(0)
 
 
-def _encode_ConsumerGroupHeartbeatResponse_v0(o, out):
+def _encode_ConsumerGroupHeartbeatResponse_v0(
+    o: ConsumerGroupHeartbeatResponse, out: bytearray
+) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:

@@ -138,7 +138,7 @@ class DescribeClusterRequest:
             raise
 
 
-def _decode_DescribeClusterRequest_v0(buf, pos):
+def _decode_DescribeClusterRequest_v0(buf: Buffer, pos: int) -> tuple[DescribeClusterRequest, int]:
     o = _new(DescribeClusterRequest)
     o.include_cluster_authorized_operations = _u_z(buf, pos)[0]
     pos += 1
@@ -179,7 +179,7 @@ def _decode_DescribeClusterRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterRequest_v0(o, out):
+def _encode_DescribeClusterRequest_v0(o: DescribeClusterRequest, out: bytearray) -> None:
     if o.endpoint_type != 1:
         raise CodecError("DescribeClusterRequest.endpoint_type cannot be set in versions 0")
     if o.include_fenced_brokers:
@@ -194,7 +194,7 @@ def _encode_DescribeClusterRequest_v0(o, out):
         out.append(0)
 
 
-def _decode_DescribeClusterRequest_v1(buf, pos):
+def _decode_DescribeClusterRequest_v1(buf: Buffer, pos: int) -> tuple[DescribeClusterRequest, int]:
     o = _new(DescribeClusterRequest)
     o.include_cluster_authorized_operations, o.endpoint_type = _u_zb(buf, pos)
     pos += 2
@@ -234,7 +234,7 @@ def _decode_DescribeClusterRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterRequest_v1(o, out):
+def _encode_DescribeClusterRequest_v1(o: DescribeClusterRequest, out: bytearray) -> None:
     if o.include_fenced_brokers:
         raise CodecError(
             "DescribeClusterRequest.include_fenced_brokers cannot be set in versions 1"
@@ -247,7 +247,7 @@ def _encode_DescribeClusterRequest_v1(o, out):
         out.append(0)
 
 
-def _decode_DescribeClusterRequest_v2(buf, pos):
+def _decode_DescribeClusterRequest_v2(buf: Buffer, pos: int) -> tuple[DescribeClusterRequest, int]:
     o = _new(DescribeClusterRequest)
     (
         o.include_cluster_authorized_operations,
@@ -290,7 +290,7 @@ def _decode_DescribeClusterRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterRequest_v2(o, out):
+def _encode_DescribeClusterRequest_v2(o: DescribeClusterRequest, out: bytearray) -> None:
     out += _p_zbz(
         o.include_cluster_authorized_operations,
         o.endpoint_type,

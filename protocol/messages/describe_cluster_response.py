@@ -224,7 +224,7 @@ class DescribeClusterBroker:
         return f"DescribeClusterBroker({fields})"
 
 
-def _decode_DescribeClusterBroker_v0(buf, pos):
+def _decode_DescribeClusterBroker_v0(buf: Buffer, pos: int) -> tuple[DescribeClusterBroker, int]:
     o = _new(DescribeClusterBroker)
     o.broker_id = _u_i(buf, pos)[0]
     pos += 4
@@ -292,7 +292,9 @@ def _decode_DescribeClusterBroker_v0(buf, pos):
     return o, pos
 
 
-def _decode_DescribeClusterResponse_v0(buf, pos):
+def _decode_DescribeClusterResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[DescribeClusterResponse, int]:
     o = _new(DescribeClusterResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -378,7 +380,7 @@ def _decode_DescribeClusterResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterBroker_v0(o, out):
+def _encode_DescribeClusterBroker_v0(o: DescribeClusterBroker, out: bytearray) -> None:
     if o.is_fenced:
         raise CodecError("DescribeClusterBroker.is_fenced cannot be set in versions 0-1")
     out += _p_i(o.broker_id)
@@ -415,7 +417,7 @@ def _encode_DescribeClusterBroker_v0(o, out):
         out.append(0)
 
 
-def _encode_DescribeClusterResponse_v0(o, out):
+def _encode_DescribeClusterResponse_v0(o: DescribeClusterResponse, out: bytearray) -> None:
     if o.endpoint_type != 1:
         raise CodecError("DescribeClusterResponse.endpoint_type cannot be set in versions 0")
     out += _p_ih(o.throttle_time_ms, o.error_code)
@@ -463,7 +465,9 @@ def _encode_DescribeClusterResponse_v0(o, out):
         out.append(0)
 
 
-def _decode_DescribeClusterResponse_v1(buf, pos):
+def _decode_DescribeClusterResponse_v1(
+    buf: Buffer, pos: int
+) -> tuple[DescribeClusterResponse, int]:
     o = _new(DescribeClusterResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -550,7 +554,7 @@ def _decode_DescribeClusterResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterResponse_v1(o, out):
+def _encode_DescribeClusterResponse_v1(o: DescribeClusterResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:
@@ -597,7 +601,7 @@ def _encode_DescribeClusterResponse_v1(o, out):
         out.append(0)
 
 
-def _decode_DescribeClusterBroker_v2(buf, pos):
+def _decode_DescribeClusterBroker_v2(buf: Buffer, pos: int) -> tuple[DescribeClusterBroker, int]:
     o = _new(DescribeClusterBroker)
     o.broker_id = _u_i(buf, pos)[0]
     pos += 4
@@ -666,7 +670,9 @@ def _decode_DescribeClusterBroker_v2(buf, pos):
     return o, pos
 
 
-def _decode_DescribeClusterResponse_v2(buf, pos):
+def _decode_DescribeClusterResponse_v2(
+    buf: Buffer, pos: int
+) -> tuple[DescribeClusterResponse, int]:
     o = _new(DescribeClusterResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -753,7 +759,7 @@ def _decode_DescribeClusterResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_DescribeClusterBroker_v2(o, out):
+def _encode_DescribeClusterBroker_v2(o: DescribeClusterBroker, out: bytearray) -> None:
     out += _p_i(o.broker_id)
     v = o.host
     if v is None:
@@ -789,7 +795,7 @@ def _encode_DescribeClusterBroker_v2(o, out):
         out.append(0)
 
 
-def _encode_DescribeClusterResponse_v2(o, out):
+def _encode_DescribeClusterResponse_v2(o: DescribeClusterResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:

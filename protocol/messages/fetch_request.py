@@ -439,7 +439,7 @@ class ForgottenTopic:
         return f"ForgottenTopic({fields})"
 
 
-def _decode_FetchPartition_v0(buf, pos):
+def _decode_FetchPartition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     o.partition, o.fetch_offset, o.partition_max_bytes = _u_iqi(buf, pos)
     pos += 16
@@ -452,7 +452,7 @@ def _decode_FetchPartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v0(buf, pos):
+def _decode_FetchTopic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -479,7 +479,7 @@ def _decode_FetchTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v0(buf, pos):
+def _decode_FetchRequest_v0(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     o.replica_id, o.max_wait_ms, o.min_bytes = _u_iii(buf, pos)
     pos += 12
@@ -507,13 +507,13 @@ def _decode_FetchRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v0(o, out):
+def _encode_FetchPartition_v0(o: FetchPartition, out: bytearray) -> None:
     if o.last_fetched_epoch != -1:
         raise CodecError("FetchPartition.last_fetched_epoch cannot be set in versions 0-4")
     out += _p_iqi(o.partition, o.fetch_offset, o.partition_max_bytes)
 
 
-def _encode_FetchTopic_v0(o, out):
+def _encode_FetchTopic_v0(o: FetchTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
@@ -532,7 +532,7 @@ def _encode_FetchTopic_v0(o, out):
         _encode_FetchPartition_v0(x, out)
 
 
-def _encode_FetchRequest_v0(o, out):
+def _encode_FetchRequest_v0(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 0-2")
     if o.forgotten_topics_data != []:
@@ -547,7 +547,7 @@ def _encode_FetchRequest_v0(o, out):
         _encode_FetchTopic_v0(x, out)
 
 
-def _decode_FetchRequest_v3(buf, pos):
+def _decode_FetchRequest_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes = _u_iiii(buf, pos)
     pos += 16
@@ -574,7 +574,7 @@ def _decode_FetchRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_FetchRequest_v3(o, out):
+def _encode_FetchRequest_v3(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 3")
     if o.forgotten_topics_data != []:
@@ -589,7 +589,7 @@ def _encode_FetchRequest_v3(o, out):
         _encode_FetchTopic_v0(x, out)
 
 
-def _decode_FetchRequest_v4(buf, pos):
+def _decode_FetchRequest_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _u_iiiib(buf, pos)
     pos += 17
@@ -615,7 +615,7 @@ def _decode_FetchRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_FetchRequest_v4(o, out):
+def _encode_FetchRequest_v4(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 4")
     if o.forgotten_topics_data != []:
@@ -630,7 +630,7 @@ def _encode_FetchRequest_v4(o, out):
         _encode_FetchTopic_v0(x, out)
 
 
-def _decode_FetchPartition_v5(buf, pos):
+def _decode_FetchPartition_v5(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes = _u_iqqi(buf, pos)
     pos += 24
@@ -642,7 +642,7 @@ def _decode_FetchPartition_v5(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v5(buf, pos):
+def _decode_FetchTopic_v5(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -669,7 +669,7 @@ def _decode_FetchTopic_v5(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v5(buf, pos):
+def _decode_FetchRequest_v5(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level = _u_iiiib(buf, pos)
     pos += 17
@@ -695,13 +695,13 @@ def _decode_FetchRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v5(o, out):
+def _encode_FetchPartition_v5(o: FetchPartition, out: bytearray) -> None:
     if o.last_fetched_epoch != -1:
         raise CodecError("FetchPartition.last_fetched_epoch cannot be set in versions 5-8")
     out += _p_iqqi(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
 
 
-def _encode_FetchTopic_v5(o, out):
+def _encode_FetchTopic_v5(o: FetchTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
@@ -720,7 +720,7 @@ def _encode_FetchTopic_v5(o, out):
         _encode_FetchPartition_v5(x, out)
 
 
-def _encode_FetchRequest_v5(o, out):
+def _encode_FetchRequest_v5(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 5-6")
     if o.forgotten_topics_data != []:
@@ -735,7 +735,7 @@ def _encode_FetchRequest_v5(o, out):
         _encode_FetchTopic_v5(x, out)
 
 
-def _decode_ForgottenTopic_v7(buf, pos):
+def _decode_ForgottenTopic_v7(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     o = _new(ForgottenTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -760,7 +760,7 @@ def _decode_ForgottenTopic_v7(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v7(buf, pos):
+def _decode_FetchRequest_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.replica_id,
@@ -803,7 +803,7 @@ def _decode_FetchRequest_v7(buf, pos):
     return o, pos
 
 
-def _encode_ForgottenTopic_v7(o, out):
+def _encode_ForgottenTopic_v7(o: ForgottenTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("ForgottenTopic.topic: None in a non-nullable field")
@@ -822,7 +822,7 @@ def _encode_ForgottenTopic_v7(o, out):
     out += s.pack(*v)
 
 
-def _encode_FetchRequest_v7(o, out):
+def _encode_FetchRequest_v7(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 7-8")
     out += _p_iiiibii(
@@ -850,7 +850,7 @@ def _encode_FetchRequest_v7(o, out):
         _encode_ForgottenTopic_v7(x, out)
 
 
-def _decode_FetchPartition_v9(buf, pos):
+def _decode_FetchPartition_v9(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     (
         o.partition,
@@ -867,7 +867,7 @@ def _decode_FetchPartition_v9(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v9(buf, pos):
+def _decode_FetchTopic_v9(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -894,7 +894,7 @@ def _decode_FetchTopic_v9(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v9(buf, pos):
+def _decode_FetchRequest_v9(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.replica_id,
@@ -937,7 +937,7 @@ def _decode_FetchRequest_v9(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v9(o, out):
+def _encode_FetchPartition_v9(o: FetchPartition, out: bytearray) -> None:
     if o.last_fetched_epoch != -1:
         raise CodecError("FetchPartition.last_fetched_epoch cannot be set in versions 9-11")
     out += _p_iiqqi(
@@ -949,7 +949,7 @@ def _encode_FetchPartition_v9(o, out):
     )
 
 
-def _encode_FetchTopic_v9(o, out):
+def _encode_FetchTopic_v9(o: FetchTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
@@ -968,7 +968,7 @@ def _encode_FetchTopic_v9(o, out):
         _encode_FetchPartition_v9(x, out)
 
 
-def _encode_FetchRequest_v9(o, out):
+def _encode_FetchRequest_v9(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 9-10")
     out += _p_iiiibii(
@@ -996,7 +996,7 @@ def _encode_FetchRequest_v9(o, out):
         _encode_ForgottenTopic_v7(x, out)
 
 
-def _decode_FetchRequest_v11(buf, pos):
+def _decode_FetchRequest_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.replica_id,
@@ -1046,7 +1046,7 @@ def _decode_FetchRequest_v11(buf, pos):
     return o, pos
 
 
-def _encode_FetchRequest_v11(o, out):
+def _encode_FetchRequest_v11(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 11")
     out += _p_iiiibii(
@@ -1083,7 +1083,7 @@ def _encode_FetchRequest_v11(o, out):
     out += b
 
 
-def _decode_FetchPartition_v12(buf, pos):
+def _decode_FetchPartition_v12(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     (
         o.partition,
@@ -1136,7 +1136,7 @@ def _decode_FetchPartition_v12(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v12(buf, pos):
+def _decode_FetchTopic_v12(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     n = buf[pos]
     if n < 128:
@@ -1203,7 +1203,7 @@ def _decode_FetchTopic_v12(buf, pos):
     return o, pos
 
 
-def _decode_ForgottenTopic_v12(buf, pos):
+def _decode_ForgottenTopic_v12(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     o = _new(ForgottenTopic)
     n = buf[pos]
     if n < 128:
@@ -1268,7 +1268,7 @@ def _decode_ForgottenTopic_v12(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v12(buf, pos):
+def _decode_FetchRequest_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.replica_id,
@@ -1381,7 +1381,7 @@ def _decode_FetchRequest_v12(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v12(o, out):
+def _encode_FetchPartition_v12(o: FetchPartition, out: bytearray) -> None:
     out += _p_iiqiqi(
         o.partition,
         o.current_leader_epoch,
@@ -1397,7 +1397,7 @@ def _encode_FetchPartition_v12(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_FetchTopic_v12(o, out):
+def _encode_FetchTopic_v12(o: FetchTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
@@ -1427,7 +1427,7 @@ def _encode_FetchTopic_v12(o, out):
         out.append(0)
 
 
-def _encode_ForgottenTopic_v12(o, out):
+def _encode_ForgottenTopic_v12(o: ForgottenTopic, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("ForgottenTopic.topic: None in a non-nullable field")
@@ -1457,7 +1457,7 @@ def _encode_ForgottenTopic_v12(o, out):
         out.append(0)
 
 
-def _encode_FetchRequest_v12(o, out):
+def _encode_FetchRequest_v12(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 12")
     out += _p_iiiibii(
@@ -1524,7 +1524,7 @@ def _encode_FetchRequest_v12(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_FetchTopic_v13(buf, pos):
+def _decode_FetchTopic_v13(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1580,7 +1580,7 @@ def _decode_FetchTopic_v13(buf, pos):
     return o, pos
 
 
-def _decode_ForgottenTopic_v13(buf, pos):
+def _decode_ForgottenTopic_v13(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     o = _new(ForgottenTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1634,7 +1634,7 @@ def _decode_ForgottenTopic_v13(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v13(buf, pos):
+def _decode_FetchRequest_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.replica_id,
@@ -1747,7 +1747,7 @@ def _decode_FetchRequest_v13(buf, pos):
     return o, pos
 
 
-def _encode_FetchTopic_v13(o, out):
+def _encode_FetchTopic_v13(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1768,7 +1768,7 @@ def _encode_FetchTopic_v13(o, out):
         out.append(0)
 
 
-def _encode_ForgottenTopic_v13(o, out):
+def _encode_ForgottenTopic_v13(o: ForgottenTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ForgottenTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1789,7 +1789,7 @@ def _encode_ForgottenTopic_v13(o, out):
         out.append(0)
 
 
-def _encode_FetchRequest_v13(o, out):
+def _encode_FetchRequest_v13(o: FetchRequest, out: bytearray) -> None:
     if o.replica_state is not None and o.replica_state != _DEFAULT_ReplicaState:
         raise CodecError("FetchRequest.replica_state cannot be set in versions 13-14")
     out += _p_iiiibii(
@@ -1856,7 +1856,7 @@ def _encode_FetchRequest_v13(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_ReplicaState_v15(buf, pos):
+def _decode_ReplicaState_v15(buf: Buffer, pos: int) -> tuple[ReplicaState, int]:
     o = _new(ReplicaState)
     o.replica_id, o.replica_epoch = _u_iq(buf, pos)
     pos += 12
@@ -1895,7 +1895,7 @@ def _decode_ReplicaState_v15(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v15(buf, pos):
+def _decode_FetchRequest_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.max_wait_ms,
@@ -2008,7 +2008,7 @@ def _decode_FetchRequest_v15(buf, pos):
     return o, pos
 
 
-def _encode_ReplicaState_v15(o, out):
+def _encode_ReplicaState_v15(o: ReplicaState, out: bytearray) -> None:
     out += _p_iq(o.replica_id, o.replica_epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -2017,7 +2017,7 @@ def _encode_ReplicaState_v15(o, out):
         out.append(0)
 
 
-def _encode_FetchRequest_v15(o, out):
+def _encode_FetchRequest_v15(o: FetchRequest, out: bytearray) -> None:
     if o.replica_id != -1:
         raise CodecError("FetchRequest.replica_id cannot be set in versions 15-16")
     out += _p_iiibii(
@@ -2087,7 +2087,7 @@ def _encode_FetchRequest_v15(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_FetchPartition_v17(buf, pos):
+def _decode_FetchPartition_v17(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     (
         o.partition,
@@ -2143,7 +2143,7 @@ def _decode_FetchPartition_v17(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v17(buf, pos):
+def _decode_FetchTopic_v17(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -2199,7 +2199,7 @@ def _decode_FetchTopic_v17(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v17(buf, pos):
+def _decode_FetchRequest_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.max_wait_ms,
@@ -2312,7 +2312,7 @@ def _decode_FetchRequest_v17(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v17(o, out):
+def _encode_FetchPartition_v17(o: FetchPartition, out: bytearray) -> None:
     out += _p_iiqiqi(
         o.partition,
         o.current_leader_epoch,
@@ -2334,7 +2334,7 @@ def _encode_FetchPartition_v17(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_FetchTopic_v17(o, out):
+def _encode_FetchTopic_v17(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -2355,7 +2355,7 @@ def _encode_FetchTopic_v17(o, out):
         out.append(0)
 
 
-def _encode_FetchRequest_v17(o, out):
+def _encode_FetchRequest_v17(o: FetchRequest, out: bytearray) -> None:
     if o.replica_id != -1:
         raise CodecError("FetchRequest.replica_id cannot be set in versions 17")
     out += _p_iiibii(
@@ -2425,7 +2425,7 @@ def _encode_FetchRequest_v17(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_FetchPartition_v18(buf, pos):
+def _decode_FetchPartition_v18(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     (
         o.partition,
@@ -2482,7 +2482,7 @@ def _decode_FetchPartition_v18(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v18(buf, pos):
+def _decode_FetchTopic_v18(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -2538,7 +2538,7 @@ def _decode_FetchTopic_v18(buf, pos):
     return o, pos
 
 
-def _decode_FetchRequest_v18(buf, pos):
+def _decode_FetchRequest_v18(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     o = _new(FetchRequest)
     (
         o.max_wait_ms,
@@ -2651,7 +2651,7 @@ def _decode_FetchRequest_v18(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v18(o, out):
+def _encode_FetchPartition_v18(o: FetchPartition, out: bytearray) -> None:
     out += _p_iiqiqi(
         o.partition,
         o.current_leader_epoch,
@@ -2677,7 +2677,7 @@ def _encode_FetchPartition_v18(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_FetchTopic_v18(o, out):
+def _encode_FetchTopic_v18(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -2698,7 +2698,7 @@ def _encode_FetchTopic_v18(o, out):
         out.append(0)
 
 
-def _encode_FetchRequest_v18(o, out):
+def _encode_FetchRequest_v18(o: FetchRequest, out: bytearray) -> None:
     if o.replica_id != -1:
         raise CodecError("FetchRequest.replica_id cannot be set in versions 18")
     out += _p_iiibii(

@@ -520,7 +520,7 @@ class NodeEndpoint:
         return f"NodeEndpoint({fields})"
 
 
-def _decode_PartitionData_v0(buf, pos):
+def _decode_PartitionData_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     o.partition_index, o.error_code, o.high_watermark = _u_ihq(buf, pos)
     pos += 14
@@ -543,7 +543,7 @@ def _decode_PartitionData_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchableTopicResponse_v0(buf, pos):
+def _decode_FetchableTopicResponse_v0(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -570,7 +570,7 @@ def _decode_FetchableTopicResponse_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v0(buf, pos):
+def _decode_FetchResponse_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -592,7 +592,7 @@ def _decode_FetchResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_PartitionData_v0(o, out):
+def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
         raise CodecError("PartitionData.diverging_epoch cannot be set in versions 0-3")
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
@@ -611,7 +611,7 @@ def _encode_PartitionData_v0(o, out):
         out += v
 
 
-def _encode_FetchableTopicResponse_v0(o, out):
+def _encode_FetchableTopicResponse_v0(o: FetchableTopicResponse, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
@@ -630,7 +630,7 @@ def _encode_FetchableTopicResponse_v0(o, out):
         _encode_PartitionData_v0(x, out)
 
 
-def _encode_FetchResponse_v0(o, out):
+def _encode_FetchResponse_v0(o: FetchResponse, out: bytearray) -> None:
     if o.session_id != 0:
         raise CodecError("FetchResponse.session_id cannot be set in versions 0")
     if o.node_endpoints != []:
@@ -644,7 +644,7 @@ def _encode_FetchResponse_v0(o, out):
         _encode_FetchableTopicResponse_v0(x, out)
 
 
-def _decode_FetchResponse_v1(buf, pos):
+def _decode_FetchResponse_v1(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -667,7 +667,7 @@ def _decode_FetchResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_FetchResponse_v1(o, out):
+def _encode_FetchResponse_v1(o: FetchResponse, out: bytearray) -> None:
     if o.session_id != 0:
         raise CodecError("FetchResponse.session_id cannot be set in versions 1-3")
     if o.node_endpoints != []:
@@ -682,7 +682,7 @@ def _encode_FetchResponse_v1(o, out):
         _encode_FetchableTopicResponse_v0(x, out)
 
 
-def _decode_AbortedTransaction_v4(buf, pos):
+def _decode_AbortedTransaction_v4(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
     o = _new(AbortedTransaction)
     o.producer_id, o.first_offset = _u_qq(buf, pos)
     pos += 16
@@ -690,7 +690,7 @@ def _decode_AbortedTransaction_v4(buf, pos):
     return o, pos
 
 
-def _decode_PartitionData_v4(buf, pos):
+def _decode_PartitionData_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset = _u_ihqq(buf, pos)
     pos += 22
@@ -723,7 +723,7 @@ def _decode_PartitionData_v4(buf, pos):
     return o, pos
 
 
-def _decode_FetchableTopicResponse_v4(buf, pos):
+def _decode_FetchableTopicResponse_v4(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -750,7 +750,7 @@ def _decode_FetchableTopicResponse_v4(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v4(buf, pos):
+def _decode_FetchResponse_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -773,11 +773,11 @@ def _decode_FetchResponse_v4(buf, pos):
     return o, pos
 
 
-def _encode_AbortedTransaction_v4(o, out):
+def _encode_AbortedTransaction_v4(o: AbortedTransaction, out: bytearray) -> None:
     out += _p_qq(o.producer_id, o.first_offset)
 
 
-def _encode_PartitionData_v4(o, out):
+def _encode_PartitionData_v4(o: PartitionData, out: bytearray) -> None:
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
         raise CodecError("PartitionData.diverging_epoch cannot be set in versions 4")
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
@@ -804,7 +804,7 @@ def _encode_PartitionData_v4(o, out):
         out += v
 
 
-def _encode_FetchableTopicResponse_v4(o, out):
+def _encode_FetchableTopicResponse_v4(o: FetchableTopicResponse, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
@@ -823,7 +823,7 @@ def _encode_FetchableTopicResponse_v4(o, out):
         _encode_PartitionData_v4(x, out)
 
 
-def _encode_FetchResponse_v4(o, out):
+def _encode_FetchResponse_v4(o: FetchResponse, out: bytearray) -> None:
     if o.session_id != 0:
         raise CodecError("FetchResponse.session_id cannot be set in versions 4")
     if o.node_endpoints != []:
@@ -838,7 +838,7 @@ def _encode_FetchResponse_v4(o, out):
         _encode_FetchableTopicResponse_v4(x, out)
 
 
-def _decode_PartitionData_v5(buf, pos):
+def _decode_PartitionData_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     (
         o.partition_index,
@@ -876,7 +876,7 @@ def _decode_PartitionData_v5(buf, pos):
     return o, pos
 
 
-def _decode_FetchableTopicResponse_v5(buf, pos):
+def _decode_FetchableTopicResponse_v5(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -903,7 +903,7 @@ def _decode_FetchableTopicResponse_v5(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v5(buf, pos):
+def _decode_FetchResponse_v5(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -926,7 +926,7 @@ def _decode_FetchResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_PartitionData_v5(o, out):
+def _encode_PartitionData_v5(o: PartitionData, out: bytearray) -> None:
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
         raise CodecError("PartitionData.diverging_epoch cannot be set in versions 5-10")
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
@@ -959,7 +959,7 @@ def _encode_PartitionData_v5(o, out):
         out += v
 
 
-def _encode_FetchableTopicResponse_v5(o, out):
+def _encode_FetchableTopicResponse_v5(o: FetchableTopicResponse, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
@@ -978,7 +978,7 @@ def _encode_FetchableTopicResponse_v5(o, out):
         _encode_PartitionData_v5(x, out)
 
 
-def _encode_FetchResponse_v5(o, out):
+def _encode_FetchResponse_v5(o: FetchResponse, out: bytearray) -> None:
     if o.session_id != 0:
         raise CodecError("FetchResponse.session_id cannot be set in versions 5-6")
     if o.node_endpoints != []:
@@ -993,7 +993,7 @@ def _encode_FetchResponse_v5(o, out):
         _encode_FetchableTopicResponse_v5(x, out)
 
 
-def _decode_FetchResponse_v7(buf, pos):
+def _decode_FetchResponse_v7(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms, o.error_code, o.session_id = _u_ihi(buf, pos)
     pos += 10
@@ -1014,7 +1014,7 @@ def _decode_FetchResponse_v7(buf, pos):
     return o, pos
 
 
-def _encode_FetchResponse_v7(o, out):
+def _encode_FetchResponse_v7(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 7-10")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
@@ -1027,7 +1027,7 @@ def _encode_FetchResponse_v7(o, out):
         _encode_FetchableTopicResponse_v5(x, out)
 
 
-def _decode_PartitionData_v11(buf, pos):
+def _decode_PartitionData_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     (
         o.partition_index,
@@ -1066,7 +1066,7 @@ def _decode_PartitionData_v11(buf, pos):
     return o, pos
 
 
-def _decode_FetchableTopicResponse_v11(buf, pos):
+def _decode_FetchableTopicResponse_v11(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -1093,7 +1093,7 @@ def _decode_FetchableTopicResponse_v11(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v11(buf, pos):
+def _decode_FetchResponse_v11(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms, o.error_code, o.session_id = _u_ihi(buf, pos)
     pos += 10
@@ -1114,7 +1114,7 @@ def _decode_FetchResponse_v11(buf, pos):
     return o, pos
 
 
-def _encode_PartitionData_v11(o, out):
+def _encode_PartitionData_v11(o: PartitionData, out: bytearray) -> None:
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
         raise CodecError("PartitionData.diverging_epoch cannot be set in versions 11")
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
@@ -1146,7 +1146,7 @@ def _encode_PartitionData_v11(o, out):
         out += v
 
 
-def _encode_FetchableTopicResponse_v11(o, out):
+def _encode_FetchableTopicResponse_v11(o: FetchableTopicResponse, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
@@ -1165,7 +1165,7 @@ def _encode_FetchableTopicResponse_v11(o, out):
         _encode_PartitionData_v11(x, out)
 
 
-def _encode_FetchResponse_v11(o, out):
+def _encode_FetchResponse_v11(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 11")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
@@ -1178,7 +1178,7 @@ def _encode_FetchResponse_v11(o, out):
         _encode_FetchableTopicResponse_v11(x, out)
 
 
-def _decode_AbortedTransaction_v12(buf, pos):
+def _decode_AbortedTransaction_v12(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
     o = _new(AbortedTransaction)
     o.producer_id, o.first_offset = _u_qq(buf, pos)
     pos += 16
@@ -1217,7 +1217,7 @@ def _decode_AbortedTransaction_v12(buf, pos):
     return o, pos
 
 
-def _decode_EpochEndOffset_v12(buf, pos):
+def _decode_EpochEndOffset_v12(buf: Buffer, pos: int) -> tuple[EpochEndOffset, int]:
     o = _new(EpochEndOffset)
     o.epoch, o.end_offset = _u_iq(buf, pos)
     pos += 12
@@ -1256,7 +1256,7 @@ def _decode_EpochEndOffset_v12(buf, pos):
     return o, pos
 
 
-def _decode_LeaderIdAndEpoch_v12(buf, pos):
+def _decode_LeaderIdAndEpoch_v12(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _u_ii(buf, pos)
     pos += 8
@@ -1295,7 +1295,7 @@ def _decode_LeaderIdAndEpoch_v12(buf, pos):
     return o, pos
 
 
-def _decode_SnapshotId_v12(buf, pos):
+def _decode_SnapshotId_v12(buf: Buffer, pos: int) -> tuple[SnapshotId, int]:
     o = _new(SnapshotId)
     o.end_offset, o.epoch = _u_qi(buf, pos)
     pos += 12
@@ -1334,7 +1334,7 @@ def _decode_SnapshotId_v12(buf, pos):
     return o, pos
 
 
-def _decode_PartitionData_v12(buf, pos):
+def _decode_PartitionData_v12(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     (
         o.partition_index,
@@ -1420,7 +1420,7 @@ def _decode_PartitionData_v12(buf, pos):
     return o, pos
 
 
-def _decode_FetchableTopicResponse_v12(buf, pos):
+def _decode_FetchableTopicResponse_v12(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     n = buf[pos]
     if n < 128:
@@ -1487,7 +1487,7 @@ def _decode_FetchableTopicResponse_v12(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v12(buf, pos):
+def _decode_FetchResponse_v12(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms, o.error_code, o.session_id = _u_ihi(buf, pos)
     pos += 10
@@ -1548,7 +1548,7 @@ def _decode_FetchResponse_v12(buf, pos):
     return o, pos
 
 
-def _encode_AbortedTransaction_v12(o, out):
+def _encode_AbortedTransaction_v12(o: AbortedTransaction, out: bytearray) -> None:
     out += _p_qq(o.producer_id, o.first_offset)
     u = o.unknown_tagged_fields
     if u:
@@ -1557,7 +1557,7 @@ def _encode_AbortedTransaction_v12(o, out):
         out.append(0)
 
 
-def _encode_EpochEndOffset_v12(o, out):
+def _encode_EpochEndOffset_v12(o: EpochEndOffset, out: bytearray) -> None:
     out += _p_iq(o.epoch, o.end_offset)
     u = o.unknown_tagged_fields
     if u:
@@ -1566,7 +1566,7 @@ def _encode_EpochEndOffset_v12(o, out):
         out.append(0)
 
 
-def _encode_LeaderIdAndEpoch_v12(o, out):
+def _encode_LeaderIdAndEpoch_v12(o: LeaderIdAndEpoch, out: bytearray) -> None:
     out += _p_ii(o.leader_id, o.leader_epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -1575,7 +1575,7 @@ def _encode_LeaderIdAndEpoch_v12(o, out):
         out.append(0)
 
 
-def _encode_SnapshotId_v12(o, out):
+def _encode_SnapshotId_v12(o: SnapshotId, out: bytearray) -> None:
     out += _p_qi(o.end_offset, o.epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -1584,7 +1584,7 @@ def _encode_SnapshotId_v12(o, out):
         out.append(0)
 
 
-def _encode_PartitionData_v12(o, out):
+def _encode_PartitionData_v12(o: PartitionData, out: bytearray) -> None:
     out += _p_ihqqq(
         o.partition_index,
         o.error_code,
@@ -1633,7 +1633,7 @@ def _encode_PartitionData_v12(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_FetchableTopicResponse_v12(o, out):
+def _encode_FetchableTopicResponse_v12(o: FetchableTopicResponse, out: bytearray) -> None:
     v = o.topic
     if v is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
@@ -1663,7 +1663,7 @@ def _encode_FetchableTopicResponse_v12(o, out):
         out.append(0)
 
 
-def _encode_FetchResponse_v12(o, out):
+def _encode_FetchResponse_v12(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 12")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
@@ -1684,7 +1684,7 @@ def _encode_FetchResponse_v12(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_FetchableTopicResponse_v13(buf, pos):
+def _decode_FetchableTopicResponse_v13(buf: Buffer, pos: int) -> tuple[FetchableTopicResponse, int]:
     o = _new(FetchableTopicResponse)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1740,7 +1740,7 @@ def _decode_FetchableTopicResponse_v13(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v13(buf, pos):
+def _decode_FetchResponse_v13(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms, o.error_code, o.session_id = _u_ihi(buf, pos)
     pos += 10
@@ -1801,7 +1801,7 @@ def _decode_FetchResponse_v13(buf, pos):
     return o, pos
 
 
-def _encode_FetchableTopicResponse_v13(o, out):
+def _encode_FetchableTopicResponse_v13(o: FetchableTopicResponse, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1822,7 +1822,7 @@ def _encode_FetchableTopicResponse_v13(o, out):
         out.append(0)
 
 
-def _encode_FetchResponse_v13(o, out):
+def _encode_FetchResponse_v13(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 13-15")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
@@ -1843,7 +1843,7 @@ def _encode_FetchResponse_v13(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_NodeEndpoint_v16(buf, pos):
+def _decode_NodeEndpoint_v16(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     o = _new(NodeEndpoint)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -1910,7 +1910,7 @@ def _decode_NodeEndpoint_v16(buf, pos):
     return o, pos
 
 
-def _decode_FetchResponse_v16(buf, pos):
+def _decode_FetchResponse_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
     o = _new(FetchResponse)
     o.throttle_time_ms, o.error_code, o.session_id = _u_ihi(buf, pos)
     pos += 10
@@ -1986,7 +1986,7 @@ def _decode_FetchResponse_v16(buf, pos):
     return o, pos
 
 
-def _encode_NodeEndpoint_v16(o, out):
+def _encode_NodeEndpoint_v16(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -2021,7 +2021,7 @@ def _encode_NodeEndpoint_v16(o, out):
         out.append(0)
 
 
-def _encode_FetchResponse_v16(o, out):
+def _encode_FetchResponse_v16(o: FetchResponse, out: bytearray) -> None:
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
     v = o.responses
     if v is None:

@@ -134,7 +134,7 @@ class FindCoordinatorRequest:
             raise
 
 
-def _decode_FindCoordinatorRequest_v0(buf, pos):
+def _decode_FindCoordinatorRequest_v0(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
     o = _new(FindCoordinatorRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -150,7 +150,7 @@ def _decode_FindCoordinatorRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorRequest_v0(o, out):
+def _encode_FindCoordinatorRequest_v0(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.key_type != 0:
         raise CodecError("FindCoordinatorRequest.key_type cannot be set in versions 0")
     if o.coordinator_keys != []:
@@ -166,7 +166,7 @@ def _encode_FindCoordinatorRequest_v0(o, out):
     out += b
 
 
-def _decode_FindCoordinatorRequest_v1(buf, pos):
+def _decode_FindCoordinatorRequest_v1(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
     o = _new(FindCoordinatorRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -183,7 +183,7 @@ def _decode_FindCoordinatorRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorRequest_v1(o, out):
+def _encode_FindCoordinatorRequest_v1(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.coordinator_keys != []:
         raise CodecError("FindCoordinatorRequest.coordinator_keys cannot be set in versions 1-2")
     v = o.key
@@ -198,7 +198,7 @@ def _encode_FindCoordinatorRequest_v1(o, out):
     out += _p_b(o.key_type)
 
 
-def _decode_FindCoordinatorRequest_v3(buf, pos):
+def _decode_FindCoordinatorRequest_v3(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
     o = _new(FindCoordinatorRequest)
     n = buf[pos]
     if n < 128:
@@ -251,7 +251,7 @@ def _decode_FindCoordinatorRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorRequest_v3(o, out):
+def _encode_FindCoordinatorRequest_v3(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.coordinator_keys != []:
         raise CodecError("FindCoordinatorRequest.coordinator_keys cannot be set in versions 3")
     v = o.key
@@ -274,7 +274,7 @@ def _encode_FindCoordinatorRequest_v3(o, out):
         out.append(0)
 
 
-def _decode_FindCoordinatorRequest_v4(buf, pos):
+def _decode_FindCoordinatorRequest_v4(buf: Buffer, pos: int) -> tuple[FindCoordinatorRequest, int]:
     o = _new(FindCoordinatorRequest)
     o.key_type = _u_b(buf, pos)[0]
     pos += 1
@@ -344,7 +344,7 @@ def _decode_FindCoordinatorRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorRequest_v4(o, out):
+def _encode_FindCoordinatorRequest_v4(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.key != '':
         raise CodecError("FindCoordinatorRequest.key cannot be set in versions 4-6")
     out += _p_b(o.key_type)

@@ -228,7 +228,9 @@ class Coordinator:
         return f"Coordinator({fields})"
 
 
-def _decode_FindCoordinatorResponse_v0(buf, pos):
+def _decode_FindCoordinatorResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[FindCoordinatorResponse, int]:
     o = _new(FindCoordinatorResponse)
     o.error_code, o.node_id = _u_hi(buf, pos)
     pos += 6
@@ -249,7 +251,7 @@ def _decode_FindCoordinatorResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorResponse_v0(o, out):
+def _encode_FindCoordinatorResponse_v0(o: FindCoordinatorResponse, out: bytearray) -> None:
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 0")
     out += _p_hi(o.error_code, o.node_id)
@@ -265,7 +267,9 @@ def _encode_FindCoordinatorResponse_v0(o, out):
     out += _p_i(o.port)
 
 
-def _decode_FindCoordinatorResponse_v1(buf, pos):
+def _decode_FindCoordinatorResponse_v1(
+    buf: Buffer, pos: int
+) -> tuple[FindCoordinatorResponse, int]:
     o = _new(FindCoordinatorResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -294,7 +298,7 @@ def _decode_FindCoordinatorResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorResponse_v1(o, out):
+def _encode_FindCoordinatorResponse_v1(o: FindCoordinatorResponse, out: bytearray) -> None:
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 1-2")
     out += _p_ih(o.throttle_time_ms, o.error_code)
@@ -321,7 +325,9 @@ def _encode_FindCoordinatorResponse_v1(o, out):
     out += _p_i(o.port)
 
 
-def _decode_FindCoordinatorResponse_v3(buf, pos):
+def _decode_FindCoordinatorResponse_v3(
+    buf: Buffer, pos: int
+) -> tuple[FindCoordinatorResponse, int]:
     o = _new(FindCoordinatorResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -391,7 +397,7 @@ def _decode_FindCoordinatorResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_FindCoordinatorResponse_v3(o, out):
+def _encode_FindCoordinatorResponse_v3(o: FindCoordinatorResponse, out: bytearray) -> None:
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 3")
     out += _p_ih(o.throttle_time_ms, o.error_code)
@@ -429,7 +435,7 @@ def _encode_FindCoordinatorResponse_v3(o, out):
         out.append(0)
 
 
-def _decode_Coordinator_v4(buf, pos):
+def _decode_Coordinator_v4(buf: Buffer, pos: int) -> tuple[Coordinator, int]:
     o = _new(Coordinator)
     n = buf[pos]
     if n < 128:
@@ -509,7 +515,9 @@ def _decode_Coordinator_v4(buf, pos):
     return o, pos
 
 
-def _decode_FindCoordinatorResponse_v4(buf, pos):
+def _decode_FindCoordinatorResponse_v4(
+    buf: Buffer, pos: int
+) -> tuple[FindCoordinatorResponse, int]:
     o = _new(FindCoordinatorResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -569,7 +577,7 @@ def _decode_FindCoordinatorResponse_v4(buf, pos):
     return o, pos
 
 
-def _encode_Coordinator_v4(o, out):
+def _encode_Coordinator_v4(o: Coordinator, out: bytearray) -> None:
     v = o.key
     if v is None:
         raise CodecError("Coordinator.key: None in a non-nullable field")
@@ -616,7 +624,7 @@ def _encode_Coordinator_v4(o, out):
         out.append(0)
 
 
-def _encode_FindCoordinatorResponse_v4(o, out):
+def _encode_FindCoordinatorResponse_v4(o: FindCoordinatorResponse, out: bytearray) -> None:
     if o.error_code != 0:
         raise CodecError("FindCoordinatorResponse.error_code cannot be set in versions 4-6")
     if o.node_id != 0:

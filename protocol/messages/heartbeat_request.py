@@ -140,7 +140,7 @@ class HeartbeatRequest:
             raise
 
 
-def _decode_HeartbeatRequest_v0(buf, pos):
+def _decode_HeartbeatRequest_v0(buf: Buffer, pos: int) -> tuple[HeartbeatRequest, int]:
     o = _new(HeartbeatRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -165,7 +165,7 @@ def _decode_HeartbeatRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatRequest_v0(o, out):
+def _encode_HeartbeatRequest_v0(o: HeartbeatRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("HeartbeatRequest.group_instance_id cannot be set in versions 0-2")
     v = o.group_id
@@ -189,7 +189,7 @@ def _encode_HeartbeatRequest_v0(o, out):
     out += b
 
 
-def _decode_HeartbeatRequest_v3(buf, pos):
+def _decode_HeartbeatRequest_v3(buf: Buffer, pos: int) -> tuple[HeartbeatRequest, int]:
     o = _new(HeartbeatRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -221,7 +221,7 @@ def _decode_HeartbeatRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatRequest_v3(o, out):
+def _encode_HeartbeatRequest_v3(o: HeartbeatRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("HeartbeatRequest.group_id: None in a non-nullable field")
@@ -253,7 +253,7 @@ def _encode_HeartbeatRequest_v3(o, out):
         out += b
 
 
-def _decode_HeartbeatRequest_v4(buf, pos):
+def _decode_HeartbeatRequest_v4(buf: Buffer, pos: int) -> tuple[HeartbeatRequest, int]:
     o = _new(HeartbeatRequest)
     n = buf[pos]
     if n < 128:
@@ -331,7 +331,7 @@ def _decode_HeartbeatRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatRequest_v4(o, out):
+def _encode_HeartbeatRequest_v4(o: HeartbeatRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("HeartbeatRequest.group_id: None in a non-nullable field")

@@ -126,7 +126,7 @@ class HeartbeatResponse:
             raise
 
 
-def _decode_HeartbeatResponse_v0(buf, pos):
+def _decode_HeartbeatResponse_v0(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     o = _new(HeartbeatResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -135,11 +135,11 @@ def _decode_HeartbeatResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatResponse_v0(o, out):
+def _encode_HeartbeatResponse_v0(o: HeartbeatResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
 
 
-def _decode_HeartbeatResponse_v1(buf, pos):
+def _decode_HeartbeatResponse_v1(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     o = _new(HeartbeatResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -147,11 +147,11 @@ def _decode_HeartbeatResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatResponse_v1(o, out):
+def _encode_HeartbeatResponse_v1(o: HeartbeatResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
 
 
-def _decode_HeartbeatResponse_v4(buf, pos):
+def _decode_HeartbeatResponse_v4(buf: Buffer, pos: int) -> tuple[HeartbeatResponse, int]:
     o = _new(HeartbeatResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -190,7 +190,7 @@ def _decode_HeartbeatResponse_v4(buf, pos):
     return o, pos
 
 
-def _encode_HeartbeatResponse_v4(o, out):
+def _encode_HeartbeatResponse_v4(o: HeartbeatResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     u = o.unknown_tagged_fields
     if u:

@@ -208,7 +208,9 @@ class JoinGroupRequestProtocol:
         return f"JoinGroupRequestProtocol({fields})"
 
 
-def _decode_JoinGroupRequestProtocol_v0(buf, pos):
+def _decode_JoinGroupRequestProtocol_v0(
+    buf: Buffer, pos: int
+) -> tuple[JoinGroupRequestProtocol, int]:
     o = _new(JoinGroupRequestProtocol)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -230,7 +232,7 @@ def _decode_JoinGroupRequestProtocol_v0(buf, pos):
     return o, pos
 
 
-def _decode_JoinGroupRequest_v0(buf, pos):
+def _decode_JoinGroupRequest_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
     o = _new(JoinGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -277,7 +279,7 @@ def _decode_JoinGroupRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupRequestProtocol_v0(o, out):
+def _encode_JoinGroupRequestProtocol_v0(o: JoinGroupRequestProtocol, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("JoinGroupRequestProtocol.name: None in a non-nullable field")
@@ -295,7 +297,7 @@ def _encode_JoinGroupRequestProtocol_v0(o, out):
     out += v
 
 
-def _encode_JoinGroupRequest_v0(o, out):
+def _encode_JoinGroupRequest_v0(o: JoinGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("JoinGroupRequest.group_instance_id cannot be set in versions 0")
     v = o.group_id
@@ -335,7 +337,7 @@ def _encode_JoinGroupRequest_v0(o, out):
         _encode_JoinGroupRequestProtocol_v0(x, out)
 
 
-def _decode_JoinGroupRequest_v1(buf, pos):
+def _decode_JoinGroupRequest_v1(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
     o = _new(JoinGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -381,7 +383,7 @@ def _decode_JoinGroupRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupRequest_v1(o, out):
+def _encode_JoinGroupRequest_v1(o: JoinGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("JoinGroupRequest.group_instance_id cannot be set in versions 1-4")
     v = o.group_id
@@ -421,7 +423,7 @@ def _encode_JoinGroupRequest_v1(o, out):
         _encode_JoinGroupRequestProtocol_v0(x, out)
 
 
-def _decode_JoinGroupRequest_v5(buf, pos):
+def _decode_JoinGroupRequest_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
     o = _new(JoinGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -474,7 +476,7 @@ def _decode_JoinGroupRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupRequest_v5(o, out):
+def _encode_JoinGroupRequest_v5(o: JoinGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
@@ -522,7 +524,9 @@ def _encode_JoinGroupRequest_v5(o, out):
         _encode_JoinGroupRequestProtocol_v0(x, out)
 
 
-def _decode_JoinGroupRequestProtocol_v6(buf, pos):
+def _decode_JoinGroupRequestProtocol_v6(
+    buf: Buffer, pos: int
+) -> tuple[JoinGroupRequestProtocol, int]:
     o = _new(JoinGroupRequestProtocol)
     n = buf[pos]
     if n < 128:
@@ -583,7 +587,7 @@ def _decode_JoinGroupRequestProtocol_v6(buf, pos):
     return o, pos
 
 
-def _decode_JoinGroupRequest_v6(buf, pos):
+def _decode_JoinGroupRequest_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
     o = _new(JoinGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -691,7 +695,7 @@ def _decode_JoinGroupRequest_v6(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupRequestProtocol_v6(o, out):
+def _encode_JoinGroupRequestProtocol_v6(o: JoinGroupRequestProtocol, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("JoinGroupRequestProtocol.name: None in a non-nullable field")
@@ -720,7 +724,7 @@ def _encode_JoinGroupRequestProtocol_v6(o, out):
         out.append(0)
 
 
-def _encode_JoinGroupRequest_v6(o, out):
+def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
@@ -788,7 +792,7 @@ def _encode_JoinGroupRequest_v6(o, out):
         out.append(0)
 
 
-def _decode_JoinGroupRequest_v8(buf, pos):
+def _decode_JoinGroupRequest_v8(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
     o = _new(JoinGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -908,7 +912,7 @@ def _decode_JoinGroupRequest_v8(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupRequest_v8(o, out):
+def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")

@@ -221,7 +221,9 @@ class JoinGroupResponseMember:
         return f"JoinGroupResponseMember({fields})"
 
 
-def _decode_JoinGroupResponseMember_v0(buf, pos):
+def _decode_JoinGroupResponseMember_v0(
+    buf: Buffer, pos: int
+) -> tuple[JoinGroupResponseMember, int]:
     o = _new(JoinGroupResponseMember)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -244,7 +246,7 @@ def _decode_JoinGroupResponseMember_v0(buf, pos):
     return o, pos
 
 
-def _decode_JoinGroupResponse_v0(buf, pos):
+def _decode_JoinGroupResponse_v0(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.error_code, o.generation_id = _u_hi(buf, pos)
     pos += 6
@@ -291,7 +293,7 @@ def _decode_JoinGroupResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponseMember_v0(o, out):
+def _encode_JoinGroupResponseMember_v0(o: JoinGroupResponseMember, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
@@ -309,7 +311,7 @@ def _encode_JoinGroupResponseMember_v0(o, out):
     out += v
 
 
-def _encode_JoinGroupResponse_v0(o, out):
+def _encode_JoinGroupResponse_v0(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 0-1")
     out += _p_hi(o.error_code, o.generation_id)
@@ -349,7 +351,7 @@ def _encode_JoinGroupResponse_v0(o, out):
         _encode_JoinGroupResponseMember_v0(x, out)
 
 
-def _decode_JoinGroupResponse_v2(buf, pos):
+def _decode_JoinGroupResponse_v2(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.throttle_time_ms, o.error_code, o.generation_id = _u_ihi(buf, pos)
     pos += 10
@@ -395,7 +397,7 @@ def _decode_JoinGroupResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponse_v2(o, out):
+def _encode_JoinGroupResponse_v2(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 2-4")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -435,7 +437,9 @@ def _encode_JoinGroupResponse_v2(o, out):
         _encode_JoinGroupResponseMember_v0(x, out)
 
 
-def _decode_JoinGroupResponseMember_v5(buf, pos):
+def _decode_JoinGroupResponseMember_v5(
+    buf: Buffer, pos: int
+) -> tuple[JoinGroupResponseMember, int]:
     o = _new(JoinGroupResponseMember)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -465,7 +469,7 @@ def _decode_JoinGroupResponseMember_v5(buf, pos):
     return o, pos
 
 
-def _decode_JoinGroupResponse_v5(buf, pos):
+def _decode_JoinGroupResponse_v5(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.throttle_time_ms, o.error_code, o.generation_id = _u_ihi(buf, pos)
     pos += 10
@@ -511,7 +515,7 @@ def _decode_JoinGroupResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponseMember_v5(o, out):
+def _encode_JoinGroupResponseMember_v5(o: JoinGroupResponseMember, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
@@ -539,7 +543,7 @@ def _encode_JoinGroupResponseMember_v5(o, out):
     out += v
 
 
-def _encode_JoinGroupResponse_v5(o, out):
+def _encode_JoinGroupResponse_v5(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 5")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -579,7 +583,9 @@ def _encode_JoinGroupResponse_v5(o, out):
         _encode_JoinGroupResponseMember_v5(x, out)
 
 
-def _decode_JoinGroupResponseMember_v6(buf, pos):
+def _decode_JoinGroupResponseMember_v6(
+    buf: Buffer, pos: int
+) -> tuple[JoinGroupResponseMember, int]:
     o = _new(JoinGroupResponseMember)
     n = buf[pos]
     if n < 128:
@@ -653,7 +659,7 @@ def _decode_JoinGroupResponseMember_v6(buf, pos):
     return o, pos
 
 
-def _decode_JoinGroupResponse_v6(buf, pos):
+def _decode_JoinGroupResponse_v6(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.throttle_time_ms, o.error_code, o.generation_id = _u_ihi(buf, pos)
     pos += 10
@@ -749,7 +755,7 @@ def _decode_JoinGroupResponse_v6(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponseMember_v6(o, out):
+def _encode_JoinGroupResponseMember_v6(o: JoinGroupResponseMember, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
@@ -791,7 +797,7 @@ def _encode_JoinGroupResponseMember_v6(o, out):
         out.append(0)
 
 
-def _encode_JoinGroupResponse_v6(o, out):
+def _encode_JoinGroupResponse_v6(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 6")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -848,7 +854,7 @@ def _encode_JoinGroupResponse_v6(o, out):
         out.append(0)
 
 
-def _decode_JoinGroupResponse_v7(buf, pos):
+def _decode_JoinGroupResponse_v7(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.throttle_time_ms, o.error_code, o.generation_id = _u_ihi(buf, pos)
     pos += 10
@@ -956,7 +962,7 @@ def _decode_JoinGroupResponse_v7(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponse_v7(o, out):
+def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 7-8")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
@@ -1027,7 +1033,7 @@ def _encode_JoinGroupResponse_v7(o, out):
         out.append(0)
 
 
-def _decode_JoinGroupResponse_v9(buf, pos):
+def _decode_JoinGroupResponse_v9(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
     o = _new(JoinGroupResponse)
     o.throttle_time_ms, o.error_code, o.generation_id = _u_ihi(buf, pos)
     pos += 10
@@ -1136,7 +1142,7 @@ def _decode_JoinGroupResponse_v9(buf, pos):
     return o, pos
 
 
-def _encode_JoinGroupResponse_v9(o, out):
+def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
     v = o.protocol_type
     if v is None:

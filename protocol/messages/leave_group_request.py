@@ -176,7 +176,7 @@ class MemberIdentity:
         return f"MemberIdentity({fields})"
 
 
-def _decode_LeaveGroupRequest_v0(buf, pos):
+def _decode_LeaveGroupRequest_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     o = _new(LeaveGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -199,7 +199,7 @@ def _decode_LeaveGroupRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_LeaveGroupRequest_v0(o, out):
+def _encode_LeaveGroupRequest_v0(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.members != []:
         raise CodecError("LeaveGroupRequest.members cannot be set in versions 0-2")
     v = o.group_id
@@ -222,7 +222,7 @@ def _encode_LeaveGroupRequest_v0(o, out):
     out += b
 
 
-def _decode_MemberIdentity_v3(buf, pos):
+def _decode_MemberIdentity_v3(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
     o = _new(MemberIdentity)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -245,7 +245,7 @@ def _decode_MemberIdentity_v3(buf, pos):
     return o, pos
 
 
-def _decode_LeaveGroupRequest_v3(buf, pos):
+def _decode_LeaveGroupRequest_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     o = _new(LeaveGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -272,7 +272,7 @@ def _decode_LeaveGroupRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_MemberIdentity_v3(o, out):
+def _encode_MemberIdentity_v3(o: MemberIdentity, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
@@ -294,7 +294,7 @@ def _encode_MemberIdentity_v3(o, out):
         out += b
 
 
-def _encode_LeaveGroupRequest_v3(o, out):
+def _encode_LeaveGroupRequest_v3(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 3")
     v = o.group_id
@@ -315,7 +315,7 @@ def _encode_LeaveGroupRequest_v3(o, out):
         _encode_MemberIdentity_v3(x, out)
 
 
-def _decode_MemberIdentity_v4(buf, pos):
+def _decode_MemberIdentity_v4(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
     o = _new(MemberIdentity)
     n = buf[pos]
     if n < 128:
@@ -379,7 +379,7 @@ def _decode_MemberIdentity_v4(buf, pos):
     return o, pos
 
 
-def _decode_LeaveGroupRequest_v4(buf, pos):
+def _decode_LeaveGroupRequest_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     o = _new(LeaveGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -446,7 +446,7 @@ def _decode_LeaveGroupRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_MemberIdentity_v4(o, out):
+def _encode_MemberIdentity_v4(o: MemberIdentity, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
@@ -479,7 +479,7 @@ def _encode_MemberIdentity_v4(o, out):
         out.append(0)
 
 
-def _encode_LeaveGroupRequest_v4(o, out):
+def _encode_LeaveGroupRequest_v4(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 4")
     v = o.group_id
@@ -511,7 +511,7 @@ def _encode_LeaveGroupRequest_v4(o, out):
         out.append(0)
 
 
-def _decode_MemberIdentity_v5(buf, pos):
+def _decode_MemberIdentity_v5(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
     o = _new(MemberIdentity)
     n = buf[pos]
     if n < 128:
@@ -587,7 +587,7 @@ def _decode_MemberIdentity_v5(buf, pos):
     return o, pos
 
 
-def _decode_LeaveGroupRequest_v5(buf, pos):
+def _decode_LeaveGroupRequest_v5(buf: Buffer, pos: int) -> tuple[LeaveGroupRequest, int]:
     o = _new(LeaveGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -654,7 +654,7 @@ def _decode_LeaveGroupRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_MemberIdentity_v5(o, out):
+def _encode_MemberIdentity_v5(o: MemberIdentity, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
@@ -700,7 +700,7 @@ def _encode_MemberIdentity_v5(o, out):
         out.append(0)
 
 
-def _encode_LeaveGroupRequest_v5(o, out):
+def _encode_LeaveGroupRequest_v5(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 5")
     v = o.group_id

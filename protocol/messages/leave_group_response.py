@@ -180,7 +180,7 @@ class MemberResponse:
         return f"MemberResponse({fields})"
 
 
-def _decode_LeaveGroupResponse_v0(buf, pos):
+def _decode_LeaveGroupResponse_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     o = _new(LeaveGroupResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -190,13 +190,13 @@ def _decode_LeaveGroupResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_LeaveGroupResponse_v0(o, out):
+def _encode_LeaveGroupResponse_v0(o: LeaveGroupResponse, out: bytearray) -> None:
     if o.members != []:
         raise CodecError("LeaveGroupResponse.members cannot be set in versions 0")
     out += _p_h(o.error_code)
 
 
-def _decode_LeaveGroupResponse_v1(buf, pos):
+def _decode_LeaveGroupResponse_v1(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     o = _new(LeaveGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -205,13 +205,13 @@ def _decode_LeaveGroupResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_LeaveGroupResponse_v1(o, out):
+def _encode_LeaveGroupResponse_v1(o: LeaveGroupResponse, out: bytearray) -> None:
     if o.members != []:
         raise CodecError("LeaveGroupResponse.members cannot be set in versions 1-2")
     out += _p_ih(o.throttle_time_ms, o.error_code)
 
 
-def _decode_MemberResponse_v3(buf, pos):
+def _decode_MemberResponse_v3(buf: Buffer, pos: int) -> tuple[MemberResponse, int]:
     o = _new(MemberResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -235,7 +235,7 @@ def _decode_MemberResponse_v3(buf, pos):
     return o, pos
 
 
-def _decode_LeaveGroupResponse_v3(buf, pos):
+def _decode_LeaveGroupResponse_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     o = _new(LeaveGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -255,7 +255,7 @@ def _decode_LeaveGroupResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_MemberResponse_v3(o, out):
+def _encode_MemberResponse_v3(o: MemberResponse, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("MemberResponse.member_id: None in a non-nullable field")
@@ -278,7 +278,7 @@ def _encode_MemberResponse_v3(o, out):
     out += _p_h(o.error_code)
 
 
-def _encode_LeaveGroupResponse_v3(o, out):
+def _encode_LeaveGroupResponse_v3(o: LeaveGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.members
     if v is None:
@@ -289,7 +289,7 @@ def _encode_LeaveGroupResponse_v3(o, out):
         _encode_MemberResponse_v3(x, out)
 
 
-def _decode_MemberResponse_v4(buf, pos):
+def _decode_MemberResponse_v4(buf: Buffer, pos: int) -> tuple[MemberResponse, int]:
     o = _new(MemberResponse)
     n = buf[pos]
     if n < 128:
@@ -354,7 +354,7 @@ def _decode_MemberResponse_v4(buf, pos):
     return o, pos
 
 
-def _decode_LeaveGroupResponse_v4(buf, pos):
+def _decode_LeaveGroupResponse_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupResponse, int]:
     o = _new(LeaveGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -409,7 +409,7 @@ def _decode_LeaveGroupResponse_v4(buf, pos):
     return o, pos
 
 
-def _encode_MemberResponse_v4(o, out):
+def _encode_MemberResponse_v4(o: MemberResponse, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("MemberResponse.member_id: None in a non-nullable field")
@@ -443,7 +443,7 @@ def _encode_MemberResponse_v4(o, out):
         out.append(0)
 
 
-def _encode_LeaveGroupResponse_v4(o, out):
+def _encode_LeaveGroupResponse_v4(o: LeaveGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.members
     if v is None:

@@ -198,7 +198,7 @@ class MetadataRequestTopic:
         return f"MetadataRequestTopic({fields})"
 
 
-def _decode_MetadataRequestTopic_v0(buf, pos):
+def _decode_MetadataRequestTopic_v0(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     o = _new(MetadataRequestTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -213,7 +213,7 @@ def _decode_MetadataRequestTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_MetadataRequest_v0(buf, pos):
+def _decode_MetadataRequest_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -234,7 +234,7 @@ def _decode_MetadataRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequestTopic_v0(o, out):
+def _encode_MetadataRequestTopic_v0(o: MetadataRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("MetadataRequestTopic.name: None in a non-nullable field")
@@ -246,7 +246,7 @@ def _encode_MetadataRequestTopic_v0(o, out):
     out += b
 
 
-def _encode_MetadataRequest_v0(o, out):
+def _encode_MetadataRequest_v0(o: MetadataRequest, out: bytearray) -> None:
     if not o.allow_auto_topic_creation:
         raise CodecError("MetadataRequest.allow_auto_topic_creation cannot be set in versions 0")
     if o.include_cluster_authorized_operations:
@@ -266,7 +266,7 @@ def _encode_MetadataRequest_v0(o, out):
         _encode_MetadataRequestTopic_v0(x, out)
 
 
-def _decode_MetadataRequest_v1(buf, pos):
+def _decode_MetadataRequest_v1(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -287,7 +287,7 @@ def _decode_MetadataRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequest_v1(o, out):
+def _encode_MetadataRequest_v1(o: MetadataRequest, out: bytearray) -> None:
     if not o.allow_auto_topic_creation:
         raise CodecError("MetadataRequest.allow_auto_topic_creation cannot be set in versions 1-3")
     if o.include_cluster_authorized_operations:
@@ -308,7 +308,7 @@ def _encode_MetadataRequest_v1(o, out):
             _encode_MetadataRequestTopic_v0(x, out)
 
 
-def _decode_MetadataRequest_v4(buf, pos):
+def _decode_MetadataRequest_v4(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -330,7 +330,7 @@ def _decode_MetadataRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequest_v4(o, out):
+def _encode_MetadataRequest_v4(o: MetadataRequest, out: bytearray) -> None:
     if o.include_cluster_authorized_operations:
         raise CodecError(
             "MetadataRequest.include_cluster_authorized_operations cannot be set in versions 4-7"
@@ -350,7 +350,7 @@ def _encode_MetadataRequest_v4(o, out):
     out += _p_z(o.allow_auto_topic_creation)
 
 
-def _decode_MetadataRequest_v8(buf, pos):
+def _decode_MetadataRequest_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -374,7 +374,7 @@ def _decode_MetadataRequest_v8(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequest_v8(o, out):
+def _encode_MetadataRequest_v8(o: MetadataRequest, out: bytearray) -> None:
     v = o.topics
     if v is None:
         out += b"\xff\xff\xff\xff"
@@ -390,7 +390,7 @@ def _encode_MetadataRequest_v8(o, out):
     )
 
 
-def _decode_MetadataRequestTopic_v9(buf, pos):
+def _decode_MetadataRequestTopic_v9(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     o = _new(MetadataRequestTopic)
     n = buf[pos]
     if n < 128:
@@ -441,7 +441,7 @@ def _decode_MetadataRequestTopic_v9(buf, pos):
     return o, pos
 
 
-def _decode_MetadataRequest_v9(buf, pos):
+def _decode_MetadataRequest_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = buf[pos]
     if c < 128:
@@ -500,7 +500,7 @@ def _decode_MetadataRequest_v9(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequestTopic_v9(o, out):
+def _encode_MetadataRequestTopic_v9(o: MetadataRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("MetadataRequestTopic.name: None in a non-nullable field")
@@ -520,7 +520,7 @@ def _encode_MetadataRequestTopic_v9(o, out):
         out.append(0)
 
 
-def _encode_MetadataRequest_v9(o, out):
+def _encode_MetadataRequest_v9(o: MetadataRequest, out: bytearray) -> None:
     v = o.topics
     if v is None:
         out.append(0)
@@ -544,7 +544,7 @@ def _encode_MetadataRequest_v9(o, out):
         out.append(0)
 
 
-def _decode_MetadataRequestTopic_v10(buf, pos):
+def _decode_MetadataRequestTopic_v10(buf: Buffer, pos: int) -> tuple[MetadataRequestTopic, int]:
     o = _new(MetadataRequestTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -596,7 +596,7 @@ def _decode_MetadataRequestTopic_v10(buf, pos):
     return o, pos
 
 
-def _decode_MetadataRequest_v10(buf, pos):
+def _decode_MetadataRequest_v10(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = buf[pos]
     if c < 128:
@@ -655,7 +655,7 @@ def _decode_MetadataRequest_v10(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequestTopic_v10(o, out):
+def _encode_MetadataRequestTopic_v10(o: MetadataRequestTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("MetadataRequestTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -679,7 +679,7 @@ def _encode_MetadataRequestTopic_v10(o, out):
         out.append(0)
 
 
-def _encode_MetadataRequest_v10(o, out):
+def _encode_MetadataRequest_v10(o: MetadataRequest, out: bytearray) -> None:
     v = o.topics
     if v is None:
         out.append(0)
@@ -703,7 +703,7 @@ def _encode_MetadataRequest_v10(o, out):
         out.append(0)
 
 
-def _decode_MetadataRequest_v11(buf, pos):
+def _decode_MetadataRequest_v11(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
     o = _new(MetadataRequest)
     c = buf[pos]
     if c < 128:
@@ -759,7 +759,7 @@ def _decode_MetadataRequest_v11(buf, pos):
     return o, pos
 
 
-def _encode_MetadataRequest_v11(o, out):
+def _encode_MetadataRequest_v11(o: MetadataRequest, out: bytearray) -> None:
     if o.include_cluster_authorized_operations:
         raise CodecError(
             "MetadataRequest.include_cluster_authorized_operations cannot be set in versions 11-13"

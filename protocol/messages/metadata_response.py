@@ -366,7 +366,7 @@ class MetadataResponsePartition:
         return f"MetadataResponsePartition({fields})"
 
 
-def _decode_MetadataResponseBroker_v0(buf, pos):
+def _decode_MetadataResponseBroker_v0(buf: Buffer, pos: int) -> tuple[MetadataResponseBroker, int]:
     o = _new(MetadataResponseBroker)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -385,7 +385,9 @@ def _decode_MetadataResponseBroker_v0(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponsePartition_v0(buf, pos):
+def _decode_MetadataResponsePartition_v0(
+    buf: Buffer, pos: int
+) -> tuple[MetadataResponsePartition, int]:
     o = _new(MetadataResponsePartition)
     o.error_code, o.partition_index, o.leader_id = _u_hii(buf, pos)
     pos += 10
@@ -415,7 +417,7 @@ def _decode_MetadataResponsePartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponseTopic_v0(buf, pos):
+def _decode_MetadataResponseTopic_v0(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -446,7 +448,7 @@ def _decode_MetadataResponseTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v0(buf, pos):
+def _decode_MetadataResponse_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -481,7 +483,7 @@ def _decode_MetadataResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseBroker_v0(o, out):
+def _encode_MetadataResponseBroker_v0(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -495,7 +497,7 @@ def _encode_MetadataResponseBroker_v0(o, out):
     out += _p_i(o.port)
 
 
-def _encode_MetadataResponsePartition_v0(o, out):
+def _encode_MetadataResponsePartition_v0(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hii(o.error_code, o.partition_index, o.leader_id)
     v = o.replica_nodes
     if v is None:
@@ -513,7 +515,7 @@ def _encode_MetadataResponsePartition_v0(o, out):
     out += s.pack(*v)
 
 
-def _encode_MetadataResponseTopic_v0(o, out):
+def _encode_MetadataResponseTopic_v0(o: MetadataResponseTopic, out: bytearray) -> None:
     if o.topic_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 0"
@@ -537,7 +539,7 @@ def _encode_MetadataResponseTopic_v0(o, out):
         _encode_MetadataResponsePartition_v0(x, out)
 
 
-def _encode_MetadataResponse_v0(o, out):
+def _encode_MetadataResponse_v0(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 0"
@@ -558,7 +560,7 @@ def _encode_MetadataResponse_v0(o, out):
         _encode_MetadataResponseTopic_v0(x, out)
 
 
-def _decode_MetadataResponseBroker_v1(buf, pos):
+def _decode_MetadataResponseBroker_v1(buf: Buffer, pos: int) -> tuple[MetadataResponseBroker, int]:
     o = _new(MetadataResponseBroker)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -584,7 +586,7 @@ def _decode_MetadataResponseBroker_v1(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponseTopic_v1(buf, pos):
+def _decode_MetadataResponseTopic_v1(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -616,7 +618,7 @@ def _decode_MetadataResponseTopic_v1(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v1(buf, pos):
+def _decode_MetadataResponse_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -652,7 +654,7 @@ def _decode_MetadataResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseBroker_v1(o, out):
+def _encode_MetadataResponseBroker_v1(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -676,7 +678,7 @@ def _encode_MetadataResponseBroker_v1(o, out):
         out += b
 
 
-def _encode_MetadataResponseTopic_v1(o, out):
+def _encode_MetadataResponseTopic_v1(o: MetadataResponseTopic, out: bytearray) -> None:
     if o.topic_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 1-4"
@@ -701,7 +703,7 @@ def _encode_MetadataResponseTopic_v1(o, out):
         _encode_MetadataResponsePartition_v0(x, out)
 
 
-def _encode_MetadataResponse_v1(o, out):
+def _encode_MetadataResponse_v1(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 1"
@@ -723,7 +725,7 @@ def _encode_MetadataResponse_v1(o, out):
         _encode_MetadataResponseTopic_v1(x, out)
 
 
-def _decode_MetadataResponse_v2(buf, pos):
+def _decode_MetadataResponse_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -766,7 +768,7 @@ def _decode_MetadataResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponse_v2(o, out):
+def _encode_MetadataResponse_v2(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 2"
@@ -798,7 +800,7 @@ def _encode_MetadataResponse_v2(o, out):
         _encode_MetadataResponseTopic_v1(x, out)
 
 
-def _decode_MetadataResponse_v3(buf, pos):
+def _decode_MetadataResponse_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -842,7 +844,7 @@ def _decode_MetadataResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponse_v3(o, out):
+def _encode_MetadataResponse_v3(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 3-4"
@@ -875,7 +877,9 @@ def _encode_MetadataResponse_v3(o, out):
         _encode_MetadataResponseTopic_v1(x, out)
 
 
-def _decode_MetadataResponsePartition_v5(buf, pos):
+def _decode_MetadataResponsePartition_v5(
+    buf: Buffer, pos: int
+) -> tuple[MetadataResponsePartition, int]:
     o = _new(MetadataResponsePartition)
     o.error_code, o.partition_index, o.leader_id = _u_hii(buf, pos)
     pos += 10
@@ -916,7 +920,7 @@ def _decode_MetadataResponsePartition_v5(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponseTopic_v5(buf, pos):
+def _decode_MetadataResponseTopic_v5(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -948,7 +952,7 @@ def _decode_MetadataResponseTopic_v5(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v5(buf, pos):
+def _decode_MetadataResponse_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -992,7 +996,7 @@ def _decode_MetadataResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponsePartition_v5(o, out):
+def _encode_MetadataResponsePartition_v5(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hii(o.error_code, o.partition_index, o.leader_id)
     v = o.replica_nodes
     if v is None:
@@ -1017,7 +1021,7 @@ def _encode_MetadataResponsePartition_v5(o, out):
     out += s.pack(*v)
 
 
-def _encode_MetadataResponseTopic_v5(o, out):
+def _encode_MetadataResponseTopic_v5(o: MetadataResponseTopic, out: bytearray) -> None:
     if o.topic_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 5-6"
@@ -1042,7 +1046,7 @@ def _encode_MetadataResponseTopic_v5(o, out):
         _encode_MetadataResponsePartition_v5(x, out)
 
 
-def _encode_MetadataResponse_v5(o, out):
+def _encode_MetadataResponse_v5(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 5-6"
@@ -1075,7 +1079,9 @@ def _encode_MetadataResponse_v5(o, out):
         _encode_MetadataResponseTopic_v5(x, out)
 
 
-def _decode_MetadataResponsePartition_v7(buf, pos):
+def _decode_MetadataResponsePartition_v7(
+    buf: Buffer, pos: int
+) -> tuple[MetadataResponsePartition, int]:
     o = _new(MetadataResponsePartition)
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _u_hiii(buf, pos)
     pos += 14
@@ -1115,7 +1121,7 @@ def _decode_MetadataResponsePartition_v7(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponseTopic_v7(buf, pos):
+def _decode_MetadataResponseTopic_v7(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -1147,7 +1153,7 @@ def _decode_MetadataResponseTopic_v7(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v7(buf, pos):
+def _decode_MetadataResponse_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -1191,7 +1197,7 @@ def _decode_MetadataResponse_v7(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponsePartition_v7(o, out):
+def _encode_MetadataResponsePartition_v7(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     v = o.replica_nodes
     if v is None:
@@ -1216,7 +1222,7 @@ def _encode_MetadataResponsePartition_v7(o, out):
     out += s.pack(*v)
 
 
-def _encode_MetadataResponseTopic_v7(o, out):
+def _encode_MetadataResponseTopic_v7(o: MetadataResponseTopic, out: bytearray) -> None:
     if o.topic_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 7"
@@ -1241,7 +1247,7 @@ def _encode_MetadataResponseTopic_v7(o, out):
         _encode_MetadataResponsePartition_v7(x, out)
 
 
-def _encode_MetadataResponse_v7(o, out):
+def _encode_MetadataResponse_v7(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 7"
@@ -1274,7 +1280,7 @@ def _encode_MetadataResponse_v7(o, out):
         _encode_MetadataResponseTopic_v7(x, out)
 
 
-def _decode_MetadataResponseTopic_v8(buf, pos):
+def _decode_MetadataResponseTopic_v8(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -1307,7 +1313,7 @@ def _decode_MetadataResponseTopic_v8(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v8(buf, pos):
+def _decode_MetadataResponse_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -1352,7 +1358,7 @@ def _decode_MetadataResponse_v8(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseTopic_v8(o, out):
+def _encode_MetadataResponseTopic_v8(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.name
     if v is None:
@@ -1374,7 +1380,7 @@ def _encode_MetadataResponseTopic_v8(o, out):
     out += _p_i(o.topic_authorized_operations)
 
 
-def _encode_MetadataResponse_v8(o, out):
+def _encode_MetadataResponse_v8(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.brokers
     if v is None:
@@ -1404,7 +1410,7 @@ def _encode_MetadataResponse_v8(o, out):
     out += _p_i(o.cluster_authorized_operations)
 
 
-def _decode_MetadataResponseBroker_v9(buf, pos):
+def _decode_MetadataResponseBroker_v9(buf: Buffer, pos: int) -> tuple[MetadataResponseBroker, int]:
     o = _new(MetadataResponseBroker)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -1471,7 +1477,9 @@ def _decode_MetadataResponseBroker_v9(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponsePartition_v9(buf, pos):
+def _decode_MetadataResponsePartition_v9(
+    buf: Buffer, pos: int
+) -> tuple[MetadataResponsePartition, int]:
     o = _new(MetadataResponsePartition)
     o.error_code, o.partition_index, o.leader_id, o.leader_epoch = _u_hiii(buf, pos)
     pos += 14
@@ -1554,7 +1562,7 @@ def _decode_MetadataResponsePartition_v9(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponseTopic_v9(buf, pos):
+def _decode_MetadataResponseTopic_v9(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -1627,7 +1635,7 @@ def _decode_MetadataResponseTopic_v9(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v9(buf, pos):
+def _decode_MetadataResponse_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -1716,7 +1724,7 @@ def _decode_MetadataResponse_v9(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseBroker_v9(o, out):
+def _encode_MetadataResponseBroker_v9(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -1751,7 +1759,7 @@ def _encode_MetadataResponseBroker_v9(o, out):
         out.append(0)
 
 
-def _encode_MetadataResponsePartition_v9(o, out):
+def _encode_MetadataResponsePartition_v9(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
     v = o.replica_nodes
     if v is None:
@@ -1790,7 +1798,7 @@ def _encode_MetadataResponsePartition_v9(o, out):
         out.append(0)
 
 
-def _encode_MetadataResponseTopic_v9(o, out):
+def _encode_MetadataResponseTopic_v9(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.name
     if v is None:
@@ -1823,7 +1831,7 @@ def _encode_MetadataResponseTopic_v9(o, out):
         out.append(0)
 
 
-def _encode_MetadataResponse_v9(o, out):
+def _encode_MetadataResponse_v9(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.brokers
     if v is None:
@@ -1867,7 +1875,7 @@ def _encode_MetadataResponse_v9(o, out):
         out.append(0)
 
 
-def _decode_MetadataResponseTopic_v10(buf, pos):
+def _decode_MetadataResponseTopic_v10(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -1939,7 +1947,7 @@ def _decode_MetadataResponseTopic_v10(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v10(buf, pos):
+def _decode_MetadataResponse_v10(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -2028,7 +2036,7 @@ def _decode_MetadataResponse_v10(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseTopic_v10(o, out):
+def _encode_MetadataResponseTopic_v10(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.name
     if v is None:
@@ -2063,7 +2071,7 @@ def _encode_MetadataResponseTopic_v10(o, out):
         out.append(0)
 
 
-def _encode_MetadataResponse_v10(o, out):
+def _encode_MetadataResponse_v10(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.brokers
     if v is None:
@@ -2107,7 +2115,7 @@ def _encode_MetadataResponse_v10(o, out):
         out.append(0)
 
 
-def _decode_MetadataResponse_v11(buf, pos):
+def _decode_MetadataResponse_v11(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -2195,7 +2203,7 @@ def _decode_MetadataResponse_v11(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponse_v11(o, out):
+def _encode_MetadataResponse_v11(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 11"
@@ -2242,7 +2250,7 @@ def _encode_MetadataResponse_v11(o, out):
         out.append(0)
 
 
-def _decode_MetadataResponseTopic_v12(buf, pos):
+def _decode_MetadataResponseTopic_v12(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
     o = _new(MetadataResponseTopic)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -2314,7 +2322,7 @@ def _decode_MetadataResponseTopic_v12(buf, pos):
     return o, pos
 
 
-def _decode_MetadataResponse_v12(buf, pos):
+def _decode_MetadataResponse_v12(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -2402,7 +2410,7 @@ def _decode_MetadataResponse_v12(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponseTopic_v12(o, out):
+def _encode_MetadataResponseTopic_v12(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.name
     if v is None:
@@ -2438,7 +2446,7 @@ def _encode_MetadataResponseTopic_v12(o, out):
         out.append(0)
 
 
-def _encode_MetadataResponse_v12(o, out):
+def _encode_MetadataResponse_v12(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 12"
@@ -2485,7 +2493,7 @@ def _encode_MetadataResponse_v12(o, out):
         out.append(0)
 
 
-def _decode_MetadataResponse_v13(buf, pos):
+def _decode_MetadataResponse_v13(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
     o = _new(MetadataResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -2574,7 +2582,7 @@ def _decode_MetadataResponse_v13(buf, pos):
     return o, pos
 
 
-def _encode_MetadataResponse_v13(o, out):
+def _encode_MetadataResponse_v13(o: MetadataResponse, out: bytearray) -> None:
     if o.cluster_authorized_operations != -2147483648:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 13"

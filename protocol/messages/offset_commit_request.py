@@ -272,7 +272,9 @@ class OffsetCommitRequestPartition:
         return f"OffsetCommitRequestPartition({fields})"
 
 
-def _decode_OffsetCommitRequestPartition_v0(buf, pos):
+def _decode_OffsetCommitRequestPartition_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestPartition, int]:
     o = _new(OffsetCommitRequestPartition)
     o.partition_index, o.committed_offset = _u_iq(buf, pos)
     pos += 12
@@ -290,7 +292,9 @@ def _decode_OffsetCommitRequestPartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequestTopic_v0(buf, pos):
+def _decode_OffsetCommitRequestTopic_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestTopic, int]:
     o = _new(OffsetCommitRequestTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -317,7 +321,7 @@ def _decode_OffsetCommitRequestTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequest_v0(buf, pos):
+def _decode_OffsetCommitRequest_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -347,7 +351,9 @@ def _decode_OffsetCommitRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequestPartition_v0(o, out):
+def _encode_OffsetCommitRequestPartition_v0(
+    o: OffsetCommitRequestPartition, out: bytearray
+) -> None:
     if o.commit_timestamp != -1:
         raise CodecError(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 0, 2-5"
@@ -365,7 +371,7 @@ def _encode_OffsetCommitRequestPartition_v0(o, out):
         out += b
 
 
-def _encode_OffsetCommitRequestTopic_v0(o, out):
+def _encode_OffsetCommitRequestTopic_v0(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
@@ -384,7 +390,7 @@ def _encode_OffsetCommitRequestTopic_v0(o, out):
         _encode_OffsetCommitRequestPartition_v0(x, out)
 
 
-def _encode_OffsetCommitRequest_v0(o, out):
+def _encode_OffsetCommitRequest_v0(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 0")
     v = o.group_id
@@ -405,7 +411,9 @@ def _encode_OffsetCommitRequest_v0(o, out):
         _encode_OffsetCommitRequestTopic_v0(x, out)
 
 
-def _decode_OffsetCommitRequestPartition_v1(buf, pos):
+def _decode_OffsetCommitRequestPartition_v1(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestPartition, int]:
     o = _new(OffsetCommitRequestPartition)
     o.partition_index, o.committed_offset, o.commit_timestamp = _u_iqq(buf, pos)
     pos += 20
@@ -422,7 +430,9 @@ def _decode_OffsetCommitRequestPartition_v1(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequestTopic_v1(buf, pos):
+def _decode_OffsetCommitRequestTopic_v1(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestTopic, int]:
     o = _new(OffsetCommitRequestTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -449,7 +459,7 @@ def _decode_OffsetCommitRequestTopic_v1(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequest_v1(buf, pos):
+def _decode_OffsetCommitRequest_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -487,7 +497,9 @@ def _decode_OffsetCommitRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequestPartition_v1(o, out):
+def _encode_OffsetCommitRequestPartition_v1(
+    o: OffsetCommitRequestPartition, out: bytearray
+) -> None:
     out += _p_iqq(o.partition_index, o.committed_offset, o.commit_timestamp)
     v = o.committed_metadata
     if v is None:
@@ -501,7 +513,7 @@ def _encode_OffsetCommitRequestPartition_v1(o, out):
         out += b
 
 
-def _encode_OffsetCommitRequestTopic_v1(o, out):
+def _encode_OffsetCommitRequestTopic_v1(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
@@ -520,7 +532,7 @@ def _encode_OffsetCommitRequestTopic_v1(o, out):
         _encode_OffsetCommitRequestPartition_v1(x, out)
 
 
-def _encode_OffsetCommitRequest_v1(o, out):
+def _encode_OffsetCommitRequest_v1(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 1")
     v = o.group_id
@@ -551,7 +563,7 @@ def _encode_OffsetCommitRequest_v1(o, out):
         _encode_OffsetCommitRequestTopic_v1(x, out)
 
 
-def _decode_OffsetCommitRequest_v2(buf, pos):
+def _decode_OffsetCommitRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -590,7 +602,7 @@ def _decode_OffsetCommitRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequest_v2(o, out):
+def _encode_OffsetCommitRequest_v2(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 2-4")
     v = o.group_id
@@ -622,7 +634,7 @@ def _encode_OffsetCommitRequest_v2(o, out):
         _encode_OffsetCommitRequestTopic_v0(x, out)
 
 
-def _decode_OffsetCommitRequest_v5(buf, pos):
+def _decode_OffsetCommitRequest_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -660,7 +672,7 @@ def _decode_OffsetCommitRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequest_v5(o, out):
+def _encode_OffsetCommitRequest_v5(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 5")
     v = o.group_id
@@ -691,7 +703,9 @@ def _encode_OffsetCommitRequest_v5(o, out):
         _encode_OffsetCommitRequestTopic_v0(x, out)
 
 
-def _decode_OffsetCommitRequestPartition_v6(buf, pos):
+def _decode_OffsetCommitRequestPartition_v6(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestPartition, int]:
     o = _new(OffsetCommitRequestPartition)
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _u_iqi(buf, pos)
     pos += 16
@@ -708,7 +722,9 @@ def _decode_OffsetCommitRequestPartition_v6(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequestTopic_v6(buf, pos):
+def _decode_OffsetCommitRequestTopic_v6(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestTopic, int]:
     o = _new(OffsetCommitRequestTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -735,7 +751,7 @@ def _decode_OffsetCommitRequestTopic_v6(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequest_v6(buf, pos):
+def _decode_OffsetCommitRequest_v6(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -773,7 +789,9 @@ def _decode_OffsetCommitRequest_v6(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequestPartition_v6(o, out):
+def _encode_OffsetCommitRequestPartition_v6(
+    o: OffsetCommitRequestPartition, out: bytearray
+) -> None:
     if o.commit_timestamp != -1:
         raise CodecError(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 6-7"
@@ -791,7 +809,7 @@ def _encode_OffsetCommitRequestPartition_v6(o, out):
         out += b
 
 
-def _encode_OffsetCommitRequestTopic_v6(o, out):
+def _encode_OffsetCommitRequestTopic_v6(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
@@ -810,7 +828,7 @@ def _encode_OffsetCommitRequestTopic_v6(o, out):
         _encode_OffsetCommitRequestPartition_v6(x, out)
 
 
-def _encode_OffsetCommitRequest_v6(o, out):
+def _encode_OffsetCommitRequest_v6(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 6")
     v = o.group_id
@@ -841,7 +859,7 @@ def _encode_OffsetCommitRequest_v6(o, out):
         _encode_OffsetCommitRequestTopic_v6(x, out)
 
 
-def _decode_OffsetCommitRequest_v7(buf, pos):
+def _decode_OffsetCommitRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -886,7 +904,7 @@ def _decode_OffsetCommitRequest_v7(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequest_v7(o, out):
+def _encode_OffsetCommitRequest_v7(o: OffsetCommitRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
@@ -925,7 +943,9 @@ def _encode_OffsetCommitRequest_v7(o, out):
         _encode_OffsetCommitRequestTopic_v6(x, out)
 
 
-def _decode_OffsetCommitRequestPartition_v8(buf, pos):
+def _decode_OffsetCommitRequestPartition_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestPartition, int]:
     o = _new(OffsetCommitRequestPartition)
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _u_iqi(buf, pos)
     pos += 16
@@ -978,7 +998,9 @@ def _decode_OffsetCommitRequestPartition_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequestTopic_v8(buf, pos):
+def _decode_OffsetCommitRequestTopic_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestTopic, int]:
     o = _new(OffsetCommitRequestTopic)
     n = buf[pos]
     if n < 128:
@@ -1045,7 +1067,7 @@ def _decode_OffsetCommitRequestTopic_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequest_v8(buf, pos):
+def _decode_OffsetCommitRequest_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = buf[pos]
     if n < 128:
@@ -1140,7 +1162,9 @@ def _decode_OffsetCommitRequest_v8(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequestPartition_v8(o, out):
+def _encode_OffsetCommitRequestPartition_v8(
+    o: OffsetCommitRequestPartition, out: bytearray
+) -> None:
     if o.commit_timestamp != -1:
         raise CodecError(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 8-10"
@@ -1166,7 +1190,7 @@ def _encode_OffsetCommitRequestPartition_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitRequestTopic_v8(o, out):
+def _encode_OffsetCommitRequestTopic_v8(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
@@ -1196,7 +1220,7 @@ def _encode_OffsetCommitRequestTopic_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitRequest_v8(o, out):
+def _encode_OffsetCommitRequest_v8(o: OffsetCommitRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
@@ -1252,7 +1276,9 @@ def _encode_OffsetCommitRequest_v8(o, out):
         out.append(0)
 
 
-def _decode_OffsetCommitRequestTopic_v10(buf, pos):
+def _decode_OffsetCommitRequestTopic_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitRequestTopic, int]:
     o = _new(OffsetCommitRequestTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1308,7 +1334,7 @@ def _decode_OffsetCommitRequestTopic_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitRequest_v10(buf, pos):
+def _decode_OffsetCommitRequest_v10(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
     o = _new(OffsetCommitRequest)
     n = buf[pos]
     if n < 128:
@@ -1403,7 +1429,7 @@ def _decode_OffsetCommitRequest_v10(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitRequestTopic_v10(o, out):
+def _encode_OffsetCommitRequestTopic_v10(o: OffsetCommitRequestTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("OffsetCommitRequestTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1424,7 +1450,7 @@ def _encode_OffsetCommitRequestTopic_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitRequest_v10(o, out):
+def _encode_OffsetCommitRequest_v10(o: OffsetCommitRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")

@@ -220,7 +220,9 @@ class OffsetCommitResponsePartition:
         return f"OffsetCommitResponsePartition({fields})"
 
 
-def _decode_OffsetCommitResponsePartition_v0(buf, pos):
+def _decode_OffsetCommitResponsePartition_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitResponsePartition, int]:
     o = _new(OffsetCommitResponsePartition)
     o.partition_index, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -228,7 +230,9 @@ def _decode_OffsetCommitResponsePartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitResponseTopic_v0(buf, pos):
+def _decode_OffsetCommitResponseTopic_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitResponseTopic, int]:
     o = _new(OffsetCommitResponseTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -255,7 +259,7 @@ def _decode_OffsetCommitResponseTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitResponse_v0(buf, pos):
+def _decode_OffsetCommitResponse_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     o = _new(OffsetCommitResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -274,11 +278,13 @@ def _decode_OffsetCommitResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitResponsePartition_v0(o, out):
+def _encode_OffsetCommitResponsePartition_v0(
+    o: OffsetCommitResponsePartition, out: bytearray
+) -> None:
     out += _p_ih(o.partition_index, o.error_code)
 
 
-def _encode_OffsetCommitResponseTopic_v0(o, out):
+def _encode_OffsetCommitResponseTopic_v0(o: OffsetCommitResponseTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitResponseTopic.name: None in a non-nullable field")
@@ -297,7 +303,7 @@ def _encode_OffsetCommitResponseTopic_v0(o, out):
         _encode_OffsetCommitResponsePartition_v0(x, out)
 
 
-def _encode_OffsetCommitResponse_v0(o, out):
+def _encode_OffsetCommitResponse_v0(o: OffsetCommitResponse, out: bytearray) -> None:
     v = o.topics
     if v is None:
         raise CodecError("OffsetCommitResponse.topics: None in a non-nullable field")
@@ -307,7 +313,7 @@ def _encode_OffsetCommitResponse_v0(o, out):
         _encode_OffsetCommitResponseTopic_v0(x, out)
 
 
-def _decode_OffsetCommitResponse_v3(buf, pos):
+def _decode_OffsetCommitResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     o = _new(OffsetCommitResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -327,7 +333,7 @@ def _decode_OffsetCommitResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitResponse_v3(o, out):
+def _encode_OffsetCommitResponse_v3(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.topics
     if v is None:
@@ -338,7 +344,9 @@ def _encode_OffsetCommitResponse_v3(o, out):
         _encode_OffsetCommitResponseTopic_v0(x, out)
 
 
-def _decode_OffsetCommitResponsePartition_v8(buf, pos):
+def _decode_OffsetCommitResponsePartition_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitResponsePartition, int]:
     o = _new(OffsetCommitResponsePartition)
     o.partition_index, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -377,7 +385,9 @@ def _decode_OffsetCommitResponsePartition_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitResponseTopic_v8(buf, pos):
+def _decode_OffsetCommitResponseTopic_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitResponseTopic, int]:
     o = _new(OffsetCommitResponseTopic)
     n = buf[pos]
     if n < 128:
@@ -444,7 +454,7 @@ def _decode_OffsetCommitResponseTopic_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitResponse_v8(buf, pos):
+def _decode_OffsetCommitResponse_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     o = _new(OffsetCommitResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -499,7 +509,9 @@ def _decode_OffsetCommitResponse_v8(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitResponsePartition_v8(o, out):
+def _encode_OffsetCommitResponsePartition_v8(
+    o: OffsetCommitResponsePartition, out: bytearray
+) -> None:
     out += _p_ih(o.partition_index, o.error_code)
     u = o.unknown_tagged_fields
     if u:
@@ -508,7 +520,7 @@ def _encode_OffsetCommitResponsePartition_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitResponseTopic_v8(o, out):
+def _encode_OffsetCommitResponseTopic_v8(o: OffsetCommitResponseTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetCommitResponseTopic.name: None in a non-nullable field")
@@ -538,7 +550,7 @@ def _encode_OffsetCommitResponseTopic_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitResponse_v8(o, out):
+def _encode_OffsetCommitResponse_v8(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.topics
     if v is None:
@@ -557,7 +569,9 @@ def _encode_OffsetCommitResponse_v8(o, out):
         out.append(0)
 
 
-def _decode_OffsetCommitResponseTopic_v10(buf, pos):
+def _decode_OffsetCommitResponseTopic_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetCommitResponseTopic, int]:
     o = _new(OffsetCommitResponseTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -613,7 +627,7 @@ def _decode_OffsetCommitResponseTopic_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetCommitResponse_v10(buf, pos):
+def _decode_OffsetCommitResponse_v10(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
     o = _new(OffsetCommitResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -668,7 +682,7 @@ def _decode_OffsetCommitResponse_v10(buf, pos):
     return o, pos
 
 
-def _encode_OffsetCommitResponseTopic_v10(o, out):
+def _encode_OffsetCommitResponseTopic_v10(o: OffsetCommitResponseTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("OffsetCommitResponseTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -689,7 +703,7 @@ def _encode_OffsetCommitResponseTopic_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetCommitResponse_v10(o, out):
+def _encode_OffsetCommitResponse_v10(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
     v = o.topics
     if v is None:

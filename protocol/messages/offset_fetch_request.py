@@ -286,7 +286,9 @@ class OffsetFetchRequestTopics:
         return f"OffsetFetchRequestTopics({fields})"
 
 
-def _decode_OffsetFetchRequestTopic_v0(buf, pos):
+def _decode_OffsetFetchRequestTopic_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestTopic, int]:
     o = _new(OffsetFetchRequestTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -312,7 +314,7 @@ def _decode_OffsetFetchRequestTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequest_v0(buf, pos):
+def _decode_OffsetFetchRequest_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -340,7 +342,7 @@ def _decode_OffsetFetchRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequestTopic_v0(o, out):
+def _encode_OffsetFetchRequestTopic_v0(o: OffsetFetchRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchRequestTopic.name: None in a non-nullable field")
@@ -359,7 +361,7 @@ def _encode_OffsetFetchRequestTopic_v0(o, out):
     out += s.pack(*v)
 
 
-def _encode_OffsetFetchRequest_v0(o, out):
+def _encode_OffsetFetchRequest_v0(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 0-1")
     if o.require_stable:
@@ -382,7 +384,7 @@ def _encode_OffsetFetchRequest_v0(o, out):
         _encode_OffsetFetchRequestTopic_v0(x, out)
 
 
-def _decode_OffsetFetchRequest_v2(buf, pos):
+def _decode_OffsetFetchRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -410,7 +412,7 @@ def _decode_OffsetFetchRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequest_v2(o, out):
+def _encode_OffsetFetchRequest_v2(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 2-5")
     if o.require_stable:
@@ -434,7 +436,9 @@ def _encode_OffsetFetchRequest_v2(o, out):
             _encode_OffsetFetchRequestTopic_v0(x, out)
 
 
-def _decode_OffsetFetchRequestTopic_v6(buf, pos):
+def _decode_OffsetFetchRequestTopic_v6(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestTopic, int]:
     o = _new(OffsetFetchRequestTopic)
     n = buf[pos]
     if n < 128:
@@ -500,7 +504,7 @@ def _decode_OffsetFetchRequestTopic_v6(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequest_v6(buf, pos):
+def _decode_OffsetFetchRequest_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     n = buf[pos]
     if n < 128:
@@ -568,7 +572,7 @@ def _decode_OffsetFetchRequest_v6(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequestTopic_v6(o, out):
+def _encode_OffsetFetchRequestTopic_v6(o: OffsetFetchRequestTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchRequestTopic.name: None in a non-nullable field")
@@ -598,7 +602,7 @@ def _encode_OffsetFetchRequestTopic_v6(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequest_v6(o, out):
+def _encode_OffsetFetchRequest_v6(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 6")
     if o.require_stable:
@@ -633,7 +637,7 @@ def _encode_OffsetFetchRequest_v6(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchRequest_v7(buf, pos):
+def _decode_OffsetFetchRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     n = buf[pos]
     if n < 128:
@@ -702,7 +706,7 @@ def _decode_OffsetFetchRequest_v7(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequest_v7(o, out):
+def _encode_OffsetFetchRequest_v7(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 7")
     v = o.group_id
@@ -736,7 +740,9 @@ def _encode_OffsetFetchRequest_v7(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchRequestTopics_v8(buf, pos):
+def _decode_OffsetFetchRequestTopics_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestTopics, int]:
     o = _new(OffsetFetchRequestTopics)
     n = buf[pos]
     if n < 128:
@@ -803,7 +809,9 @@ def _decode_OffsetFetchRequestTopics_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequestGroup_v8(buf, pos):
+def _decode_OffsetFetchRequestGroup_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestGroup, int]:
     o = _new(OffsetFetchRequestGroup)
     n = buf[pos]
     if n < 128:
@@ -871,7 +879,7 @@ def _decode_OffsetFetchRequestGroup_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequest_v8(buf, pos):
+def _decode_OffsetFetchRequest_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     c = buf[pos]
     if c < 128:
@@ -928,7 +936,7 @@ def _decode_OffsetFetchRequest_v8(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequestTopics_v8(o, out):
+def _encode_OffsetFetchRequestTopics_v8(o: OffsetFetchRequestTopics, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchRequestTopics.name: None in a non-nullable field")
@@ -958,7 +966,7 @@ def _encode_OffsetFetchRequestTopics_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequestGroup_v8(o, out):
+def _encode_OffsetFetchRequestGroup_v8(o: OffsetFetchRequestGroup, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
@@ -989,7 +997,7 @@ def _encode_OffsetFetchRequestGroup_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequest_v8(o, out):
+def _encode_OffsetFetchRequest_v8(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.group_id != '':
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 8")
     if o.topics != []:
@@ -1012,7 +1020,9 @@ def _encode_OffsetFetchRequest_v8(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchRequestGroup_v9(buf, pos):
+def _decode_OffsetFetchRequestGroup_v9(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestGroup, int]:
     o = _new(OffsetFetchRequestGroup)
     n = buf[pos]
     if n < 128:
@@ -1093,7 +1103,7 @@ def _decode_OffsetFetchRequestGroup_v9(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequest_v9(buf, pos):
+def _decode_OffsetFetchRequest_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     c = buf[pos]
     if c < 128:
@@ -1150,7 +1160,7 @@ def _decode_OffsetFetchRequest_v9(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequestGroup_v9(o, out):
+def _encode_OffsetFetchRequestGroup_v9(o: OffsetFetchRequestGroup, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
@@ -1195,7 +1205,7 @@ def _encode_OffsetFetchRequestGroup_v9(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequest_v9(o, out):
+def _encode_OffsetFetchRequest_v9(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.group_id != '':
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 9")
     if o.topics != []:
@@ -1218,7 +1228,9 @@ def _encode_OffsetFetchRequest_v9(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchRequestTopics_v10(buf, pos):
+def _decode_OffsetFetchRequestTopics_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestTopics, int]:
     o = _new(OffsetFetchRequestTopics)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1274,7 +1286,9 @@ def _decode_OffsetFetchRequestTopics_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequestGroup_v10(buf, pos):
+def _decode_OffsetFetchRequestGroup_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchRequestGroup, int]:
     o = _new(OffsetFetchRequestGroup)
     n = buf[pos]
     if n < 128:
@@ -1355,7 +1369,7 @@ def _decode_OffsetFetchRequestGroup_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchRequest_v10(buf, pos):
+def _decode_OffsetFetchRequest_v10(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
     o = _new(OffsetFetchRequest)
     c = buf[pos]
     if c < 128:
@@ -1412,7 +1426,7 @@ def _decode_OffsetFetchRequest_v10(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchRequestTopics_v10(o, out):
+def _encode_OffsetFetchRequestTopics_v10(o: OffsetFetchRequestTopics, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("OffsetFetchRequestTopics.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1433,7 +1447,7 @@ def _encode_OffsetFetchRequestTopics_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequestGroup_v10(o, out):
+def _encode_OffsetFetchRequestGroup_v10(o: OffsetFetchRequestGroup, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
@@ -1478,7 +1492,7 @@ def _encode_OffsetFetchRequestGroup_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchRequest_v10(o, out):
+def _encode_OffsetFetchRequest_v10(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.group_id != '':
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 10")
     if o.topics != []:

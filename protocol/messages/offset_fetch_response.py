@@ -393,7 +393,9 @@ class OffsetFetchResponsePartitions:
         return f"OffsetFetchResponsePartitions({fields})"
 
 
-def _decode_OffsetFetchResponsePartition_v0(buf, pos):
+def _decode_OffsetFetchResponsePartition_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponsePartition, int]:
     o = _new(OffsetFetchResponsePartition)
     o.partition_index, o.committed_offset = _u_iq(buf, pos)
     pos += 12
@@ -412,7 +414,9 @@ def _decode_OffsetFetchResponsePartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseTopic_v0(buf, pos):
+def _decode_OffsetFetchResponseTopic_v0(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseTopic, int]:
     o = _new(OffsetFetchResponseTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -438,7 +442,7 @@ def _decode_OffsetFetchResponseTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponse_v0(buf, pos):
+def _decode_OffsetFetchResponse_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -459,7 +463,9 @@ def _decode_OffsetFetchResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponsePartition_v0(o, out):
+def _encode_OffsetFetchResponsePartition_v0(
+    o: OffsetFetchResponsePartition, out: bytearray
+) -> None:
     out += _p_iq(o.partition_index, o.committed_offset)
     v = o.metadata
     if v is None:
@@ -474,7 +480,7 @@ def _encode_OffsetFetchResponsePartition_v0(o, out):
     out += _p_h(o.error_code)
 
 
-def _encode_OffsetFetchResponseTopic_v0(o, out):
+def _encode_OffsetFetchResponseTopic_v0(o: OffsetFetchResponseTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
@@ -493,7 +499,7 @@ def _encode_OffsetFetchResponseTopic_v0(o, out):
         _encode_OffsetFetchResponsePartition_v0(x, out)
 
 
-def _encode_OffsetFetchResponse_v0(o, out):
+def _encode_OffsetFetchResponse_v0(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 0-1")
     v = o.topics
@@ -505,7 +511,7 @@ def _encode_OffsetFetchResponse_v0(o, out):
         _encode_OffsetFetchResponseTopic_v0(x, out)
 
 
-def _decode_OffsetFetchResponse_v2(buf, pos):
+def _decode_OffsetFetchResponse_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -527,7 +533,7 @@ def _decode_OffsetFetchResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponse_v2(o, out):
+def _encode_OffsetFetchResponse_v2(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 2")
     v = o.topics
@@ -540,7 +546,7 @@ def _encode_OffsetFetchResponse_v2(o, out):
     out += _p_h(o.error_code)
 
 
-def _decode_OffsetFetchResponse_v3(buf, pos):
+def _decode_OffsetFetchResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -563,7 +569,7 @@ def _decode_OffsetFetchResponse_v3(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponse_v3(o, out):
+def _encode_OffsetFetchResponse_v3(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 3-4")
     out += _p_i(o.throttle_time_ms)
@@ -577,7 +583,9 @@ def _encode_OffsetFetchResponse_v3(o, out):
     out += _p_h(o.error_code)
 
 
-def _decode_OffsetFetchResponsePartition_v5(buf, pos):
+def _decode_OffsetFetchResponsePartition_v5(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponsePartition, int]:
     o = _new(OffsetFetchResponsePartition)
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _u_iqi(buf, pos)
     pos += 16
@@ -595,7 +603,9 @@ def _decode_OffsetFetchResponsePartition_v5(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseTopic_v5(buf, pos):
+def _decode_OffsetFetchResponseTopic_v5(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseTopic, int]:
     o = _new(OffsetFetchResponseTopic)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -621,7 +631,7 @@ def _decode_OffsetFetchResponseTopic_v5(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponse_v5(buf, pos):
+def _decode_OffsetFetchResponse_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -644,7 +654,9 @@ def _decode_OffsetFetchResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponsePartition_v5(o, out):
+def _encode_OffsetFetchResponsePartition_v5(
+    o: OffsetFetchResponsePartition, out: bytearray
+) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     v = o.metadata
     if v is None:
@@ -659,7 +671,7 @@ def _encode_OffsetFetchResponsePartition_v5(o, out):
     out += _p_h(o.error_code)
 
 
-def _encode_OffsetFetchResponseTopic_v5(o, out):
+def _encode_OffsetFetchResponseTopic_v5(o: OffsetFetchResponseTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
@@ -678,7 +690,7 @@ def _encode_OffsetFetchResponseTopic_v5(o, out):
         _encode_OffsetFetchResponsePartition_v5(x, out)
 
 
-def _encode_OffsetFetchResponse_v5(o, out):
+def _encode_OffsetFetchResponse_v5(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 5")
     out += _p_i(o.throttle_time_ms)
@@ -692,7 +704,9 @@ def _encode_OffsetFetchResponse_v5(o, out):
     out += _p_h(o.error_code)
 
 
-def _decode_OffsetFetchResponsePartition_v6(buf, pos):
+def _decode_OffsetFetchResponsePartition_v6(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponsePartition, int]:
     o = _new(OffsetFetchResponsePartition)
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _u_iqi(buf, pos)
     pos += 16
@@ -746,7 +760,9 @@ def _decode_OffsetFetchResponsePartition_v6(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseTopic_v6(buf, pos):
+def _decode_OffsetFetchResponseTopic_v6(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseTopic, int]:
     o = _new(OffsetFetchResponseTopic)
     n = buf[pos]
     if n < 128:
@@ -812,7 +828,7 @@ def _decode_OffsetFetchResponseTopic_v6(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponse_v6(buf, pos):
+def _decode_OffsetFetchResponse_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -870,7 +886,9 @@ def _decode_OffsetFetchResponse_v6(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponsePartition_v6(o, out):
+def _encode_OffsetFetchResponsePartition_v6(
+    o: OffsetFetchResponsePartition, out: bytearray
+) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     v = o.metadata
     if v is None:
@@ -893,7 +911,7 @@ def _encode_OffsetFetchResponsePartition_v6(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponseTopic_v6(o, out):
+def _encode_OffsetFetchResponseTopic_v6(o: OffsetFetchResponseTopic, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
@@ -923,7 +941,7 @@ def _encode_OffsetFetchResponseTopic_v6(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponse_v6(o, out):
+def _encode_OffsetFetchResponse_v6(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 6-7")
     out += _p_i(o.throttle_time_ms)
@@ -945,7 +963,9 @@ def _encode_OffsetFetchResponse_v6(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchResponsePartitions_v8(buf, pos):
+def _decode_OffsetFetchResponsePartitions_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponsePartitions, int]:
     o = _new(OffsetFetchResponsePartitions)
     o.partition_index, o.committed_offset, o.committed_leader_epoch = _u_iqi(buf, pos)
     pos += 16
@@ -999,7 +1019,9 @@ def _decode_OffsetFetchResponsePartitions_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseTopics_v8(buf, pos):
+def _decode_OffsetFetchResponseTopics_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseTopics, int]:
     o = _new(OffsetFetchResponseTopics)
     n = buf[pos]
     if n < 128:
@@ -1066,7 +1088,9 @@ def _decode_OffsetFetchResponseTopics_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseGroup_v8(buf, pos):
+def _decode_OffsetFetchResponseGroup_v8(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseGroup, int]:
     o = _new(OffsetFetchResponseGroup)
     n = buf[pos]
     if n < 128:
@@ -1134,7 +1158,7 @@ def _decode_OffsetFetchResponseGroup_v8(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponse_v8(buf, pos):
+def _decode_OffsetFetchResponse_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -1191,7 +1215,9 @@ def _decode_OffsetFetchResponse_v8(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponsePartitions_v8(o, out):
+def _encode_OffsetFetchResponsePartitions_v8(
+    o: OffsetFetchResponsePartitions, out: bytearray
+) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
     v = o.metadata
     if v is None:
@@ -1214,7 +1240,7 @@ def _encode_OffsetFetchResponsePartitions_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponseTopics_v8(o, out):
+def _encode_OffsetFetchResponseTopics_v8(o: OffsetFetchResponseTopics, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("OffsetFetchResponseTopics.name: None in a non-nullable field")
@@ -1244,7 +1270,7 @@ def _encode_OffsetFetchResponseTopics_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponseGroup_v8(o, out):
+def _encode_OffsetFetchResponseGroup_v8(o: OffsetFetchResponseGroup, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetFetchResponseGroup.group_id: None in a non-nullable field")
@@ -1275,7 +1301,7 @@ def _encode_OffsetFetchResponseGroup_v8(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponse_v8(o, out):
+def _encode_OffsetFetchResponse_v8(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.topics != []:
         raise CodecError("OffsetFetchResponse.topics cannot be set in versions 8-9")
     out += _p_i(o.throttle_time_ms)
@@ -1296,7 +1322,9 @@ def _encode_OffsetFetchResponse_v8(o, out):
         out.append(0)
 
 
-def _decode_OffsetFetchResponseTopics_v10(buf, pos):
+def _decode_OffsetFetchResponseTopics_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseTopics, int]:
     o = _new(OffsetFetchResponseTopics)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1352,7 +1380,9 @@ def _decode_OffsetFetchResponseTopics_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponseGroup_v10(buf, pos):
+def _decode_OffsetFetchResponseGroup_v10(
+    buf: Buffer, pos: int
+) -> tuple[OffsetFetchResponseGroup, int]:
     o = _new(OffsetFetchResponseGroup)
     n = buf[pos]
     if n < 128:
@@ -1420,7 +1450,7 @@ def _decode_OffsetFetchResponseGroup_v10(buf, pos):
     return o, pos
 
 
-def _decode_OffsetFetchResponse_v10(buf, pos):
+def _decode_OffsetFetchResponse_v10(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
     o = _new(OffsetFetchResponse)
     o.throttle_time_ms = _u_i(buf, pos)[0]
     pos += 4
@@ -1477,7 +1507,7 @@ def _decode_OffsetFetchResponse_v10(buf, pos):
     return o, pos
 
 
-def _encode_OffsetFetchResponseTopics_v10(o, out):
+def _encode_OffsetFetchResponseTopics_v10(o: OffsetFetchResponseTopics, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("OffsetFetchResponseTopics.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1498,7 +1528,7 @@ def _encode_OffsetFetchResponseTopics_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponseGroup_v10(o, out):
+def _encode_OffsetFetchResponseGroup_v10(o: OffsetFetchResponseGroup, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("OffsetFetchResponseGroup.group_id: None in a non-nullable field")
@@ -1529,7 +1559,7 @@ def _encode_OffsetFetchResponseGroup_v10(o, out):
         out.append(0)
 
 
-def _encode_OffsetFetchResponse_v10(o, out):
+def _encode_OffsetFetchResponse_v10(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.topics != []:
         raise CodecError("OffsetFetchResponse.topics cannot be set in versions 10")
     out += _p_i(o.throttle_time_ms)

@@ -229,7 +229,7 @@ class PartitionProduceData:
         return f"PartitionProduceData({fields})"
 
 
-def _decode_PartitionProduceData_v0(buf, pos):
+def _decode_PartitionProduceData_v0(buf: Buffer, pos: int) -> tuple[PartitionProduceData, int]:
     o = _new(PartitionProduceData)
     o.index = _u_i(buf, pos)[0]
     pos += 4
@@ -245,7 +245,7 @@ def _decode_PartitionProduceData_v0(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceData_v0(buf, pos):
+def _decode_TopicProduceData_v0(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
     o = _new(TopicProduceData)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -272,7 +272,7 @@ def _decode_TopicProduceData_v0(buf, pos):
     return o, pos
 
 
-def _decode_ProduceRequest_v0(buf, pos):
+def _decode_ProduceRequest_v0(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
     o = _new(ProduceRequest)
     o.acks, o.timeout_ms = _u_hi(buf, pos)
     pos += 6
@@ -293,7 +293,7 @@ def _decode_ProduceRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_PartitionProduceData_v0(o, out):
+def _encode_PartitionProduceData_v0(o: PartitionProduceData, out: bytearray) -> None:
     out += _p_i(o.index)
     v = o.records
     if v is None:
@@ -304,7 +304,7 @@ def _encode_PartitionProduceData_v0(o, out):
         out += v
 
 
-def _encode_TopicProduceData_v0(o, out):
+def _encode_TopicProduceData_v0(o: TopicProduceData, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceData.name: None in a non-nullable field")
@@ -323,7 +323,7 @@ def _encode_TopicProduceData_v0(o, out):
         _encode_PartitionProduceData_v0(x, out)
 
 
-def _encode_ProduceRequest_v0(o, out):
+def _encode_ProduceRequest_v0(o: ProduceRequest, out: bytearray) -> None:
     if o.transactional_id is not None:
         raise CodecError("ProduceRequest.transactional_id cannot be set in versions 0-2")
     out += _p_hi(o.acks, o.timeout_ms)
@@ -336,7 +336,7 @@ def _encode_ProduceRequest_v0(o, out):
         _encode_TopicProduceData_v0(x, out)
 
 
-def _decode_ProduceRequest_v3(buf, pos):
+def _decode_ProduceRequest_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
     o = _new(ProduceRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -364,7 +364,7 @@ def _decode_ProduceRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_ProduceRequest_v3(o, out):
+def _encode_ProduceRequest_v3(o: ProduceRequest, out: bytearray) -> None:
     v = o.transactional_id
     if v is None:
         out += b"\xff\xff"
@@ -385,7 +385,7 @@ def _encode_ProduceRequest_v3(o, out):
         _encode_TopicProduceData_v0(x, out)
 
 
-def _decode_PartitionProduceData_v9(buf, pos):
+def _decode_PartitionProduceData_v9(buf: Buffer, pos: int) -> tuple[PartitionProduceData, int]:
     o = _new(PartitionProduceData)
     o.index = _u_i(buf, pos)[0]
     pos += 4
@@ -435,7 +435,7 @@ def _decode_PartitionProduceData_v9(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceData_v9(buf, pos):
+def _decode_TopicProduceData_v9(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
     o = _new(TopicProduceData)
     n = buf[pos]
     if n < 128:
@@ -502,7 +502,7 @@ def _decode_TopicProduceData_v9(buf, pos):
     return o, pos
 
 
-def _decode_ProduceRequest_v9(buf, pos):
+def _decode_ProduceRequest_v9(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
     o = _new(ProduceRequest)
     n = buf[pos]
     if n < 128:
@@ -570,7 +570,7 @@ def _decode_ProduceRequest_v9(buf, pos):
     return o, pos
 
 
-def _encode_PartitionProduceData_v9(o, out):
+def _encode_PartitionProduceData_v9(o: PartitionProduceData, out: bytearray) -> None:
     out += _p_i(o.index)
     v = o.records
     if v is None:
@@ -589,7 +589,7 @@ def _encode_PartitionProduceData_v9(o, out):
         out.append(0)
 
 
-def _encode_TopicProduceData_v9(o, out):
+def _encode_TopicProduceData_v9(o: TopicProduceData, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceData.name: None in a non-nullable field")
@@ -619,7 +619,7 @@ def _encode_TopicProduceData_v9(o, out):
         out.append(0)
 
 
-def _encode_ProduceRequest_v9(o, out):
+def _encode_ProduceRequest_v9(o: ProduceRequest, out: bytearray) -> None:
     v = o.transactional_id
     if v is None:
         out.append(0)
@@ -651,7 +651,7 @@ def _encode_ProduceRequest_v9(o, out):
         out.append(0)
 
 
-def _decode_TopicProduceData_v13(buf, pos):
+def _decode_TopicProduceData_v13(buf: Buffer, pos: int) -> tuple[TopicProduceData, int]:
     o = _new(TopicProduceData)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -707,7 +707,7 @@ def _decode_TopicProduceData_v13(buf, pos):
     return o, pos
 
 
-def _decode_ProduceRequest_v13(buf, pos):
+def _decode_ProduceRequest_v13(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
     o = _new(ProduceRequest)
     n = buf[pos]
     if n < 128:
@@ -775,7 +775,7 @@ def _decode_ProduceRequest_v13(buf, pos):
     return o, pos
 
 
-def _encode_TopicProduceData_v13(o, out):
+def _encode_TopicProduceData_v13(o: TopicProduceData, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicProduceData.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -796,7 +796,7 @@ def _encode_TopicProduceData_v13(o, out):
         out.append(0)
 
 
-def _encode_ProduceRequest_v13(o, out):
+def _encode_ProduceRequest_v13(o: ProduceRequest, out: bytearray) -> None:
     v = o.transactional_id
     if v is None:
         out.append(0)

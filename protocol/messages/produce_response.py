@@ -401,7 +401,9 @@ class NodeEndpoint:
         return f"NodeEndpoint({fields})"
 
 
-def _decode_PartitionProduceResponse_v0(buf, pos):
+def _decode_PartitionProduceResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     o.index, o.error_code, o.base_offset = _u_ihq(buf, pos)
     pos += 14
@@ -414,7 +416,7 @@ def _decode_PartitionProduceResponse_v0(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v0(buf, pos):
+def _decode_TopicProduceResponse_v0(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -441,7 +443,7 @@ def _decode_TopicProduceResponse_v0(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v0(buf, pos):
+def _decode_ProduceResponse_v0(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -461,13 +463,13 @@ def _decode_ProduceResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_PartitionProduceResponse_v0(o, out):
+def _encode_PartitionProduceResponse_v0(o: PartitionProduceResponse, out: bytearray) -> None:
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 0-1")
     out += _p_ihq(o.index, o.error_code, o.base_offset)
 
 
-def _encode_TopicProduceResponse_v0(o, out):
+def _encode_TopicProduceResponse_v0(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -486,7 +488,7 @@ def _encode_TopicProduceResponse_v0(o, out):
         _encode_PartitionProduceResponse_v0(x, out)
 
 
-def _encode_ProduceResponse_v0(o, out):
+def _encode_ProduceResponse_v0(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 0")
     v = o.responses
@@ -498,7 +500,7 @@ def _encode_ProduceResponse_v0(o, out):
         _encode_TopicProduceResponse_v0(x, out)
 
 
-def _decode_ProduceResponse_v1(buf, pos):
+def _decode_ProduceResponse_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -519,7 +521,7 @@ def _decode_ProduceResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_ProduceResponse_v1(o, out):
+def _encode_ProduceResponse_v1(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 1")
     v = o.responses
@@ -532,7 +534,9 @@ def _encode_ProduceResponse_v1(o, out):
     out += _p_i(o.throttle_time_ms)
 
 
-def _decode_PartitionProduceResponse_v2(buf, pos):
+def _decode_PartitionProduceResponse_v2(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     o.index, o.error_code, o.base_offset, o.log_append_time_ms = _u_ihqq(buf, pos)
     pos += 22
@@ -544,7 +548,7 @@ def _decode_PartitionProduceResponse_v2(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v2(buf, pos):
+def _decode_TopicProduceResponse_v2(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -571,7 +575,7 @@ def _decode_TopicProduceResponse_v2(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v2(buf, pos):
+def _decode_ProduceResponse_v2(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -592,13 +596,13 @@ def _decode_ProduceResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_PartitionProduceResponse_v2(o, out):
+def _encode_PartitionProduceResponse_v2(o: PartitionProduceResponse, out: bytearray) -> None:
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 2-4")
     out += _p_ihqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
 
 
-def _encode_TopicProduceResponse_v2(o, out):
+def _encode_TopicProduceResponse_v2(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -617,7 +621,7 @@ def _encode_TopicProduceResponse_v2(o, out):
         _encode_PartitionProduceResponse_v2(x, out)
 
 
-def _encode_ProduceResponse_v2(o, out):
+def _encode_ProduceResponse_v2(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 2-4")
     v = o.responses
@@ -630,7 +634,9 @@ def _encode_ProduceResponse_v2(o, out):
     out += _p_i(o.throttle_time_ms)
 
 
-def _decode_PartitionProduceResponse_v5(buf, pos):
+def _decode_PartitionProduceResponse_v5(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     (
         o.index,
@@ -647,7 +653,7 @@ def _decode_PartitionProduceResponse_v5(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v5(buf, pos):
+def _decode_TopicProduceResponse_v5(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -674,7 +680,7 @@ def _decode_TopicProduceResponse_v5(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v5(buf, pos):
+def _decode_ProduceResponse_v5(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -695,13 +701,13 @@ def _decode_ProduceResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_PartitionProduceResponse_v5(o, out):
+def _encode_PartitionProduceResponse_v5(o: PartitionProduceResponse, out: bytearray) -> None:
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 5-7")
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
 
 
-def _encode_TopicProduceResponse_v5(o, out):
+def _encode_TopicProduceResponse_v5(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -720,7 +726,7 @@ def _encode_TopicProduceResponse_v5(o, out):
         _encode_PartitionProduceResponse_v5(x, out)
 
 
-def _encode_ProduceResponse_v5(o, out):
+def _encode_ProduceResponse_v5(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 5-7")
     v = o.responses
@@ -733,7 +739,9 @@ def _encode_ProduceResponse_v5(o, out):
     out += _p_i(o.throttle_time_ms)
 
 
-def _decode_BatchIndexAndErrorMessage_v8(buf, pos):
+def _decode_BatchIndexAndErrorMessage_v8(
+    buf: Buffer, pos: int
+) -> tuple[BatchIndexAndErrorMessage, int]:
     o = _new(BatchIndexAndErrorMessage)
     o.batch_index = _u_i(buf, pos)[0]
     pos += 4
@@ -749,7 +757,9 @@ def _decode_BatchIndexAndErrorMessage_v8(buf, pos):
     return o, pos
 
 
-def _decode_PartitionProduceResponse_v8(buf, pos):
+def _decode_PartitionProduceResponse_v8(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     (
         o.index,
@@ -784,7 +794,7 @@ def _decode_PartitionProduceResponse_v8(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v8(buf, pos):
+def _decode_TopicProduceResponse_v8(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -811,7 +821,7 @@ def _decode_TopicProduceResponse_v8(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v8(buf, pos):
+def _decode_ProduceResponse_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = _u_i(buf, pos)[0]
     pos += 4
@@ -832,7 +842,7 @@ def _decode_ProduceResponse_v8(buf, pos):
     return o, pos
 
 
-def _encode_BatchIndexAndErrorMessage_v8(o, out):
+def _encode_BatchIndexAndErrorMessage_v8(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
     out += _p_i(o.batch_index)
     v = o.batch_index_error_message
     if v is None:
@@ -846,7 +856,7 @@ def _encode_BatchIndexAndErrorMessage_v8(o, out):
         out += b
 
 
-def _encode_PartitionProduceResponse_v8(o, out):
+def _encode_PartitionProduceResponse_v8(o: PartitionProduceResponse, out: bytearray) -> None:
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 8")
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
@@ -869,7 +879,7 @@ def _encode_PartitionProduceResponse_v8(o, out):
         out += b
 
 
-def _encode_TopicProduceResponse_v8(o, out):
+def _encode_TopicProduceResponse_v8(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -888,7 +898,7 @@ def _encode_TopicProduceResponse_v8(o, out):
         _encode_PartitionProduceResponse_v8(x, out)
 
 
-def _encode_ProduceResponse_v8(o, out):
+def _encode_ProduceResponse_v8(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 8")
     v = o.responses
@@ -901,7 +911,9 @@ def _encode_ProduceResponse_v8(o, out):
     out += _p_i(o.throttle_time_ms)
 
 
-def _decode_BatchIndexAndErrorMessage_v9(buf, pos):
+def _decode_BatchIndexAndErrorMessage_v9(
+    buf: Buffer, pos: int
+) -> tuple[BatchIndexAndErrorMessage, int]:
     o = _new(BatchIndexAndErrorMessage)
     o.batch_index = _u_i(buf, pos)[0]
     pos += 4
@@ -953,7 +965,9 @@ def _decode_BatchIndexAndErrorMessage_v9(buf, pos):
     return o, pos
 
 
-def _decode_PartitionProduceResponse_v9(buf, pos):
+def _decode_PartitionProduceResponse_v9(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     (
         o.index,
@@ -1033,7 +1047,7 @@ def _decode_PartitionProduceResponse_v9(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v9(buf, pos):
+def _decode_TopicProduceResponse_v9(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = buf[pos]
     if n < 128:
@@ -1100,7 +1114,7 @@ def _decode_TopicProduceResponse_v9(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v9(buf, pos):
+def _decode_ProduceResponse_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = buf[pos]
     if c < 128:
@@ -1161,7 +1175,7 @@ def _decode_ProduceResponse_v9(buf, pos):
     return o, pos
 
 
-def _encode_BatchIndexAndErrorMessage_v9(o, out):
+def _encode_BatchIndexAndErrorMessage_v9(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
     out += _p_i(o.batch_index)
     v = o.batch_index_error_message
     if v is None:
@@ -1183,7 +1197,7 @@ def _encode_BatchIndexAndErrorMessage_v9(o, out):
         out.append(0)
 
 
-def _encode_PartitionProduceResponse_v9(o, out):
+def _encode_PartitionProduceResponse_v9(o: PartitionProduceResponse, out: bytearray) -> None:
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 9")
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
@@ -1217,7 +1231,7 @@ def _encode_PartitionProduceResponse_v9(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_TopicProduceResponse_v9(o, out):
+def _encode_TopicProduceResponse_v9(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -1247,7 +1261,7 @@ def _encode_TopicProduceResponse_v9(o, out):
         out.append(0)
 
 
-def _encode_ProduceResponse_v9(o, out):
+def _encode_ProduceResponse_v9(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 9")
     v = o.responses
@@ -1268,7 +1282,7 @@ def _encode_ProduceResponse_v9(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_LeaderIdAndEpoch_v10(buf, pos):
+def _decode_LeaderIdAndEpoch_v10(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _u_ii(buf, pos)
     pos += 8
@@ -1307,7 +1321,9 @@ def _decode_LeaderIdAndEpoch_v10(buf, pos):
     return o, pos
 
 
-def _decode_PartitionProduceResponse_v10(buf, pos):
+def _decode_PartitionProduceResponse_v10(
+    buf: Buffer, pos: int
+) -> tuple[PartitionProduceResponse, int]:
     o = _new(PartitionProduceResponse)
     (
         o.index,
@@ -1387,7 +1403,7 @@ def _decode_PartitionProduceResponse_v10(buf, pos):
     return o, pos
 
 
-def _decode_TopicProduceResponse_v10(buf, pos):
+def _decode_TopicProduceResponse_v10(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     n = buf[pos]
     if n < 128:
@@ -1454,7 +1470,7 @@ def _decode_TopicProduceResponse_v10(buf, pos):
     return o, pos
 
 
-def _decode_NodeEndpoint_v10(buf, pos):
+def _decode_NodeEndpoint_v10(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     o = _new(NodeEndpoint)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -1521,7 +1537,7 @@ def _decode_NodeEndpoint_v10(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v10(buf, pos):
+def _decode_ProduceResponse_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = buf[pos]
     if c < 128:
@@ -1599,7 +1615,7 @@ def _decode_ProduceResponse_v10(buf, pos):
     return o, pos
 
 
-def _encode_LeaderIdAndEpoch_v10(o, out):
+def _encode_LeaderIdAndEpoch_v10(o: LeaderIdAndEpoch, out: bytearray) -> None:
     out += _p_ii(o.leader_id, o.leader_epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -1608,7 +1624,7 @@ def _encode_LeaderIdAndEpoch_v10(o, out):
         out.append(0)
 
 
-def _encode_PartitionProduceResponse_v10(o, out):
+def _encode_PartitionProduceResponse_v10(o: PartitionProduceResponse, out: bytearray) -> None:
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     v = o.record_errors
     if v is None:
@@ -1644,7 +1660,7 @@ def _encode_PartitionProduceResponse_v10(o, out):
     write_tag_list(out, tf)
 
 
-def _encode_TopicProduceResponse_v10(o, out):
+def _encode_TopicProduceResponse_v10(o: TopicProduceResponse, out: bytearray) -> None:
     v = o.name
     if v is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
@@ -1674,7 +1690,7 @@ def _encode_TopicProduceResponse_v10(o, out):
         out.append(0)
 
 
-def _encode_NodeEndpoint_v10(o, out):
+def _encode_NodeEndpoint_v10(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -1709,7 +1725,7 @@ def _encode_NodeEndpoint_v10(o, out):
         out.append(0)
 
 
-def _encode_ProduceResponse_v10(o, out):
+def _encode_ProduceResponse_v10(o: ProduceResponse, out: bytearray) -> None:
     v = o.responses
     if v is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
@@ -1741,7 +1757,7 @@ def _encode_ProduceResponse_v10(o, out):
     write_tag_list(out, tf)
 
 
-def _decode_TopicProduceResponse_v13(buf, pos):
+def _decode_TopicProduceResponse_v13(buf: Buffer, pos: int) -> tuple[TopicProduceResponse, int]:
     o = _new(TopicProduceResponse)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1797,7 +1813,7 @@ def _decode_TopicProduceResponse_v13(buf, pos):
     return o, pos
 
 
-def _decode_ProduceResponse_v13(buf, pos):
+def _decode_ProduceResponse_v13(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
     o = _new(ProduceResponse)
     c = buf[pos]
     if c < 128:
@@ -1875,7 +1891,7 @@ def _decode_ProduceResponse_v13(buf, pos):
     return o, pos
 
 
-def _encode_TopicProduceResponse_v13(o, out):
+def _encode_TopicProduceResponse_v13(o: TopicProduceResponse, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicProduceResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1896,7 +1912,7 @@ def _encode_TopicProduceResponse_v13(o, out):
         out.append(0)
 
 
-def _encode_ProduceResponse_v13(o, out):
+def _encode_ProduceResponse_v13(o: ProduceResponse, out: bytearray) -> None:
     v = o.responses
     if v is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")

@@ -137,7 +137,7 @@ class RequestHeader:
             raise
 
 
-def _decode_RequestHeader_v0(buf, pos):
+def _decode_RequestHeader_v0(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     o = _new(RequestHeader)
     o.request_api_key, o.request_api_version, o.correlation_id = _u_hhi(buf, pos)
     pos += 8
@@ -146,11 +146,11 @@ def _decode_RequestHeader_v0(buf, pos):
     return o, pos
 
 
-def _encode_RequestHeader_v0(o, out):
+def _encode_RequestHeader_v0(o: RequestHeader, out: bytearray) -> None:
     out += _p_hhi(o.request_api_key, o.request_api_version, o.correlation_id)
 
 
-def _decode_RequestHeader_v1(buf, pos):
+def _decode_RequestHeader_v1(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     o = _new(RequestHeader)
     o.request_api_key, o.request_api_version, o.correlation_id = _u_hhi(buf, pos)
     pos += 8
@@ -166,7 +166,7 @@ def _decode_RequestHeader_v1(buf, pos):
     return o, pos
 
 
-def _encode_RequestHeader_v1(o, out):
+def _encode_RequestHeader_v1(o: RequestHeader, out: bytearray) -> None:
     out += _p_hhi(o.request_api_key, o.request_api_version, o.correlation_id)
     v = o.client_id
     if v is None:
@@ -180,7 +180,7 @@ def _encode_RequestHeader_v1(o, out):
         out += b
 
 
-def _decode_RequestHeader_v2(buf, pos):
+def _decode_RequestHeader_v2(buf: Buffer, pos: int) -> tuple[RequestHeader, int]:
     o = _new(RequestHeader)
     o.request_api_key, o.request_api_version, o.correlation_id = _u_hhi(buf, pos)
     pos += 8
@@ -227,7 +227,7 @@ def _decode_RequestHeader_v2(buf, pos):
     return o, pos
 
 
-def _encode_RequestHeader_v2(o, out):
+def _encode_RequestHeader_v2(o: RequestHeader, out: bytearray) -> None:
     out += _p_hhi(o.request_api_key, o.request_api_version, o.correlation_id)
     v = o.client_id
     if v is None:

@@ -116,7 +116,7 @@ class ResponseHeader:
             raise
 
 
-def _decode_ResponseHeader_v0(buf, pos):
+def _decode_ResponseHeader_v0(buf: Buffer, pos: int) -> tuple[ResponseHeader, int]:
     o = _new(ResponseHeader)
     o.correlation_id = _u_i(buf, pos)[0]
     pos += 4
@@ -124,11 +124,11 @@ def _decode_ResponseHeader_v0(buf, pos):
     return o, pos
 
 
-def _encode_ResponseHeader_v0(o, out):
+def _encode_ResponseHeader_v0(o: ResponseHeader, out: bytearray) -> None:
     out += _p_i(o.correlation_id)
 
 
-def _decode_ResponseHeader_v1(buf, pos):
+def _decode_ResponseHeader_v1(buf: Buffer, pos: int) -> tuple[ResponseHeader, int]:
     o = _new(ResponseHeader)
     o.correlation_id = _u_i(buf, pos)[0]
     pos += 4
@@ -167,7 +167,7 @@ def _decode_ResponseHeader_v1(buf, pos):
     return o, pos
 
 
-def _encode_ResponseHeader_v1(o, out):
+def _encode_ResponseHeader_v1(o: ResponseHeader, out: bytearray) -> None:
     out += _p_i(o.correlation_id)
     u = o.unknown_tagged_fields
     if u:

@@ -120,7 +120,9 @@ class SaslAuthenticateRequest:
             raise
 
 
-def _decode_SaslAuthenticateRequest_v0(buf, pos):
+def _decode_SaslAuthenticateRequest_v0(
+    buf: Buffer, pos: int
+) -> tuple[SaslAuthenticateRequest, int]:
     o = _new(SaslAuthenticateRequest)
     n = _u_i(buf, pos)[0]
     pos += 4
@@ -134,7 +136,7 @@ def _decode_SaslAuthenticateRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_SaslAuthenticateRequest_v0(o, out):
+def _encode_SaslAuthenticateRequest_v0(o: SaslAuthenticateRequest, out: bytearray) -> None:
     v = o.auth_bytes
     if v is None:
         raise CodecError("SaslAuthenticateRequest.auth_bytes: None in a non-nullable field")
@@ -143,7 +145,9 @@ def _encode_SaslAuthenticateRequest_v0(o, out):
     out += v
 
 
-def _decode_SaslAuthenticateRequest_v2(buf, pos):
+def _decode_SaslAuthenticateRequest_v2(
+    buf: Buffer, pos: int
+) -> tuple[SaslAuthenticateRequest, int]:
     o = _new(SaslAuthenticateRequest)
     n = buf[pos]
     if n < 128:
@@ -191,7 +195,7 @@ def _decode_SaslAuthenticateRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_SaslAuthenticateRequest_v2(o, out):
+def _encode_SaslAuthenticateRequest_v2(o: SaslAuthenticateRequest, out: bytearray) -> None:
     v = o.auth_bytes
     if v is None:
         raise CodecError("SaslAuthenticateRequest.auth_bytes: None in a non-nullable field")

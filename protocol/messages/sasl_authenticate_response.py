@@ -145,7 +145,9 @@ class SaslAuthenticateResponse:
             raise
 
 
-def _decode_SaslAuthenticateResponse_v0(buf, pos):
+def _decode_SaslAuthenticateResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[SaslAuthenticateResponse, int]:
     o = _new(SaslAuthenticateResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -170,7 +172,7 @@ def _decode_SaslAuthenticateResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_SaslAuthenticateResponse_v0(o, out):
+def _encode_SaslAuthenticateResponse_v0(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.error_message
     if v is None:
@@ -190,7 +192,9 @@ def _encode_SaslAuthenticateResponse_v0(o, out):
     out += v
 
 
-def _decode_SaslAuthenticateResponse_v1(buf, pos):
+def _decode_SaslAuthenticateResponse_v1(
+    buf: Buffer, pos: int
+) -> tuple[SaslAuthenticateResponse, int]:
     o = _new(SaslAuthenticateResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -216,7 +220,7 @@ def _decode_SaslAuthenticateResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_SaslAuthenticateResponse_v1(o, out):
+def _encode_SaslAuthenticateResponse_v1(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.error_message
     if v is None:
@@ -237,7 +241,9 @@ def _encode_SaslAuthenticateResponse_v1(o, out):
     out += _p_q(o.session_lifetime_ms)
 
 
-def _decode_SaslAuthenticateResponse_v2(buf, pos):
+def _decode_SaslAuthenticateResponse_v2(
+    buf: Buffer, pos: int
+) -> tuple[SaslAuthenticateResponse, int]:
     o = _new(SaslAuthenticateResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -302,7 +308,7 @@ def _decode_SaslAuthenticateResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_SaslAuthenticateResponse_v2(o, out):
+def _encode_SaslAuthenticateResponse_v2(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.error_message
     if v is None:

@@ -116,7 +116,7 @@ class SaslHandshakeRequest:
             raise
 
 
-def _decode_SaslHandshakeRequest_v0(buf, pos):
+def _decode_SaslHandshakeRequest_v0(buf: Buffer, pos: int) -> tuple[SaslHandshakeRequest, int]:
     o = _new(SaslHandshakeRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -130,7 +130,7 @@ def _decode_SaslHandshakeRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_SaslHandshakeRequest_v0(o, out):
+def _encode_SaslHandshakeRequest_v0(o: SaslHandshakeRequest, out: bytearray) -> None:
     v = o.mechanism
     if v is None:
         raise CodecError("SaslHandshakeRequest.mechanism: None in a non-nullable field")

@@ -127,7 +127,7 @@ class SaslHandshakeResponse:
             raise
 
 
-def _decode_SaslHandshakeResponse_v0(buf, pos):
+def _decode_SaslHandshakeResponse_v0(buf: Buffer, pos: int) -> tuple[SaslHandshakeResponse, int]:
     o = _new(SaslHandshakeResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -154,7 +154,7 @@ def _decode_SaslHandshakeResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_SaslHandshakeResponse_v0(o, out):
+def _encode_SaslHandshakeResponse_v0(o: SaslHandshakeResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.mechanisms
     if v is None:

@@ -286,7 +286,7 @@ class AcknowledgementBatch:
         return f"AcknowledgementBatch({fields})"
 
 
-def _decode_AcknowledgementBatch_v0(buf, pos):
+def _decode_AcknowledgementBatch_v0(buf: Buffer, pos: int) -> tuple[AcknowledgementBatch, int]:
     o = _new(AcknowledgementBatch)
     o.first_offset, o.last_offset = _u_qq(buf, pos)
     pos += 16
@@ -339,7 +339,7 @@ def _decode_AcknowledgementBatch_v0(buf, pos):
     return o, pos
 
 
-def _decode_AcknowledgePartition_v0(buf, pos):
+def _decode_AcknowledgePartition_v0(buf: Buffer, pos: int) -> tuple[AcknowledgePartition, int]:
     o = _new(AcknowledgePartition)
     o.partition_index = _u_i(buf, pos)[0]
     pos += 4
@@ -398,7 +398,7 @@ def _decode_AcknowledgePartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_AcknowledgeTopic_v0(buf, pos):
+def _decode_AcknowledgeTopic_v0(buf: Buffer, pos: int) -> tuple[AcknowledgeTopic, int]:
     o = _new(AcknowledgeTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -453,7 +453,9 @@ def _decode_AcknowledgeTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareAcknowledgeRequest_v0(buf, pos):
+def _decode_ShareAcknowledgeRequest_v0(
+    buf: Buffer, pos: int
+) -> tuple[ShareAcknowledgeRequest, int]:
     o = _new(ShareAcknowledgeRequest)
     n = buf[pos]
     if n < 128:
@@ -535,7 +537,7 @@ def _decode_ShareAcknowledgeRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_AcknowledgementBatch_v0(o, out):
+def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> None:
     out += _p_qq(o.first_offset, o.last_offset)
     v = o.acknowledge_types
     if v is None:
@@ -554,7 +556,7 @@ def _encode_AcknowledgementBatch_v0(o, out):
         out.append(0)
 
 
-def _encode_AcknowledgePartition_v0(o, out):
+def _encode_AcknowledgePartition_v0(o: AcknowledgePartition, out: bytearray) -> None:
     out += _p_i(o.partition_index)
     v = o.acknowledgement_batches
     if v is None:
@@ -575,7 +577,7 @@ def _encode_AcknowledgePartition_v0(o, out):
         out.append(0)
 
 
-def _encode_AcknowledgeTopic_v0(o, out):
+def _encode_AcknowledgeTopic_v0(o: AcknowledgeTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("AcknowledgeTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -596,7 +598,7 @@ def _encode_AcknowledgeTopic_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareAcknowledgeRequest_v0(o, out):
+def _encode_ShareAcknowledgeRequest_v0(o: ShareAcknowledgeRequest, out: bytearray) -> None:
     if o.is_renew_ack:
         raise CodecError("ShareAcknowledgeRequest.is_renew_ack cannot be set in versions 0-1")
     v = o.group_id
@@ -643,7 +645,9 @@ def _encode_ShareAcknowledgeRequest_v0(o, out):
         out.append(0)
 
 
-def _decode_ShareAcknowledgeRequest_v2(buf, pos):
+def _decode_ShareAcknowledgeRequest_v2(
+    buf: Buffer, pos: int
+) -> tuple[ShareAcknowledgeRequest, int]:
     o = _new(ShareAcknowledgeRequest)
     n = buf[pos]
     if n < 128:
@@ -724,7 +728,7 @@ def _decode_ShareAcknowledgeRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_ShareAcknowledgeRequest_v2(o, out):
+def _encode_ShareAcknowledgeRequest_v2(o: ShareAcknowledgeRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         out.append(0)

@@ -344,7 +344,7 @@ class NodeEndpoint:
         return f"NodeEndpoint({fields})"
 
 
-def _decode_LeaderIdAndEpoch_v0(buf, pos):
+def _decode_LeaderIdAndEpoch_v0(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _u_ii(buf, pos)
     pos += 8
@@ -383,7 +383,7 @@ def _decode_LeaderIdAndEpoch_v0(buf, pos):
     return o, pos
 
 
-def _decode_PartitionData_v0(buf, pos):
+def _decode_PartitionData_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     o.partition_index, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -436,7 +436,9 @@ def _decode_PartitionData_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareAcknowledgeTopicResponse_v0(buf, pos):
+def _decode_ShareAcknowledgeTopicResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[ShareAcknowledgeTopicResponse, int]:
     o = _new(ShareAcknowledgeTopicResponse)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -491,7 +493,7 @@ def _decode_ShareAcknowledgeTopicResponse_v0(buf, pos):
     return o, pos
 
 
-def _decode_NodeEndpoint_v0(buf, pos):
+def _decode_NodeEndpoint_v0(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     o = _new(NodeEndpoint)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -558,7 +560,9 @@ def _decode_NodeEndpoint_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareAcknowledgeResponse_v0(buf, pos):
+def _decode_ShareAcknowledgeResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[ShareAcknowledgeResponse, int]:
     o = _new(ShareAcknowledgeResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -643,7 +647,7 @@ def _decode_ShareAcknowledgeResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_LeaderIdAndEpoch_v0(o, out):
+def _encode_LeaderIdAndEpoch_v0(o: LeaderIdAndEpoch, out: bytearray) -> None:
     out += _p_ii(o.leader_id, o.leader_epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -652,7 +656,7 @@ def _encode_LeaderIdAndEpoch_v0(o, out):
         out.append(0)
 
 
-def _encode_PartitionData_v0(o, out):
+def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
     v = o.error_message
     if v is None:
@@ -675,7 +679,9 @@ def _encode_PartitionData_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareAcknowledgeTopicResponse_v0(o, out):
+def _encode_ShareAcknowledgeTopicResponse_v0(
+    o: ShareAcknowledgeTopicResponse, out: bytearray
+) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ShareAcknowledgeTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -696,7 +702,7 @@ def _encode_ShareAcknowledgeTopicResponse_v0(o, out):
         out.append(0)
 
 
-def _encode_NodeEndpoint_v0(o, out):
+def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -731,7 +737,7 @@ def _encode_NodeEndpoint_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareAcknowledgeResponse_v0(o, out):
+def _encode_ShareAcknowledgeResponse_v0(o: ShareAcknowledgeResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:
@@ -773,7 +779,9 @@ def _encode_ShareAcknowledgeResponse_v0(o, out):
         out.append(0)
 
 
-def _decode_ShareAcknowledgeResponse_v2(buf, pos):
+def _decode_ShareAcknowledgeResponse_v2(
+    buf: Buffer, pos: int
+) -> tuple[ShareAcknowledgeResponse, int]:
     o = _new(ShareAcknowledgeResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -859,7 +867,7 @@ def _decode_ShareAcknowledgeResponse_v2(buf, pos):
     return o, pos
 
 
-def _encode_ShareAcknowledgeResponse_v2(o, out):
+def _encode_ShareAcknowledgeResponse_v2(o: ShareAcknowledgeResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:

@@ -388,7 +388,7 @@ class ForgottenTopic:
         return f"ForgottenTopic({fields})"
 
 
-def _decode_AcknowledgementBatch_v0(buf, pos):
+def _decode_AcknowledgementBatch_v0(buf: Buffer, pos: int) -> tuple[AcknowledgementBatch, int]:
     o = _new(AcknowledgementBatch)
     o.first_offset, o.last_offset = _u_qq(buf, pos)
     pos += 16
@@ -441,7 +441,7 @@ def _decode_AcknowledgementBatch_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchPartition_v0(buf, pos):
+def _decode_FetchPartition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     o.partition_index, o.partition_max_bytes = _u_ii(buf, pos)
     pos += 8
@@ -496,7 +496,7 @@ def _decode_FetchPartition_v0(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v0(buf, pos):
+def _decode_FetchTopic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -551,7 +551,7 @@ def _decode_FetchTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_ForgottenTopic_v0(buf, pos):
+def _decode_ForgottenTopic_v0(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
     o = _new(ForgottenTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -604,7 +604,7 @@ def _decode_ForgottenTopic_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchRequest_v0(buf, pos):
+def _decode_ShareFetchRequest_v0(buf: Buffer, pos: int) -> tuple[ShareFetchRequest, int]:
     o = _new(ShareFetchRequest)
     n = buf[pos]
     if n < 128:
@@ -705,7 +705,7 @@ def _decode_ShareFetchRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_AcknowledgementBatch_v0(o, out):
+def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> None:
     out += _p_qq(o.first_offset, o.last_offset)
     v = o.acknowledge_types
     if v is None:
@@ -724,7 +724,7 @@ def _encode_AcknowledgementBatch_v0(o, out):
         out.append(0)
 
 
-def _encode_FetchPartition_v0(o, out):
+def _encode_FetchPartition_v0(o: FetchPartition, out: bytearray) -> None:
     out += _p_ii(o.partition_index, o.partition_max_bytes)
     v = o.acknowledgement_batches
     if v is None:
@@ -743,7 +743,7 @@ def _encode_FetchPartition_v0(o, out):
         out.append(0)
 
 
-def _encode_FetchTopic_v0(o, out):
+def _encode_FetchTopic_v0(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -764,7 +764,7 @@ def _encode_FetchTopic_v0(o, out):
         out.append(0)
 
 
-def _encode_ForgottenTopic_v0(o, out):
+def _encode_ForgottenTopic_v0(o: ForgottenTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ForgottenTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -785,7 +785,7 @@ def _encode_ForgottenTopic_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchRequest_v0(o, out):
+def _encode_ShareFetchRequest_v0(o: ShareFetchRequest, out: bytearray) -> None:
     if o.max_records != 0:
         raise CodecError("ShareFetchRequest.max_records cannot be set in versions 0")
     if o.batch_size != 0:
@@ -846,7 +846,7 @@ def _encode_ShareFetchRequest_v0(o, out):
         out.append(0)
 
 
-def _decode_FetchPartition_v1(buf, pos):
+def _decode_FetchPartition_v1(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
     o = _new(FetchPartition)
     o.partition_index = _u_i(buf, pos)[0]
     pos += 4
@@ -902,7 +902,7 @@ def _decode_FetchPartition_v1(buf, pos):
     return o, pos
 
 
-def _decode_FetchTopic_v1(buf, pos):
+def _decode_FetchTopic_v1(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     o = _new(FetchTopic)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -957,7 +957,7 @@ def _decode_FetchTopic_v1(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchRequest_v1(buf, pos):
+def _decode_ShareFetchRequest_v1(buf: Buffer, pos: int) -> tuple[ShareFetchRequest, int]:
     o = _new(ShareFetchRequest)
     n = buf[pos]
     if n < 128:
@@ -1063,7 +1063,7 @@ def _decode_ShareFetchRequest_v1(buf, pos):
     return o, pos
 
 
-def _encode_FetchPartition_v1(o, out):
+def _encode_FetchPartition_v1(o: FetchPartition, out: bytearray) -> None:
     if o.partition_max_bytes != 0:
         raise CodecError("FetchPartition.partition_max_bytes cannot be set in versions 1-2")
     out += _p_i(o.partition_index)
@@ -1084,7 +1084,7 @@ def _encode_FetchPartition_v1(o, out):
         out.append(0)
 
 
-def _encode_FetchTopic_v1(o, out):
+def _encode_FetchTopic_v1(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1105,7 +1105,7 @@ def _encode_FetchTopic_v1(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchRequest_v1(o, out):
+def _encode_ShareFetchRequest_v1(o: ShareFetchRequest, out: bytearray) -> None:
     if o.is_renew_ack:
         raise CodecError("ShareFetchRequest.is_renew_ack cannot be set in versions 1")
     v = o.group_id
@@ -1169,7 +1169,7 @@ def _encode_ShareFetchRequest_v1(o, out):
         out.append(0)
 
 
-def _decode_ShareFetchRequest_v2(buf, pos):
+def _decode_ShareFetchRequest_v2(buf: Buffer, pos: int) -> tuple[ShareFetchRequest, int]:
     o = _new(ShareFetchRequest)
     n = buf[pos]
     if n < 128:
@@ -1275,7 +1275,7 @@ def _decode_ShareFetchRequest_v2(buf, pos):
     return o, pos
 
 
-def _encode_ShareFetchRequest_v2(o, out):
+def _encode_ShareFetchRequest_v2(o: ShareFetchRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         out.append(0)

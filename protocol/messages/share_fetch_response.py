@@ -416,7 +416,7 @@ class NodeEndpoint:
         return f"NodeEndpoint({fields})"
 
 
-def _decode_LeaderIdAndEpoch_v0(buf, pos):
+def _decode_LeaderIdAndEpoch_v0(buf: Buffer, pos: int) -> tuple[LeaderIdAndEpoch, int]:
     o = _new(LeaderIdAndEpoch)
     o.leader_id, o.leader_epoch = _u_ii(buf, pos)
     pos += 8
@@ -455,7 +455,7 @@ def _decode_LeaderIdAndEpoch_v0(buf, pos):
     return o, pos
 
 
-def _decode_AcquiredRecords_v0(buf, pos):
+def _decode_AcquiredRecords_v0(buf: Buffer, pos: int) -> tuple[AcquiredRecords, int]:
     o = _new(AcquiredRecords)
     o.first_offset, o.last_offset, o.delivery_count = _u_qqh(buf, pos)
     pos += 18
@@ -494,7 +494,7 @@ def _decode_AcquiredRecords_v0(buf, pos):
     return o, pos
 
 
-def _decode_PartitionData_v0(buf, pos):
+def _decode_PartitionData_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     o.partition_index, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -589,7 +589,9 @@ def _decode_PartitionData_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchableTopicResponse_v0(buf, pos):
+def _decode_ShareFetchableTopicResponse_v0(
+    buf: Buffer, pos: int
+) -> tuple[ShareFetchableTopicResponse, int]:
     o = _new(ShareFetchableTopicResponse)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -644,7 +646,7 @@ def _decode_ShareFetchableTopicResponse_v0(buf, pos):
     return o, pos
 
 
-def _decode_NodeEndpoint_v0(buf, pos):
+def _decode_NodeEndpoint_v0(buf: Buffer, pos: int) -> tuple[NodeEndpoint, int]:
     o = _new(NodeEndpoint)
     o.node_id = _u_i(buf, pos)[0]
     pos += 4
@@ -711,7 +713,7 @@ def _decode_NodeEndpoint_v0(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchResponse_v0(buf, pos):
+def _decode_ShareFetchResponse_v0(buf: Buffer, pos: int) -> tuple[ShareFetchResponse, int]:
     o = _new(ShareFetchResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -796,7 +798,7 @@ def _decode_ShareFetchResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_LeaderIdAndEpoch_v0(o, out):
+def _encode_LeaderIdAndEpoch_v0(o: LeaderIdAndEpoch, out: bytearray) -> None:
     out += _p_ii(o.leader_id, o.leader_epoch)
     u = o.unknown_tagged_fields
     if u:
@@ -805,7 +807,7 @@ def _encode_LeaderIdAndEpoch_v0(o, out):
         out.append(0)
 
 
-def _encode_AcquiredRecords_v0(o, out):
+def _encode_AcquiredRecords_v0(o: AcquiredRecords, out: bytearray) -> None:
     out += _p_qqh(o.first_offset, o.last_offset, o.delivery_count)
     u = o.unknown_tagged_fields
     if u:
@@ -814,7 +816,7 @@ def _encode_AcquiredRecords_v0(o, out):
         out.append(0)
 
 
-def _encode_PartitionData_v0(o, out):
+def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
     v = o.error_message
     if v is None:
@@ -871,7 +873,7 @@ def _encode_PartitionData_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchableTopicResponse_v0(o, out):
+def _encode_ShareFetchableTopicResponse_v0(o: ShareFetchableTopicResponse, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ShareFetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -892,7 +894,7 @@ def _encode_ShareFetchableTopicResponse_v0(o, out):
         out.append(0)
 
 
-def _encode_NodeEndpoint_v0(o, out):
+def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
     v = o.host
     if v is None:
@@ -927,7 +929,7 @@ def _encode_NodeEndpoint_v0(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchResponse_v0(o, out):
+def _encode_ShareFetchResponse_v0(o: ShareFetchResponse, out: bytearray) -> None:
     if o.acquisition_lock_timeout_ms != 0:
         raise CodecError(
             "ShareFetchResponse.acquisition_lock_timeout_ms cannot be set in versions 0"
@@ -973,7 +975,7 @@ def _encode_ShareFetchResponse_v0(o, out):
         out.append(0)
 
 
-def _decode_PartitionData_v1(buf, pos):
+def _decode_PartitionData_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
     o = _new(PartitionData)
     o.partition_index, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -1068,7 +1070,9 @@ def _decode_PartitionData_v1(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchableTopicResponse_v1(buf, pos):
+def _decode_ShareFetchableTopicResponse_v1(
+    buf: Buffer, pos: int
+) -> tuple[ShareFetchableTopicResponse, int]:
     o = _new(ShareFetchableTopicResponse)
     o.topic_id = _u_u(buf, pos)[0]
     pos += 16
@@ -1123,7 +1127,7 @@ def _decode_ShareFetchableTopicResponse_v1(buf, pos):
     return o, pos
 
 
-def _decode_ShareFetchResponse_v1(buf, pos):
+def _decode_ShareFetchResponse_v1(buf: Buffer, pos: int) -> tuple[ShareFetchResponse, int]:
     o = _new(ShareFetchResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -1209,7 +1213,7 @@ def _decode_ShareFetchResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_PartitionData_v1(o, out):
+def _encode_PartitionData_v1(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
     v = o.error_message
     if v is None:
@@ -1265,7 +1269,7 @@ def _encode_PartitionData_v1(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchableTopicResponse_v1(o, out):
+def _encode_ShareFetchableTopicResponse_v1(o: ShareFetchableTopicResponse, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ShareFetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
@@ -1286,7 +1290,7 @@ def _encode_ShareFetchableTopicResponse_v1(o, out):
         out.append(0)
 
 
-def _encode_ShareFetchResponse_v1(o, out):
+def _encode_ShareFetchResponse_v1(o: ShareFetchResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.error_message
     if v is None:

@@ -145,7 +145,9 @@ class ShareGroupHeartbeatRequest:
             raise
 
 
-def _decode_ShareGroupHeartbeatRequest_v0(buf, pos):
+def _decode_ShareGroupHeartbeatRequest_v0(
+    buf: Buffer, pos: int
+) -> tuple[ShareGroupHeartbeatRequest, int]:
     o = _new(ShareGroupHeartbeatRequest)
     n = buf[pos]
     if n < 128:
@@ -258,7 +260,7 @@ def _decode_ShareGroupHeartbeatRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_ShareGroupHeartbeatRequest_v0(o, out):
+def _encode_ShareGroupHeartbeatRequest_v0(o: ShareGroupHeartbeatRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("ShareGroupHeartbeatRequest.group_id: None in a non-nullable field")

@@ -197,7 +197,9 @@ class SyncGroupRequestAssignment:
         return f"SyncGroupRequestAssignment({fields})"
 
 
-def _decode_SyncGroupRequestAssignment_v0(buf, pos):
+def _decode_SyncGroupRequestAssignment_v0(
+    buf: Buffer, pos: int
+) -> tuple[SyncGroupRequestAssignment, int]:
     o = _new(SyncGroupRequestAssignment)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -219,7 +221,7 @@ def _decode_SyncGroupRequestAssignment_v0(buf, pos):
     return o, pos
 
 
-def _decode_SyncGroupRequest_v0(buf, pos):
+def _decode_SyncGroupRequest_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
     o = _new(SyncGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -258,7 +260,7 @@ def _decode_SyncGroupRequest_v0(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupRequestAssignment_v0(o, out):
+def _encode_SyncGroupRequestAssignment_v0(o: SyncGroupRequestAssignment, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("SyncGroupRequestAssignment.member_id: None in a non-nullable field")
@@ -276,7 +278,7 @@ def _encode_SyncGroupRequestAssignment_v0(o, out):
     out += v
 
 
-def _encode_SyncGroupRequest_v0(o, out):
+def _encode_SyncGroupRequest_v0(o: SyncGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("SyncGroupRequest.group_instance_id cannot be set in versions 0-2")
     v = o.group_id
@@ -307,7 +309,7 @@ def _encode_SyncGroupRequest_v0(o, out):
         _encode_SyncGroupRequestAssignment_v0(x, out)
 
 
-def _decode_SyncGroupRequest_v3(buf, pos):
+def _decode_SyncGroupRequest_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
     o = _new(SyncGroupRequest)
     n = _u_h(buf, pos)[0]
     pos += 2
@@ -353,7 +355,7 @@ def _decode_SyncGroupRequest_v3(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupRequest_v3(o, out):
+def _encode_SyncGroupRequest_v3(o: SyncGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
@@ -392,7 +394,9 @@ def _encode_SyncGroupRequest_v3(o, out):
         _encode_SyncGroupRequestAssignment_v0(x, out)
 
 
-def _decode_SyncGroupRequestAssignment_v4(buf, pos):
+def _decode_SyncGroupRequestAssignment_v4(
+    buf: Buffer, pos: int
+) -> tuple[SyncGroupRequestAssignment, int]:
     o = _new(SyncGroupRequestAssignment)
     n = buf[pos]
     if n < 128:
@@ -453,7 +457,7 @@ def _decode_SyncGroupRequestAssignment_v4(buf, pos):
     return o, pos
 
 
-def _decode_SyncGroupRequest_v4(buf, pos):
+def _decode_SyncGroupRequest_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
     o = _new(SyncGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -549,7 +553,7 @@ def _decode_SyncGroupRequest_v4(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupRequestAssignment_v4(o, out):
+def _encode_SyncGroupRequestAssignment_v4(o: SyncGroupRequestAssignment, out: bytearray) -> None:
     v = o.member_id
     if v is None:
         raise CodecError("SyncGroupRequestAssignment.member_id: None in a non-nullable field")
@@ -578,7 +582,7 @@ def _encode_SyncGroupRequestAssignment_v4(o, out):
         out.append(0)
 
 
-def _encode_SyncGroupRequest_v4(o, out):
+def _encode_SyncGroupRequest_v4(o: SyncGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
@@ -634,7 +638,7 @@ def _encode_SyncGroupRequest_v4(o, out):
         out.append(0)
 
 
-def _decode_SyncGroupRequest_v5(buf, pos):
+def _decode_SyncGroupRequest_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
     o = _new(SyncGroupRequest)
     n = buf[pos]
     if n < 128:
@@ -754,7 +758,7 @@ def _decode_SyncGroupRequest_v5(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupRequest_v5(o, out):
+def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
     v = o.group_id
     if v is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")

@@ -149,7 +149,7 @@ class SyncGroupResponse:
             raise
 
 
-def _decode_SyncGroupResponse_v0(buf, pos):
+def _decode_SyncGroupResponse_v0(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
     o = _new(SyncGroupResponse)
     o.error_code = _u_h(buf, pos)[0]
     pos += 2
@@ -168,7 +168,7 @@ def _decode_SyncGroupResponse_v0(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupResponse_v0(o, out):
+def _encode_SyncGroupResponse_v0(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
     v = o.assignment
     if v is None:
@@ -178,7 +178,7 @@ def _encode_SyncGroupResponse_v0(o, out):
     out += v
 
 
-def _decode_SyncGroupResponse_v1(buf, pos):
+def _decode_SyncGroupResponse_v1(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
     o = _new(SyncGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -196,7 +196,7 @@ def _decode_SyncGroupResponse_v1(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupResponse_v1(o, out):
+def _encode_SyncGroupResponse_v1(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.assignment
     if v is None:
@@ -206,7 +206,7 @@ def _encode_SyncGroupResponse_v1(o, out):
     out += v
 
 
-def _decode_SyncGroupResponse_v4(buf, pos):
+def _decode_SyncGroupResponse_v4(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
     o = _new(SyncGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -258,7 +258,7 @@ def _decode_SyncGroupResponse_v4(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupResponse_v4(o, out):
+def _encode_SyncGroupResponse_v4(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.assignment
     if v is None:
@@ -276,7 +276,7 @@ def _encode_SyncGroupResponse_v4(o, out):
         out.append(0)
 
 
-def _decode_SyncGroupResponse_v5(buf, pos):
+def _decode_SyncGroupResponse_v5(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
     o = _new(SyncGroupResponse)
     o.throttle_time_ms, o.error_code = _u_ih(buf, pos)
     pos += 6
@@ -352,7 +352,7 @@ def _decode_SyncGroupResponse_v5(buf, pos):
     return o, pos
 
 
-def _encode_SyncGroupResponse_v5(o, out):
+def _encode_SyncGroupResponse_v5(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
     v = o.protocol_type
     if v is None:
