@@ -517,6 +517,9 @@ class ModuleEmitter:
         ]
         element = f.element
         assert element is not None
+        # Named for the field: one function reads several arrays, and a type checker gives a
+        # name the type of its first use.
+        a, x = f"a_{f.cf.py_name}", f"x_{f.cf.py_name}"
         if element in FIXED_SIZES:
             code = _FMT[element]
             body.append(f"s = {self._array(code, 'c')}")
@@ -527,17 +530,17 @@ class ModuleEmitter:
             assert f.struct is not None
             fn = self.decoder(f.struct, version)
             body += [
-                "a = []",
+                f"{a} = []",
                 "for _ in range(c):",
-                f"    x, pos = {fn}(buf, pos)",
-                "    a.append(x)",
-                f"{target} = a",
+                f"    {x}, pos = {fn}(buf, pos)",
+                f"    {a}.append({x})",
+                f"{target} = {a}",
             ]
         else:
             elem = FieldLayout(f.cf, element, None, None, False, None, f.compact)
-            body += ["a = []", "for _ in range(c):"]
-            body += ["    " + b for b in self._read_blob(layout, elem, element, "x")]
-            body += ["    a.append(x)", f"{target} = a"]
+            body += [f"{a} = []", "for _ in range(c):"]
+            body += ["    " + b for b in self._read_blob(layout, elem, element, x)]
+            body += [f"    {a}.append({x})", f"{target} = {a}"]
         out += ["    " + b for b in body]
         out.append("else:")
         out += ["    " + b for b in self._null(layout, f, target)]
@@ -729,19 +732,20 @@ class ModuleEmitter:
                 ]
             out.append(f"{out_var} += {self._pack(_FMT[kind])}({expr})")
             return out
+        v = f"v_{f.cf.py_name}"  # named for the field, as the decoders' arrays are
         if kind == "struct":
             assert f.struct is not None
             fn = self.encoder(f.struct, version)
             if f.nullable:
-                return [f"v = {expr}", "if v is None:", f"    {out_var}.append(0xFF)",
-                        "else:", f"    {out_var}.append(1)", f"    {fn}(v, {out_var})"]
+                return [f"{v} = {expr}", f"if {v} is None:", f"    {out_var}.append(0xFF)",
+                        "else:", f"    {out_var}.append(1)", f"    {fn}({v}, {out_var})"]
             return [f"{fn}({expr}, {out_var})"]
-        out = [f"v = {expr}", "if v is None:"]
+        out = [f"{v} = {expr}", f"if {v} is None:"]
         out += ["    " + b for b in self._write_null(layout, f, out_var)]
         if kind in ("string", "bytes", "records"):
-            body = self._write_blob(layout, f, kind, "v", out_var)
+            body = self._write_blob(layout, f, kind, v, out_var)
         else:
-            body = self._write_array(layout, f, version, out_var)
+            body = self._write_array(layout, f, version, out_var, v)
         if f.nullable:
             out.append("else:")
             out += ["    " + b for b in body]
@@ -771,9 +775,10 @@ class ModuleEmitter:
         return out
 
     def _write_array(
-        self, layout: StructLayout, f: FieldLayout, version: int, out_var: str
+        self, layout: StructLayout, f: FieldLayout, version: int, out_var: str, v: str
     ) -> list[str]:
-        out = ["n = len(v)"]
+        x = f"x_{f.cf.py_name}"
+        out = [f"n = len({v})"]
         if f.compact:
             out += self._write_uvarint_plus_one("n", out_var)
         else:
@@ -783,25 +788,25 @@ class ModuleEmitter:
         if element in FIXED_SIZES:
             if element == "uuid":
                 out += [
-                    "for x in v:",
-                    "    if len(x) != 16:",
+                    f"for {x} in {v}:",
+                    f"    if len({x}) != 16:",
                     f'        raise CodecError("{layout.name}.{f.cf.py_name}: uuid must be 16'
                     ' bytes")',
                 ]
             out.append(f"s = {self._array(_FMT[element], 'n')}")
-            out.append(f"{out_var} += s.pack(*v)")
+            out.append(f"{out_var} += s.pack(*{v})")
         elif element == "struct":
             assert f.struct is not None
             fn = self.encoder(f.struct, version)
-            out += ["for x in v:", f"    {fn}(x, {out_var})"]
+            out += [f"for {x} in {v}:", f"    {fn}({x}, {out_var})"]
         else:
             elem = FieldLayout(f.cf, element, None, None, False, None, f.compact)
             out += [
-                "for x in v:",
-                "    if x is None:",
+                f"for {x} in {v}:",
+                f"    if {x} is None:",
                 f'        raise CodecError("{layout.name}.{f.cf.py_name}: None element")',
             ]
-            out += ["    " + b for b in self._write_blob(layout, elem, element, "x", out_var)]
+            out += ["    " + b for b in self._write_blob(layout, elem, element, x, out_var)]
         return out
 
     def _write_tagged(self, layout: StructLayout, version: int) -> list[str]:

@@ -219,10 +219,10 @@ def _decode_ApiVersionsRequest_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsReq
 
 
 def _encode_ApiVersionsRequest_v3(o: ApiVersionsRequest, out: bytearray) -> None:
-    v = o.client_software_name
-    if v is None:
+    v_client_software_name = o.client_software_name
+    if v_client_software_name is None:
         raise CodecError("ApiVersionsRequest.client_software_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_client_software_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ApiVersionsRequest.client_software_name: string too long")
@@ -231,10 +231,10 @@ def _encode_ApiVersionsRequest_v3(o: ApiVersionsRequest, out: bytearray) -> None
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.client_software_version
-    if v is None:
+    v_client_software_version = o.client_software_version
+    if v_client_software_version is None:
         raise CodecError("ApiVersionsRequest.client_software_version: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_client_software_version.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ApiVersionsRequest.client_software_version: string too long")
@@ -329,10 +329,10 @@ def _decode_ApiVersionsRequest_v5(buf: Buffer, pos: int) -> tuple[ApiVersionsReq
 
 
 def _encode_ApiVersionsRequest_v5(o: ApiVersionsRequest, out: bytearray) -> None:
-    v = o.client_software_name
-    if v is None:
+    v_client_software_name = o.client_software_name
+    if v_client_software_name is None:
         raise CodecError("ApiVersionsRequest.client_software_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_client_software_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ApiVersionsRequest.client_software_name: string too long")
@@ -341,10 +341,10 @@ def _encode_ApiVersionsRequest_v5(o: ApiVersionsRequest, out: bytearray) -> None
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.client_software_version
-    if v is None:
+    v_client_software_version = o.client_software_version
+    if v_client_software_version is None:
         raise CodecError("ApiVersionsRequest.client_software_version: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_client_software_version.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ApiVersionsRequest.client_software_version: string too long")
@@ -353,11 +353,11 @@ def _encode_ApiVersionsRequest_v5(o: ApiVersionsRequest, out: bytearray) -> None
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.cluster_id
-    if v is None:
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ApiVersionsRequest.cluster_id: string too long")

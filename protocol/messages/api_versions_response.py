@@ -326,11 +326,11 @@ def _decode_ApiVersionsResponse_v0(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ApiVersionsResponse.api_keys: array count {c} too large")
-        a = []
+        a_api_keys = []
         for _ in range(c):
-            x, pos = _decode_ApiVersion_v0(buf, pos)
-            a.append(x)
-        o.api_keys = a
+            x_api_keys, pos = _decode_ApiVersion_v0(buf, pos)
+            a_api_keys.append(x_api_keys)
+        o.api_keys = a_api_keys
     else:
         raise CodecError("ApiVersionsResponse.api_keys: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -348,13 +348,13 @@ def _encode_ApiVersion_v0(o: ApiVersion, out: bytearray) -> None:
 
 def _encode_ApiVersionsResponse_v0(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.api_keys
-    if v is None:
+    v_api_keys = o.api_keys
+    if v_api_keys is None:
         raise CodecError("ApiVersionsResponse.api_keys: None in a non-nullable field")
-    n = len(v)
+    n = len(v_api_keys)
     out += _p_i(n)
-    for x in v:
-        _encode_ApiVersion_v0(x, out)
+    for x_api_keys in v_api_keys:
+        _encode_ApiVersion_v0(x_api_keys, out)
 
 
 def _decode_ApiVersionsResponse_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsResponse, int]:
@@ -366,11 +366,11 @@ def _decode_ApiVersionsResponse_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ApiVersionsResponse.api_keys: array count {c} too large")
-        a = []
+        a_api_keys = []
         for _ in range(c):
-            x, pos = _decode_ApiVersion_v0(buf, pos)
-            a.append(x)
-        o.api_keys = a
+            x_api_keys, pos = _decode_ApiVersion_v0(buf, pos)
+            a_api_keys.append(x_api_keys)
+        o.api_keys = a_api_keys
     else:
         raise CodecError("ApiVersionsResponse.api_keys: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -385,13 +385,13 @@ def _decode_ApiVersionsResponse_v1(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
 
 def _encode_ApiVersionsResponse_v1(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.api_keys
-    if v is None:
+    v_api_keys = o.api_keys
+    if v_api_keys is None:
         raise CodecError("ApiVersionsResponse.api_keys: None in a non-nullable field")
-    n = len(v)
+    n = len(v_api_keys)
     out += _p_i(n)
-    for x in v:
-        _encode_ApiVersion_v0(x, out)
+    for x_api_keys in v_api_keys:
+        _encode_ApiVersion_v0(x_api_keys, out)
     out += _p_i(o.throttle_time_ms)
 
 
@@ -551,11 +551,11 @@ def _decode_ApiVersionsResponse_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
     if c >= 0:
         if c * 7 > len(buf) - pos:
             raise CodecError(f"ApiVersionsResponse.api_keys: array count {c} too large")
-        a = []
+        a_api_keys = []
         for _ in range(c):
-            x, pos = _decode_ApiVersion_v3(buf, pos)
-            a.append(x)
-        o.api_keys = a
+            x_api_keys, pos = _decode_ApiVersion_v3(buf, pos)
+            a_api_keys.append(x_api_keys)
+        o.api_keys = a_api_keys
     else:
         raise CodecError("ApiVersionsResponse.api_keys: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -603,11 +603,11 @@ def _decode_ApiVersionsResponse_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
                         raise CodecError(
                             f"ApiVersionsResponse.supported_features: array count {c} too large"
                         )
-                    a = []
+                    a_supported_features = []
                     for _ in range(c):
-                        x, pos = _decode_SupportedFeatureKey_v3(buf, pos)
-                        a.append(x)
-                    o.supported_features = a
+                        x_supported_features, pos = _decode_SupportedFeatureKey_v3(buf, pos)
+                        a_supported_features.append(x_supported_features)
+                    o.supported_features = a_supported_features
                 else:
                     raise CodecError(
                         "ApiVersionsResponse.supported_features: null in a non-nullable field"
@@ -627,11 +627,11 @@ def _decode_ApiVersionsResponse_v3(buf: Buffer, pos: int) -> tuple[ApiVersionsRe
                         raise CodecError(
                             f"ApiVersionsResponse.finalized_features: array count {c} too large"
                         )
-                    a = []
+                    a_finalized_features = []
                     for _ in range(c):
-                        x, pos = _decode_FinalizedFeatureKey_v3(buf, pos)
-                        a.append(x)
-                    o.finalized_features = a
+                        x_finalized_features, pos = _decode_FinalizedFeatureKey_v3(buf, pos)
+                        a_finalized_features.append(x_finalized_features)
+                    o.finalized_features = a_finalized_features
                 else:
                     raise CodecError(
                         "ApiVersionsResponse.finalized_features: null in a non-nullable field"
@@ -660,10 +660,10 @@ def _encode_ApiVersion_v3(o: ApiVersion, out: bytearray) -> None:
 
 
 def _encode_SupportedFeatureKey_v3(o: SupportedFeatureKey, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("SupportedFeatureKey.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SupportedFeatureKey.name: string too long")
@@ -681,10 +681,10 @@ def _encode_SupportedFeatureKey_v3(o: SupportedFeatureKey, out: bytearray) -> No
 
 
 def _encode_FinalizedFeatureKey_v3(o: FinalizedFeatureKey, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("FinalizedFeatureKey.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FinalizedFeatureKey.name: string too long")
@@ -703,31 +703,31 @@ def _encode_FinalizedFeatureKey_v3(o: FinalizedFeatureKey, out: bytearray) -> No
 
 def _encode_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.api_keys
-    if v is None:
+    v_api_keys = o.api_keys
+    if v_api_keys is None:
         raise CodecError("ApiVersionsResponse.api_keys: None in a non-nullable field")
-    n = len(v)
+    n = len(v_api_keys)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ApiVersion_v3(x, out)
+    for x_api_keys in v_api_keys:
+        _encode_ApiVersion_v3(x_api_keys, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
     tf = []
     if o.supported_features != []:
         tb = bytearray()
-        v = o.supported_features
-        if v is None:
+        v_supported_features = o.supported_features
+        if v_supported_features is None:
             raise CodecError("ApiVersionsResponse.supported_features: None in a non-nullable field")
-        n = len(v)
+        n = len(v_supported_features)
         if n < 127:
             tb.append(n + 1)
         else:
             write_unsigned_varint(tb, n + 1)
-        for x in v:
-            _encode_SupportedFeatureKey_v3(x, tb)
+        for x_supported_features in v_supported_features:
+            _encode_SupportedFeatureKey_v3(x_supported_features, tb)
         tf.append((0, tb))
     if o.finalized_features_epoch != -1:
         tb = bytearray()
@@ -735,16 +735,16 @@ def _encode_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: bytearray) -> No
         tf.append((1, tb))
     if o.finalized_features != []:
         tb = bytearray()
-        v = o.finalized_features
-        if v is None:
+        v_finalized_features = o.finalized_features
+        if v_finalized_features is None:
             raise CodecError("ApiVersionsResponse.finalized_features: None in a non-nullable field")
-        n = len(v)
+        n = len(v_finalized_features)
         if n < 127:
             tb.append(n + 1)
         else:
             write_unsigned_varint(tb, n + 1)
-        for x in v:
-            _encode_FinalizedFeatureKey_v3(x, tb)
+        for x_finalized_features in v_finalized_features:
+            _encode_FinalizedFeatureKey_v3(x_finalized_features, tb)
         tf.append((2, tb))
     if o.zk_migration_ready:
         tb = bytearray()

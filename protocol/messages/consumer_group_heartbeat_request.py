@@ -351,7 +351,7 @@ def _decode_ConsumerGroupHeartbeatRequest_v0(
             raise CodecError(
                 f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: array count {c} too large"
             )
-        a = []
+        a_subscribed_topic_names = []
         for _ in range(c):
             n = buf[pos]
             if n < 128:
@@ -364,15 +364,15 @@ def _decode_ConsumerGroupHeartbeatRequest_v0(
                         "ConsumerGroupHeartbeatRequest.subscribed_topic_names: string too long"
                     )
                 e = pos + n - 1
-                x = str(buf[pos:e], "utf-8", "surrogateescape")
+                x_subscribed_topic_names = str(buf[pos:e], "utf-8", "surrogateescape")
                 pos = e
             else:
                 raise CodecError(
                     "ConsumerGroupHeartbeatRequest.subscribed_topic_names: null in a non-nullable "
                     "field"
                 )
-            a.append(x)
-        o.subscribed_topic_names = a
+            a_subscribed_topic_names.append(x_subscribed_topic_names)
+        o.subscribed_topic_names = a_subscribed_topic_names
     else:
         o.subscribed_topic_names = None
     n = buf[pos]
@@ -399,11 +399,11 @@ def _decode_ConsumerGroupHeartbeatRequest_v0(
             raise CodecError(
                 f"ConsumerGroupHeartbeatRequest.topic_partitions: array count {c} too large"
             )
-        a = []
+        a_topic_partitions = []
         for _ in range(c):
-            x, pos = _decode_TopicPartitions_v0(buf, pos)
-            a.append(x)
-        o.topic_partitions = a
+            x_topic_partitions, pos = _decode_TopicPartitions_v0(buf, pos)
+            a_topic_partitions.append(x_topic_partitions)
+        o.topic_partitions = a_topic_partitions
     else:
         o.topic_partitions = None
     o.unknown_tagged_fields = None
@@ -446,16 +446,16 @@ def _encode_TopicPartitions_v0(o: TopicPartitions, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicPartitions.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("TopicPartitions.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -470,10 +470,10 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
         raise CodecError(
             "ConsumerGroupHeartbeatRequest.subscribed_topic_regex cannot be set in versions 0"
         )
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("ConsumerGroupHeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ConsumerGroupHeartbeatRequest.group_id: string too long")
@@ -482,10 +482,10 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("ConsumerGroupHeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ConsumerGroupHeartbeatRequest.member_id: string too long")
@@ -495,11 +495,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.member_epoch)
-    v = o.instance_id
-    if v is None:
+    v_instance_id = o.instance_id
+    if v_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.instance_id: string too long")
@@ -508,11 +508,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.rack_id
-    if v is None:
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.rack_id: string too long")
@@ -522,21 +522,21 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.rebalance_timeout_ms)
-    v = o.subscribed_topic_names
-    if v is None:
+    v_subscribed_topic_names = o.subscribed_topic_names
+    if v_subscribed_topic_names is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_subscribed_topic_names)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            if x is None:
+        for x_subscribed_topic_names in v_subscribed_topic_names:
+            if x_subscribed_topic_names is None:
                 raise CodecError(
                     "ConsumerGroupHeartbeatRequest.subscribed_topic_names: None element"
                 )
-            b = x.encode("utf-8", "surrogateescape")
+            b = x_subscribed_topic_names.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError(
@@ -547,11 +547,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
             else:
                 write_unsigned_varint(out, n + 1)
             out += b
-    v = o.server_assignor
-    if v is None:
+    v_server_assignor = o.server_assignor
+    if v_server_assignor is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_server_assignor.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.server_assignor: string too long")
@@ -560,17 +560,17 @@ def _encode_ConsumerGroupHeartbeatRequest_v0(
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.topic_partitions
-    if v is None:
+    v_topic_partitions = o.topic_partitions
+    if v_topic_partitions is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topic_partitions)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_TopicPartitions_v0(x, out)
+        for x_topic_partitions in v_topic_partitions:
+            _encode_TopicPartitions_v0(x_topic_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -649,7 +649,7 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(
             raise CodecError(
                 f"ConsumerGroupHeartbeatRequest.subscribed_topic_names: array count {c} too large"
             )
-        a = []
+        a_subscribed_topic_names = []
         for _ in range(c):
             n = buf[pos]
             if n < 128:
@@ -662,15 +662,15 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(
                         "ConsumerGroupHeartbeatRequest.subscribed_topic_names: string too long"
                     )
                 e = pos + n - 1
-                x = str(buf[pos:e], "utf-8", "surrogateescape")
+                x_subscribed_topic_names = str(buf[pos:e], "utf-8", "surrogateescape")
                 pos = e
             else:
                 raise CodecError(
                     "ConsumerGroupHeartbeatRequest.subscribed_topic_names: null in a non-nullable "
                     "field"
                 )
-            a.append(x)
-        o.subscribed_topic_names = a
+            a_subscribed_topic_names.append(x_subscribed_topic_names)
+        o.subscribed_topic_names = a_subscribed_topic_names
     else:
         o.subscribed_topic_names = None
     n = buf[pos]
@@ -712,11 +712,11 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(
             raise CodecError(
                 f"ConsumerGroupHeartbeatRequest.topic_partitions: array count {c} too large"
             )
-        a = []
+        a_topic_partitions = []
         for _ in range(c):
-            x, pos = _decode_TopicPartitions_v0(buf, pos)
-            a.append(x)
-        o.topic_partitions = a
+            x_topic_partitions, pos = _decode_TopicPartitions_v0(buf, pos)
+            a_topic_partitions.append(x_topic_partitions)
+        o.topic_partitions = a_topic_partitions
     else:
         o.topic_partitions = None
     o.unknown_tagged_fields = None
@@ -757,10 +757,10 @@ def _decode_ConsumerGroupHeartbeatRequest_v1(
 def _encode_ConsumerGroupHeartbeatRequest_v1(
     o: ConsumerGroupHeartbeatRequest, out: bytearray
 ) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("ConsumerGroupHeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ConsumerGroupHeartbeatRequest.group_id: string too long")
@@ -769,10 +769,10 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("ConsumerGroupHeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ConsumerGroupHeartbeatRequest.member_id: string too long")
@@ -782,11 +782,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.member_epoch)
-    v = o.instance_id
-    if v is None:
+    v_instance_id = o.instance_id
+    if v_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.instance_id: string too long")
@@ -795,11 +795,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.rack_id
-    if v is None:
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.rack_id: string too long")
@@ -809,21 +809,21 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.rebalance_timeout_ms)
-    v = o.subscribed_topic_names
-    if v is None:
+    v_subscribed_topic_names = o.subscribed_topic_names
+    if v_subscribed_topic_names is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_subscribed_topic_names)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            if x is None:
+        for x_subscribed_topic_names in v_subscribed_topic_names:
+            if x_subscribed_topic_names is None:
                 raise CodecError(
                     "ConsumerGroupHeartbeatRequest.subscribed_topic_names: None element"
                 )
-            b = x.encode("utf-8", "surrogateescape")
+            b = x_subscribed_topic_names.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError(
@@ -834,11 +834,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
             else:
                 write_unsigned_varint(out, n + 1)
             out += b
-    v = o.subscribed_topic_regex
-    if v is None:
+    v_subscribed_topic_regex = o.subscribed_topic_regex
+    if v_subscribed_topic_regex is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_subscribed_topic_regex.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError(
@@ -849,11 +849,11 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.server_assignor
-    if v is None:
+    v_server_assignor = o.server_assignor
+    if v_server_assignor is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_server_assignor.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ConsumerGroupHeartbeatRequest.server_assignor: string too long")
@@ -862,17 +862,17 @@ def _encode_ConsumerGroupHeartbeatRequest_v1(
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.topic_partitions
-    if v is None:
+    v_topic_partitions = o.topic_partitions
+    if v_topic_partitions is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topic_partitions)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_TopicPartitions_v0(x, out)
+        for x_topic_partitions in v_topic_partitions:
+            _encode_TopicPartitions_v0(x_topic_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

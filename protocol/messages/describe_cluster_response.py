@@ -335,11 +335,11 @@ def _decode_DescribeClusterResponse_v0(
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"DescribeClusterResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_DescribeClusterBroker_v0(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_DescribeClusterBroker_v0(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("DescribeClusterResponse.brokers: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -384,10 +384,10 @@ def _encode_DescribeClusterBroker_v0(o: DescribeClusterBroker, out: bytearray) -
     if o.is_fenced:
         raise CodecError("DescribeClusterBroker.is_fenced cannot be set in versions 0-1")
     out += _p_i(o.broker_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("DescribeClusterBroker.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("DescribeClusterBroker.host: string too long")
@@ -397,11 +397,11 @@ def _encode_DescribeClusterBroker_v0(o: DescribeClusterBroker, out: bytearray) -
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("DescribeClusterBroker.rack: string too long")
@@ -421,11 +421,11 @@ def _encode_DescribeClusterResponse_v0(o: DescribeClusterResponse, out: bytearra
     if o.endpoint_type != 1:
         raise CodecError("DescribeClusterResponse.endpoint_type cannot be set in versions 0")
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("DescribeClusterResponse.error_message: string too long")
@@ -434,10 +434,10 @@ def _encode_DescribeClusterResponse_v0(o: DescribeClusterResponse, out: bytearra
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.cluster_id
-    if v is None:
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         raise CodecError("DescribeClusterResponse.cluster_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_cluster_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("DescribeClusterResponse.cluster_id: string too long")
@@ -447,16 +447,16 @@ def _encode_DescribeClusterResponse_v0(o: DescribeClusterResponse, out: bytearra
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.controller_id)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("DescribeClusterResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_DescribeClusterBroker_v0(x, out)
+    for x_brokers in v_brokers:
+        _encode_DescribeClusterBroker_v0(x_brokers, out)
     out += _p_i(o.cluster_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -510,11 +510,11 @@ def _decode_DescribeClusterResponse_v1(
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"DescribeClusterResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_DescribeClusterBroker_v0(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_DescribeClusterBroker_v0(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("DescribeClusterResponse.brokers: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -556,11 +556,11 @@ def _decode_DescribeClusterResponse_v1(
 
 def _encode_DescribeClusterResponse_v1(o: DescribeClusterResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("DescribeClusterResponse.error_message: string too long")
@@ -570,10 +570,10 @@ def _encode_DescribeClusterResponse_v1(o: DescribeClusterResponse, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_b(o.endpoint_type)
-    v = o.cluster_id
-    if v is None:
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         raise CodecError("DescribeClusterResponse.cluster_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_cluster_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("DescribeClusterResponse.cluster_id: string too long")
@@ -583,16 +583,16 @@ def _encode_DescribeClusterResponse_v1(o: DescribeClusterResponse, out: bytearra
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.controller_id)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("DescribeClusterResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_DescribeClusterBroker_v0(x, out)
+    for x_brokers in v_brokers:
+        _encode_DescribeClusterBroker_v0(x_brokers, out)
     out += _p_i(o.cluster_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -715,11 +715,11 @@ def _decode_DescribeClusterResponse_v2(
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"DescribeClusterResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_DescribeClusterBroker_v2(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_DescribeClusterBroker_v2(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("DescribeClusterResponse.brokers: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -761,10 +761,10 @@ def _decode_DescribeClusterResponse_v2(
 
 def _encode_DescribeClusterBroker_v2(o: DescribeClusterBroker, out: bytearray) -> None:
     out += _p_i(o.broker_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("DescribeClusterBroker.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("DescribeClusterBroker.host: string too long")
@@ -774,11 +774,11 @@ def _encode_DescribeClusterBroker_v2(o: DescribeClusterBroker, out: bytearray) -
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("DescribeClusterBroker.rack: string too long")
@@ -797,11 +797,11 @@ def _encode_DescribeClusterBroker_v2(o: DescribeClusterBroker, out: bytearray) -
 
 def _encode_DescribeClusterResponse_v2(o: DescribeClusterResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("DescribeClusterResponse.error_message: string too long")
@@ -811,10 +811,10 @@ def _encode_DescribeClusterResponse_v2(o: DescribeClusterResponse, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_b(o.endpoint_type)
-    v = o.cluster_id
-    if v is None:
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         raise CodecError("DescribeClusterResponse.cluster_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_cluster_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("DescribeClusterResponse.cluster_id: string too long")
@@ -824,16 +824,16 @@ def _encode_DescribeClusterResponse_v2(o: DescribeClusterResponse, out: bytearra
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.controller_id)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("DescribeClusterResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_DescribeClusterBroker_v2(x, out)
+    for x_brokers in v_brokers:
+        _encode_DescribeClusterBroker_v2(x_brokers, out)
     out += _p_i(o.cluster_authorized_operations)
     u = o.unknown_tagged_fields
     if u:

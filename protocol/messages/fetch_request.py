@@ -467,11 +467,11 @@ def _decode_FetchTopic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 16 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -488,11 +488,11 @@ def _decode_FetchRequest_v0(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -514,22 +514,22 @@ def _encode_FetchPartition_v0(o: FetchPartition, out: bytearray) -> None:
 
 
 def _encode_FetchTopic_v0(o: FetchTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchTopic.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchPartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v0(x_partitions, out)
 
 
 def _encode_FetchRequest_v0(o: FetchRequest, out: bytearray) -> None:
@@ -538,13 +538,13 @@ def _encode_FetchRequest_v0(o: FetchRequest, out: bytearray) -> None:
     if o.forgotten_topics_data != []:
         raise CodecError("FetchRequest.forgotten_topics_data cannot be set in versions 0-2")
     out += _p_iii(o.replica_id, o.max_wait_ms, o.min_bytes)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_FetchTopic_v0(x_topics, out)
 
 
 def _decode_FetchRequest_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -556,11 +556,11 @@ def _decode_FetchRequest_v3(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -580,13 +580,13 @@ def _encode_FetchRequest_v3(o: FetchRequest, out: bytearray) -> None:
     if o.forgotten_topics_data != []:
         raise CodecError("FetchRequest.forgotten_topics_data cannot be set in versions 3")
     out += _p_iiii(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_FetchTopic_v0(x_topics, out)
 
 
 def _decode_FetchRequest_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -598,11 +598,11 @@ def _decode_FetchRequest_v4(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -621,13 +621,13 @@ def _encode_FetchRequest_v4(o: FetchRequest, out: bytearray) -> None:
     if o.forgotten_topics_data != []:
         raise CodecError("FetchRequest.forgotten_topics_data cannot be set in versions 4")
     out += _p_iiiib(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_FetchTopic_v0(x_topics, out)
 
 
 def _decode_FetchPartition_v5(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
@@ -657,11 +657,11 @@ def _decode_FetchTopic_v5(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 24 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v5(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v5(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -678,11 +678,11 @@ def _decode_FetchRequest_v5(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v5(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v5(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -702,22 +702,22 @@ def _encode_FetchPartition_v5(o: FetchPartition, out: bytearray) -> None:
 
 
 def _encode_FetchTopic_v5(o: FetchTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchTopic.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchPartition_v5(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v5(x_partitions, out)
 
 
 def _encode_FetchRequest_v5(o: FetchRequest, out: bytearray) -> None:
@@ -726,13 +726,13 @@ def _encode_FetchRequest_v5(o: FetchRequest, out: bytearray) -> None:
     if o.forgotten_topics_data != []:
         raise CodecError("FetchRequest.forgotten_topics_data cannot be set in versions 5-6")
     out += _p_iiiib(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v5(x, out)
+    for x_topics in v_topics:
+        _encode_FetchTopic_v5(x_topics, out)
 
 
 def _decode_ForgottenTopic_v7(buf: Buffer, pos: int) -> tuple[ForgottenTopic, int]:
@@ -777,11 +777,11 @@ def _decode_FetchRequest_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v5(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v5(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = _u_i(buf, pos)[0]
@@ -789,11 +789,11 @@ def _decode_FetchRequest_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v7(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v7(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -804,22 +804,22 @@ def _decode_FetchRequest_v7(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
 
 
 def _encode_ForgottenTopic_v7(o: ForgottenTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("ForgottenTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ForgottenTopic.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ForgottenTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
 
 
 def _encode_FetchRequest_v7(o: FetchRequest, out: bytearray) -> None:
@@ -834,20 +834,20 @@ def _encode_FetchRequest_v7(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v5(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v5(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     out += _p_i(n)
-    for x in v:
-        _encode_ForgottenTopic_v7(x, out)
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v7(x_forgotten_topics_data, out)
 
 
 def _decode_FetchPartition_v9(buf: Buffer, pos: int) -> tuple[FetchPartition, int]:
@@ -882,11 +882,11 @@ def _decode_FetchTopic_v9(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 28 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v9(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v9(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -911,11 +911,11 @@ def _decode_FetchRequest_v9(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v9(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v9(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = _u_i(buf, pos)[0]
@@ -923,11 +923,11 @@ def _decode_FetchRequest_v9(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v7(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v7(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -950,22 +950,22 @@ def _encode_FetchPartition_v9(o: FetchPartition, out: bytearray) -> None:
 
 
 def _encode_FetchTopic_v9(o: FetchTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchTopic.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchPartition_v9(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v9(x_partitions, out)
 
 
 def _encode_FetchRequest_v9(o: FetchRequest, out: bytearray) -> None:
@@ -980,20 +980,20 @@ def _encode_FetchRequest_v9(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v9(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v9(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     out += _p_i(n)
-    for x in v:
-        _encode_ForgottenTopic_v7(x, out)
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v7(x_forgotten_topics_data, out)
 
 
 def _decode_FetchRequest_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
@@ -1013,11 +1013,11 @@ def _decode_FetchRequest_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v9(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v9(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = _u_i(buf, pos)[0]
@@ -1025,11 +1025,11 @@ def _decode_FetchRequest_v11(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v7(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v7(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -1058,24 +1058,24 @@ def _encode_FetchRequest_v11(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchTopic_v9(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v9(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     out += _p_i(n)
-    for x in v:
-        _encode_ForgottenTopic_v7(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v7(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -1160,11 +1160,11 @@ def _decode_FetchTopic_v12(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v12(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v12(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1289,11 +1289,11 @@ def _decode_FetchRequest_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v12(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v12(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -1305,11 +1305,11 @@ def _decode_FetchRequest_v12(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v12(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v12(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = buf[pos]
@@ -1398,10 +1398,10 @@ def _encode_FetchPartition_v12(o: FetchPartition, out: bytearray) -> None:
 
 
 def _encode_FetchTopic_v12(o: FetchTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchTopic.topic: string too long")
@@ -1410,16 +1410,16 @@ def _encode_FetchTopic_v12(o: FetchTopic, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v12(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v12(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1428,10 +1428,10 @@ def _encode_FetchTopic_v12(o: FetchTopic, out: bytearray) -> None:
 
 
 def _encode_ForgottenTopic_v12(o: ForgottenTopic, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("ForgottenTopic.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ForgottenTopic.topic: string too long")
@@ -1440,16 +1440,16 @@ def _encode_ForgottenTopic_v12(o: ForgottenTopic, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ForgottenTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1469,30 +1469,30 @@ def _encode_FetchRequest_v12(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v12(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v12(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v12(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v12(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -1505,11 +1505,11 @@ def _encode_FetchRequest_v12(o: FetchRequest, out: bytearray) -> None:
     tf = []
     if o.cluster_id is not None:
         tb = bytearray()
-        v = o.cluster_id
-        if v is None:
+        v_cluster_id = o.cluster_id
+        if v_cluster_id is None:
             tb.append(0)
         else:
-            b = v.encode("utf-8", "surrogateescape")
+            b = v_cluster_id.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError("FetchRequest.cluster_id: string too long")
@@ -1537,11 +1537,11 @@ def _decode_FetchTopic_v13(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v12(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v12(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1655,11 +1655,11 @@ def _decode_FetchRequest_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v13(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v13(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -1671,11 +1671,11 @@ def _decode_FetchRequest_v13(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v13(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v13(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = buf[pos]
@@ -1751,16 +1751,16 @@ def _encode_FetchTopic_v13(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v12(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v12(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1772,16 +1772,16 @@ def _encode_ForgottenTopic_v13(o: ForgottenTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ForgottenTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ForgottenTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1801,30 +1801,30 @@ def _encode_FetchRequest_v13(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v13(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v13(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v13(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v13(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -1837,11 +1837,11 @@ def _encode_FetchRequest_v13(o: FetchRequest, out: bytearray) -> None:
     tf = []
     if o.cluster_id is not None:
         tb = bytearray()
-        v = o.cluster_id
-        if v is None:
+        v_cluster_id = o.cluster_id
+        if v_cluster_id is None:
             tb.append(0)
         else:
-            b = v.encode("utf-8", "surrogateescape")
+            b = v_cluster_id.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError("FetchRequest.cluster_id: string too long")
@@ -1915,11 +1915,11 @@ def _decode_FetchRequest_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v13(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v13(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -1931,11 +1931,11 @@ def _decode_FetchRequest_v15(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v13(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v13(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = buf[pos]
@@ -2028,30 +2028,30 @@ def _encode_FetchRequest_v15(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v13(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v13(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v13(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v13(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -2064,11 +2064,11 @@ def _encode_FetchRequest_v15(o: FetchRequest, out: bytearray) -> None:
     tf = []
     if o.cluster_id is not None:
         tb = bytearray()
-        v = o.cluster_id
-        if v is None:
+        v_cluster_id = o.cluster_id
+        if v_cluster_id is None:
             tb.append(0)
         else:
-            b = v.encode("utf-8", "surrogateescape")
+            b = v_cluster_id.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError("FetchRequest.cluster_id: string too long")
@@ -2156,11 +2156,11 @@ def _decode_FetchTopic_v17(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v17(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v17(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -2219,11 +2219,11 @@ def _decode_FetchRequest_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v17(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v17(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -2235,11 +2235,11 @@ def _decode_FetchRequest_v17(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v13(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v13(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = buf[pos]
@@ -2338,16 +2338,16 @@ def _encode_FetchTopic_v17(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v17(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v17(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -2366,30 +2366,30 @@ def _encode_FetchRequest_v17(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v17(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v17(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v13(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v13(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -2402,11 +2402,11 @@ def _encode_FetchRequest_v17(o: FetchRequest, out: bytearray) -> None:
     tf = []
     if o.cluster_id is not None:
         tb = bytearray()
-        v = o.cluster_id
-        if v is None:
+        v_cluster_id = o.cluster_id
+        if v_cluster_id is None:
             tb.append(0)
         else:
-            b = v.encode("utf-8", "surrogateescape")
+            b = v_cluster_id.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError("FetchRequest.cluster_id: string too long")
@@ -2495,11 +2495,11 @@ def _decode_FetchTopic_v18(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v18(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v18(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -2558,11 +2558,11 @@ def _decode_FetchRequest_v18(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v18(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v18(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("FetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -2574,11 +2574,11 @@ def _decode_FetchRequest_v18(buf: Buffer, pos: int) -> tuple[FetchRequest, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v13(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v13(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("FetchRequest.forgotten_topics_data: null in a non-nullable field")
     n = buf[pos]
@@ -2681,16 +2681,16 @@ def _encode_FetchTopic_v18(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v18(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v18(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -2709,30 +2709,30 @@ def _encode_FetchRequest_v18(o: FetchRequest, out: bytearray) -> None:
         o.session_id,
         o.session_epoch,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("FetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v18(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v18(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("FetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v13(x, out)
-    v = o.rack_id
-    if v is None:
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v13(x_forgotten_topics_data, out)
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         raise CodecError("FetchRequest.rack_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_rack_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchRequest.rack_id: string too long")
@@ -2745,11 +2745,11 @@ def _encode_FetchRequest_v18(o: FetchRequest, out: bytearray) -> None:
     tf = []
     if o.cluster_id is not None:
         tb = bytearray()
-        v = o.cluster_id
-        if v is None:
+        v_cluster_id = o.cluster_id
+        if v_cluster_id is None:
             tb.append(0)
         else:
-            b = v.encode("utf-8", "surrogateescape")
+            b = v_cluster_id.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError("FetchRequest.cluster_id: string too long")

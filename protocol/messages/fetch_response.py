@@ -558,11 +558,11 @@ def _decode_FetchableTopicResponse_v0(buf: Buffer, pos: int) -> tuple[FetchableT
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -577,11 +577,11 @@ def _decode_FetchResponse_v0(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -602,32 +602,32 @@ def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     if o.preferred_read_replica != -1:
         raise CodecError("PartitionData.preferred_read_replica cannot be set in versions 0-3")
     out += _p_ihq(o.partition_index, o.error_code, o.high_watermark)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_records)
         out += _p_i(n)
-        out += v
+        out += v_records
 
 
 def _encode_FetchableTopicResponse_v0(o: FetchableTopicResponse, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchableTopicResponse.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionData_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v0(x_partitions, out)
 
 
 def _encode_FetchResponse_v0(o: FetchResponse, out: bytearray) -> None:
@@ -635,13 +635,13 @@ def _encode_FetchResponse_v0(o: FetchResponse, out: bytearray) -> None:
         raise CodecError("FetchResponse.session_id cannot be set in versions 0")
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 0")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v0(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v0(x_responses, out)
 
 
 def _decode_FetchResponse_v1(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -653,11 +653,11 @@ def _decode_FetchResponse_v1(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -673,13 +673,13 @@ def _encode_FetchResponse_v1(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 1-3")
     out += _p_i(o.throttle_time_ms)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v0(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v0(x_responses, out)
 
 
 def _decode_AbortedTransaction_v4(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
@@ -699,11 +699,11 @@ def _decode_PartitionData_v4(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     if c >= 0:
         if c * 16 > len(buf) - pos:
             raise CodecError(f"PartitionData.aborted_transactions: array count {c} too large")
-        a = []
+        a_aborted_transactions = []
         for _ in range(c):
-            x, pos = _decode_AbortedTransaction_v4(buf, pos)
-            a.append(x)
-        o.aborted_transactions = a
+            x_aborted_transactions, pos = _decode_AbortedTransaction_v4(buf, pos)
+            a_aborted_transactions.append(x_aborted_transactions)
+        o.aborted_transactions = a_aborted_transactions
     else:
         o.aborted_transactions = None
     n = _u_i(buf, pos)[0]
@@ -738,11 +738,11 @@ def _decode_FetchableTopicResponse_v4(buf: Buffer, pos: int) -> tuple[FetchableT
     if c >= 0:
         if c * 30 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v4(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v4(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -759,11 +759,11 @@ def _decode_FetchResponse_v4(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v4(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v4(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -787,40 +787,40 @@ def _encode_PartitionData_v4(o: PartitionData, out: bytearray) -> None:
     if o.preferred_read_replica != -1:
         raise CodecError("PartitionData.preferred_read_replica cannot be set in versions 4")
     out += _p_ihqq(o.partition_index, o.error_code, o.high_watermark, o.last_stable_offset)
-    v = o.aborted_transactions
-    if v is None:
+    v_aborted_transactions = o.aborted_transactions
+    if v_aborted_transactions is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_aborted_transactions)
         out += _p_i(n)
-        for x in v:
-            _encode_AbortedTransaction_v4(x, out)
-    v = o.records
-    if v is None:
+        for x_aborted_transactions in v_aborted_transactions:
+            _encode_AbortedTransaction_v4(x_aborted_transactions, out)
+    v_records = o.records
+    if v_records is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_records)
         out += _p_i(n)
-        out += v
+        out += v_records
 
 
 def _encode_FetchableTopicResponse_v4(o: FetchableTopicResponse, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchableTopicResponse.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionData_v4(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v4(x_partitions, out)
 
 
 def _encode_FetchResponse_v4(o: FetchResponse, out: bytearray) -> None:
@@ -829,13 +829,13 @@ def _encode_FetchResponse_v4(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 4")
     out += _p_i(o.throttle_time_ms)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v4(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v4(x_responses, out)
 
 
 def _decode_PartitionData_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -853,11 +853,11 @@ def _decode_PartitionData_v5(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     if c >= 0:
         if c * 16 > len(buf) - pos:
             raise CodecError(f"PartitionData.aborted_transactions: array count {c} too large")
-        a = []
+        a_aborted_transactions = []
         for _ in range(c):
-            x, pos = _decode_AbortedTransaction_v4(buf, pos)
-            a.append(x)
-        o.aborted_transactions = a
+            x_aborted_transactions, pos = _decode_AbortedTransaction_v4(buf, pos)
+            a_aborted_transactions.append(x_aborted_transactions)
+        o.aborted_transactions = a_aborted_transactions
     else:
         o.aborted_transactions = None
     n = _u_i(buf, pos)[0]
@@ -891,11 +891,11 @@ def _decode_FetchableTopicResponse_v5(buf: Buffer, pos: int) -> tuple[FetchableT
     if c >= 0:
         if c * 38 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v5(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v5(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -912,11 +912,11 @@ def _decode_FetchResponse_v5(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v5(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v5(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -942,40 +942,40 @@ def _encode_PartitionData_v5(o: PartitionData, out: bytearray) -> None:
         o.last_stable_offset,
         o.log_start_offset,
     )
-    v = o.aborted_transactions
-    if v is None:
+    v_aborted_transactions = o.aborted_transactions
+    if v_aborted_transactions is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_aborted_transactions)
         out += _p_i(n)
-        for x in v:
-            _encode_AbortedTransaction_v4(x, out)
-    v = o.records
-    if v is None:
+        for x_aborted_transactions in v_aborted_transactions:
+            _encode_AbortedTransaction_v4(x_aborted_transactions, out)
+    v_records = o.records
+    if v_records is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_records)
         out += _p_i(n)
-        out += v
+        out += v_records
 
 
 def _encode_FetchableTopicResponse_v5(o: FetchableTopicResponse, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchableTopicResponse.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionData_v5(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v5(x_partitions, out)
 
 
 def _encode_FetchResponse_v5(o: FetchResponse, out: bytearray) -> None:
@@ -984,13 +984,13 @@ def _encode_FetchResponse_v5(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 5-6")
     out += _p_i(o.throttle_time_ms)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v5(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v5(x_responses, out)
 
 
 def _decode_FetchResponse_v7(buf: Buffer, pos: int) -> tuple[FetchResponse, int]:
@@ -1002,11 +1002,11 @@ def _decode_FetchResponse_v7(buf: Buffer, pos: int) -> tuple[FetchResponse, int]
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v5(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v5(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1018,13 +1018,13 @@ def _encode_FetchResponse_v7(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 7-10")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v5(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v5(x_responses, out)
 
 
 def _decode_PartitionData_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int]:
@@ -1042,11 +1042,11 @@ def _decode_PartitionData_v11(buf: Buffer, pos: int) -> tuple[PartitionData, int
     if c >= 0:
         if c * 16 > len(buf) - pos:
             raise CodecError(f"PartitionData.aborted_transactions: array count {c} too large")
-        a = []
+        a_aborted_transactions = []
         for _ in range(c):
-            x, pos = _decode_AbortedTransaction_v4(buf, pos)
-            a.append(x)
-        o.aborted_transactions = a
+            x_aborted_transactions, pos = _decode_AbortedTransaction_v4(buf, pos)
+            a_aborted_transactions.append(x_aborted_transactions)
+        o.aborted_transactions = a_aborted_transactions
     else:
         o.aborted_transactions = None
     o.preferred_read_replica = _u_i(buf, pos)[0]
@@ -1081,11 +1081,11 @@ def _decode_FetchableTopicResponse_v11(buf: Buffer, pos: int) -> tuple[Fetchable
     if c >= 0:
         if c * 42 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v11(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v11(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1102,11 +1102,11 @@ def _decode_FetchResponse_v11(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v11(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v11(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1128,54 +1128,54 @@ def _encode_PartitionData_v11(o: PartitionData, out: bytearray) -> None:
         o.last_stable_offset,
         o.log_start_offset,
     )
-    v = o.aborted_transactions
-    if v is None:
+    v_aborted_transactions = o.aborted_transactions
+    if v_aborted_transactions is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_aborted_transactions)
         out += _p_i(n)
-        for x in v:
-            _encode_AbortedTransaction_v4(x, out)
+        for x_aborted_transactions in v_aborted_transactions:
+            _encode_AbortedTransaction_v4(x_aborted_transactions, out)
     out += _p_i(o.preferred_read_replica)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_records)
         out += _p_i(n)
-        out += v
+        out += v_records
 
 
 def _encode_FetchableTopicResponse_v11(o: FetchableTopicResponse, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchableTopicResponse.topic: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionData_v11(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v11(x_partitions, out)
 
 
 def _encode_FetchResponse_v11(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 11")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_FetchableTopicResponse_v11(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v11(x_responses, out)
 
 
 def _decode_AbortedTransaction_v12(buf: Buffer, pos: int) -> tuple[AbortedTransaction, int]:
@@ -1353,11 +1353,11 @@ def _decode_PartitionData_v12(buf: Buffer, pos: int) -> tuple[PartitionData, int
     if c >= 0:
         if c * 17 > len(buf) - pos:
             raise CodecError(f"PartitionData.aborted_transactions: array count {c} too large")
-        a = []
+        a_aborted_transactions = []
         for _ in range(c):
-            x, pos = _decode_AbortedTransaction_v12(buf, pos)
-            a.append(x)
-        o.aborted_transactions = a
+            x_aborted_transactions, pos = _decode_AbortedTransaction_v12(buf, pos)
+            a_aborted_transactions.append(x_aborted_transactions)
+        o.aborted_transactions = a_aborted_transactions
     else:
         o.aborted_transactions = None
     o.preferred_read_replica = _u_i(buf, pos)[0]
@@ -1444,11 +1444,11 @@ def _decode_FetchableTopicResponse_v12(buf: Buffer, pos: int) -> tuple[Fetchable
     if c >= 0:
         if c * 37 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v12(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v12(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1500,11 +1500,11 @@ def _decode_FetchResponse_v12(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v12(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v12(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1592,28 +1592,28 @@ def _encode_PartitionData_v12(o: PartitionData, out: bytearray) -> None:
         o.last_stable_offset,
         o.log_start_offset,
     )
-    v = o.aborted_transactions
-    if v is None:
+    v_aborted_transactions = o.aborted_transactions
+    if v_aborted_transactions is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_aborted_transactions)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_AbortedTransaction_v12(x, out)
+        for x_aborted_transactions in v_aborted_transactions:
+            _encode_AbortedTransaction_v12(x_aborted_transactions, out)
     out += _p_i(o.preferred_read_replica)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_records)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        out += v
+        out += v_records
     u = o.unknown_tagged_fields
     tf = []
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
@@ -1634,10 +1634,10 @@ def _encode_PartitionData_v12(o: PartitionData, out: bytearray) -> None:
 
 
 def _encode_FetchableTopicResponse_v12(o: FetchableTopicResponse, out: bytearray) -> None:
-    v = o.topic
-    if v is None:
+    v_topic = o.topic
+    if v_topic is None:
         raise CodecError("FetchableTopicResponse.topic: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_topic.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FetchableTopicResponse.topic: string too long")
@@ -1646,16 +1646,16 @@ def _encode_FetchableTopicResponse_v12(o: FetchableTopicResponse, out: bytearray
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionData_v12(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v12(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1667,16 +1667,16 @@ def _encode_FetchResponse_v12(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 12")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchableTopicResponse_v12(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v12(x_responses, out)
     u = o.unknown_tagged_fields
     tf = []
     if u:
@@ -1697,11 +1697,11 @@ def _decode_FetchableTopicResponse_v13(buf: Buffer, pos: int) -> tuple[Fetchable
     if c >= 0:
         if c * 37 > len(buf) - pos:
             raise CodecError(f"FetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v12(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v12(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1753,11 +1753,11 @@ def _decode_FetchResponse_v13(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v13(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v13(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1805,16 +1805,16 @@ def _encode_FetchableTopicResponse_v13(o: FetchableTopicResponse, out: bytearray
     if len(o.topic_id) != 16:
         raise CodecError("FetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionData_v12(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v12(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1826,16 +1826,16 @@ def _encode_FetchResponse_v13(o: FetchResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("FetchResponse.node_endpoints cannot be set in versions 13-15")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchableTopicResponse_v13(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v13(x_responses, out)
     u = o.unknown_tagged_fields
     tf = []
     if u:
@@ -1923,11 +1923,11 @@ def _decode_FetchResponse_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_FetchableTopicResponse_v13(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_FetchableTopicResponse_v13(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("FetchResponse.responses: null in a non-nullable field")
     o.node_endpoints = []
@@ -1968,11 +1968,11 @@ def _decode_FetchResponse_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int
                 if c >= 0:
                     if c * 11 > len(buf) - pos:
                         raise CodecError(f"FetchResponse.node_endpoints: array count {c} too large")
-                    a = []
+                    a_node_endpoints = []
                     for _ in range(c):
-                        x, pos = _decode_NodeEndpoint_v16(buf, pos)
-                        a.append(x)
-                    o.node_endpoints = a
+                        x_node_endpoints, pos = _decode_NodeEndpoint_v16(buf, pos)
+                        a_node_endpoints.append(x_node_endpoints)
+                    o.node_endpoints = a_node_endpoints
                 else:
                     raise CodecError("FetchResponse.node_endpoints: null in a non-nullable field")
             else:
@@ -1988,10 +1988,10 @@ def _decode_FetchResponse_v16(buf: Buffer, pos: int) -> tuple[FetchResponse, int
 
 def _encode_NodeEndpoint_v16(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("NodeEndpoint.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("NodeEndpoint.host: string too long")
@@ -2001,11 +2001,11 @@ def _encode_NodeEndpoint_v16(o: NodeEndpoint, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("NodeEndpoint.rack: string too long")
@@ -2023,30 +2023,30 @@ def _encode_NodeEndpoint_v16(o: NodeEndpoint, out: bytearray) -> None:
 
 def _encode_FetchResponse_v16(o: FetchResponse, out: bytearray) -> None:
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.session_id)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("FetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchableTopicResponse_v13(x, out)
+    for x_responses in v_responses:
+        _encode_FetchableTopicResponse_v13(x_responses, out)
     u = o.unknown_tagged_fields
     tf = []
     if o.node_endpoints != []:
         tb = bytearray()
-        v = o.node_endpoints
-        if v is None:
+        v_node_endpoints = o.node_endpoints
+        if v_node_endpoints is None:
             raise CodecError("FetchResponse.node_endpoints: None in a non-nullable field")
-        n = len(v)
+        n = len(v_node_endpoints)
         if n < 127:
             tb.append(n + 1)
         else:
             write_unsigned_varint(tb, n + 1)
-        for x in v:
-            _encode_NodeEndpoint_v16(x, tb)
+        for x_node_endpoints in v_node_endpoints:
+            _encode_NodeEndpoint_v16(x_node_endpoints, tb)
         tf.append((0, tb))
     if u:
         tf = merge_tagged_fields(tf, u, (0,))

@@ -155,10 +155,10 @@ def _encode_FindCoordinatorRequest_v0(o: FindCoordinatorRequest, out: bytearray)
         raise CodecError("FindCoordinatorRequest.key_type cannot be set in versions 0")
     if o.coordinator_keys != []:
         raise CodecError("FindCoordinatorRequest.coordinator_keys cannot be set in versions 0")
-    v = o.key
-    if v is None:
+    v_key = o.key
+    if v_key is None:
         raise CodecError("FindCoordinatorRequest.key: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_key.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorRequest.key: string too long")
@@ -186,10 +186,10 @@ def _decode_FindCoordinatorRequest_v1(buf: Buffer, pos: int) -> tuple[FindCoordi
 def _encode_FindCoordinatorRequest_v1(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.coordinator_keys != []:
         raise CodecError("FindCoordinatorRequest.coordinator_keys cannot be set in versions 1-2")
-    v = o.key
-    if v is None:
+    v_key = o.key
+    if v_key is None:
         raise CodecError("FindCoordinatorRequest.key: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_key.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorRequest.key: string too long")
@@ -254,10 +254,10 @@ def _decode_FindCoordinatorRequest_v3(buf: Buffer, pos: int) -> tuple[FindCoordi
 def _encode_FindCoordinatorRequest_v3(o: FindCoordinatorRequest, out: bytearray) -> None:
     if o.coordinator_keys != []:
         raise CodecError("FindCoordinatorRequest.coordinator_keys cannot be set in versions 3")
-    v = o.key
-    if v is None:
+    v_key = o.key
+    if v_key is None:
         raise CodecError("FindCoordinatorRequest.key: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_key.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorRequest.key: string too long")
@@ -287,7 +287,7 @@ def _decode_FindCoordinatorRequest_v4(buf: Buffer, pos: int) -> tuple[FindCoordi
     if c >= 0:
         if c > len(buf) - pos:
             raise CodecError(f"FindCoordinatorRequest.coordinator_keys: array count {c} too large")
-        a = []
+        a_coordinator_keys = []
         for _ in range(c):
             n = buf[pos]
             if n < 128:
@@ -298,14 +298,14 @@ def _decode_FindCoordinatorRequest_v4(buf: Buffer, pos: int) -> tuple[FindCoordi
                 if n > 32768:
                     raise CodecError("FindCoordinatorRequest.coordinator_keys: string too long")
                 e = pos + n - 1
-                x = str(buf[pos:e], "utf-8", "surrogateescape")
+                x_coordinator_keys = str(buf[pos:e], "utf-8", "surrogateescape")
                 pos = e
             else:
                 raise CodecError(
                     "FindCoordinatorRequest.coordinator_keys: null in a non-nullable field"
                 )
-            a.append(x)
-        o.coordinator_keys = a
+            a_coordinator_keys.append(x_coordinator_keys)
+        o.coordinator_keys = a_coordinator_keys
     else:
         raise CodecError("FindCoordinatorRequest.coordinator_keys: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -348,18 +348,18 @@ def _encode_FindCoordinatorRequest_v4(o: FindCoordinatorRequest, out: bytearray)
     if o.key != '':
         raise CodecError("FindCoordinatorRequest.key cannot be set in versions 4-6")
     out += _p_b(o.key_type)
-    v = o.coordinator_keys
-    if v is None:
+    v_coordinator_keys = o.coordinator_keys
+    if v_coordinator_keys is None:
         raise CodecError("FindCoordinatorRequest.coordinator_keys: None in a non-nullable field")
-    n = len(v)
+    n = len(v_coordinator_keys)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        if x is None:
+    for x_coordinator_keys in v_coordinator_keys:
+        if x_coordinator_keys is None:
             raise CodecError("FindCoordinatorRequest.coordinator_keys: None element")
-        b = x.encode("utf-8", "surrogateescape")
+        b = x_coordinator_keys.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("FindCoordinatorRequest.coordinator_keys: string too long")

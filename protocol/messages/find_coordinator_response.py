@@ -255,10 +255,10 @@ def _encode_FindCoordinatorResponse_v0(o: FindCoordinatorResponse, out: bytearra
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 0")
     out += _p_hi(o.error_code, o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("FindCoordinatorResponse.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorResponse.host: string too long")
@@ -302,21 +302,21 @@ def _encode_FindCoordinatorResponse_v1(o: FindCoordinatorResponse, out: bytearra
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 1-2")
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("FindCoordinatorResponse.error_message: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("FindCoordinatorResponse.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorResponse.host: string too long")
@@ -401,11 +401,11 @@ def _encode_FindCoordinatorResponse_v3(o: FindCoordinatorResponse, out: bytearra
     if o.coordinators != []:
         raise CodecError("FindCoordinatorResponse.coordinators cannot be set in versions 3")
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("FindCoordinatorResponse.error_message: string too long")
@@ -415,10 +415,10 @@ def _encode_FindCoordinatorResponse_v3(o: FindCoordinatorResponse, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("FindCoordinatorResponse.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("FindCoordinatorResponse.host: string too long")
@@ -530,11 +530,11 @@ def _decode_FindCoordinatorResponse_v4(
     if c >= 0:
         if c * 14 > len(buf) - pos:
             raise CodecError(f"FindCoordinatorResponse.coordinators: array count {c} too large")
-        a = []
+        a_coordinators = []
         for _ in range(c):
-            x, pos = _decode_Coordinator_v4(buf, pos)
-            a.append(x)
-        o.coordinators = a
+            x_coordinators, pos = _decode_Coordinator_v4(buf, pos)
+            a_coordinators.append(x_coordinators)
+        o.coordinators = a_coordinators
     else:
         raise CodecError("FindCoordinatorResponse.coordinators: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -578,10 +578,10 @@ def _decode_FindCoordinatorResponse_v4(
 
 
 def _encode_Coordinator_v4(o: Coordinator, out: bytearray) -> None:
-    v = o.key
-    if v is None:
+    v_key = o.key
+    if v_key is None:
         raise CodecError("Coordinator.key: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_key.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("Coordinator.key: string too long")
@@ -591,10 +591,10 @@ def _encode_Coordinator_v4(o: Coordinator, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("Coordinator.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("Coordinator.host: string too long")
@@ -604,11 +604,11 @@ def _encode_Coordinator_v4(o: Coordinator, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_ih(o.port, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("Coordinator.error_message: string too long")
@@ -634,16 +634,16 @@ def _encode_FindCoordinatorResponse_v4(o: FindCoordinatorResponse, out: bytearra
     if o.port != 0:
         raise CodecError("FindCoordinatorResponse.port cannot be set in versions 4-6")
     out += _p_i(o.throttle_time_ms)
-    v = o.coordinators
-    if v is None:
+    v_coordinators = o.coordinators
+    if v_coordinators is None:
         raise CodecError("FindCoordinatorResponse.coordinators: None in a non-nullable field")
-    n = len(v)
+    n = len(v_coordinators)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_Coordinator_v4(x, out)
+    for x_coordinators in v_coordinators:
+        _encode_Coordinator_v4(x_coordinators, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -168,20 +168,20 @@ def _decode_HeartbeatRequest_v0(buf: Buffer, pos: int) -> tuple[HeartbeatRequest
 def _encode_HeartbeatRequest_v0(o: HeartbeatRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("HeartbeatRequest.group_instance_id cannot be set in versions 0-2")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("HeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("HeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.member_id: string too long")
@@ -222,30 +222,30 @@ def _decode_HeartbeatRequest_v3(buf: Buffer, pos: int) -> tuple[HeartbeatRequest
 
 
 def _encode_HeartbeatRequest_v3(o: HeartbeatRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("HeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("HeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("HeartbeatRequest.group_instance_id: string too long")
@@ -332,10 +332,10 @@ def _decode_HeartbeatRequest_v4(buf: Buffer, pos: int) -> tuple[HeartbeatRequest
 
 
 def _encode_HeartbeatRequest_v4(o: HeartbeatRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("HeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.group_id: string too long")
@@ -345,10 +345,10 @@ def _encode_HeartbeatRequest_v4(o: HeartbeatRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("HeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("HeartbeatRequest.member_id: string too long")
@@ -357,11 +357,11 @@ def _encode_HeartbeatRequest_v4(o: HeartbeatRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("HeartbeatRequest.group_instance_id: string too long")

@@ -265,11 +265,11 @@ def _decode_JoinGroupRequest_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"JoinGroupRequest.protocols: array count {c} too large")
-        a = []
+        a_protocols = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
-            a.append(x)
-        o.protocols = a
+            x_protocols, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
+            a_protocols.append(x_protocols)
+        o.protocols = a_protocols
     else:
         raise CodecError("JoinGroupRequest.protocols: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -280,61 +280,61 @@ def _decode_JoinGroupRequest_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
 
 
 def _encode_JoinGroupRequestProtocol_v0(o: JoinGroupRequestProtocol, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("JoinGroupRequestProtocol.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequestProtocol.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         raise CodecError("JoinGroupRequestProtocol.metadata: None in a non-nullable field")
-    n = len(v)
+    n = len(v_metadata)
     out += _p_i(n)
-    out += v
+    out += v_metadata
 
 
 def _encode_JoinGroupRequest_v0(o: JoinGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("JoinGroupRequest.group_instance_id cannot be set in versions 0")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.session_timeout_ms)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         raise CodecError("JoinGroupRequest.protocol_type: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_type.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.protocol_type: string too long")
     out += _p_h(n)
     out += b
-    v = o.protocols
-    if v is None:
+    v_protocols = o.protocols
+    if v_protocols is None:
         raise CodecError("JoinGroupRequest.protocols: None in a non-nullable field")
-    n = len(v)
+    n = len(v_protocols)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupRequestProtocol_v0(x, out)
+    for x_protocols in v_protocols:
+        _encode_JoinGroupRequestProtocol_v0(x_protocols, out)
 
 
 def _decode_JoinGroupRequest_v1(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
@@ -370,11 +370,11 @@ def _decode_JoinGroupRequest_v1(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"JoinGroupRequest.protocols: array count {c} too large")
-        a = []
+        a_protocols = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
-            a.append(x)
-        o.protocols = a
+            x_protocols, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
+            a_protocols.append(x_protocols)
+        o.protocols = a_protocols
     else:
         raise CodecError("JoinGroupRequest.protocols: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -386,41 +386,41 @@ def _decode_JoinGroupRequest_v1(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
 def _encode_JoinGroupRequest_v1(o: JoinGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("JoinGroupRequest.group_instance_id cannot be set in versions 1-4")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         raise CodecError("JoinGroupRequest.protocol_type: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_type.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.protocol_type: string too long")
     out += _p_h(n)
     out += b
-    v = o.protocols
-    if v is None:
+    v_protocols = o.protocols
+    if v_protocols is None:
         raise CodecError("JoinGroupRequest.protocols: None in a non-nullable field")
-    n = len(v)
+    n = len(v_protocols)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupRequestProtocol_v0(x, out)
+    for x_protocols in v_protocols:
+        _encode_JoinGroupRequestProtocol_v0(x_protocols, out)
 
 
 def _decode_JoinGroupRequest_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest, int]:
@@ -464,11 +464,11 @@ def _decode_JoinGroupRequest_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"JoinGroupRequest.protocols: array count {c} too large")
-        a = []
+        a_protocols = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
-            a.append(x)
-        o.protocols = a
+            x_protocols, pos = _decode_JoinGroupRequestProtocol_v0(buf, pos)
+            a_protocols.append(x_protocols)
+        o.protocols = a_protocols
     else:
         raise CodecError("JoinGroupRequest.protocols: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -477,51 +477,51 @@ def _decode_JoinGroupRequest_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
 
 
 def _encode_JoinGroupRequest_v5(o: JoinGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupRequest.group_instance_id: string too long")
         out += _p_h(n)
         out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         raise CodecError("JoinGroupRequest.protocol_type: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_type.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.protocol_type: string too long")
     out += _p_h(n)
     out += b
-    v = o.protocols
-    if v is None:
+    v_protocols = o.protocols
+    if v_protocols is None:
         raise CodecError("JoinGroupRequest.protocols: None in a non-nullable field")
-    n = len(v)
+    n = len(v_protocols)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupRequestProtocol_v0(x, out)
+    for x_protocols in v_protocols:
+        _encode_JoinGroupRequestProtocol_v0(x_protocols, out)
 
 
 def _decode_JoinGroupRequestProtocol_v6(
@@ -652,11 +652,11 @@ def _decode_JoinGroupRequest_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"JoinGroupRequest.protocols: array count {c} too large")
-        a = []
+        a_protocols = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupRequestProtocol_v6(buf, pos)
-            a.append(x)
-        o.protocols = a
+            x_protocols, pos = _decode_JoinGroupRequestProtocol_v6(buf, pos)
+            a_protocols.append(x_protocols)
+        o.protocols = a_protocols
     else:
         raise CodecError("JoinGroupRequest.protocols: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -696,10 +696,10 @@ def _decode_JoinGroupRequest_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
 
 
 def _encode_JoinGroupRequestProtocol_v6(o: JoinGroupRequestProtocol, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("JoinGroupRequestProtocol.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequestProtocol.name: string too long")
@@ -708,15 +708,15 @@ def _encode_JoinGroupRequestProtocol_v6(o: JoinGroupRequestProtocol, out: bytear
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         raise CodecError("JoinGroupRequestProtocol.metadata: None in a non-nullable field")
-    n = len(v)
+    n = len(v_metadata)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_metadata
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -725,10 +725,10 @@ def _encode_JoinGroupRequestProtocol_v6(o: JoinGroupRequestProtocol, out: bytear
 
 
 def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.group_id: string too long")
@@ -738,10 +738,10 @@ def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.member_id: string too long")
@@ -750,11 +750,11 @@ def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupRequest.group_instance_id: string too long")
@@ -763,10 +763,10 @@ def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         raise CodecError("JoinGroupRequest.protocol_type: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_type.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.protocol_type: string too long")
@@ -775,16 +775,16 @@ def _encode_JoinGroupRequest_v6(o: JoinGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.protocols
-    if v is None:
+    v_protocols = o.protocols
+    if v_protocols is None:
         raise CodecError("JoinGroupRequest.protocols: None in a non-nullable field")
-    n = len(v)
+    n = len(v_protocols)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_JoinGroupRequestProtocol_v6(x, out)
+    for x_protocols in v_protocols:
+        _encode_JoinGroupRequestProtocol_v6(x_protocols, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -857,11 +857,11 @@ def _decode_JoinGroupRequest_v8(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"JoinGroupRequest.protocols: array count {c} too large")
-        a = []
+        a_protocols = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupRequestProtocol_v6(buf, pos)
-            a.append(x)
-        o.protocols = a
+            x_protocols, pos = _decode_JoinGroupRequestProtocol_v6(buf, pos)
+            a_protocols.append(x_protocols)
+        o.protocols = a_protocols
     else:
         raise CodecError("JoinGroupRequest.protocols: null in a non-nullable field")
     n = buf[pos]
@@ -913,10 +913,10 @@ def _decode_JoinGroupRequest_v8(buf: Buffer, pos: int) -> tuple[JoinGroupRequest
 
 
 def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("JoinGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.group_id: string too long")
@@ -926,10 +926,10 @@ def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_ii(o.session_timeout_ms, o.rebalance_timeout_ms)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.member_id: string too long")
@@ -938,11 +938,11 @@ def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupRequest.group_instance_id: string too long")
@@ -951,10 +951,10 @@ def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         raise CodecError("JoinGroupRequest.protocol_type: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_type.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupRequest.protocol_type: string too long")
@@ -963,21 +963,21 @@ def _encode_JoinGroupRequest_v8(o: JoinGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.protocols
-    if v is None:
+    v_protocols = o.protocols
+    if v_protocols is None:
         raise CodecError("JoinGroupRequest.protocols: None in a non-nullable field")
-    n = len(v)
+    n = len(v_protocols)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_JoinGroupRequestProtocol_v6(x, out)
-    v = o.reason
-    if v is None:
+    for x_protocols in v_protocols:
+        _encode_JoinGroupRequestProtocol_v6(x_protocols, out)
+    v_reason = o.reason
+    if v_reason is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_reason.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupRequest.reason: string too long")

@@ -279,11 +279,11 @@ def _decode_JoinGroupResponse_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v0(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v0(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -294,61 +294,61 @@ def _decode_JoinGroupResponse_v0(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
 
 
 def _encode_JoinGroupResponseMember_v0(o: JoinGroupResponseMember, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponseMember.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         raise CodecError("JoinGroupResponseMember.metadata: None in a non-nullable field")
-    n = len(v)
+    n = len(v_metadata)
     out += _p_i(n)
-    out += v
+    out += v_metadata
 
 
 def _encode_JoinGroupResponse_v0(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 0-1")
     out += _p_hi(o.error_code, o.generation_id)
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         raise CodecError("JoinGroupResponse.protocol_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.protocol_name: string too long")
     out += _p_h(n)
     out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
     out += _p_h(n)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupResponseMember_v0(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v0(x_members, out)
 
 
 def _decode_JoinGroupResponse_v2(buf: Buffer, pos: int) -> tuple[JoinGroupResponse, int]:
@@ -384,11 +384,11 @@ def _decode_JoinGroupResponse_v2(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v0(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v0(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -401,40 +401,40 @@ def _encode_JoinGroupResponse_v2(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 2-4")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         raise CodecError("JoinGroupResponse.protocol_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.protocol_name: string too long")
     out += _p_h(n)
     out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
     out += _p_h(n)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupResponseMember_v0(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v0(x_members, out)
 
 
 def _decode_JoinGroupResponseMember_v5(
@@ -502,11 +502,11 @@ def _decode_JoinGroupResponse_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 8 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v5(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v5(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -516,71 +516,71 @@ def _decode_JoinGroupResponse_v5(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
 
 
 def _encode_JoinGroupResponseMember_v5(o: JoinGroupResponseMember, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponseMember.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponseMember.group_instance_id: string too long")
         out += _p_h(n)
         out += b
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         raise CodecError("JoinGroupResponseMember.metadata: None in a non-nullable field")
-    n = len(v)
+    n = len(v_metadata)
     out += _p_i(n)
-    out += v
+    out += v_metadata
 
 
 def _encode_JoinGroupResponse_v5(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 5")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         raise CodecError("JoinGroupResponse.protocol_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.protocol_name: string too long")
     out += _p_h(n)
     out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
     out += _p_h(n)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     out += _p_i(n)
-    for x in v:
-        _encode_JoinGroupResponseMember_v5(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v5(x_members, out)
 
 
 def _decode_JoinGroupResponseMember_v6(
@@ -711,11 +711,11 @@ def _decode_JoinGroupResponse_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 4 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -756,10 +756,10 @@ def _decode_JoinGroupResponse_v6(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
 
 
 def _encode_JoinGroupResponseMember_v6(o: JoinGroupResponseMember, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponseMember.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponseMember.member_id: string too long")
@@ -768,11 +768,11 @@ def _encode_JoinGroupResponseMember_v6(o: JoinGroupResponseMember, out: bytearra
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponseMember.group_instance_id: string too long")
@@ -781,15 +781,15 @@ def _encode_JoinGroupResponseMember_v6(o: JoinGroupResponseMember, out: bytearra
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         raise CodecError("JoinGroupResponseMember.metadata: None in a non-nullable field")
-    n = len(v)
+    n = len(v_metadata)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_metadata
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -801,10 +801,10 @@ def _encode_JoinGroupResponse_v6(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 6")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         raise CodecError("JoinGroupResponse.protocol_name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_protocol_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.protocol_name: string too long")
@@ -813,10 +813,10 @@ def _encode_JoinGroupResponse_v6(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
@@ -825,10 +825,10 @@ def _encode_JoinGroupResponse_v6(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
@@ -837,16 +837,16 @@ def _encode_JoinGroupResponse_v6(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_JoinGroupResponseMember_v6(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v6(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -919,11 +919,11 @@ def _decode_JoinGroupResponse_v7(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 4 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -966,11 +966,11 @@ def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
     if o.skip_assignment:
         raise CodecError("JoinGroupResponse.skip_assignment cannot be set in versions 7-8")
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_type.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponse.protocol_type: string too long")
@@ -979,11 +979,11 @@ def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponse.protocol_name: string too long")
@@ -992,10 +992,10 @@ def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
@@ -1004,10 +1004,10 @@ def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
@@ -1016,16 +1016,16 @@ def _encode_JoinGroupResponse_v7(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_JoinGroupResponseMember_v6(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v6(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1100,11 +1100,11 @@ def _decode_JoinGroupResponse_v9(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
     if c >= 0:
         if c * 4 > len(buf) - pos:
             raise CodecError(f"JoinGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_JoinGroupResponseMember_v6(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("JoinGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1144,11 +1144,11 @@ def _decode_JoinGroupResponse_v9(buf: Buffer, pos: int) -> tuple[JoinGroupRespon
 
 def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
     out += _p_ihi(o.throttle_time_ms, o.error_code, o.generation_id)
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_type.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponse.protocol_type: string too long")
@@ -1157,11 +1157,11 @@ def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("JoinGroupResponse.protocol_name: string too long")
@@ -1170,10 +1170,10 @@ def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.leader
-    if v is None:
+    v_leader = o.leader
+    if v_leader is None:
         raise CodecError("JoinGroupResponse.leader: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_leader.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.leader: string too long")
@@ -1183,10 +1183,10 @@ def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_z(o.skip_assignment)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("JoinGroupResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("JoinGroupResponse.member_id: string too long")
@@ -1195,16 +1195,16 @@ def _encode_JoinGroupResponse_v9(o: JoinGroupResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("JoinGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_JoinGroupResponseMember_v6(x, out)
+    for x_members in v_members:
+        _encode_JoinGroupResponseMember_v6(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

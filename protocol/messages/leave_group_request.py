@@ -202,19 +202,19 @@ def _decode_LeaveGroupRequest_v0(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
 def _encode_LeaveGroupRequest_v0(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.members != []:
         raise CodecError("LeaveGroupRequest.members cannot be set in versions 0-2")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("LeaveGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("LeaveGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("LeaveGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("LeaveGroupRequest.member_id: string too long")
@@ -260,11 +260,11 @@ def _decode_LeaveGroupRequest_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
     if c >= 0:
         if c * 4 > len(buf) - pos:
             raise CodecError(f"LeaveGroupRequest.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_MemberIdentity_v3(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_MemberIdentity_v3(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("LeaveGroupRequest.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -273,20 +273,20 @@ def _decode_LeaveGroupRequest_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
 
 
 def _encode_MemberIdentity_v3(o: MemberIdentity, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MemberIdentity.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberIdentity.group_instance_id: string too long")
@@ -297,22 +297,22 @@ def _encode_MemberIdentity_v3(o: MemberIdentity, out: bytearray) -> None:
 def _encode_LeaveGroupRequest_v3(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 3")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("LeaveGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("LeaveGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("LeaveGroupRequest.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     out += _p_i(n)
-    for x in v:
-        _encode_MemberIdentity_v3(x, out)
+    for x_members in v_members:
+        _encode_MemberIdentity_v3(x_members, out)
 
 
 def _decode_MemberIdentity_v4(buf: Buffer, pos: int) -> tuple[MemberIdentity, int]:
@@ -403,11 +403,11 @@ def _decode_LeaveGroupRequest_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"LeaveGroupRequest.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_MemberIdentity_v4(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_MemberIdentity_v4(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("LeaveGroupRequest.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -447,10 +447,10 @@ def _decode_LeaveGroupRequest_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
 
 
 def _encode_MemberIdentity_v4(o: MemberIdentity, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MemberIdentity.member_id: string too long")
@@ -459,11 +459,11 @@ def _encode_MemberIdentity_v4(o: MemberIdentity, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberIdentity.group_instance_id: string too long")
@@ -482,10 +482,10 @@ def _encode_MemberIdentity_v4(o: MemberIdentity, out: bytearray) -> None:
 def _encode_LeaveGroupRequest_v4(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 4")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("LeaveGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("LeaveGroupRequest.group_id: string too long")
@@ -494,16 +494,16 @@ def _encode_LeaveGroupRequest_v4(o: LeaveGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("LeaveGroupRequest.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MemberIdentity_v4(x, out)
+    for x_members in v_members:
+        _encode_MemberIdentity_v4(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -611,11 +611,11 @@ def _decode_LeaveGroupRequest_v5(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
     if c >= 0:
         if c * 4 > len(buf) - pos:
             raise CodecError(f"LeaveGroupRequest.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_MemberIdentity_v5(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_MemberIdentity_v5(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("LeaveGroupRequest.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -655,10 +655,10 @@ def _decode_LeaveGroupRequest_v5(buf: Buffer, pos: int) -> tuple[LeaveGroupReque
 
 
 def _encode_MemberIdentity_v5(o: MemberIdentity, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("MemberIdentity.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MemberIdentity.member_id: string too long")
@@ -667,11 +667,11 @@ def _encode_MemberIdentity_v5(o: MemberIdentity, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberIdentity.group_instance_id: string too long")
@@ -680,11 +680,11 @@ def _encode_MemberIdentity_v5(o: MemberIdentity, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.reason
-    if v is None:
+    v_reason = o.reason
+    if v_reason is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_reason.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberIdentity.reason: string too long")
@@ -703,10 +703,10 @@ def _encode_MemberIdentity_v5(o: MemberIdentity, out: bytearray) -> None:
 def _encode_LeaveGroupRequest_v5(o: LeaveGroupRequest, out: bytearray) -> None:
     if o.member_id != '':
         raise CodecError("LeaveGroupRequest.member_id cannot be set in versions 5")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("LeaveGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("LeaveGroupRequest.group_id: string too long")
@@ -715,16 +715,16 @@ def _encode_LeaveGroupRequest_v5(o: LeaveGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("LeaveGroupRequest.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MemberIdentity_v5(x, out)
+    for x_members in v_members:
+        _encode_MemberIdentity_v5(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -244,11 +244,11 @@ def _decode_LeaveGroupResponse_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"LeaveGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_MemberResponse_v3(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_MemberResponse_v3(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("LeaveGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -256,20 +256,20 @@ def _decode_LeaveGroupResponse_v3(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
 
 
 def _encode_MemberResponse_v3(o: MemberResponse, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("MemberResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MemberResponse.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberResponse.group_instance_id: string too long")
@@ -280,13 +280,13 @@ def _encode_MemberResponse_v3(o: MemberResponse, out: bytearray) -> None:
 
 def _encode_LeaveGroupResponse_v3(o: LeaveGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("LeaveGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     out += _p_i(n)
-    for x in v:
-        _encode_MemberResponse_v3(x, out)
+    for x_members in v_members:
+        _encode_MemberResponse_v3(x_members, out)
 
 
 def _decode_MemberResponse_v4(buf: Buffer, pos: int) -> tuple[MemberResponse, int]:
@@ -367,11 +367,11 @@ def _decode_LeaveGroupResponse_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
     if c >= 0:
         if c * 5 > len(buf) - pos:
             raise CodecError(f"LeaveGroupResponse.members: array count {c} too large")
-        a = []
+        a_members = []
         for _ in range(c):
-            x, pos = _decode_MemberResponse_v4(buf, pos)
-            a.append(x)
-        o.members = a
+            x_members, pos = _decode_MemberResponse_v4(buf, pos)
+            a_members.append(x_members)
+        o.members = a_members
     else:
         raise CodecError("LeaveGroupResponse.members: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -410,10 +410,10 @@ def _decode_LeaveGroupResponse_v4(buf: Buffer, pos: int) -> tuple[LeaveGroupResp
 
 
 def _encode_MemberResponse_v4(o: MemberResponse, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("MemberResponse.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MemberResponse.member_id: string too long")
@@ -422,11 +422,11 @@ def _encode_MemberResponse_v4(o: MemberResponse, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MemberResponse.group_instance_id: string too long")
@@ -445,16 +445,16 @@ def _encode_MemberResponse_v4(o: MemberResponse, out: bytearray) -> None:
 
 def _encode_LeaveGroupResponse_v4(o: LeaveGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.members
-    if v is None:
+    v_members = o.members
+    if v_members is None:
         raise CodecError("LeaveGroupResponse.members: None in a non-nullable field")
-    n = len(v)
+    n = len(v_members)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MemberResponse_v4(x, out)
+    for x_members in v_members:
+        _encode_MemberResponse_v4(x_members, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

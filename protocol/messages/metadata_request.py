@@ -220,11 +220,11 @@ def _decode_MetadataRequest_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -235,10 +235,10 @@ def _decode_MetadataRequest_v0(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
 
 
 def _encode_MetadataRequestTopic_v0(o: MetadataRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataRequestTopic.name: string too long")
@@ -257,13 +257,13 @@ def _encode_MetadataRequest_v0(o: MetadataRequest, out: bytearray) -> None:
         raise CodecError(
             "MetadataRequest.include_topic_authorized_operations cannot be set in versions 0"
         )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataRequestTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataRequestTopic_v0(x_topics, out)
 
 
 def _decode_MetadataRequest_v1(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
@@ -273,11 +273,11 @@ def _decode_MetadataRequest_v1(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -298,14 +298,14 @@ def _encode_MetadataRequest_v1(o: MetadataRequest, out: bytearray) -> None:
         raise CodecError(
             "MetadataRequest.include_topic_authorized_operations cannot be set in versions 1-3"
         )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_topics)
         out += _p_i(n)
-        for x in v:
-            _encode_MetadataRequestTopic_v0(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v0(x_topics, out)
 
 
 def _decode_MetadataRequest_v4(buf: Buffer, pos: int) -> tuple[MetadataRequest, int]:
@@ -315,11 +315,11 @@ def _decode_MetadataRequest_v4(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.allow_auto_topic_creation = _u_z(buf, pos)[0]
@@ -339,14 +339,14 @@ def _encode_MetadataRequest_v4(o: MetadataRequest, out: bytearray) -> None:
         raise CodecError(
             "MetadataRequest.include_topic_authorized_operations cannot be set in versions 4-7"
         )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_topics)
         out += _p_i(n)
-        for x in v:
-            _encode_MetadataRequestTopic_v0(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v0(x_topics, out)
     out += _p_z(o.allow_auto_topic_creation)
 
 
@@ -357,11 +357,11 @@ def _decode_MetadataRequest_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     (
@@ -375,14 +375,14 @@ def _decode_MetadataRequest_v8(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
 
 
 def _encode_MetadataRequest_v8(o: MetadataRequest, out: bytearray) -> None:
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_topics)
         out += _p_i(n)
-        for x in v:
-            _encode_MetadataRequestTopic_v0(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v0(x_topics, out)
     out += _p_zzz(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -452,11 +452,11 @@ def _decode_MetadataRequest_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v9(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v9(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     (
@@ -501,10 +501,10 @@ def _decode_MetadataRequest_v9(buf: Buffer, pos: int) -> tuple[MetadataRequest, 
 
 
 def _encode_MetadataRequestTopic_v9(o: MetadataRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataRequestTopic.name: string too long")
@@ -521,17 +521,17 @@ def _encode_MetadataRequestTopic_v9(o: MetadataRequestTopic, out: bytearray) -> 
 
 
 def _encode_MetadataRequest_v9(o: MetadataRequest, out: bytearray) -> None:
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_MetadataRequestTopic_v9(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v9(x_topics, out)
     out += _p_zzz(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -607,11 +607,11 @@ def _decode_MetadataRequest_v10(buf: Buffer, pos: int) -> tuple[MetadataRequest,
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     (
@@ -659,11 +659,11 @@ def _encode_MetadataRequestTopic_v10(o: MetadataRequestTopic, out: bytearray) ->
     if len(o.topic_id) != 16:
         raise CodecError("MetadataRequestTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataRequestTopic.name: string too long")
@@ -680,17 +680,17 @@ def _encode_MetadataRequestTopic_v10(o: MetadataRequestTopic, out: bytearray) ->
 
 
 def _encode_MetadataRequest_v10(o: MetadataRequest, out: bytearray) -> None:
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_MetadataRequestTopic_v10(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v10(x_topics, out)
     out += _p_zzz(
         o.allow_auto_topic_creation,
         o.include_cluster_authorized_operations,
@@ -714,11 +714,11 @@ def _decode_MetadataRequest_v11(buf: Buffer, pos: int) -> tuple[MetadataRequest,
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataRequestTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataRequestTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.allow_auto_topic_creation, o.include_topic_authorized_operations = _u_zz(buf, pos)
@@ -764,17 +764,17 @@ def _encode_MetadataRequest_v11(o: MetadataRequest, out: bytearray) -> None:
         raise CodecError(
             "MetadataRequest.include_cluster_authorized_operations cannot be set in versions 11-13"
         )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_MetadataRequestTopic_v10(x, out)
+        for x_topics in v_topics:
+            _encode_MetadataRequestTopic_v10(x_topics, out)
     out += _p_zz(o.allow_auto_topic_creation, o.include_topic_authorized_operations)
     u = o.unknown_tagged_fields
     if u:

@@ -434,11 +434,11 @@ def _decode_MetadataResponseTopic_v0(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -455,11 +455,11 @@ def _decode_MetadataResponse_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 10 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v0(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v0(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     c = _u_i(buf, pos)[0]
@@ -467,11 +467,11 @@ def _decode_MetadataResponse_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 8 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -485,10 +485,10 @@ def _decode_MetadataResponse_v0(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponseBroker_v0(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("MetadataResponseBroker.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseBroker.host: string too long")
@@ -499,20 +499,20 @@ def _encode_MetadataResponseBroker_v0(o: MetadataResponseBroker, out: bytearray)
 
 def _encode_MetadataResponsePartition_v0(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hii(o.error_code, o.partition_index, o.leader_id)
-    v = o.replica_nodes
-    if v is None:
+    v_replica_nodes = o.replica_nodes
+    if v_replica_nodes is None:
         raise CodecError("MetadataResponsePartition.replica_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_replica_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.isr_nodes
-    if v is None:
+    out += s.pack(*v_replica_nodes)
+    v_isr_nodes = o.isr_nodes
+    if v_isr_nodes is None:
         raise CodecError("MetadataResponsePartition.isr_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_isr_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_isr_nodes)
 
 
 def _encode_MetadataResponseTopic_v0(o: MetadataResponseTopic, out: bytearray) -> None:
@@ -521,22 +521,22 @@ def _encode_MetadataResponseTopic_v0(o: MetadataResponseTopic, out: bytearray) -
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 0"
         )
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponsePartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v0(x_partitions, out)
 
 
 def _encode_MetadataResponse_v0(o: MetadataResponse, out: bytearray) -> None:
@@ -544,20 +544,20 @@ def _encode_MetadataResponse_v0(o: MetadataResponse, out: bytearray) -> None:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 0"
         )
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v0(x, out)
-    v = o.topics
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v0(x_brokers, out)
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v0(x_topics, out)
 
 
 def _decode_MetadataResponseBroker_v1(buf: Buffer, pos: int) -> tuple[MetadataResponseBroker, int]:
@@ -605,11 +605,11 @@ def _decode_MetadataResponseTopic_v1(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -625,11 +625,11 @@ def _decode_MetadataResponse_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     o.controller_id = _u_i(buf, pos)[0]
@@ -639,11 +639,11 @@ def _decode_MetadataResponse_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 9 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -656,21 +656,21 @@ def _decode_MetadataResponse_v1(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponseBroker_v1(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("MetadataResponseBroker.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseBroker.host: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponseBroker.rack: string too long")
@@ -684,23 +684,23 @@ def _encode_MetadataResponseTopic_v1(o: MetadataResponseTopic, out: bytearray) -
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 1-4"
         )
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
     out += _p_z(o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponsePartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v0(x_partitions, out)
 
 
 def _encode_MetadataResponse_v1(o: MetadataResponse, out: bytearray) -> None:
@@ -708,21 +708,21 @@ def _encode_MetadataResponse_v1(o: MetadataResponse, out: bytearray) -> None:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 1"
         )
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v1(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v1(x_topics, out)
 
 
 def _decode_MetadataResponse_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -732,11 +732,11 @@ def _decode_MetadataResponse_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -754,11 +754,11 @@ def _decode_MetadataResponse_v2(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 9 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -773,31 +773,31 @@ def _encode_MetadataResponse_v2(o: MetadataResponse, out: bytearray) -> None:
         raise CodecError(
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 2"
         )
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v1(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v1(x_topics, out)
 
 
 def _decode_MetadataResponse_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse, int]:
@@ -809,11 +809,11 @@ def _decode_MetadataResponse_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -831,11 +831,11 @@ def _decode_MetadataResponse_v3(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 9 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -850,31 +850,31 @@ def _encode_MetadataResponse_v3(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 3-4"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v1(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v1(x_topics, out)
 
 
 def _decode_MetadataResponsePartition_v5(
@@ -939,11 +939,11 @@ def _decode_MetadataResponseTopic_v5(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 22 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v5(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v5(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -961,11 +961,11 @@ def _decode_MetadataResponse_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -983,11 +983,11 @@ def _decode_MetadataResponse_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 9 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v5(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v5(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -998,27 +998,27 @@ def _decode_MetadataResponse_v5(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponsePartition_v5(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hii(o.error_code, o.partition_index, o.leader_id)
-    v = o.replica_nodes
-    if v is None:
+    v_replica_nodes = o.replica_nodes
+    if v_replica_nodes is None:
         raise CodecError("MetadataResponsePartition.replica_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_replica_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.isr_nodes
-    if v is None:
+    out += s.pack(*v_replica_nodes)
+    v_isr_nodes = o.isr_nodes
+    if v_isr_nodes is None:
         raise CodecError("MetadataResponsePartition.isr_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_isr_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.offline_replicas
-    if v is None:
+    out += s.pack(*v_isr_nodes)
+    v_offline_replicas = o.offline_replicas
+    if v_offline_replicas is None:
         raise CodecError("MetadataResponsePartition.offline_replicas: None in a non-nullable field")
-    n = len(v)
+    n = len(v_offline_replicas)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_offline_replicas)
 
 
 def _encode_MetadataResponseTopic_v5(o: MetadataResponseTopic, out: bytearray) -> None:
@@ -1027,23 +1027,23 @@ def _encode_MetadataResponseTopic_v5(o: MetadataResponseTopic, out: bytearray) -
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 5-6"
         )
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
     out += _p_z(o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponsePartition_v5(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v5(x_partitions, out)
 
 
 def _encode_MetadataResponse_v5(o: MetadataResponse, out: bytearray) -> None:
@@ -1052,31 +1052,31 @@ def _encode_MetadataResponse_v5(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 5-6"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v5(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v5(x_topics, out)
 
 
 def _decode_MetadataResponsePartition_v7(
@@ -1140,11 +1140,11 @@ def _decode_MetadataResponseTopic_v7(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v7(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v7(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1162,11 +1162,11 @@ def _decode_MetadataResponse_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -1184,11 +1184,11 @@ def _decode_MetadataResponse_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 9 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v7(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v7(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1199,27 +1199,27 @@ def _decode_MetadataResponse_v7(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponsePartition_v7(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    v = o.replica_nodes
-    if v is None:
+    v_replica_nodes = o.replica_nodes
+    if v_replica_nodes is None:
         raise CodecError("MetadataResponsePartition.replica_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_replica_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.isr_nodes
-    if v is None:
+    out += s.pack(*v_replica_nodes)
+    v_isr_nodes = o.isr_nodes
+    if v_isr_nodes is None:
         raise CodecError("MetadataResponsePartition.isr_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_isr_nodes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.offline_replicas
-    if v is None:
+    out += s.pack(*v_isr_nodes)
+    v_offline_replicas = o.offline_replicas
+    if v_offline_replicas is None:
         raise CodecError("MetadataResponsePartition.offline_replicas: None in a non-nullable field")
-    n = len(v)
+    n = len(v_offline_replicas)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_offline_replicas)
 
 
 def _encode_MetadataResponseTopic_v7(o: MetadataResponseTopic, out: bytearray) -> None:
@@ -1228,23 +1228,23 @@ def _encode_MetadataResponseTopic_v7(o: MetadataResponseTopic, out: bytearray) -
             "MetadataResponseTopic.topic_authorized_operations cannot be set in versions 7"
         )
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
     out += _p_z(o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponsePartition_v7(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v7(x_partitions, out)
 
 
 def _encode_MetadataResponse_v7(o: MetadataResponse, out: bytearray) -> None:
@@ -1253,31 +1253,31 @@ def _encode_MetadataResponse_v7(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 7"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v7(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v7(x_topics, out)
 
 
 def _decode_MetadataResponseTopic_v8(buf: Buffer, pos: int) -> tuple[MetadataResponseTopic, int]:
@@ -1299,11 +1299,11 @@ def _decode_MetadataResponseTopic_v8(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v7(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v7(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.topic_authorized_operations = _u_i(buf, pos)[0]
@@ -1322,11 +1322,11 @@ def _decode_MetadataResponse_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 12 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v1(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v1(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -1344,11 +1344,11 @@ def _decode_MetadataResponse_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 13 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -1360,53 +1360,53 @@ def _decode_MetadataResponse_v8(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponseTopic_v8(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
     out += _p_z(o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponsePartition_v7(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v7(x_partitions, out)
     out += _p_i(o.topic_authorized_operations)
 
 
 def _encode_MetadataResponse_v8(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseBroker_v1(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v1(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_MetadataResponseTopic_v8(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v8(x_topics, out)
     out += _p_i(o.cluster_authorized_operations)
 
 
@@ -1590,11 +1590,11 @@ def _decode_MetadataResponseTopic_v9(buf: Buffer, pos: int) -> tuple[MetadataRes
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v9(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v9(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.topic_authorized_operations = _u_i(buf, pos)[0]
@@ -1648,11 +1648,11 @@ def _decode_MetadataResponse_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v9(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v9(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = buf[pos]
@@ -1679,11 +1679,11 @@ def _decode_MetadataResponse_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse
     if c >= 0:
         if c * 10 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v9(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v9(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -1726,10 +1726,10 @@ def _decode_MetadataResponse_v9(buf: Buffer, pos: int) -> tuple[MetadataResponse
 
 def _encode_MetadataResponseBroker_v9(o: MetadataResponseBroker, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("MetadataResponseBroker.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseBroker.host: string too long")
@@ -1739,11 +1739,11 @@ def _encode_MetadataResponseBroker_v9(o: MetadataResponseBroker, out: bytearray)
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponseBroker.rack: string too long")
@@ -1761,36 +1761,36 @@ def _encode_MetadataResponseBroker_v9(o: MetadataResponseBroker, out: bytearray)
 
 def _encode_MetadataResponsePartition_v9(o: MetadataResponsePartition, out: bytearray) -> None:
     out += _p_hiii(o.error_code, o.partition_index, o.leader_id, o.leader_epoch)
-    v = o.replica_nodes
-    if v is None:
+    v_replica_nodes = o.replica_nodes
+    if v_replica_nodes is None:
         raise CodecError("MetadataResponsePartition.replica_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_replica_nodes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.isr_nodes
-    if v is None:
+    out += s.pack(*v_replica_nodes)
+    v_isr_nodes = o.isr_nodes
+    if v_isr_nodes is None:
         raise CodecError("MetadataResponsePartition.isr_nodes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_isr_nodes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
-    v = o.offline_replicas
-    if v is None:
+    out += s.pack(*v_isr_nodes)
+    v_offline_replicas = o.offline_replicas
+    if v_offline_replicas is None:
         raise CodecError("MetadataResponsePartition.offline_replicas: None in a non-nullable field")
-    n = len(v)
+    n = len(v_offline_replicas)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_offline_replicas)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1800,10 +1800,10 @@ def _encode_MetadataResponsePartition_v9(o: MetadataResponsePartition, out: byte
 
 def _encode_MetadataResponseTopic_v9(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
@@ -1813,16 +1813,16 @@ def _encode_MetadataResponseTopic_v9(o: MetadataResponseTopic, out: bytearray) -
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_z(o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponsePartition_v9(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v9(x_partitions, out)
     out += _p_i(o.topic_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -1833,21 +1833,21 @@ def _encode_MetadataResponseTopic_v9(o: MetadataResponseTopic, out: bytearray) -
 
 def _encode_MetadataResponse_v9(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseBroker_v9(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v9(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
@@ -1857,16 +1857,16 @@ def _encode_MetadataResponse_v9(o: MetadataResponse, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseTopic_v9(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v9(x_topics, out)
     out += _p_i(o.cluster_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -1903,11 +1903,11 @@ def _decode_MetadataResponseTopic_v10(buf: Buffer, pos: int) -> tuple[MetadataRe
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v9(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v9(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.topic_authorized_operations = _u_i(buf, pos)[0]
@@ -1960,11 +1960,11 @@ def _decode_MetadataResponse_v10(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v9(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v9(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = buf[pos]
@@ -1991,11 +1991,11 @@ def _decode_MetadataResponse_v10(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.cluster_authorized_operations = _u_i(buf, pos)[0]
@@ -2038,10 +2038,10 @@ def _decode_MetadataResponse_v10(buf: Buffer, pos: int) -> tuple[MetadataRespons
 
 def _encode_MetadataResponseTopic_v10(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("MetadataResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("MetadataResponseTopic.name: string too long")
@@ -2053,16 +2053,16 @@ def _encode_MetadataResponseTopic_v10(o: MetadataResponseTopic, out: bytearray) 
     if len(o.topic_id) != 16:
         raise CodecError("MetadataResponseTopic.topic_id: uuid must be 16 bytes")
     out += _p_uz(o.topic_id, o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponsePartition_v9(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v9(x_partitions, out)
     out += _p_i(o.topic_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -2073,21 +2073,21 @@ def _encode_MetadataResponseTopic_v10(o: MetadataResponseTopic, out: bytearray) 
 
 def _encode_MetadataResponse_v10(o: MetadataResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseBroker_v9(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v9(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
@@ -2097,16 +2097,16 @@ def _encode_MetadataResponse_v10(o: MetadataResponse, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseTopic_v10(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v10(x_topics, out)
     out += _p_i(o.cluster_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -2128,11 +2128,11 @@ def _decode_MetadataResponse_v11(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v9(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v9(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = buf[pos]
@@ -2159,11 +2159,11 @@ def _decode_MetadataResponse_v11(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -2209,21 +2209,21 @@ def _encode_MetadataResponse_v11(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 11"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseBroker_v9(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v9(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
@@ -2233,16 +2233,16 @@ def _encode_MetadataResponse_v11(o: MetadataResponse, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseTopic_v10(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v10(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -2278,11 +2278,11 @@ def _decode_MetadataResponseTopic_v12(buf: Buffer, pos: int) -> tuple[MetadataRe
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"MetadataResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponsePartition_v9(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_MetadataResponsePartition_v9(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("MetadataResponseTopic.partitions: null in a non-nullable field")
     o.topic_authorized_operations = _u_i(buf, pos)[0]
@@ -2335,11 +2335,11 @@ def _decode_MetadataResponse_v12(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v9(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v9(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = buf[pos]
@@ -2366,11 +2366,11 @@ def _decode_MetadataResponse_v12(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v12(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v12(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -2412,11 +2412,11 @@ def _decode_MetadataResponse_v12(buf: Buffer, pos: int) -> tuple[MetadataRespons
 
 def _encode_MetadataResponseTopic_v12(o: MetadataResponseTopic, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponseTopic.name: string too long")
@@ -2428,16 +2428,16 @@ def _encode_MetadataResponseTopic_v12(o: MetadataResponseTopic, out: bytearray) 
     if len(o.topic_id) != 16:
         raise CodecError("MetadataResponseTopic.topic_id: uuid must be 16 bytes")
     out += _p_uz(o.topic_id, o.is_internal)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("MetadataResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponsePartition_v9(x, out)
+    for x_partitions in v_partitions:
+        _encode_MetadataResponsePartition_v9(x_partitions, out)
     out += _p_i(o.topic_authorized_operations)
     u = o.unknown_tagged_fields
     if u:
@@ -2452,21 +2452,21 @@ def _encode_MetadataResponse_v12(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 12"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseBroker_v9(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v9(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
@@ -2476,16 +2476,16 @@ def _encode_MetadataResponse_v12(o: MetadataResponse, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseTopic_v12(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v12(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -2506,11 +2506,11 @@ def _decode_MetadataResponse_v13(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.brokers: array count {c} too large")
-        a = []
+        a_brokers = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseBroker_v9(buf, pos)
-            a.append(x)
-        o.brokers = a
+            x_brokers, pos = _decode_MetadataResponseBroker_v9(buf, pos)
+            a_brokers.append(x_brokers)
+        o.brokers = a_brokers
     else:
         raise CodecError("MetadataResponse.brokers: null in a non-nullable field")
     n = buf[pos]
@@ -2537,11 +2537,11 @@ def _decode_MetadataResponse_v13(buf: Buffer, pos: int) -> tuple[MetadataRespons
     if c >= 0:
         if c * 26 > len(buf) - pos:
             raise CodecError(f"MetadataResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_MetadataResponseTopic_v12(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_MetadataResponseTopic_v12(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("MetadataResponse.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -2588,21 +2588,21 @@ def _encode_MetadataResponse_v13(o: MetadataResponse, out: bytearray) -> None:
             "MetadataResponse.cluster_authorized_operations cannot be set in versions 13"
         )
     out += _p_i(o.throttle_time_ms)
-    v = o.brokers
-    if v is None:
+    v_brokers = o.brokers
+    if v_brokers is None:
         raise CodecError("MetadataResponse.brokers: None in a non-nullable field")
-    n = len(v)
+    n = len(v_brokers)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseBroker_v9(x, out)
-    v = o.cluster_id
-    if v is None:
+    for x_brokers in v_brokers:
+        _encode_MetadataResponseBroker_v9(x_brokers, out)
+    v_cluster_id = o.cluster_id
+    if v_cluster_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_cluster_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("MetadataResponse.cluster_id: string too long")
@@ -2612,16 +2612,16 @@ def _encode_MetadataResponse_v13(o: MetadataResponse, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.controller_id)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("MetadataResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_MetadataResponseTopic_v12(x, out)
+    for x_topics in v_topics:
+        _encode_MetadataResponseTopic_v12(x_topics, out)
     out += _p_h(o.error_code)
     u = o.unknown_tagged_fields
     if u:

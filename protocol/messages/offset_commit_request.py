@@ -309,11 +309,11 @@ def _decode_OffsetCommitRequestTopic_v0(
     if c >= 0:
         if c * 14 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequestTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestPartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitRequestPartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitRequestTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -336,11 +336,11 @@ def _decode_OffsetCommitRequest_v0(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -359,11 +359,11 @@ def _encode_OffsetCommitRequestPartition_v0(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 0, 2-5"
         )
     out += _p_iq(o.partition_index, o.committed_offset)
-    v = o.committed_metadata
-    if v is None:
+    v_committed_metadata = o.committed_metadata
+    if v_committed_metadata is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_committed_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequestPartition.committed_metadata: string too long")
@@ -372,43 +372,43 @@ def _encode_OffsetCommitRequestPartition_v0(
 
 
 def _encode_OffsetCommitRequestTopic_v0(o: OffsetCommitRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequestTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitRequestTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestPartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitRequestPartition_v0(x_partitions, out)
 
 
 def _encode_OffsetCommitRequest_v0(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 0")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v0(x_topics, out)
 
 
 def _decode_OffsetCommitRequestPartition_v1(
@@ -447,11 +447,11 @@ def _decode_OffsetCommitRequestTopic_v1(
     if c >= 0:
         if c * 22 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequestTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestPartition_v1(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitRequestPartition_v1(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitRequestTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -484,11 +484,11 @@ def _decode_OffsetCommitRequest_v1(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -501,11 +501,11 @@ def _encode_OffsetCommitRequestPartition_v1(
     o: OffsetCommitRequestPartition, out: bytearray
 ) -> None:
     out += _p_iqq(o.partition_index, o.committed_offset, o.commit_timestamp)
-    v = o.committed_metadata
-    if v is None:
+    v_committed_metadata = o.committed_metadata
+    if v_committed_metadata is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_committed_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequestPartition.committed_metadata: string too long")
@@ -514,53 +514,53 @@ def _encode_OffsetCommitRequestPartition_v1(
 
 
 def _encode_OffsetCommitRequestTopic_v1(o: OffsetCommitRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequestTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitRequestTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestPartition_v1(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitRequestPartition_v1(x_partitions, out)
 
 
 def _encode_OffsetCommitRequest_v1(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 1")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v1(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v1(x_topics, out)
 
 
 def _decode_OffsetCommitRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -590,11 +590,11 @@ def _decode_OffsetCommitRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -605,33 +605,33 @@ def _decode_OffsetCommitRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetCommitR
 def _encode_OffsetCommitRequest_v2(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 2-4")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_q(o.retention_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v0(x_topics, out)
 
 
 def _decode_OffsetCommitRequest_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -659,11 +659,11 @@ def _decode_OffsetCommitRequest_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -675,32 +675,32 @@ def _decode_OffsetCommitRequest_v5(buf: Buffer, pos: int) -> tuple[OffsetCommitR
 def _encode_OffsetCommitRequest_v5(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 5")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v0(x_topics, out)
 
 
 def _decode_OffsetCommitRequestPartition_v6(
@@ -739,11 +739,11 @@ def _decode_OffsetCommitRequestTopic_v6(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequestTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestPartition_v6(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitRequestPartition_v6(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitRequestTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -776,11 +776,11 @@ def _decode_OffsetCommitRequest_v6(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v6(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v6(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -797,11 +797,11 @@ def _encode_OffsetCommitRequestPartition_v6(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 6-7"
         )
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    v = o.committed_metadata
-    if v is None:
+    v_committed_metadata = o.committed_metadata
+    if v_committed_metadata is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_committed_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequestPartition.committed_metadata: string too long")
@@ -810,53 +810,53 @@ def _encode_OffsetCommitRequestPartition_v6(
 
 
 def _encode_OffsetCommitRequestTopic_v6(o: OffsetCommitRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequestTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitRequestTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestPartition_v6(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitRequestPartition_v6(x_partitions, out)
 
 
 def _encode_OffsetCommitRequest_v6(o: OffsetCommitRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("OffsetCommitRequest.group_instance_id cannot be set in versions 6")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v6(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v6(x_topics, out)
 
 
 def _decode_OffsetCommitRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitRequest, int]:
@@ -892,11 +892,11 @@ def _decode_OffsetCommitRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v6(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v6(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -905,42 +905,42 @@ def _decode_OffsetCommitRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetCommitR
 
 
 def _encode_OffsetCommitRequest_v7(o: OffsetCommitRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequest.group_instance_id: string too long")
         out += _p_h(n)
         out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v6(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v6(x_topics, out)
 
 
 def _decode_OffsetCommitRequestPartition_v8(
@@ -1024,11 +1024,11 @@ def _decode_OffsetCommitRequestTopic_v8(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequestTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestPartition_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitRequestPartition_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitRequestTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1119,11 +1119,11 @@ def _decode_OffsetCommitRequest_v8(buf: Buffer, pos: int) -> tuple[OffsetCommitR
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1170,11 +1170,11 @@ def _encode_OffsetCommitRequestPartition_v8(
             "OffsetCommitRequestPartition.commit_timestamp cannot be set in versions 8-10"
         )
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    v = o.committed_metadata
-    if v is None:
+    v_committed_metadata = o.committed_metadata
+    if v_committed_metadata is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_committed_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequestPartition.committed_metadata: string too long")
@@ -1191,10 +1191,10 @@ def _encode_OffsetCommitRequestPartition_v8(
 
 
 def _encode_OffsetCommitRequestTopic_v8(o: OffsetCommitRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequestTopic.name: string too long")
@@ -1203,16 +1203,16 @@ def _encode_OffsetCommitRequestTopic_v8(o: OffsetCommitRequestTopic, out: bytear
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitRequestTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitRequestPartition_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitRequestPartition_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1221,10 +1221,10 @@ def _encode_OffsetCommitRequestTopic_v8(o: OffsetCommitRequestTopic, out: bytear
 
 
 def _encode_OffsetCommitRequest_v8(o: OffsetCommitRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
@@ -1234,10 +1234,10 @@ def _encode_OffsetCommitRequest_v8(o: OffsetCommitRequest, out: bytearray) -> No
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
@@ -1246,11 +1246,11 @@ def _encode_OffsetCommitRequest_v8(o: OffsetCommitRequest, out: bytearray) -> No
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequest.group_instance_id: string too long")
@@ -1259,16 +1259,16 @@ def _encode_OffsetCommitRequest_v8(o: OffsetCommitRequest, out: bytearray) -> No
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v8(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v8(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1291,11 +1291,11 @@ def _decode_OffsetCommitRequestTopic_v10(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequestTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestPartition_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitRequestPartition_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitRequestTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1386,11 +1386,11 @@ def _decode_OffsetCommitRequest_v10(buf: Buffer, pos: int) -> tuple[OffsetCommit
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetCommitRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitRequestTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitRequestTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1433,16 +1433,16 @@ def _encode_OffsetCommitRequestTopic_v10(o: OffsetCommitRequestTopic, out: bytea
     if len(o.topic_id) != 16:
         raise CodecError("OffsetCommitRequestTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitRequestTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitRequestPartition_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitRequestPartition_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1451,10 +1451,10 @@ def _encode_OffsetCommitRequestTopic_v10(o: OffsetCommitRequestTopic, out: bytea
 
 
 def _encode_OffsetCommitRequest_v10(o: OffsetCommitRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetCommitRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.group_id: string too long")
@@ -1464,10 +1464,10 @@ def _encode_OffsetCommitRequest_v10(o: OffsetCommitRequest, out: bytearray) -> N
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.generation_id_or_member_epoch)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("OffsetCommitRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitRequest.member_id: string too long")
@@ -1476,11 +1476,11 @@ def _encode_OffsetCommitRequest_v10(o: OffsetCommitRequest, out: bytearray) -> N
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetCommitRequest.group_instance_id: string too long")
@@ -1489,16 +1489,16 @@ def _encode_OffsetCommitRequest_v10(o: OffsetCommitRequest, out: bytearray) -> N
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitRequestTopic_v10(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitRequestTopic_v10(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

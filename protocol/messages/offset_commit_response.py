@@ -247,11 +247,11 @@ def _decode_OffsetCommitResponseTopic_v0(
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponsePartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitResponsePartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -266,11 +266,11 @@ def _decode_OffsetCommitResponse_v0(buf: Buffer, pos: int) -> tuple[OffsetCommit
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -285,32 +285,32 @@ def _encode_OffsetCommitResponsePartition_v0(
 
 
 def _encode_OffsetCommitResponseTopic_v0(o: OffsetCommitResponseTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitResponsePartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitResponsePartition_v0(x_partitions, out)
 
 
 def _encode_OffsetCommitResponse_v0(o: OffsetCommitResponse, out: bytearray) -> None:
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitResponseTopic_v0(x_topics, out)
 
 
 def _decode_OffsetCommitResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetCommitResponse, int]:
@@ -322,11 +322,11 @@ def _decode_OffsetCommitResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetCommit
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -335,13 +335,13 @@ def _decode_OffsetCommitResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetCommit
 
 def _encode_OffsetCommitResponse_v3(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetCommitResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitResponseTopic_v0(x_topics, out)
 
 
 def _decode_OffsetCommitResponsePartition_v8(
@@ -411,11 +411,11 @@ def _decode_OffsetCommitResponseTopic_v8(
     if c >= 0:
         if c * 7 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponsePartition_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitResponsePartition_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -467,11 +467,11 @@ def _decode_OffsetCommitResponse_v8(buf: Buffer, pos: int) -> tuple[OffsetCommit
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponseTopic_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitResponseTopic_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -521,10 +521,10 @@ def _encode_OffsetCommitResponsePartition_v8(
 
 
 def _encode_OffsetCommitResponseTopic_v8(o: OffsetCommitResponseTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetCommitResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetCommitResponseTopic.name: string too long")
@@ -533,16 +533,16 @@ def _encode_OffsetCommitResponseTopic_v8(o: OffsetCommitResponseTopic, out: byte
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitResponsePartition_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitResponsePartition_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -552,16 +552,16 @@ def _encode_OffsetCommitResponseTopic_v8(o: OffsetCommitResponseTopic, out: byte
 
 def _encode_OffsetCommitResponse_v8(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitResponseTopic_v8(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitResponseTopic_v8(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -584,11 +584,11 @@ def _decode_OffsetCommitResponseTopic_v10(
     if c >= 0:
         if c * 7 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponsePartition_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetCommitResponsePartition_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetCommitResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -640,11 +640,11 @@ def _decode_OffsetCommitResponse_v10(buf: Buffer, pos: int) -> tuple[OffsetCommi
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetCommitResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetCommitResponseTopic_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetCommitResponseTopic_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetCommitResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -686,16 +686,16 @@ def _encode_OffsetCommitResponseTopic_v10(o: OffsetCommitResponseTopic, out: byt
     if len(o.topic_id) != 16:
         raise CodecError("OffsetCommitResponseTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetCommitResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitResponsePartition_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetCommitResponsePartition_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -705,16 +705,16 @@ def _encode_OffsetCommitResponseTopic_v10(o: OffsetCommitResponseTopic, out: byt
 
 def _encode_OffsetCommitResponse_v10(o: OffsetCommitResponse, out: bytearray) -> None:
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetCommitResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetCommitResponseTopic_v10(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetCommitResponseTopic_v10(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -329,11 +329,11 @@ def _decode_OffsetFetchRequest_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -343,22 +343,22 @@ def _decode_OffsetFetchRequest_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
 
 
 def _encode_OffsetFetchRequestTopic_v0(o: OffsetFetchRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_indexes
-    if v is None:
+    v_partition_indexes = o.partition_indexes
+    if v_partition_indexes is None:
         raise CodecError("OffsetFetchRequestTopic.partition_indexes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_indexes)
     out += _p_i(n)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partition_indexes)
 
 
 def _encode_OffsetFetchRequest_v0(o: OffsetFetchRequest, out: bytearray) -> None:
@@ -366,22 +366,22 @@ def _encode_OffsetFetchRequest_v0(o: OffsetFetchRequest, out: bytearray) -> None
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 0-1")
     if o.require_stable:
         raise CodecError("OffsetFetchRequest.require_stable cannot be set in versions 0-1")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequest.group_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchRequestTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchRequestTopic_v0(x_topics, out)
 
 
 def _decode_OffsetFetchRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRequest, int]:
@@ -399,11 +399,11 @@ def _decode_OffsetFetchRequest_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -417,23 +417,23 @@ def _encode_OffsetFetchRequest_v2(o: OffsetFetchRequest, out: bytearray) -> None
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 2-5")
     if o.require_stable:
         raise CodecError("OffsetFetchRequest.require_stable cannot be set in versions 2-5")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequest.group_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_topics)
         out += _p_i(n)
-        for x in v:
-            _encode_OffsetFetchRequestTopic_v0(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopic_v0(x_topics, out)
 
 
 def _decode_OffsetFetchRequestTopic_v6(
@@ -528,11 +528,11 @@ def _decode_OffsetFetchRequest_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopic_v6(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopic_v6(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -573,10 +573,10 @@ def _decode_OffsetFetchRequest_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
 
 
 def _encode_OffsetFetchRequestTopic_v6(o: OffsetFetchRequestTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchRequestTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestTopic.name: string too long")
@@ -585,16 +585,16 @@ def _encode_OffsetFetchRequestTopic_v6(o: OffsetFetchRequestTopic, out: bytearra
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partition_indexes
-    if v is None:
+    v_partition_indexes = o.partition_indexes
+    if v_partition_indexes is None:
         raise CodecError("OffsetFetchRequestTopic.partition_indexes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_indexes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partition_indexes)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -607,10 +607,10 @@ def _encode_OffsetFetchRequest_v6(o: OffsetFetchRequest, out: bytearray) -> None
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 6")
     if o.require_stable:
         raise CodecError("OffsetFetchRequest.require_stable cannot be set in versions 6")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequest.group_id: string too long")
@@ -619,17 +619,17 @@ def _encode_OffsetFetchRequest_v6(o: OffsetFetchRequest, out: bytearray) -> None
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_OffsetFetchRequestTopic_v6(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopic_v6(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -661,11 +661,11 @@ def _decode_OffsetFetchRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopic_v6(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopic_v6(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.require_stable = _u_z(buf, pos)[0]
@@ -709,10 +709,10 @@ def _decode_OffsetFetchRequest_v7(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
 def _encode_OffsetFetchRequest_v7(o: OffsetFetchRequest, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchRequest.groups cannot be set in versions 7")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequest.group_id: string too long")
@@ -721,17 +721,17 @@ def _encode_OffsetFetchRequest_v7(o: OffsetFetchRequest, out: bytearray) -> None
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_OffsetFetchRequestTopic_v6(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopic_v6(x_topics, out)
     out += _p_z(o.require_stable)
     u = o.unknown_tagged_fields
     if u:
@@ -835,11 +835,11 @@ def _decode_OffsetFetchRequestGroup_v8(
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequestGroup.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopics_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopics_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -890,11 +890,11 @@ def _decode_OffsetFetchRequest_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.groups: array count {c} too large")
-        a = []
+        a_groups = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestGroup_v8(buf, pos)
-            a.append(x)
-        o.groups = a
+            x_groups, pos = _decode_OffsetFetchRequestGroup_v8(buf, pos)
+            a_groups.append(x_groups)
+        o.groups = a_groups
     else:
         raise CodecError("OffsetFetchRequest.groups: null in a non-nullable field")
     o.require_stable = _u_z(buf, pos)[0]
@@ -937,10 +937,10 @@ def _decode_OffsetFetchRequest_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
 
 
 def _encode_OffsetFetchRequestTopics_v8(o: OffsetFetchRequestTopics, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchRequestTopics.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestTopics.name: string too long")
@@ -949,16 +949,16 @@ def _encode_OffsetFetchRequestTopics_v8(o: OffsetFetchRequestTopics, out: bytear
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partition_indexes
-    if v is None:
+    v_partition_indexes = o.partition_indexes
+    if v_partition_indexes is None:
         raise CodecError("OffsetFetchRequestTopics.partition_indexes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_indexes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partition_indexes)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -967,10 +967,10 @@ def _encode_OffsetFetchRequestTopics_v8(o: OffsetFetchRequestTopics, out: bytear
 
 
 def _encode_OffsetFetchRequestGroup_v8(o: OffsetFetchRequestGroup, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestGroup.group_id: string too long")
@@ -979,17 +979,17 @@ def _encode_OffsetFetchRequestGroup_v8(o: OffsetFetchRequestGroup, out: bytearra
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_OffsetFetchRequestTopics_v8(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopics_v8(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1002,16 +1002,16 @@ def _encode_OffsetFetchRequest_v8(o: OffsetFetchRequest, out: bytearray) -> None
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 8")
     if o.topics != []:
         raise CodecError("OffsetFetchRequest.topics cannot be set in versions 8")
-    v = o.groups
-    if v is None:
+    v_groups = o.groups
+    if v_groups is None:
         raise CodecError("OffsetFetchRequest.groups: None in a non-nullable field")
-    n = len(v)
+    n = len(v_groups)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchRequestGroup_v8(x, out)
+    for x_groups in v_groups:
+        _encode_OffsetFetchRequestGroup_v8(x_groups, out)
     out += _p_z(o.require_stable)
     u = o.unknown_tagged_fields
     if u:
@@ -1061,11 +1061,11 @@ def _decode_OffsetFetchRequestGroup_v9(
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequestGroup.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopics_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopics_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -1114,11 +1114,11 @@ def _decode_OffsetFetchRequest_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
     if c >= 0:
         if c * 8 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.groups: array count {c} too large")
-        a = []
+        a_groups = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestGroup_v9(buf, pos)
-            a.append(x)
-        o.groups = a
+            x_groups, pos = _decode_OffsetFetchRequestGroup_v9(buf, pos)
+            a_groups.append(x_groups)
+        o.groups = a_groups
     else:
         raise CodecError("OffsetFetchRequest.groups: null in a non-nullable field")
     o.require_stable = _u_z(buf, pos)[0]
@@ -1161,10 +1161,10 @@ def _decode_OffsetFetchRequest_v9(buf: Buffer, pos: int) -> tuple[OffsetFetchReq
 
 
 def _encode_OffsetFetchRequestGroup_v9(o: OffsetFetchRequestGroup, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestGroup.group_id: string too long")
@@ -1173,11 +1173,11 @@ def _encode_OffsetFetchRequestGroup_v9(o: OffsetFetchRequestGroup, out: bytearra
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchRequestGroup.member_id: string too long")
@@ -1187,17 +1187,17 @@ def _encode_OffsetFetchRequestGroup_v9(o: OffsetFetchRequestGroup, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.member_epoch)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_OffsetFetchRequestTopics_v8(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopics_v8(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1210,16 +1210,16 @@ def _encode_OffsetFetchRequest_v9(o: OffsetFetchRequest, out: bytearray) -> None
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 9")
     if o.topics != []:
         raise CodecError("OffsetFetchRequest.topics cannot be set in versions 9")
-    v = o.groups
-    if v is None:
+    v_groups = o.groups
+    if v_groups is None:
         raise CodecError("OffsetFetchRequest.groups: None in a non-nullable field")
-    n = len(v)
+    n = len(v_groups)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchRequestGroup_v9(x, out)
+    for x_groups in v_groups:
+        _encode_OffsetFetchRequestGroup_v9(x_groups, out)
     out += _p_z(o.require_stable)
     u = o.unknown_tagged_fields
     if u:
@@ -1327,11 +1327,11 @@ def _decode_OffsetFetchRequestGroup_v10(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequestGroup.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestTopics_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchRequestTopics_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         o.topics = None
     o.unknown_tagged_fields = None
@@ -1380,11 +1380,11 @@ def _decode_OffsetFetchRequest_v10(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 8 > len(buf) - pos:
             raise CodecError(f"OffsetFetchRequest.groups: array count {c} too large")
-        a = []
+        a_groups = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchRequestGroup_v10(buf, pos)
-            a.append(x)
-        o.groups = a
+            x_groups, pos = _decode_OffsetFetchRequestGroup_v10(buf, pos)
+            a_groups.append(x_groups)
+        o.groups = a_groups
     else:
         raise CodecError("OffsetFetchRequest.groups: null in a non-nullable field")
     o.require_stable = _u_z(buf, pos)[0]
@@ -1430,16 +1430,16 @@ def _encode_OffsetFetchRequestTopics_v10(o: OffsetFetchRequestTopics, out: bytea
     if len(o.topic_id) != 16:
         raise CodecError("OffsetFetchRequestTopics.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partition_indexes
-    if v is None:
+    v_partition_indexes = o.partition_indexes
+    if v_partition_indexes is None:
         raise CodecError("OffsetFetchRequestTopics.partition_indexes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_indexes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partition_indexes)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1448,10 +1448,10 @@ def _encode_OffsetFetchRequestTopics_v10(o: OffsetFetchRequestTopics, out: bytea
 
 
 def _encode_OffsetFetchRequestGroup_v10(o: OffsetFetchRequestGroup, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchRequestGroup.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchRequestGroup.group_id: string too long")
@@ -1460,11 +1460,11 @@ def _encode_OffsetFetchRequestGroup_v10(o: OffsetFetchRequestGroup, out: bytearr
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchRequestGroup.member_id: string too long")
@@ -1474,17 +1474,17 @@ def _encode_OffsetFetchRequestGroup_v10(o: OffsetFetchRequestGroup, out: bytearr
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.member_epoch)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_topics)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            _encode_OffsetFetchRequestTopics_v10(x, out)
+        for x_topics in v_topics:
+            _encode_OffsetFetchRequestTopics_v10(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1497,16 +1497,16 @@ def _encode_OffsetFetchRequest_v10(o: OffsetFetchRequest, out: bytearray) -> Non
         raise CodecError("OffsetFetchRequest.group_id cannot be set in versions 10")
     if o.topics != []:
         raise CodecError("OffsetFetchRequest.topics cannot be set in versions 10")
-    v = o.groups
-    if v is None:
+    v_groups = o.groups
+    if v_groups is None:
         raise CodecError("OffsetFetchRequest.groups: None in a non-nullable field")
-    n = len(v)
+    n = len(v_groups)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchRequestGroup_v10(x, out)
+    for x_groups in v_groups:
+        _encode_OffsetFetchRequestGroup_v10(x_groups, out)
     out += _p_z(o.require_stable)
     u = o.unknown_tagged_fields
     if u:

@@ -431,11 +431,11 @@ def _decode_OffsetFetchResponseTopic_v0(
     if c >= 0:
         if c * 16 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponsePartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetFetchResponsePartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetFetchResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -449,11 +449,11 @@ def _decode_OffsetFetchResponse_v0(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponse.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -467,11 +467,11 @@ def _encode_OffsetFetchResponsePartition_v0(
     o: OffsetFetchResponsePartition, out: bytearray
 ) -> None:
     out += _p_iq(o.partition_index, o.committed_offset)
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchResponsePartition.metadata: string too long")
@@ -481,34 +481,34 @@ def _encode_OffsetFetchResponsePartition_v0(
 
 
 def _encode_OffsetFetchResponseTopic_v0(o: OffsetFetchResponseTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetFetchResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponsePartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetFetchResponsePartition_v0(x_partitions, out)
 
 
 def _encode_OffsetFetchResponse_v0(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 0-1")
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopic_v0(x_topics, out)
 
 
 def _decode_OffsetFetchResponse_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchResponse, int]:
@@ -518,11 +518,11 @@ def _decode_OffsetFetchResponse_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponse.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -536,13 +536,13 @@ def _decode_OffsetFetchResponse_v2(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
 def _encode_OffsetFetchResponse_v2(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 2")
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopic_v0(x_topics, out)
     out += _p_h(o.error_code)
 
 
@@ -555,11 +555,11 @@ def _decode_OffsetFetchResponse_v3(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponse.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -573,13 +573,13 @@ def _encode_OffsetFetchResponse_v3(o: OffsetFetchResponse, out: bytearray) -> No
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 3-4")
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponseTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopic_v0(x_topics, out)
     out += _p_h(o.error_code)
 
 
@@ -620,11 +620,11 @@ def _decode_OffsetFetchResponseTopic_v5(
     if c >= 0:
         if c * 20 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponsePartition_v5(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetFetchResponsePartition_v5(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetFetchResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -640,11 +640,11 @@ def _decode_OffsetFetchResponse_v5(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopic_v5(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopic_v5(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponse.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -658,11 +658,11 @@ def _encode_OffsetFetchResponsePartition_v5(
     o: OffsetFetchResponsePartition, out: bytearray
 ) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchResponsePartition.metadata: string too long")
@@ -672,35 +672,35 @@ def _encode_OffsetFetchResponsePartition_v5(
 
 
 def _encode_OffsetFetchResponseTopic_v5(o: OffsetFetchResponseTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseTopic.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetFetchResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponsePartition_v5(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetFetchResponsePartition_v5(x_partitions, out)
 
 
 def _encode_OffsetFetchResponse_v5(o: OffsetFetchResponse, out: bytearray) -> None:
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 5")
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     out += _p_i(n)
-    for x in v:
-        _encode_OffsetFetchResponseTopic_v5(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopic_v5(x_topics, out)
     out += _p_h(o.error_code)
 
 
@@ -786,11 +786,11 @@ def _decode_OffsetFetchResponseTopic_v6(
     if c >= 0:
         if c * 20 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponsePartition_v6(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetFetchResponsePartition_v6(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetFetchResponseTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -841,11 +841,11 @@ def _decode_OffsetFetchResponse_v6(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopic_v6(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopic_v6(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponse.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -890,11 +890,11 @@ def _encode_OffsetFetchResponsePartition_v6(
     o: OffsetFetchResponsePartition, out: bytearray
 ) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchResponsePartition.metadata: string too long")
@@ -912,10 +912,10 @@ def _encode_OffsetFetchResponsePartition_v6(
 
 
 def _encode_OffsetFetchResponseTopic_v6(o: OffsetFetchResponseTopic, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchResponseTopic.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseTopic.name: string too long")
@@ -924,16 +924,16 @@ def _encode_OffsetFetchResponseTopic_v6(o: OffsetFetchResponseTopic, out: bytear
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetFetchResponseTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponsePartition_v6(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetFetchResponsePartition_v6(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -945,16 +945,16 @@ def _encode_OffsetFetchResponse_v6(o: OffsetFetchResponse, out: bytearray) -> No
     if o.groups != []:
         raise CodecError("OffsetFetchResponse.groups cannot be set in versions 6-7")
     out += _p_i(o.throttle_time_ms)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponse.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponseTopic_v6(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopic_v6(x_topics, out)
     out += _p_h(o.error_code)
     u = o.unknown_tagged_fields
     if u:
@@ -1045,11 +1045,11 @@ def _decode_OffsetFetchResponseTopics_v8(
     if c >= 0:
         if c * 20 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseTopics.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponsePartitions_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetFetchResponsePartitions_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetFetchResponseTopics.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1114,11 +1114,11 @@ def _decode_OffsetFetchResponseGroup_v8(
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseGroup.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopics_v8(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopics_v8(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponseGroup.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -1171,11 +1171,11 @@ def _decode_OffsetFetchResponse_v8(buf: Buffer, pos: int) -> tuple[OffsetFetchRe
     if c >= 0:
         if c * 5 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.groups: array count {c} too large")
-        a = []
+        a_groups = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseGroup_v8(buf, pos)
-            a.append(x)
-        o.groups = a
+            x_groups, pos = _decode_OffsetFetchResponseGroup_v8(buf, pos)
+            a_groups.append(x_groups)
+        o.groups = a_groups
     else:
         raise CodecError("OffsetFetchResponse.groups: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1219,11 +1219,11 @@ def _encode_OffsetFetchResponsePartitions_v8(
     o: OffsetFetchResponsePartitions, out: bytearray
 ) -> None:
     out += _p_iqi(o.partition_index, o.committed_offset, o.committed_leader_epoch)
-    v = o.metadata
-    if v is None:
+    v_metadata = o.metadata
+    if v_metadata is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_metadata.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("OffsetFetchResponsePartitions.metadata: string too long")
@@ -1241,10 +1241,10 @@ def _encode_OffsetFetchResponsePartitions_v8(
 
 
 def _encode_OffsetFetchResponseTopics_v8(o: OffsetFetchResponseTopics, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("OffsetFetchResponseTopics.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseTopics.name: string too long")
@@ -1253,16 +1253,16 @@ def _encode_OffsetFetchResponseTopics_v8(o: OffsetFetchResponseTopics, out: byte
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetFetchResponseTopics.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponsePartitions_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetFetchResponsePartitions_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1271,10 +1271,10 @@ def _encode_OffsetFetchResponseTopics_v8(o: OffsetFetchResponseTopics, out: byte
 
 
 def _encode_OffsetFetchResponseGroup_v8(o: OffsetFetchResponseGroup, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchResponseGroup.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseGroup.group_id: string too long")
@@ -1283,16 +1283,16 @@ def _encode_OffsetFetchResponseGroup_v8(o: OffsetFetchResponseGroup, out: bytear
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponseGroup.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponseTopics_v8(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopics_v8(x_topics, out)
     out += _p_h(o.error_code)
     u = o.unknown_tagged_fields
     if u:
@@ -1305,16 +1305,16 @@ def _encode_OffsetFetchResponse_v8(o: OffsetFetchResponse, out: bytearray) -> No
     if o.topics != []:
         raise CodecError("OffsetFetchResponse.topics cannot be set in versions 8-9")
     out += _p_i(o.throttle_time_ms)
-    v = o.groups
-    if v is None:
+    v_groups = o.groups
+    if v_groups is None:
         raise CodecError("OffsetFetchResponse.groups: None in a non-nullable field")
-    n = len(v)
+    n = len(v_groups)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponseGroup_v8(x, out)
+    for x_groups in v_groups:
+        _encode_OffsetFetchResponseGroup_v8(x_groups, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1337,11 +1337,11 @@ def _decode_OffsetFetchResponseTopics_v10(
     if c >= 0:
         if c * 20 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseTopics.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponsePartitions_v8(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_OffsetFetchResponsePartitions_v8(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("OffsetFetchResponseTopics.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1406,11 +1406,11 @@ def _decode_OffsetFetchResponseGroup_v10(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponseGroup.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseTopics_v10(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_OffsetFetchResponseTopics_v10(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("OffsetFetchResponseGroup.topics: null in a non-nullable field")
     o.error_code = _u_h(buf, pos)[0]
@@ -1463,11 +1463,11 @@ def _decode_OffsetFetchResponse_v10(buf: Buffer, pos: int) -> tuple[OffsetFetchR
     if c >= 0:
         if c * 5 > len(buf) - pos:
             raise CodecError(f"OffsetFetchResponse.groups: array count {c} too large")
-        a = []
+        a_groups = []
         for _ in range(c):
-            x, pos = _decode_OffsetFetchResponseGroup_v10(buf, pos)
-            a.append(x)
-        o.groups = a
+            x_groups, pos = _decode_OffsetFetchResponseGroup_v10(buf, pos)
+            a_groups.append(x_groups)
+        o.groups = a_groups
     else:
         raise CodecError("OffsetFetchResponse.groups: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1511,16 +1511,16 @@ def _encode_OffsetFetchResponseTopics_v10(o: OffsetFetchResponseTopics, out: byt
     if len(o.topic_id) != 16:
         raise CodecError("OffsetFetchResponseTopics.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("OffsetFetchResponseTopics.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponsePartitions_v8(x, out)
+    for x_partitions in v_partitions:
+        _encode_OffsetFetchResponsePartitions_v8(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1529,10 +1529,10 @@ def _encode_OffsetFetchResponseTopics_v10(o: OffsetFetchResponseTopics, out: byt
 
 
 def _encode_OffsetFetchResponseGroup_v10(o: OffsetFetchResponseGroup, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("OffsetFetchResponseGroup.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("OffsetFetchResponseGroup.group_id: string too long")
@@ -1541,16 +1541,16 @@ def _encode_OffsetFetchResponseGroup_v10(o: OffsetFetchResponseGroup, out: bytea
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("OffsetFetchResponseGroup.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponseTopics_v10(x, out)
+    for x_topics in v_topics:
+        _encode_OffsetFetchResponseTopics_v10(x_topics, out)
     out += _p_h(o.error_code)
     u = o.unknown_tagged_fields
     if u:
@@ -1563,16 +1563,16 @@ def _encode_OffsetFetchResponse_v10(o: OffsetFetchResponse, out: bytearray) -> N
     if o.topics != []:
         raise CodecError("OffsetFetchResponse.topics cannot be set in versions 10")
     out += _p_i(o.throttle_time_ms)
-    v = o.groups
-    if v is None:
+    v_groups = o.groups
+    if v_groups is None:
         raise CodecError("OffsetFetchResponse.groups: None in a non-nullable field")
-    n = len(v)
+    n = len(v_groups)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_OffsetFetchResponseGroup_v10(x, out)
+    for x_groups in v_groups:
+        _encode_OffsetFetchResponseGroup_v10(x_groups, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -260,11 +260,11 @@ def _decode_TopicProduceData_v0(buf: Buffer, pos: int) -> tuple[TopicProduceData
     if c >= 0:
         if c * 8 > len(buf) - pos:
             raise CodecError(f"TopicProduceData.partition_data: array count {c} too large")
-        a = []
+        a_partition_data = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceData_v0(buf, pos)
-            a.append(x)
-        o.partition_data = a
+            x_partition_data, pos = _decode_PartitionProduceData_v0(buf, pos)
+            a_partition_data.append(x_partition_data)
+        o.partition_data = a_partition_data
     else:
         raise CodecError("TopicProduceData.partition_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -281,11 +281,11 @@ def _decode_ProduceRequest_v0(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceRequest.topic_data: array count {c} too large")
-        a = []
+        a_topic_data = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceData_v0(buf, pos)
-            a.append(x)
-        o.topic_data = a
+            x_topic_data, pos = _decode_TopicProduceData_v0(buf, pos)
+            a_topic_data.append(x_topic_data)
+        o.topic_data = a_topic_data
     else:
         raise CodecError("ProduceRequest.topic_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -295,45 +295,45 @@ def _decode_ProduceRequest_v0(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
 
 def _encode_PartitionProduceData_v0(o: PartitionProduceData, out: bytearray) -> None:
     out += _p_i(o.index)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out += b"\xff\xff\xff\xff"
     else:
-        n = len(v)
+        n = len(v_records)
         out += _p_i(n)
-        out += v
+        out += v_records
 
 
 def _encode_TopicProduceData_v0(o: TopicProduceData, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceData.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceData.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_data
-    if v is None:
+    v_partition_data = o.partition_data
+    if v_partition_data is None:
         raise CodecError("TopicProduceData.partition_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_data)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionProduceData_v0(x, out)
+    for x_partition_data in v_partition_data:
+        _encode_PartitionProduceData_v0(x_partition_data, out)
 
 
 def _encode_ProduceRequest_v0(o: ProduceRequest, out: bytearray) -> None:
     if o.transactional_id is not None:
         raise CodecError("ProduceRequest.transactional_id cannot be set in versions 0-2")
     out += _p_hi(o.acks, o.timeout_ms)
-    v = o.topic_data
-    if v is None:
+    v_topic_data = o.topic_data
+    if v_topic_data is None:
         raise CodecError("ProduceRequest.topic_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topic_data)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceData_v0(x, out)
+    for x_topic_data in v_topic_data:
+        _encode_TopicProduceData_v0(x_topic_data, out)
 
 
 def _decode_ProduceRequest_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, int]:
@@ -353,11 +353,11 @@ def _decode_ProduceRequest_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceRequest.topic_data: array count {c} too large")
-        a = []
+        a_topic_data = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceData_v0(buf, pos)
-            a.append(x)
-        o.topic_data = a
+            x_topic_data, pos = _decode_TopicProduceData_v0(buf, pos)
+            a_topic_data.append(x_topic_data)
+        o.topic_data = a_topic_data
     else:
         raise CodecError("ProduceRequest.topic_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -365,24 +365,24 @@ def _decode_ProduceRequest_v3(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
 
 
 def _encode_ProduceRequest_v3(o: ProduceRequest, out: bytearray) -> None:
-    v = o.transactional_id
-    if v is None:
+    v_transactional_id = o.transactional_id
+    if v_transactional_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_transactional_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ProduceRequest.transactional_id: string too long")
         out += _p_h(n)
         out += b
     out += _p_hi(o.acks, o.timeout_ms)
-    v = o.topic_data
-    if v is None:
+    v_topic_data = o.topic_data
+    if v_topic_data is None:
         raise CodecError("ProduceRequest.topic_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topic_data)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceData_v0(x, out)
+    for x_topic_data in v_topic_data:
+        _encode_TopicProduceData_v0(x_topic_data, out)
 
 
 def _decode_PartitionProduceData_v9(buf: Buffer, pos: int) -> tuple[PartitionProduceData, int]:
@@ -459,11 +459,11 @@ def _decode_TopicProduceData_v9(buf: Buffer, pos: int) -> tuple[TopicProduceData
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"TopicProduceData.partition_data: array count {c} too large")
-        a = []
+        a_partition_data = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceData_v9(buf, pos)
-            a.append(x)
-        o.partition_data = a
+            x_partition_data, pos = _decode_PartitionProduceData_v9(buf, pos)
+            a_partition_data.append(x_partition_data)
+        o.partition_data = a_partition_data
     else:
         raise CodecError("TopicProduceData.partition_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -528,11 +528,11 @@ def _decode_ProduceRequest_v9(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"ProduceRequest.topic_data: array count {c} too large")
-        a = []
+        a_topic_data = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceData_v9(buf, pos)
-            a.append(x)
-        o.topic_data = a
+            x_topic_data, pos = _decode_TopicProduceData_v9(buf, pos)
+            a_topic_data.append(x_topic_data)
+        o.topic_data = a_topic_data
     else:
         raise CodecError("ProduceRequest.topic_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -572,16 +572,16 @@ def _decode_ProduceRequest_v9(buf: Buffer, pos: int) -> tuple[ProduceRequest, in
 
 def _encode_PartitionProduceData_v9(o: PartitionProduceData, out: bytearray) -> None:
     out += _p_i(o.index)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_records)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        out += v
+        out += v_records
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -590,10 +590,10 @@ def _encode_PartitionProduceData_v9(o: PartitionProduceData, out: bytearray) -> 
 
 
 def _encode_TopicProduceData_v9(o: TopicProduceData, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceData.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceData.name: string too long")
@@ -602,16 +602,16 @@ def _encode_TopicProduceData_v9(o: TopicProduceData, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partition_data
-    if v is None:
+    v_partition_data = o.partition_data
+    if v_partition_data is None:
         raise CodecError("TopicProduceData.partition_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionProduceData_v9(x, out)
+    for x_partition_data in v_partition_data:
+        _encode_PartitionProduceData_v9(x_partition_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -620,11 +620,11 @@ def _encode_TopicProduceData_v9(o: TopicProduceData, out: bytearray) -> None:
 
 
 def _encode_ProduceRequest_v9(o: ProduceRequest, out: bytearray) -> None:
-    v = o.transactional_id
-    if v is None:
+    v_transactional_id = o.transactional_id
+    if v_transactional_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_transactional_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ProduceRequest.transactional_id: string too long")
@@ -634,16 +634,16 @@ def _encode_ProduceRequest_v9(o: ProduceRequest, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_hi(o.acks, o.timeout_ms)
-    v = o.topic_data
-    if v is None:
+    v_topic_data = o.topic_data
+    if v_topic_data is None:
         raise CodecError("ProduceRequest.topic_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topic_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicProduceData_v9(x, out)
+    for x_topic_data in v_topic_data:
+        _encode_TopicProduceData_v9(x_topic_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -664,11 +664,11 @@ def _decode_TopicProduceData_v13(buf: Buffer, pos: int) -> tuple[TopicProduceDat
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"TopicProduceData.partition_data: array count {c} too large")
-        a = []
+        a_partition_data = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceData_v9(buf, pos)
-            a.append(x)
-        o.partition_data = a
+            x_partition_data, pos = _decode_PartitionProduceData_v9(buf, pos)
+            a_partition_data.append(x_partition_data)
+        o.partition_data = a_partition_data
     else:
         raise CodecError("TopicProduceData.partition_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -733,11 +733,11 @@ def _decode_ProduceRequest_v13(buf: Buffer, pos: int) -> tuple[ProduceRequest, i
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ProduceRequest.topic_data: array count {c} too large")
-        a = []
+        a_topic_data = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceData_v13(buf, pos)
-            a.append(x)
-        o.topic_data = a
+            x_topic_data, pos = _decode_TopicProduceData_v13(buf, pos)
+            a_topic_data.append(x_topic_data)
+        o.topic_data = a_topic_data
     else:
         raise CodecError("ProduceRequest.topic_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -779,16 +779,16 @@ def _encode_TopicProduceData_v13(o: TopicProduceData, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicProduceData.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partition_data
-    if v is None:
+    v_partition_data = o.partition_data
+    if v_partition_data is None:
         raise CodecError("TopicProduceData.partition_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionProduceData_v9(x, out)
+    for x_partition_data in v_partition_data:
+        _encode_PartitionProduceData_v9(x_partition_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -797,11 +797,11 @@ def _encode_TopicProduceData_v13(o: TopicProduceData, out: bytearray) -> None:
 
 
 def _encode_ProduceRequest_v13(o: ProduceRequest, out: bytearray) -> None:
-    v = o.transactional_id
-    if v is None:
+    v_transactional_id = o.transactional_id
+    if v_transactional_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_transactional_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ProduceRequest.transactional_id: string too long")
@@ -811,16 +811,16 @@ def _encode_ProduceRequest_v13(o: ProduceRequest, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_hi(o.acks, o.timeout_ms)
-    v = o.topic_data
-    if v is None:
+    v_topic_data = o.topic_data
+    if v_topic_data is None:
         raise CodecError("ProduceRequest.topic_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topic_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicProduceData_v13(x, out)
+    for x_topic_data in v_topic_data:
+        _encode_TopicProduceData_v13(x_topic_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -431,11 +431,11 @@ def _decode_TopicProduceResponse_v0(buf: Buffer, pos: int) -> tuple[TopicProduce
     if c >= 0:
         if c * 14 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v0(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v0(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -450,11 +450,11 @@ def _decode_ProduceResponse_v0(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -470,34 +470,34 @@ def _encode_PartitionProduceResponse_v0(o: PartitionProduceResponse, out: bytear
 
 
 def _encode_TopicProduceResponse_v0(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionProduceResponse_v0(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v0(x_partition_responses, out)
 
 
 def _encode_ProduceResponse_v0(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 0")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceResponse_v0(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v0(x_responses, out)
 
 
 def _decode_ProduceResponse_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, int]:
@@ -507,11 +507,11 @@ def _decode_ProduceResponse_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -524,13 +524,13 @@ def _decode_ProduceResponse_v1(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
 def _encode_ProduceResponse_v1(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 1")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceResponse_v0(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v0(x_responses, out)
     out += _p_i(o.throttle_time_ms)
 
 
@@ -563,11 +563,11 @@ def _decode_TopicProduceResponse_v2(buf: Buffer, pos: int) -> tuple[TopicProduce
     if c >= 0:
         if c * 22 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v2(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v2(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -582,11 +582,11 @@ def _decode_ProduceResponse_v2(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v2(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v2(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -603,34 +603,34 @@ def _encode_PartitionProduceResponse_v2(o: PartitionProduceResponse, out: bytear
 
 
 def _encode_TopicProduceResponse_v2(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionProduceResponse_v2(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v2(x_partition_responses, out)
 
 
 def _encode_ProduceResponse_v2(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 2-4")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceResponse_v2(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v2(x_responses, out)
     out += _p_i(o.throttle_time_ms)
 
 
@@ -668,11 +668,11 @@ def _decode_TopicProduceResponse_v5(buf: Buffer, pos: int) -> tuple[TopicProduce
     if c >= 0:
         if c * 30 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v5(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v5(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -687,11 +687,11 @@ def _decode_ProduceResponse_v5(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v5(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v5(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -708,34 +708,34 @@ def _encode_PartitionProduceResponse_v5(o: PartitionProduceResponse, out: bytear
 
 
 def _encode_TopicProduceResponse_v5(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionProduceResponse_v5(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v5(x_partition_responses, out)
 
 
 def _encode_ProduceResponse_v5(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 5-7")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceResponse_v5(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v5(x_responses, out)
     out += _p_i(o.throttle_time_ms)
 
 
@@ -774,11 +774,11 @@ def _decode_PartitionProduceResponse_v8(
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"PartitionProduceResponse.record_errors: array count {c} too large")
-        a = []
+        a_record_errors = []
         for _ in range(c):
-            x, pos = _decode_BatchIndexAndErrorMessage_v8(buf, pos)
-            a.append(x)
-        o.record_errors = a
+            x_record_errors, pos = _decode_BatchIndexAndErrorMessage_v8(buf, pos)
+            a_record_errors.append(x_record_errors)
+        o.record_errors = a_record_errors
     else:
         raise CodecError("PartitionProduceResponse.record_errors: null in a non-nullable field")
     n = _u_h(buf, pos)[0]
@@ -809,11 +809,11 @@ def _decode_TopicProduceResponse_v8(buf: Buffer, pos: int) -> tuple[TopicProduce
     if c >= 0:
         if c * 36 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v8(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v8(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -828,11 +828,11 @@ def _decode_ProduceResponse_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v8(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v8(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -844,11 +844,11 @@ def _decode_ProduceResponse_v8(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
 
 def _encode_BatchIndexAndErrorMessage_v8(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
     out += _p_i(o.batch_index)
-    v = o.batch_index_error_message
-    if v is None:
+    v_batch_index_error_message = o.batch_index_error_message
+    if v_batch_index_error_message is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_batch_index_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("BatchIndexAndErrorMessage.batch_index_error_message: string too long")
@@ -860,18 +860,18 @@ def _encode_PartitionProduceResponse_v8(o: PartitionProduceResponse, out: bytear
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 8")
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    v = o.record_errors
-    if v is None:
+    v_record_errors = o.record_errors
+    if v_record_errors is None:
         raise CodecError("PartitionProduceResponse.record_errors: None in a non-nullable field")
-    n = len(v)
+    n = len(v_record_errors)
     out += _p_i(n)
-    for x in v:
-        _encode_BatchIndexAndErrorMessage_v8(x, out)
-    v = o.error_message
-    if v is None:
+    for x_record_errors in v_record_errors:
+        _encode_BatchIndexAndErrorMessage_v8(x_record_errors, out)
+    v_error_message = o.error_message
+    if v_error_message is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionProduceResponse.error_message: string too long")
@@ -880,34 +880,34 @@ def _encode_PartitionProduceResponse_v8(o: PartitionProduceResponse, out: bytear
 
 
 def _encode_TopicProduceResponse_v8(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
     out += _p_h(n)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_PartitionProduceResponse_v8(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v8(x_partition_responses, out)
 
 
 def _encode_ProduceResponse_v8(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 8")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     out += _p_i(n)
-    for x in v:
-        _encode_TopicProduceResponse_v8(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v8(x_responses, out)
     out += _p_i(o.throttle_time_ms)
 
 
@@ -986,11 +986,11 @@ def _decode_PartitionProduceResponse_v9(
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"PartitionProduceResponse.record_errors: array count {c} too large")
-        a = []
+        a_record_errors = []
         for _ in range(c):
-            x, pos = _decode_BatchIndexAndErrorMessage_v9(buf, pos)
-            a.append(x)
-        o.record_errors = a
+            x_record_errors, pos = _decode_BatchIndexAndErrorMessage_v9(buf, pos)
+            a_record_errors.append(x_record_errors)
+        o.record_errors = a_record_errors
     else:
         raise CodecError("PartitionProduceResponse.record_errors: null in a non-nullable field")
     n = buf[pos]
@@ -1071,11 +1071,11 @@ def _decode_TopicProduceResponse_v9(buf: Buffer, pos: int) -> tuple[TopicProduce
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v9(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v9(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1125,11 +1125,11 @@ def _decode_ProduceResponse_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v9(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v9(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -1177,11 +1177,11 @@ def _decode_ProduceResponse_v9(buf: Buffer, pos: int) -> tuple[ProduceResponse, 
 
 def _encode_BatchIndexAndErrorMessage_v9(o: BatchIndexAndErrorMessage, out: bytearray) -> None:
     out += _p_i(o.batch_index)
-    v = o.batch_index_error_message
-    if v is None:
+    v_batch_index_error_message = o.batch_index_error_message
+    if v_batch_index_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_batch_index_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("BatchIndexAndErrorMessage.batch_index_error_message: string too long")
@@ -1201,21 +1201,21 @@ def _encode_PartitionProduceResponse_v9(o: PartitionProduceResponse, out: bytear
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         raise CodecError("PartitionProduceResponse.current_leader cannot be set in versions 9")
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    v = o.record_errors
-    if v is None:
+    v_record_errors = o.record_errors
+    if v_record_errors is None:
         raise CodecError("PartitionProduceResponse.record_errors: None in a non-nullable field")
-    n = len(v)
+    n = len(v_record_errors)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_BatchIndexAndErrorMessage_v9(x, out)
-    v = o.error_message
-    if v is None:
+    for x_record_errors in v_record_errors:
+        _encode_BatchIndexAndErrorMessage_v9(x_record_errors, out)
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionProduceResponse.error_message: string too long")
@@ -1232,10 +1232,10 @@ def _encode_PartitionProduceResponse_v9(o: PartitionProduceResponse, out: bytear
 
 
 def _encode_TopicProduceResponse_v9(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
@@ -1244,16 +1244,16 @@ def _encode_TopicProduceResponse_v9(o: TopicProduceResponse, out: bytearray) -> 
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionProduceResponse_v9(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v9(x_partition_responses, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1264,16 +1264,16 @@ def _encode_TopicProduceResponse_v9(o: TopicProduceResponse, out: bytearray) -> 
 def _encode_ProduceResponse_v9(o: ProduceResponse, out: bytearray) -> None:
     if o.node_endpoints != []:
         raise CodecError("ProduceResponse.node_endpoints cannot be set in versions 9")
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicProduceResponse_v9(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v9(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
     tf = []
@@ -1342,11 +1342,11 @@ def _decode_PartitionProduceResponse_v10(
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"PartitionProduceResponse.record_errors: array count {c} too large")
-        a = []
+        a_record_errors = []
         for _ in range(c):
-            x, pos = _decode_BatchIndexAndErrorMessage_v9(buf, pos)
-            a.append(x)
-        o.record_errors = a
+            x_record_errors, pos = _decode_BatchIndexAndErrorMessage_v9(buf, pos)
+            a_record_errors.append(x_record_errors)
+        o.record_errors = a_record_errors
     else:
         raise CodecError("PartitionProduceResponse.record_errors: null in a non-nullable field")
     n = buf[pos]
@@ -1427,11 +1427,11 @@ def _decode_TopicProduceResponse_v10(buf: Buffer, pos: int) -> tuple[TopicProduc
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v10(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v10(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1548,11 +1548,11 @@ def _decode_ProduceResponse_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v10(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v10(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -1597,11 +1597,11 @@ def _decode_ProduceResponse_v10(buf: Buffer, pos: int) -> tuple[ProduceResponse,
                         raise CodecError(
                             f"ProduceResponse.node_endpoints: array count {c} too large"
                         )
-                    a = []
+                    a_node_endpoints = []
                     for _ in range(c):
-                        x, pos = _decode_NodeEndpoint_v10(buf, pos)
-                        a.append(x)
-                    o.node_endpoints = a
+                        x_node_endpoints, pos = _decode_NodeEndpoint_v10(buf, pos)
+                        a_node_endpoints.append(x_node_endpoints)
+                    o.node_endpoints = a_node_endpoints
                 else:
                     raise CodecError("ProduceResponse.node_endpoints: null in a non-nullable field")
             else:
@@ -1626,21 +1626,21 @@ def _encode_LeaderIdAndEpoch_v10(o: LeaderIdAndEpoch, out: bytearray) -> None:
 
 def _encode_PartitionProduceResponse_v10(o: PartitionProduceResponse, out: bytearray) -> None:
     out += _p_ihqqq(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    v = o.record_errors
-    if v is None:
+    v_record_errors = o.record_errors
+    if v_record_errors is None:
         raise CodecError("PartitionProduceResponse.record_errors: None in a non-nullable field")
-    n = len(v)
+    n = len(v_record_errors)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_BatchIndexAndErrorMessage_v9(x, out)
-    v = o.error_message
-    if v is None:
+    for x_record_errors in v_record_errors:
+        _encode_BatchIndexAndErrorMessage_v9(x_record_errors, out)
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionProduceResponse.error_message: string too long")
@@ -1661,10 +1661,10 @@ def _encode_PartitionProduceResponse_v10(o: PartitionProduceResponse, out: bytea
 
 
 def _encode_TopicProduceResponse_v10(o: TopicProduceResponse, out: bytearray) -> None:
-    v = o.name
-    if v is None:
+    v_name = o.name
+    if v_name is None:
         raise CodecError("TopicProduceResponse.name: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_name.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("TopicProduceResponse.name: string too long")
@@ -1673,16 +1673,16 @@ def _encode_TopicProduceResponse_v10(o: TopicProduceResponse, out: bytearray) ->
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionProduceResponse_v10(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v10(x_partition_responses, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1692,10 +1692,10 @@ def _encode_TopicProduceResponse_v10(o: TopicProduceResponse, out: bytearray) ->
 
 def _encode_NodeEndpoint_v10(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("NodeEndpoint.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("NodeEndpoint.host: string too long")
@@ -1705,11 +1705,11 @@ def _encode_NodeEndpoint_v10(o: NodeEndpoint, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("NodeEndpoint.rack: string too long")
@@ -1726,31 +1726,31 @@ def _encode_NodeEndpoint_v10(o: NodeEndpoint, out: bytearray) -> None:
 
 
 def _encode_ProduceResponse_v10(o: ProduceResponse, out: bytearray) -> None:
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicProduceResponse_v10(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v10(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
     tf = []
     if o.node_endpoints != []:
         tb = bytearray()
-        v = o.node_endpoints
-        if v is None:
+        v_node_endpoints = o.node_endpoints
+        if v_node_endpoints is None:
             raise CodecError("ProduceResponse.node_endpoints: None in a non-nullable field")
-        n = len(v)
+        n = len(v_node_endpoints)
         if n < 127:
             tb.append(n + 1)
         else:
             write_unsigned_varint(tb, n + 1)
-        for x in v:
-            _encode_NodeEndpoint_v10(x, tb)
+        for x_node_endpoints in v_node_endpoints:
+            _encode_NodeEndpoint_v10(x_node_endpoints, tb)
         tf.append((0, tb))
     if u:
         tf = merge_tagged_fields(tf, u, (0,))
@@ -1770,11 +1770,11 @@ def _decode_TopicProduceResponse_v13(buf: Buffer, pos: int) -> tuple[TopicProduc
     if c >= 0:
         if c * 33 > len(buf) - pos:
             raise CodecError(f"TopicProduceResponse.partition_responses: array count {c} too large")
-        a = []
+        a_partition_responses = []
         for _ in range(c):
-            x, pos = _decode_PartitionProduceResponse_v10(buf, pos)
-            a.append(x)
-        o.partition_responses = a
+            x_partition_responses, pos = _decode_PartitionProduceResponse_v10(buf, pos)
+            a_partition_responses.append(x_partition_responses)
+        o.partition_responses = a_partition_responses
     else:
         raise CodecError("TopicProduceResponse.partition_responses: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1824,11 +1824,11 @@ def _decode_ProduceResponse_v13(buf: Buffer, pos: int) -> tuple[ProduceResponse,
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ProduceResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_TopicProduceResponse_v13(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_TopicProduceResponse_v13(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ProduceResponse.responses: null in a non-nullable field")
     o.throttle_time_ms = _u_i(buf, pos)[0]
@@ -1873,11 +1873,11 @@ def _decode_ProduceResponse_v13(buf: Buffer, pos: int) -> tuple[ProduceResponse,
                         raise CodecError(
                             f"ProduceResponse.node_endpoints: array count {c} too large"
                         )
-                    a = []
+                    a_node_endpoints = []
                     for _ in range(c):
-                        x, pos = _decode_NodeEndpoint_v10(buf, pos)
-                        a.append(x)
-                    o.node_endpoints = a
+                        x_node_endpoints, pos = _decode_NodeEndpoint_v10(buf, pos)
+                        a_node_endpoints.append(x_node_endpoints)
+                    o.node_endpoints = a_node_endpoints
                 else:
                     raise CodecError("ProduceResponse.node_endpoints: null in a non-nullable field")
             else:
@@ -1895,16 +1895,16 @@ def _encode_TopicProduceResponse_v13(o: TopicProduceResponse, out: bytearray) ->
     if len(o.topic_id) != 16:
         raise CodecError("TopicProduceResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partition_responses
-    if v is None:
+    v_partition_responses = o.partition_responses
+    if v_partition_responses is None:
         raise CodecError("TopicProduceResponse.partition_responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partition_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionProduceResponse_v10(x, out)
+    for x_partition_responses in v_partition_responses:
+        _encode_PartitionProduceResponse_v10(x_partition_responses, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1913,31 +1913,31 @@ def _encode_TopicProduceResponse_v13(o: TopicProduceResponse, out: bytearray) ->
 
 
 def _encode_ProduceResponse_v13(o: ProduceResponse, out: bytearray) -> None:
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ProduceResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicProduceResponse_v13(x, out)
+    for x_responses in v_responses:
+        _encode_TopicProduceResponse_v13(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
     tf = []
     if o.node_endpoints != []:
         tb = bytearray()
-        v = o.node_endpoints
-        if v is None:
+        v_node_endpoints = o.node_endpoints
+        if v_node_endpoints is None:
             raise CodecError("ProduceResponse.node_endpoints: None in a non-nullable field")
-        n = len(v)
+        n = len(v_node_endpoints)
         if n < 127:
             tb.append(n + 1)
         else:
             write_unsigned_varint(tb, n + 1)
-        for x in v:
-            _encode_NodeEndpoint_v10(x, tb)
+        for x_node_endpoints in v_node_endpoints:
+            _encode_NodeEndpoint_v10(x_node_endpoints, tb)
         tf.append((0, tb))
     if u:
         tf = merge_tagged_fields(tf, u, (0,))

@@ -168,11 +168,11 @@ def _decode_RequestHeader_v1(buf: Buffer, pos: int) -> tuple[RequestHeader, int]
 
 def _encode_RequestHeader_v1(o: RequestHeader, out: bytearray) -> None:
     out += _p_hhi(o.request_api_key, o.request_api_version, o.correlation_id)
-    v = o.client_id
-    if v is None:
+    v_client_id = o.client_id
+    if v_client_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_client_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("RequestHeader.client_id: string too long")
@@ -229,11 +229,11 @@ def _decode_RequestHeader_v2(buf: Buffer, pos: int) -> tuple[RequestHeader, int]
 
 def _encode_RequestHeader_v2(o: RequestHeader, out: bytearray) -> None:
     out += _p_hhi(o.request_api_key, o.request_api_version, o.correlation_id)
-    v = o.client_id
-    if v is None:
+    v_client_id = o.client_id
+    if v_client_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_client_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("RequestHeader.client_id: string too long")

@@ -137,12 +137,12 @@ def _decode_SaslAuthenticateRequest_v0(
 
 
 def _encode_SaslAuthenticateRequest_v0(o: SaslAuthenticateRequest, out: bytearray) -> None:
-    v = o.auth_bytes
-    if v is None:
+    v_auth_bytes = o.auth_bytes
+    if v_auth_bytes is None:
         raise CodecError("SaslAuthenticateRequest.auth_bytes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_auth_bytes)
     out += _p_i(n)
-    out += v
+    out += v_auth_bytes
 
 
 def _decode_SaslAuthenticateRequest_v2(
@@ -196,15 +196,15 @@ def _decode_SaslAuthenticateRequest_v2(
 
 
 def _encode_SaslAuthenticateRequest_v2(o: SaslAuthenticateRequest, out: bytearray) -> None:
-    v = o.auth_bytes
-    if v is None:
+    v_auth_bytes = o.auth_bytes
+    if v_auth_bytes is None:
         raise CodecError("SaslAuthenticateRequest.auth_bytes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_auth_bytes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_auth_bytes
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -174,22 +174,22 @@ def _decode_SaslAuthenticateResponse_v0(
 
 def _encode_SaslAuthenticateResponse_v0(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SaslAuthenticateResponse.error_message: string too long")
         out += _p_h(n)
         out += b
-    v = o.auth_bytes
-    if v is None:
+    v_auth_bytes = o.auth_bytes
+    if v_auth_bytes is None:
         raise CodecError("SaslAuthenticateResponse.auth_bytes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_auth_bytes)
     out += _p_i(n)
-    out += v
+    out += v_auth_bytes
 
 
 def _decode_SaslAuthenticateResponse_v1(
@@ -222,22 +222,22 @@ def _decode_SaslAuthenticateResponse_v1(
 
 def _encode_SaslAuthenticateResponse_v1(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SaslAuthenticateResponse.error_message: string too long")
         out += _p_h(n)
         out += b
-    v = o.auth_bytes
-    if v is None:
+    v_auth_bytes = o.auth_bytes
+    if v_auth_bytes is None:
         raise CodecError("SaslAuthenticateResponse.auth_bytes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_auth_bytes)
     out += _p_i(n)
-    out += v
+    out += v_auth_bytes
     out += _p_q(o.session_lifetime_ms)
 
 
@@ -310,11 +310,11 @@ def _decode_SaslAuthenticateResponse_v2(
 
 def _encode_SaslAuthenticateResponse_v2(o: SaslAuthenticateResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SaslAuthenticateResponse.error_message: string too long")
@@ -323,15 +323,15 @@ def _encode_SaslAuthenticateResponse_v2(o: SaslAuthenticateResponse, out: bytear
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.auth_bytes
-    if v is None:
+    v_auth_bytes = o.auth_bytes
+    if v_auth_bytes is None:
         raise CodecError("SaslAuthenticateResponse.auth_bytes: None in a non-nullable field")
-    n = len(v)
+    n = len(v_auth_bytes)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_auth_bytes
     out += _p_q(o.session_lifetime_ms)
     u = o.unknown_tagged_fields
     if u:

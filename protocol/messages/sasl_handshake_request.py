@@ -131,10 +131,10 @@ def _decode_SaslHandshakeRequest_v0(buf: Buffer, pos: int) -> tuple[SaslHandshak
 
 
 def _encode_SaslHandshakeRequest_v0(o: SaslHandshakeRequest, out: bytearray) -> None:
-    v = o.mechanism
-    if v is None:
+    v_mechanism = o.mechanism
+    if v_mechanism is None:
         raise CodecError("SaslHandshakeRequest.mechanism: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_mechanism.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SaslHandshakeRequest.mechanism: string too long")

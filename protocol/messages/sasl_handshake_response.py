@@ -136,18 +136,18 @@ def _decode_SaslHandshakeResponse_v0(buf: Buffer, pos: int) -> tuple[SaslHandsha
     if c >= 0:
         if c * 2 > len(buf) - pos:
             raise CodecError(f"SaslHandshakeResponse.mechanisms: array count {c} too large")
-        a = []
+        a_mechanisms = []
         for _ in range(c):
             n = _u_h(buf, pos)[0]
             pos += 2
             if n >= 0:
                 e = pos + n
-                x = str(buf[pos:e], "utf-8", "surrogateescape")
+                x_mechanisms = str(buf[pos:e], "utf-8", "surrogateescape")
                 pos = e
             else:
                 raise CodecError("SaslHandshakeResponse.mechanisms: null in a non-nullable field")
-            a.append(x)
-        o.mechanisms = a
+            a_mechanisms.append(x_mechanisms)
+        o.mechanisms = a_mechanisms
     else:
         raise CodecError("SaslHandshakeResponse.mechanisms: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -156,15 +156,15 @@ def _decode_SaslHandshakeResponse_v0(buf: Buffer, pos: int) -> tuple[SaslHandsha
 
 def _encode_SaslHandshakeResponse_v0(o: SaslHandshakeResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.mechanisms
-    if v is None:
+    v_mechanisms = o.mechanisms
+    if v_mechanisms is None:
         raise CodecError("SaslHandshakeResponse.mechanisms: None in a non-nullable field")
-    n = len(v)
+    n = len(v_mechanisms)
     out += _p_i(n)
-    for x in v:
-        if x is None:
+    for x_mechanisms in v_mechanisms:
+        if x_mechanisms is None:
             raise CodecError("SaslHandshakeResponse.mechanisms: None element")
-        b = x.encode("utf-8", "surrogateescape")
+        b = x_mechanisms.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SaslHandshakeResponse.mechanisms: string too long")

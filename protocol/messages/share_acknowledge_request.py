@@ -354,11 +354,11 @@ def _decode_AcknowledgePartition_v0(buf: Buffer, pos: int) -> tuple[AcknowledgeP
             raise CodecError(
                 f"AcknowledgePartition.acknowledgement_batches: array count {c} too large"
             )
-        a = []
+        a_acknowledgement_batches = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgementBatch_v0(buf, pos)
-            a.append(x)
-        o.acknowledgement_batches = a
+            x_acknowledgement_batches, pos = _decode_AcknowledgementBatch_v0(buf, pos)
+            a_acknowledgement_batches.append(x_acknowledgement_batches)
+        o.acknowledgement_batches = a_acknowledgement_batches
     else:
         raise CodecError(
             "AcknowledgePartition.acknowledgement_batches: null in a non-nullable field"
@@ -411,11 +411,11 @@ def _decode_AcknowledgeTopic_v0(buf: Buffer, pos: int) -> tuple[AcknowledgeTopic
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"AcknowledgeTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgePartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_AcknowledgePartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("AcknowledgeTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -494,11 +494,11 @@ def _decode_ShareAcknowledgeRequest_v0(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgeTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_AcknowledgeTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("ShareAcknowledgeRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -539,16 +539,16 @@ def _decode_ShareAcknowledgeRequest_v0(
 
 def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> None:
     out += _p_qq(o.first_offset, o.last_offset)
-    v = o.acknowledge_types
-    if v is None:
+    v_acknowledge_types = o.acknowledge_types
+    if v_acknowledge_types is None:
         raise CodecError("AcknowledgementBatch.acknowledge_types: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acknowledge_types)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_b[n] if n < SMALL_ARRAY else array_struct("b", n))
-    out += s.pack(*v)
+    out += s.pack(*v_acknowledge_types)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -558,18 +558,18 @@ def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> 
 
 def _encode_AcknowledgePartition_v0(o: AcknowledgePartition, out: bytearray) -> None:
     out += _p_i(o.partition_index)
-    v = o.acknowledgement_batches
-    if v is None:
+    v_acknowledgement_batches = o.acknowledgement_batches
+    if v_acknowledgement_batches is None:
         raise CodecError(
             "AcknowledgePartition.acknowledgement_batches: None in a non-nullable field"
         )
-    n = len(v)
+    n = len(v_acknowledgement_batches)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgementBatch_v0(x, out)
+    for x_acknowledgement_batches in v_acknowledgement_batches:
+        _encode_AcknowledgementBatch_v0(x_acknowledgement_batches, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -581,16 +581,16 @@ def _encode_AcknowledgeTopic_v0(o: AcknowledgeTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("AcknowledgeTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("AcknowledgeTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgePartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_AcknowledgePartition_v0(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -601,11 +601,11 @@ def _encode_AcknowledgeTopic_v0(o: AcknowledgeTopic, out: bytearray) -> None:
 def _encode_ShareAcknowledgeRequest_v0(o: ShareAcknowledgeRequest, out: bytearray) -> None:
     if o.is_renew_ack:
         raise CodecError("ShareAcknowledgeRequest.is_renew_ack cannot be set in versions 0-1")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeRequest.group_id: string too long")
@@ -614,11 +614,11 @@ def _encode_ShareAcknowledgeRequest_v0(o: ShareAcknowledgeRequest, out: bytearra
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeRequest.member_id: string too long")
@@ -628,16 +628,16 @@ def _encode_ShareAcknowledgeRequest_v0(o: ShareAcknowledgeRequest, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.share_session_epoch)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("ShareAcknowledgeRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgeTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_AcknowledgeTopic_v0(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -686,11 +686,11 @@ def _decode_ShareAcknowledgeRequest_v2(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgeTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_AcknowledgeTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("ShareAcknowledgeRequest.topics: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -729,11 +729,11 @@ def _decode_ShareAcknowledgeRequest_v2(
 
 
 def _encode_ShareAcknowledgeRequest_v2(o: ShareAcknowledgeRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeRequest.group_id: string too long")
@@ -742,11 +742,11 @@ def _encode_ShareAcknowledgeRequest_v2(o: ShareAcknowledgeRequest, out: bytearra
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeRequest.member_id: string too long")
@@ -756,16 +756,16 @@ def _encode_ShareAcknowledgeRequest_v2(o: ShareAcknowledgeRequest, out: bytearra
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_iz(o.share_session_epoch, o.is_renew_ack)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("ShareAcknowledgeRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgeTopic_v0(x, out)
+    for x_topics in v_topics:
+        _encode_AcknowledgeTopic_v0(x_topics, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -451,11 +451,11 @@ def _decode_ShareAcknowledgeTopicResponse_v0(
     if c >= 0:
         if c * 17 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("ShareAcknowledgeTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -588,11 +588,11 @@ def _decode_ShareAcknowledgeResponse_v0(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_ShareAcknowledgeTopicResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_ShareAcknowledgeTopicResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ShareAcknowledgeResponse.responses: null in a non-nullable field")
     c = buf[pos]
@@ -604,11 +604,11 @@ def _decode_ShareAcknowledgeResponse_v0(
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeResponse.node_endpoints: array count {c} too large")
-        a = []
+        a_node_endpoints = []
         for _ in range(c):
-            x, pos = _decode_NodeEndpoint_v0(buf, pos)
-            a.append(x)
-        o.node_endpoints = a
+            x_node_endpoints, pos = _decode_NodeEndpoint_v0(buf, pos)
+            a_node_endpoints.append(x_node_endpoints)
+        o.node_endpoints = a_node_endpoints
     else:
         raise CodecError("ShareAcknowledgeResponse.node_endpoints: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -658,11 +658,11 @@ def _encode_LeaderIdAndEpoch_v0(o: LeaderIdAndEpoch, out: bytearray) -> None:
 
 def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionData.error_message: string too long")
@@ -685,16 +685,16 @@ def _encode_ShareAcknowledgeTopicResponse_v0(
     if len(o.topic_id) != 16:
         raise CodecError("ShareAcknowledgeTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ShareAcknowledgeTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionData_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v0(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -704,10 +704,10 @@ def _encode_ShareAcknowledgeTopicResponse_v0(
 
 def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("NodeEndpoint.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("NodeEndpoint.host: string too long")
@@ -717,11 +717,11 @@ def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("NodeEndpoint.rack: string too long")
@@ -739,11 +739,11 @@ def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
 
 def _encode_ShareAcknowledgeResponse_v0(o: ShareAcknowledgeResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeResponse.error_message: string too long")
@@ -752,26 +752,26 @@ def _encode_ShareAcknowledgeResponse_v0(o: ShareAcknowledgeResponse, out: bytear
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ShareAcknowledgeResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ShareAcknowledgeTopicResponse_v0(x, out)
-    v = o.node_endpoints
-    if v is None:
+    for x_responses in v_responses:
+        _encode_ShareAcknowledgeTopicResponse_v0(x_responses, out)
+    v_node_endpoints = o.node_endpoints
+    if v_node_endpoints is None:
         raise CodecError("ShareAcknowledgeResponse.node_endpoints: None in a non-nullable field")
-    n = len(v)
+    n = len(v_node_endpoints)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_NodeEndpoint_v0(x, out)
+    for x_node_endpoints in v_node_endpoints:
+        _encode_NodeEndpoint_v0(x_node_endpoints, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -809,11 +809,11 @@ def _decode_ShareAcknowledgeResponse_v2(
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_ShareAcknowledgeTopicResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_ShareAcknowledgeTopicResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ShareAcknowledgeResponse.responses: null in a non-nullable field")
     c = buf[pos]
@@ -825,11 +825,11 @@ def _decode_ShareAcknowledgeResponse_v2(
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"ShareAcknowledgeResponse.node_endpoints: array count {c} too large")
-        a = []
+        a_node_endpoints = []
         for _ in range(c):
-            x, pos = _decode_NodeEndpoint_v0(buf, pos)
-            a.append(x)
-        o.node_endpoints = a
+            x_node_endpoints, pos = _decode_NodeEndpoint_v0(buf, pos)
+            a_node_endpoints.append(x_node_endpoints)
+        o.node_endpoints = a_node_endpoints
     else:
         raise CodecError("ShareAcknowledgeResponse.node_endpoints: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -869,11 +869,11 @@ def _decode_ShareAcknowledgeResponse_v2(
 
 def _encode_ShareAcknowledgeResponse_v2(o: ShareAcknowledgeResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareAcknowledgeResponse.error_message: string too long")
@@ -883,26 +883,26 @@ def _encode_ShareAcknowledgeResponse_v2(o: ShareAcknowledgeResponse, out: bytear
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.acquisition_lock_timeout_ms)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ShareAcknowledgeResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ShareAcknowledgeTopicResponse_v0(x, out)
-    v = o.node_endpoints
-    if v is None:
+    for x_responses in v_responses:
+        _encode_ShareAcknowledgeTopicResponse_v0(x_responses, out)
+    v_node_endpoints = o.node_endpoints
+    if v_node_endpoints is None:
         raise CodecError("ShareAcknowledgeResponse.node_endpoints: None in a non-nullable field")
-    n = len(v)
+    n = len(v_node_endpoints)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_NodeEndpoint_v0(x, out)
+    for x_node_endpoints in v_node_endpoints:
+        _encode_NodeEndpoint_v0(x_node_endpoints, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -454,11 +454,11 @@ def _decode_FetchPartition_v0(buf: Buffer, pos: int) -> tuple[FetchPartition, in
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchPartition.acknowledgement_batches: array count {c} too large")
-        a = []
+        a_acknowledgement_batches = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgementBatch_v0(buf, pos)
-            a.append(x)
-        o.acknowledgement_batches = a
+            x_acknowledgement_batches, pos = _decode_AcknowledgementBatch_v0(buf, pos)
+            a_acknowledgement_batches.append(x_acknowledgement_batches)
+        o.acknowledgement_batches = a_acknowledgement_batches
     else:
         raise CodecError("FetchPartition.acknowledgement_batches: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -509,11 +509,11 @@ def _decode_FetchTopic_v0(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 10 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -643,11 +643,11 @@ def _decode_ShareFetchRequest_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v0(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v0(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("ShareFetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -659,11 +659,11 @@ def _decode_ShareFetchRequest_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v0(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v0(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -707,16 +707,16 @@ def _decode_ShareFetchRequest_v0(buf: Buffer, pos: int) -> tuple[ShareFetchReque
 
 def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> None:
     out += _p_qq(o.first_offset, o.last_offset)
-    v = o.acknowledge_types
-    if v is None:
+    v_acknowledge_types = o.acknowledge_types
+    if v_acknowledge_types is None:
         raise CodecError("AcknowledgementBatch.acknowledge_types: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acknowledge_types)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_b[n] if n < SMALL_ARRAY else array_struct("b", n))
-    out += s.pack(*v)
+    out += s.pack(*v_acknowledge_types)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -726,16 +726,16 @@ def _encode_AcknowledgementBatch_v0(o: AcknowledgementBatch, out: bytearray) -> 
 
 def _encode_FetchPartition_v0(o: FetchPartition, out: bytearray) -> None:
     out += _p_ii(o.partition_index, o.partition_max_bytes)
-    v = o.acknowledgement_batches
-    if v is None:
+    v_acknowledgement_batches = o.acknowledgement_batches
+    if v_acknowledgement_batches is None:
         raise CodecError("FetchPartition.acknowledgement_batches: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acknowledgement_batches)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgementBatch_v0(x, out)
+    for x_acknowledgement_batches in v_acknowledgement_batches:
+        _encode_AcknowledgementBatch_v0(x_acknowledgement_batches, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -747,16 +747,16 @@ def _encode_FetchTopic_v0(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v0(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -768,16 +768,16 @@ def _encode_ForgottenTopic_v0(o: ForgottenTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("ForgottenTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ForgottenTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -792,11 +792,11 @@ def _encode_ShareFetchRequest_v0(o: ShareFetchRequest, out: bytearray) -> None:
         raise CodecError("ShareFetchRequest.batch_size cannot be set in versions 0")
     if o.is_renew_ack:
         raise CodecError("ShareFetchRequest.is_renew_ack cannot be set in versions 0")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.group_id: string too long")
@@ -805,11 +805,11 @@ def _encode_ShareFetchRequest_v0(o: ShareFetchRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.member_id: string too long")
@@ -819,26 +819,26 @@ def _encode_ShareFetchRequest_v0(o: ShareFetchRequest, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_iiii(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes)
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("ShareFetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v0(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v0(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v0(x, out)
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v0(x_forgotten_topics_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -859,11 +859,11 @@ def _decode_FetchPartition_v1(buf: Buffer, pos: int) -> tuple[FetchPartition, in
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"FetchPartition.acknowledgement_batches: array count {c} too large")
-        a = []
+        a_acknowledgement_batches = []
         for _ in range(c):
-            x, pos = _decode_AcknowledgementBatch_v0(buf, pos)
-            a.append(x)
-        o.acknowledgement_batches = a
+            x_acknowledgement_batches, pos = _decode_AcknowledgementBatch_v0(buf, pos)
+            a_acknowledgement_batches.append(x_acknowledgement_batches)
+        o.acknowledgement_batches = a_acknowledgement_batches
     else:
         raise CodecError("FetchPartition.acknowledgement_batches: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -915,11 +915,11 @@ def _decode_FetchTopic_v1(buf: Buffer, pos: int) -> tuple[FetchTopic, int]:
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"FetchTopic.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_FetchPartition_v1(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_FetchPartition_v1(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("FetchTopic.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1003,11 +1003,11 @@ def _decode_ShareFetchRequest_v1(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("ShareFetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -1019,11 +1019,11 @@ def _decode_ShareFetchRequest_v1(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v0(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v0(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1067,16 +1067,16 @@ def _encode_FetchPartition_v1(o: FetchPartition, out: bytearray) -> None:
     if o.partition_max_bytes != 0:
         raise CodecError("FetchPartition.partition_max_bytes cannot be set in versions 1-2")
     out += _p_i(o.partition_index)
-    v = o.acknowledgement_batches
-    if v is None:
+    v_acknowledgement_batches = o.acknowledgement_batches
+    if v_acknowledgement_batches is None:
         raise CodecError("FetchPartition.acknowledgement_batches: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acknowledgement_batches)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcknowledgementBatch_v0(x, out)
+    for x_acknowledgement_batches in v_acknowledgement_batches:
+        _encode_AcknowledgementBatch_v0(x_acknowledgement_batches, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1088,16 +1088,16 @@ def _encode_FetchTopic_v1(o: FetchTopic, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("FetchTopic.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("FetchTopic.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchPartition_v1(x, out)
+    for x_partitions in v_partitions:
+        _encode_FetchPartition_v1(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1108,11 +1108,11 @@ def _encode_FetchTopic_v1(o: FetchTopic, out: bytearray) -> None:
 def _encode_ShareFetchRequest_v1(o: ShareFetchRequest, out: bytearray) -> None:
     if o.is_renew_ack:
         raise CodecError("ShareFetchRequest.is_renew_ack cannot be set in versions 1")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.group_id: string too long")
@@ -1121,11 +1121,11 @@ def _encode_ShareFetchRequest_v1(o: ShareFetchRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.member_id: string too long")
@@ -1142,26 +1142,26 @@ def _encode_ShareFetchRequest_v1(o: ShareFetchRequest, out: bytearray) -> None:
         o.max_records,
         o.batch_size,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("ShareFetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v1(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v1(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v0(x, out)
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v0(x_forgotten_topics_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1217,11 +1217,11 @@ def _decode_ShareFetchRequest_v2(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.topics: array count {c} too large")
-        a = []
+        a_topics = []
         for _ in range(c):
-            x, pos = _decode_FetchTopic_v1(buf, pos)
-            a.append(x)
-        o.topics = a
+            x_topics, pos = _decode_FetchTopic_v1(buf, pos)
+            a_topics.append(x_topics)
+        o.topics = a_topics
     else:
         raise CodecError("ShareFetchRequest.topics: null in a non-nullable field")
     c = buf[pos]
@@ -1233,11 +1233,11 @@ def _decode_ShareFetchRequest_v2(buf: Buffer, pos: int) -> tuple[ShareFetchReque
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchRequest.forgotten_topics_data: array count {c} too large")
-        a = []
+        a_forgotten_topics_data = []
         for _ in range(c):
-            x, pos = _decode_ForgottenTopic_v0(buf, pos)
-            a.append(x)
-        o.forgotten_topics_data = a
+            x_forgotten_topics_data, pos = _decode_ForgottenTopic_v0(buf, pos)
+            a_forgotten_topics_data.append(x_forgotten_topics_data)
+        o.forgotten_topics_data = a_forgotten_topics_data
     else:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1276,11 +1276,11 @@ def _decode_ShareFetchRequest_v2(buf: Buffer, pos: int) -> tuple[ShareFetchReque
 
 
 def _encode_ShareFetchRequest_v2(o: ShareFetchRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.group_id: string too long")
@@ -1289,11 +1289,11 @@ def _encode_ShareFetchRequest_v2(o: ShareFetchRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchRequest.member_id: string too long")
@@ -1312,26 +1312,26 @@ def _encode_ShareFetchRequest_v2(o: ShareFetchRequest, out: bytearray) -> None:
         o.share_acquire_mode,
         o.is_renew_ack,
     )
-    v = o.topics
-    if v is None:
+    v_topics = o.topics
+    if v_topics is None:
         raise CodecError("ShareFetchRequest.topics: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topics)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_FetchTopic_v1(x, out)
-    v = o.forgotten_topics_data
-    if v is None:
+    for x_topics in v_topics:
+        _encode_FetchTopic_v1(x_topics, out)
+    v_forgotten_topics_data = o.forgotten_topics_data
+    if v_forgotten_topics_data is None:
         raise CodecError("ShareFetchRequest.forgotten_topics_data: None in a non-nullable field")
-    n = len(v)
+    n = len(v_forgotten_topics_data)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ForgottenTopic_v0(x, out)
+    for x_forgotten_topics_data in v_forgotten_topics_data:
+        _encode_ForgottenTopic_v0(x_forgotten_topics_data, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

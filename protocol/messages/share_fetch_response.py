@@ -547,11 +547,11 @@ def _decode_PartitionData_v0(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     if c >= 0:
         if c * 19 > len(buf) - pos:
             raise CodecError(f"PartitionData.acquired_records: array count {c} too large")
-        a = []
+        a_acquired_records = []
         for _ in range(c):
-            x, pos = _decode_AcquiredRecords_v0(buf, pos)
-            a.append(x)
-        o.acquired_records = a
+            x_acquired_records, pos = _decode_AcquiredRecords_v0(buf, pos)
+            a_acquired_records.append(x_acquired_records)
+        o.acquired_records = a_acquired_records
     else:
         raise CodecError("PartitionData.acquired_records: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -604,11 +604,11 @@ def _decode_ShareFetchableTopicResponse_v0(
     if c >= 0:
         if c * 22 > len(buf) - pos:
             raise CodecError(f"ShareFetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v0(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v0(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("ShareFetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -739,11 +739,11 @@ def _decode_ShareFetchResponse_v0(buf: Buffer, pos: int) -> tuple[ShareFetchResp
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_ShareFetchableTopicResponse_v0(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_ShareFetchableTopicResponse_v0(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ShareFetchResponse.responses: null in a non-nullable field")
     c = buf[pos]
@@ -755,11 +755,11 @@ def _decode_ShareFetchResponse_v0(buf: Buffer, pos: int) -> tuple[ShareFetchResp
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"ShareFetchResponse.node_endpoints: array count {c} too large")
-        a = []
+        a_node_endpoints = []
         for _ in range(c):
-            x, pos = _decode_NodeEndpoint_v0(buf, pos)
-            a.append(x)
-        o.node_endpoints = a
+            x_node_endpoints, pos = _decode_NodeEndpoint_v0(buf, pos)
+            a_node_endpoints.append(x_node_endpoints)
+        o.node_endpoints = a_node_endpoints
     else:
         raise CodecError("ShareFetchResponse.node_endpoints: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -818,11 +818,11 @@ def _encode_AcquiredRecords_v0(o: AcquiredRecords, out: bytearray) -> None:
 
 def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionData.error_message: string too long")
@@ -832,11 +832,11 @@ def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_h(o.acknowledge_error_code)
-    v = o.acknowledge_error_message
-    if v is None:
+    v_acknowledge_error_message = o.acknowledge_error_message
+    if v_acknowledge_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_acknowledge_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionData.acknowledge_error_message: string too long")
@@ -846,26 +846,26 @@ def _encode_PartitionData_v0(o: PartitionData, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     _encode_LeaderIdAndEpoch_v0(o.current_leader, out)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_records)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        out += v
-    v = o.acquired_records
-    if v is None:
+        out += v_records
+    v_acquired_records = o.acquired_records
+    if v_acquired_records is None:
         raise CodecError("PartitionData.acquired_records: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acquired_records)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcquiredRecords_v0(x, out)
+    for x_acquired_records in v_acquired_records:
+        _encode_AcquiredRecords_v0(x_acquired_records, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -877,16 +877,16 @@ def _encode_ShareFetchableTopicResponse_v0(o: ShareFetchableTopicResponse, out: 
     if len(o.topic_id) != 16:
         raise CodecError("ShareFetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ShareFetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionData_v0(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v0(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -896,10 +896,10 @@ def _encode_ShareFetchableTopicResponse_v0(o: ShareFetchableTopicResponse, out: 
 
 def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
     out += _p_i(o.node_id)
-    v = o.host
-    if v is None:
+    v_host = o.host
+    if v_host is None:
         raise CodecError("NodeEndpoint.host: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_host.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("NodeEndpoint.host: string too long")
@@ -909,11 +909,11 @@ def _encode_NodeEndpoint_v0(o: NodeEndpoint, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.port)
-    v = o.rack
-    if v is None:
+    v_rack = o.rack
+    if v_rack is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("NodeEndpoint.rack: string too long")
@@ -935,11 +935,11 @@ def _encode_ShareFetchResponse_v0(o: ShareFetchResponse, out: bytearray) -> None
             "ShareFetchResponse.acquisition_lock_timeout_ms cannot be set in versions 0"
         )
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchResponse.error_message: string too long")
@@ -948,26 +948,26 @@ def _encode_ShareFetchResponse_v0(o: ShareFetchResponse, out: bytearray) -> None
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ShareFetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ShareFetchableTopicResponse_v0(x, out)
-    v = o.node_endpoints
-    if v is None:
+    for x_responses in v_responses:
+        _encode_ShareFetchableTopicResponse_v0(x_responses, out)
+    v_node_endpoints = o.node_endpoints
+    if v_node_endpoints is None:
         raise CodecError("ShareFetchResponse.node_endpoints: None in a non-nullable field")
-    n = len(v)
+    n = len(v_node_endpoints)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_NodeEndpoint_v0(x, out)
+    for x_node_endpoints in v_node_endpoints:
+        _encode_NodeEndpoint_v0(x_node_endpoints, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1028,11 +1028,11 @@ def _decode_PartitionData_v1(buf: Buffer, pos: int) -> tuple[PartitionData, int]
     if c >= 0:
         if c * 19 > len(buf) - pos:
             raise CodecError(f"PartitionData.acquired_records: array count {c} too large")
-        a = []
+        a_acquired_records = []
         for _ in range(c):
-            x, pos = _decode_AcquiredRecords_v0(buf, pos)
-            a.append(x)
-        o.acquired_records = a
+            x_acquired_records, pos = _decode_AcquiredRecords_v0(buf, pos)
+            a_acquired_records.append(x_acquired_records)
+        o.acquired_records = a_acquired_records
     else:
         raise CodecError("PartitionData.acquired_records: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1085,11 +1085,11 @@ def _decode_ShareFetchableTopicResponse_v1(
     if c >= 0:
         if c * 22 > len(buf) - pos:
             raise CodecError(f"ShareFetchableTopicResponse.partitions: array count {c} too large")
-        a = []
+        a_partitions = []
         for _ in range(c):
-            x, pos = _decode_PartitionData_v1(buf, pos)
-            a.append(x)
-        o.partitions = a
+            x_partitions, pos = _decode_PartitionData_v1(buf, pos)
+            a_partitions.append(x_partitions)
+        o.partitions = a_partitions
     else:
         raise CodecError("ShareFetchableTopicResponse.partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1155,11 +1155,11 @@ def _decode_ShareFetchResponse_v1(buf: Buffer, pos: int) -> tuple[ShareFetchResp
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"ShareFetchResponse.responses: array count {c} too large")
-        a = []
+        a_responses = []
         for _ in range(c):
-            x, pos = _decode_ShareFetchableTopicResponse_v1(buf, pos)
-            a.append(x)
-        o.responses = a
+            x_responses, pos = _decode_ShareFetchableTopicResponse_v1(buf, pos)
+            a_responses.append(x_responses)
+        o.responses = a_responses
     else:
         raise CodecError("ShareFetchResponse.responses: null in a non-nullable field")
     c = buf[pos]
@@ -1171,11 +1171,11 @@ def _decode_ShareFetchResponse_v1(buf: Buffer, pos: int) -> tuple[ShareFetchResp
     if c >= 0:
         if c * 11 > len(buf) - pos:
             raise CodecError(f"ShareFetchResponse.node_endpoints: array count {c} too large")
-        a = []
+        a_node_endpoints = []
         for _ in range(c):
-            x, pos = _decode_NodeEndpoint_v0(buf, pos)
-            a.append(x)
-        o.node_endpoints = a
+            x_node_endpoints, pos = _decode_NodeEndpoint_v0(buf, pos)
+            a_node_endpoints.append(x_node_endpoints)
+        o.node_endpoints = a_node_endpoints
     else:
         raise CodecError("ShareFetchResponse.node_endpoints: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -1215,11 +1215,11 @@ def _decode_ShareFetchResponse_v1(buf: Buffer, pos: int) -> tuple[ShareFetchResp
 
 def _encode_PartitionData_v1(o: PartitionData, out: bytearray) -> None:
     out += _p_ih(o.partition_index, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionData.error_message: string too long")
@@ -1229,11 +1229,11 @@ def _encode_PartitionData_v1(o: PartitionData, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_h(o.acknowledge_error_code)
-    v = o.acknowledge_error_message
-    if v is None:
+    v_acknowledge_error_message = o.acknowledge_error_message
+    if v_acknowledge_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_acknowledge_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("PartitionData.acknowledge_error_message: string too long")
@@ -1243,25 +1243,25 @@ def _encode_PartitionData_v1(o: PartitionData, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += b
     _encode_LeaderIdAndEpoch_v0(o.current_leader, out)
-    v = o.records
-    if v is None:
+    v_records = o.records
+    if v_records is None:
         raise CodecError("PartitionData.records: None in a non-nullable field")
-    n = len(v)
+    n = len(v_records)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
-    v = o.acquired_records
-    if v is None:
+    out += v_records
+    v_acquired_records = o.acquired_records
+    if v_acquired_records is None:
         raise CodecError("PartitionData.acquired_records: None in a non-nullable field")
-    n = len(v)
+    n = len(v_acquired_records)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_AcquiredRecords_v0(x, out)
+    for x_acquired_records in v_acquired_records:
+        _encode_AcquiredRecords_v0(x_acquired_records, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1273,16 +1273,16 @@ def _encode_ShareFetchableTopicResponse_v1(o: ShareFetchableTopicResponse, out: 
     if len(o.topic_id) != 16:
         raise CodecError("ShareFetchableTopicResponse.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("ShareFetchableTopicResponse.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_PartitionData_v1(x, out)
+    for x_partitions in v_partitions:
+        _encode_PartitionData_v1(x_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -1292,11 +1292,11 @@ def _encode_ShareFetchableTopicResponse_v1(o: ShareFetchableTopicResponse, out: 
 
 def _encode_ShareFetchResponse_v1(o: ShareFetchResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareFetchResponse.error_message: string too long")
@@ -1306,26 +1306,26 @@ def _encode_ShareFetchResponse_v1(o: ShareFetchResponse, out: bytearray) -> None
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_i(o.acquisition_lock_timeout_ms)
-    v = o.responses
-    if v is None:
+    v_responses = o.responses
+    if v_responses is None:
         raise CodecError("ShareFetchResponse.responses: None in a non-nullable field")
-    n = len(v)
+    n = len(v_responses)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_ShareFetchableTopicResponse_v1(x, out)
-    v = o.node_endpoints
-    if v is None:
+    for x_responses in v_responses:
+        _encode_ShareFetchableTopicResponse_v1(x_responses, out)
+    v_node_endpoints = o.node_endpoints
+    if v_node_endpoints is None:
         raise CodecError("ShareFetchResponse.node_endpoints: None in a non-nullable field")
-    n = len(v)
+    n = len(v_node_endpoints)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_NodeEndpoint_v0(x, out)
+    for x_node_endpoints in v_node_endpoints:
+        _encode_NodeEndpoint_v0(x_node_endpoints, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

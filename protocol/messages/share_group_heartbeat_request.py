@@ -201,7 +201,7 @@ def _decode_ShareGroupHeartbeatRequest_v0(
             raise CodecError(
                 f"ShareGroupHeartbeatRequest.subscribed_topic_names: array count {c} too large"
             )
-        a = []
+        a_subscribed_topic_names = []
         for _ in range(c):
             n = buf[pos]
             if n < 128:
@@ -214,15 +214,15 @@ def _decode_ShareGroupHeartbeatRequest_v0(
                         "ShareGroupHeartbeatRequest.subscribed_topic_names: string too long"
                     )
                 e = pos + n - 1
-                x = str(buf[pos:e], "utf-8", "surrogateescape")
+                x_subscribed_topic_names = str(buf[pos:e], "utf-8", "surrogateescape")
                 pos = e
             else:
                 raise CodecError(
                     "ShareGroupHeartbeatRequest.subscribed_topic_names: null in a non-nullable "
                     "field"
                 )
-            a.append(x)
-        o.subscribed_topic_names = a
+            a_subscribed_topic_names.append(x_subscribed_topic_names)
+        o.subscribed_topic_names = a_subscribed_topic_names
     else:
         o.subscribed_topic_names = None
     o.unknown_tagged_fields = None
@@ -261,10 +261,10 @@ def _decode_ShareGroupHeartbeatRequest_v0(
 
 
 def _encode_ShareGroupHeartbeatRequest_v0(o: ShareGroupHeartbeatRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("ShareGroupHeartbeatRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ShareGroupHeartbeatRequest.group_id: string too long")
@@ -273,10 +273,10 @@ def _encode_ShareGroupHeartbeatRequest_v0(o: ShareGroupHeartbeatRequest, out: by
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("ShareGroupHeartbeatRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("ShareGroupHeartbeatRequest.member_id: string too long")
@@ -286,11 +286,11 @@ def _encode_ShareGroupHeartbeatRequest_v0(o: ShareGroupHeartbeatRequest, out: by
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.member_epoch)
-    v = o.rack_id
-    if v is None:
+    v_rack_id = o.rack_id
+    if v_rack_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_rack_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareGroupHeartbeatRequest.rack_id: string too long")
@@ -299,19 +299,19 @@ def _encode_ShareGroupHeartbeatRequest_v0(o: ShareGroupHeartbeatRequest, out: by
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.subscribed_topic_names
-    if v is None:
+    v_subscribed_topic_names = o.subscribed_topic_names
+    if v_subscribed_topic_names is None:
         out.append(0)
     else:
-        n = len(v)
+        n = len(v_subscribed_topic_names)
         if n < 127:
             out.append(n + 1)
         else:
             write_unsigned_varint(out, n + 1)
-        for x in v:
-            if x is None:
+        for x_subscribed_topic_names in v_subscribed_topic_names:
+            if x_subscribed_topic_names is None:
                 raise CodecError("ShareGroupHeartbeatRequest.subscribed_topic_names: None element")
-            b = x.encode("utf-8", "surrogateescape")
+            b = x_subscribed_topic_names.encode("utf-8", "surrogateescape")
             n = len(b)
             if n > 32767:
                 raise CodecError(

@@ -307,11 +307,11 @@ def _decode_Assignment_v0(buf: Buffer, pos: int) -> tuple[Assignment, int]:
     if c >= 0:
         if c * 18 > len(buf) - pos:
             raise CodecError(f"Assignment.topic_partitions: array count {c} too large")
-        a = []
+        a_topic_partitions = []
         for _ in range(c):
-            x, pos = _decode_TopicPartitions_v0(buf, pos)
-            a.append(x)
-        o.topic_partitions = a
+            x_topic_partitions, pos = _decode_TopicPartitions_v0(buf, pos)
+            a_topic_partitions.append(x_topic_partitions)
+        o.topic_partitions = a_topic_partitions
     else:
         raise CodecError("Assignment.topic_partitions: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -427,16 +427,16 @@ def _encode_TopicPartitions_v0(o: TopicPartitions, out: bytearray) -> None:
     if len(o.topic_id) != 16:
         raise CodecError("TopicPartitions.topic_id: uuid must be 16 bytes")
     out += _p_u(o.topic_id)
-    v = o.partitions
-    if v is None:
+    v_partitions = o.partitions
+    if v_partitions is None:
         raise CodecError("TopicPartitions.partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
     s = (_A_i[n] if n < SMALL_ARRAY else array_struct("i", n))
-    out += s.pack(*v)
+    out += s.pack(*v_partitions)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -445,16 +445,16 @@ def _encode_TopicPartitions_v0(o: TopicPartitions, out: bytearray) -> None:
 
 
 def _encode_Assignment_v0(o: Assignment, out: bytearray) -> None:
-    v = o.topic_partitions
-    if v is None:
+    v_topic_partitions = o.topic_partitions
+    if v_topic_partitions is None:
         raise CodecError("Assignment.topic_partitions: None in a non-nullable field")
-    n = len(v)
+    n = len(v_topic_partitions)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_TopicPartitions_v0(x, out)
+    for x_topic_partitions in v_topic_partitions:
+        _encode_TopicPartitions_v0(x_topic_partitions, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -464,11 +464,11 @@ def _encode_Assignment_v0(o: Assignment, out: bytearray) -> None:
 
 def _encode_ShareGroupHeartbeatResponse_v0(o: ShareGroupHeartbeatResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.error_message
-    if v is None:
+    v_error_message = o.error_message
+    if v_error_message is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_error_message.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareGroupHeartbeatResponse.error_message: string too long")
@@ -477,11 +477,11 @@ def _encode_ShareGroupHeartbeatResponse_v0(o: ShareGroupHeartbeatResponse, out: 
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_member_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("ShareGroupHeartbeatResponse.member_id: string too long")
@@ -491,12 +491,12 @@ def _encode_ShareGroupHeartbeatResponse_v0(o: ShareGroupHeartbeatResponse, out: 
             write_unsigned_varint(out, n + 1)
         out += b
     out += _p_ii(o.member_epoch, o.heartbeat_interval_ms)
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         out.append(0xFF)
     else:
         out.append(1)
-        _encode_Assignment_v0(v, out)
+        _encode_Assignment_v0(v_assignment, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

@@ -246,11 +246,11 @@ def _decode_SyncGroupRequest_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"SyncGroupRequest.assignments: array count {c} too large")
-        a = []
+        a_assignments = []
         for _ in range(c):
-            x, pos = _decode_SyncGroupRequestAssignment_v0(buf, pos)
-            a.append(x)
-        o.assignments = a
+            x_assignments, pos = _decode_SyncGroupRequestAssignment_v0(buf, pos)
+            a_assignments.append(x_assignments)
+        o.assignments = a_assignments
     else:
         raise CodecError("SyncGroupRequest.assignments: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -261,52 +261,52 @@ def _decode_SyncGroupRequest_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
 
 
 def _encode_SyncGroupRequestAssignment_v0(o: SyncGroupRequestAssignment, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequestAssignment.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequestAssignment.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupRequestAssignment.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     out += _p_i(n)
-    out += v
+    out += v_assignment
 
 
 def _encode_SyncGroupRequest_v0(o: SyncGroupRequest, out: bytearray) -> None:
     if o.group_instance_id is not None:
         raise CodecError("SyncGroupRequest.group_instance_id cannot be set in versions 0-2")
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.assignments
-    if v is None:
+    v_assignments = o.assignments
+    if v_assignments is None:
         raise CodecError("SyncGroupRequest.assignments: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignments)
     out += _p_i(n)
-    for x in v:
-        _encode_SyncGroupRequestAssignment_v0(x, out)
+    for x_assignments in v_assignments:
+        _encode_SyncGroupRequestAssignment_v0(x_assignments, out)
 
 
 def _decode_SyncGroupRequest_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest, int]:
@@ -342,11 +342,11 @@ def _decode_SyncGroupRequest_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     if c >= 0:
         if c * 6 > len(buf) - pos:
             raise CodecError(f"SyncGroupRequest.assignments: array count {c} too large")
-        a = []
+        a_assignments = []
         for _ in range(c):
-            x, pos = _decode_SyncGroupRequestAssignment_v0(buf, pos)
-            a.append(x)
-        o.assignments = a
+            x_assignments, pos = _decode_SyncGroupRequestAssignment_v0(buf, pos)
+            a_assignments.append(x_assignments)
+        o.assignments = a_assignments
     else:
         raise CodecError("SyncGroupRequest.assignments: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -356,42 +356,42 @@ def _decode_SyncGroupRequest_v3(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
 
 
 def _encode_SyncGroupRequest_v3(o: SyncGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.group_id: string too long")
     out += _p_h(n)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.member_id: string too long")
     out += _p_h(n)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out += b"\xff\xff"
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupRequest.group_instance_id: string too long")
         out += _p_h(n)
         out += b
-    v = o.assignments
-    if v is None:
+    v_assignments = o.assignments
+    if v_assignments is None:
         raise CodecError("SyncGroupRequest.assignments: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignments)
     out += _p_i(n)
-    for x in v:
-        _encode_SyncGroupRequestAssignment_v0(x, out)
+    for x_assignments in v_assignments:
+        _encode_SyncGroupRequestAssignment_v0(x_assignments, out)
 
 
 def _decode_SyncGroupRequestAssignment_v4(
@@ -509,11 +509,11 @@ def _decode_SyncGroupRequest_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"SyncGroupRequest.assignments: array count {c} too large")
-        a = []
+        a_assignments = []
         for _ in range(c):
-            x, pos = _decode_SyncGroupRequestAssignment_v4(buf, pos)
-            a.append(x)
-        o.assignments = a
+            x_assignments, pos = _decode_SyncGroupRequestAssignment_v4(buf, pos)
+            a_assignments.append(x_assignments)
+        o.assignments = a_assignments
     else:
         raise CodecError("SyncGroupRequest.assignments: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -554,10 +554,10 @@ def _decode_SyncGroupRequest_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
 
 
 def _encode_SyncGroupRequestAssignment_v4(o: SyncGroupRequestAssignment, out: bytearray) -> None:
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequestAssignment.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequestAssignment.member_id: string too long")
@@ -566,15 +566,15 @@ def _encode_SyncGroupRequestAssignment_v4(o: SyncGroupRequestAssignment, out: by
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupRequestAssignment.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_assignment
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -583,10 +583,10 @@ def _encode_SyncGroupRequestAssignment_v4(o: SyncGroupRequestAssignment, out: by
 
 
 def _encode_SyncGroupRequest_v4(o: SyncGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.group_id: string too long")
@@ -596,10 +596,10 @@ def _encode_SyncGroupRequest_v4(o: SyncGroupRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.member_id: string too long")
@@ -608,11 +608,11 @@ def _encode_SyncGroupRequest_v4(o: SyncGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupRequest.group_instance_id: string too long")
@@ -621,16 +621,16 @@ def _encode_SyncGroupRequest_v4(o: SyncGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.assignments
-    if v is None:
+    v_assignments = o.assignments
+    if v_assignments is None:
         raise CodecError("SyncGroupRequest.assignments: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignments)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_SyncGroupRequestAssignment_v4(x, out)
+    for x_assignments in v_assignments:
+        _encode_SyncGroupRequestAssignment_v4(x_assignments, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -716,11 +716,11 @@ def _decode_SyncGroupRequest_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
     if c >= 0:
         if c * 3 > len(buf) - pos:
             raise CodecError(f"SyncGroupRequest.assignments: array count {c} too large")
-        a = []
+        a_assignments = []
         for _ in range(c):
-            x, pos = _decode_SyncGroupRequestAssignment_v4(buf, pos)
-            a.append(x)
-        o.assignments = a
+            x_assignments, pos = _decode_SyncGroupRequestAssignment_v4(buf, pos)
+            a_assignments.append(x_assignments)
+        o.assignments = a_assignments
     else:
         raise CodecError("SyncGroupRequest.assignments: null in a non-nullable field")
     o.unknown_tagged_fields = None
@@ -759,10 +759,10 @@ def _decode_SyncGroupRequest_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRequest
 
 
 def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
-    v = o.group_id
-    if v is None:
+    v_group_id = o.group_id
+    if v_group_id is None:
         raise CodecError("SyncGroupRequest.group_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_group_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.group_id: string too long")
@@ -772,10 +772,10 @@ def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     out += _p_i(o.generation_id)
-    v = o.member_id
-    if v is None:
+    v_member_id = o.member_id
+    if v_member_id is None:
         raise CodecError("SyncGroupRequest.member_id: None in a non-nullable field")
-    b = v.encode("utf-8", "surrogateescape")
+    b = v_member_id.encode("utf-8", "surrogateescape")
     n = len(b)
     if n > 32767:
         raise CodecError("SyncGroupRequest.member_id: string too long")
@@ -784,11 +784,11 @@ def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
     else:
         write_unsigned_varint(out, n + 1)
     out += b
-    v = o.group_instance_id
-    if v is None:
+    v_group_instance_id = o.group_instance_id
+    if v_group_instance_id is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_group_instance_id.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupRequest.group_instance_id: string too long")
@@ -797,11 +797,11 @@ def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_type.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupRequest.protocol_type: string too long")
@@ -810,11 +810,11 @@ def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupRequest.protocol_name: string too long")
@@ -823,16 +823,16 @@ def _encode_SyncGroupRequest_v5(o: SyncGroupRequest, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.assignments
-    if v is None:
+    v_assignments = o.assignments
+    if v_assignments is None:
         raise CodecError("SyncGroupRequest.assignments: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignments)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    for x in v:
-        _encode_SyncGroupRequestAssignment_v4(x, out)
+    for x_assignments in v_assignments:
+        _encode_SyncGroupRequestAssignment_v4(x_assignments, out)
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)

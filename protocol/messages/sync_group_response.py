@@ -170,12 +170,12 @@ def _decode_SyncGroupResponse_v0(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
 
 def _encode_SyncGroupResponse_v0(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_h(o.error_code)
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupResponse.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     out += _p_i(n)
-    out += v
+    out += v_assignment
 
 
 def _decode_SyncGroupResponse_v1(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
@@ -198,12 +198,12 @@ def _decode_SyncGroupResponse_v1(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
 
 def _encode_SyncGroupResponse_v1(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupResponse.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     out += _p_i(n)
-    out += v
+    out += v_assignment
 
 
 def _decode_SyncGroupResponse_v4(buf: Buffer, pos: int) -> tuple[SyncGroupResponse, int]:
@@ -260,15 +260,15 @@ def _decode_SyncGroupResponse_v4(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
 
 def _encode_SyncGroupResponse_v4(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupResponse.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_assignment
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
@@ -354,11 +354,11 @@ def _decode_SyncGroupResponse_v5(buf: Buffer, pos: int) -> tuple[SyncGroupRespon
 
 def _encode_SyncGroupResponse_v5(o: SyncGroupResponse, out: bytearray) -> None:
     out += _p_ih(o.throttle_time_ms, o.error_code)
-    v = o.protocol_type
-    if v is None:
+    v_protocol_type = o.protocol_type
+    if v_protocol_type is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_type.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupResponse.protocol_type: string too long")
@@ -367,11 +367,11 @@ def _encode_SyncGroupResponse_v5(o: SyncGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.protocol_name
-    if v is None:
+    v_protocol_name = o.protocol_name
+    if v_protocol_name is None:
         out.append(0)
     else:
-        b = v.encode("utf-8", "surrogateescape")
+        b = v_protocol_name.encode("utf-8", "surrogateescape")
         n = len(b)
         if n > 32767:
             raise CodecError("SyncGroupResponse.protocol_name: string too long")
@@ -380,15 +380,15 @@ def _encode_SyncGroupResponse_v5(o: SyncGroupResponse, out: bytearray) -> None:
         else:
             write_unsigned_varint(out, n + 1)
         out += b
-    v = o.assignment
-    if v is None:
+    v_assignment = o.assignment
+    if v_assignment is None:
         raise CodecError("SyncGroupResponse.assignment: None in a non-nullable field")
-    n = len(v)
+    n = len(v_assignment)
     if n < 127:
         out.append(n + 1)
     else:
         write_unsigned_varint(out, n + 1)
-    out += v
+    out += v_assignment
     u = o.unknown_tagged_fields
     if u:
         write_tagged_fields(out, u)
