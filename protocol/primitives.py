@@ -22,7 +22,8 @@ and only call in here for the rare slow paths (multi-byte varints, unknown tagge
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import builtins
+from collections.abc import Callable, Sequence
 from struct import Struct
 from struct import error as StructError
 from typing import Any, TypeVar
@@ -561,7 +562,7 @@ def write_tagged_fields(out: bytearray, fields: dict[int, bytes] | None) -> None
 
 
 def merge_tagged_fields(
-    known: list[tuple[int, bytes | bytearray]],
+    known: Sequence[tuple[int, bytes | bytearray]],
     unknown: dict[int, bytes],
     reserved: tuple[int, ...] = (),
 ) -> list[tuple[int, bytes | bytearray]]:
@@ -608,7 +609,7 @@ class Reader:
     def remaining(self) -> int:
         return len(self.buf) - self.pos
 
-    def _fixed(self, read: Callable[[Buffer, int], tuple[Any, int]]) -> Any:
+    def _fixed(self, read: Callable[[Buffer, int], tuple[T, int]]) -> T:
         value, self.pos = read(self.buf, self.pos)
         return value
 
@@ -633,10 +634,10 @@ class Reader:
     def float64(self) -> float:
         return self._fixed(read_float64)
 
-    def bool(self) -> bool:
+    def bool(self) -> builtins.bool:
         return self._fixed(read_bool)
 
-    def uuid(self) -> bytes:
+    def uuid(self) -> builtins.bytes:
         return self._fixed(read_uuid)
 
     def unsigned_varint(self) -> int:
@@ -648,19 +649,19 @@ class Reader:
     def varlong(self) -> int:
         return self._fixed(read_varlong)
 
-    def string(self, compact: bool = False) -> str:
+    def string(self, compact: builtins.bool = False) -> str:
         return self._fixed(read_compact_string if compact else read_string)
 
-    def nullable_string(self, compact: bool = False) -> str | None:
+    def nullable_string(self, compact: builtins.bool = False) -> str | None:
         return self._fixed(read_compact_nullable_string if compact else read_nullable_string)
 
-    def bytes(self, compact: bool = False) -> bytes:
+    def bytes(self, compact: builtins.bool = False) -> builtins.bytes:
         return self._fixed(read_compact_bytes if compact else read_bytes)
 
-    def nullable_bytes(self, compact: bool = False) -> bytes | None:
+    def nullable_bytes(self, compact: builtins.bool = False) -> builtins.bytes | None:
         return self._fixed(read_compact_nullable_bytes if compact else read_nullable_bytes)
 
-    def tagged_fields(self) -> dict[int, bytes] | None:
+    def tagged_fields(self) -> dict[int, builtins.bytes] | None:
         return self._fixed(read_tagged_fields)
 
     def skip_tagged_fields(self) -> None:

@@ -49,7 +49,7 @@ _PY_TYPES = {
     "uuid": "bytes",
     "string": "str",
     "bytes": "bytes",
-    "records": "bytes | memoryview",
+    "records": "bytes | bytearray | memoryview",  # a slice of the buffer decoded
 }
 _STR_ARGS = '"utf-8", "surrogateescape"'
 _WIDTH = 100
@@ -824,7 +824,7 @@ class ModuleEmitter:
             return out
         self.primitive_imports.add("merge_tagged_fields")
         self.primitive_imports.add("write_tag_list")
-        out.append("tf = []")
+        out.append("tf: list[tuple[int, bytes | bytearray]] = []")
         for f in tagged:
             cond = self._non_default(f.cf, f"o.{f.cf.py_name}")
             out.append(f"if {cond}:")

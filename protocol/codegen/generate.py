@@ -36,7 +36,8 @@ def render_registry(libs: KafkaLibs) -> str:
         "spec names in snake_case; nested structs are classes of their own and arrays are lists. "
         "Values: ``uuid`` fields are 16-byte ``bytes`` (``protocol.primitives.ZERO_UUID`` for "
         "none); ``records`` fields are slices of the decoded buffer (``bytes``, or zero-copy "
-        "``memoryview`` slices when a memoryview was decoded); a tagged struct field that is "
+        "``memoryview`` slices when a memoryview was decoded, ``bytearray`` from a bytearray); "
+        "a tagged struct field that is "
         "absent is ``None``; tagged fields unknown to Herald are kept in "
         "``unknown_tagged_fields`` and written back unchanged."
     )

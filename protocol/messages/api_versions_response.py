@@ -715,7 +715,7 @@ def _encode_ApiVersionsResponse_v3(o: ApiVersionsResponse, out: bytearray) -> No
         _encode_ApiVersion_v3(x_api_keys, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.supported_features != []:
         tb = bytearray()
         v_supported_features = o.supported_features

@@ -1391,7 +1391,7 @@ def _encode_FetchPartition_v12(o: FetchPartition, out: bytearray) -> None:
         o.partition_max_bytes,
     )
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if u:
         tf = merge_tagged_fields(tf, u, (0, 1))
     write_tag_list(out, tf)
@@ -1502,7 +1502,7 @@ def _encode_FetchRequest_v12(o: FetchRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.cluster_id is not None:
         tb = bytearray()
         v_cluster_id = o.cluster_id
@@ -1834,7 +1834,7 @@ def _encode_FetchRequest_v13(o: FetchRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.cluster_id is not None:
         tb = bytearray()
         v_cluster_id = o.cluster_id
@@ -2061,7 +2061,7 @@ def _encode_FetchRequest_v15(o: FetchRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.cluster_id is not None:
         tb = bytearray()
         v_cluster_id = o.cluster_id
@@ -2322,7 +2322,7 @@ def _encode_FetchPartition_v17(o: FetchPartition, out: bytearray) -> None:
         o.partition_max_bytes,
     )
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.replica_directory_id != ZERO_UUID:
         tb = bytearray()
         if len(o.replica_directory_id) != 16:
@@ -2399,7 +2399,7 @@ def _encode_FetchRequest_v17(o: FetchRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.cluster_id is not None:
         tb = bytearray()
         v_cluster_id = o.cluster_id
@@ -2661,7 +2661,7 @@ def _encode_FetchPartition_v18(o: FetchPartition, out: bytearray) -> None:
         o.partition_max_bytes,
     )
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.replica_directory_id != ZERO_UUID:
         tb = bytearray()
         if len(o.replica_directory_id) != 16:
@@ -2742,7 +2742,7 @@ def _encode_FetchRequest_v18(o: FetchRequest, out: bytearray) -> None:
         write_unsigned_varint(out, n + 1)
     out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.cluster_id is not None:
         tb = bytearray()
         v_cluster_id = o.cluster_id

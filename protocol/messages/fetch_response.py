@@ -281,7 +281,7 @@ class PartitionData:
         snapshot_id: SnapshotId | None = None,
         aborted_transactions: list[AbortedTransaction] | None = _MISSING,
         preferred_read_replica: int = -1,
-        records: bytes | memoryview | None = None,
+        records: bytes | bytearray | memoryview | None = None,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.partition_index = partition_index
@@ -1615,7 +1615,7 @@ def _encode_PartitionData_v12(o: PartitionData, out: bytearray) -> None:
             write_unsigned_varint(out, n + 1)
         out += v_records
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.diverging_epoch is not None and o.diverging_epoch != _DEFAULT_EpochEndOffset:
         tb = bytearray()
         _encode_EpochEndOffset_v12(o.diverging_epoch, tb)
@@ -1678,7 +1678,7 @@ def _encode_FetchResponse_v12(o: FetchResponse, out: bytearray) -> None:
     for x_responses in v_responses:
         _encode_FetchableTopicResponse_v12(x_responses, out)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if u:
         tf = merge_tagged_fields(tf, u, (0,))
     write_tag_list(out, tf)
@@ -1837,7 +1837,7 @@ def _encode_FetchResponse_v13(o: FetchResponse, out: bytearray) -> None:
     for x_responses in v_responses:
         _encode_FetchableTopicResponse_v13(x_responses, out)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if u:
         tf = merge_tagged_fields(tf, u, (0,))
     write_tag_list(out, tf)
@@ -2034,7 +2034,7 @@ def _encode_FetchResponse_v16(o: FetchResponse, out: bytearray) -> None:
     for x_responses in v_responses:
         _encode_FetchableTopicResponse_v13(x_responses, out)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.node_endpoints != []:
         tb = bytearray()
         v_node_endpoints = o.node_endpoints

@@ -208,7 +208,7 @@ class PartitionProduceData:
         self,
         *,
         index: int = 0,
-        records: bytes | memoryview | None = None,
+        records: bytes | bytearray | memoryview | None = None,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
         self.index = index

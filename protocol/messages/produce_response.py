@@ -1225,7 +1225,7 @@ def _encode_PartitionProduceResponse_v9(o: PartitionProduceResponse, out: bytear
             write_unsigned_varint(out, n + 1)
         out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if u:
         tf = merge_tagged_fields(tf, u, (0,))
     write_tag_list(out, tf)
@@ -1276,7 +1276,7 @@ def _encode_ProduceResponse_v9(o: ProduceResponse, out: bytearray) -> None:
         _encode_TopicProduceResponse_v9(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if u:
         tf = merge_tagged_fields(tf, u, (0,))
     write_tag_list(out, tf)
@@ -1650,7 +1650,7 @@ def _encode_PartitionProduceResponse_v10(o: PartitionProduceResponse, out: bytea
             write_unsigned_varint(out, n + 1)
         out += b
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.current_leader is not None and o.current_leader != _DEFAULT_LeaderIdAndEpoch:
         tb = bytearray()
         _encode_LeaderIdAndEpoch_v10(o.current_leader, tb)
@@ -1738,7 +1738,7 @@ def _encode_ProduceResponse_v10(o: ProduceResponse, out: bytearray) -> None:
         _encode_TopicProduceResponse_v10(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.node_endpoints != []:
         tb = bytearray()
         v_node_endpoints = o.node_endpoints
@@ -1925,7 +1925,7 @@ def _encode_ProduceResponse_v13(o: ProduceResponse, out: bytearray) -> None:
         _encode_TopicProduceResponse_v13(x_responses, out)
     out += _p_i(o.throttle_time_ms)
     u = o.unknown_tagged_fields
-    tf = []
+    tf: list[tuple[int, bytes | bytearray]] = []
     if o.node_endpoints != []:
         tb = bytearray()
         v_node_endpoints = o.node_endpoints

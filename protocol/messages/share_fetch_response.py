@@ -252,7 +252,7 @@ class PartitionData:
         acknowledge_error_code: int = 0,
         acknowledge_error_message: str | None = None,
         current_leader: LeaderIdAndEpoch = _MISSING,
-        records: bytes | memoryview | None = None,
+        records: bytes | bytearray | memoryview | None = None,
         acquired_records: list[AcquiredRecords] = _MISSING,
         unknown_tagged_fields: dict[int, bytes] | None = None,
     ) -> None:
