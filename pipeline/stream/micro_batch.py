@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,7 +89,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
                 F.col("event_ms").alias("fetched_ms"))
         with step("analysis"):
             tables = analyze(hops, config, fetches=fetches, transit=False)
-        cached = (tables.nodes, tables.links)
+        analysed = replace(tables)  # as `analyze` left them: `unpersist` frees their caches
         try:
             with step("analysis"):
                 # Computed once each and cut from their plans: the writes and the figures
@@ -103,8 +104,7 @@ def each_batch(spark: SparkSession, config: PipelineConfig,
                 rows = collect_all({**emitted_frames(emitted, config),
                                     **table_frames(tables, config)})
         finally:
-            for df in cached:
-                df.unpersist()
+            analysed.unpersist()
         figures = batch_figures(rows)
         if any(r.kind == HOP and r.status == LATE for r in figures.statuses):
             with step("late written"):  # a replay brings the same rows
