@@ -15,9 +15,9 @@ cd "$(dirname "$0")/.."
 apiserver=$bin/kube-apiserver-$KUBE_APISERVER_VERSION
 etcd=$bin/etcd-$ETCD_VERSION
 work=$cache/go/src-apiserver
-build() {  # OUT PACKAGE [GO BUILD FLAGS...] (in the module at $PWD)
+build() {  # OUT PACKAGE (in the module at $PWD; scripts/go-build-flags.sh says how)
   nice -n 19 go mod tidy
-  nice -n 19 go build -trimpath -ldflags='-s -w' "${@:3}" -o "$1.tmp" "$2"
+  nice -n 19 go build "${go_build_flags[@]}" "-gcflags=$go_gcflags_test_server" -o "$1.tmp" "$2"
   mv "$1.tmp" "$1"
 }
 
@@ -45,9 +45,7 @@ if [ ! -x "$apiserver" ]; then
   done
   go mod edit -require "k8s.io/kubernetes@$KUBE_APISERVER_VERSION"
   printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/cmd/kube-apiserver"\n' >tools.go
-  # Without the compiler's optimisations (-N -l): the webhook's tests send it a few requests,
-  # and the cold build took 749 CPU-seconds so (Jaeger's took 30% less than optimised).
-  build "$apiserver" k8s.io/kubernetes/cmd/kube-apiserver -gcflags=all='-N -l'
+  build "$apiserver" k8s.io/kubernetes/cmd/kube-apiserver
   cd - >/dev/null
 fi
 echo built >"$status"

@@ -27,9 +27,9 @@ if [ ! -x "$jaeger" ]; then
   go mod edit -require "github.com/jaegertracing/jaeger@$JAEGER_VERSION"
   printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/jaegertracing/jaeger/cmd/jaeger"\n' >tools.go
   nice -n 19 go mod tidy
-  # Without the compiler's optimisations (-N -l): the test sends Jaeger a few spans, and the
-  # build takes 30% less CPU (518 against 742 CPU-seconds, cold).
-  nice -n 19 go build -trimpath -gcflags=all='-N -l' -ldflags='-s -w' -o "$jaeger.tmp" \
+  # Without the compiler's optimisations (scripts/go-build-flags.sh): the test sends Jaeger a
+  # few spans, and the build takes 30% less CPU (518 against 742 CPU-seconds, cold).
+  nice -n 19 go build "${go_build_flags[@]}" "-gcflags=$go_gcflags_test_server" -o "$jaeger.tmp" \
     github.com/jaegertracing/jaeger/cmd/jaeger
   mv "$jaeger.tmp" "$jaeger"
   cd - >/dev/null

@@ -9,6 +9,8 @@
 # `failed N` if the script exits with an error; the script writes `built` itself.
 # shellcheck source=/dev/null
 . deploy/tools.env
+# shellcheck source=scripts/go-build-flags.sh
+. scripts/go-build-flags.sh
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
 bin=$cache/go/bin
 status=$cache/go/$1.status

@@ -59,6 +59,8 @@ PY
 # dependencies would otherwise fight Herald's), iproute2 for the simulated pod.
 # shellcheck source=/dev/null
 . deploy/tools.env
+# shellcheck source=scripts/go-build-flags.sh
+. scripts/go-build-flags.sh
 cache=${HERALD_CACHE_DIR:-$PWD/.cache}
 mkdir -p "$cache"
 # These are built in the background, beside the rest of setup (they share nothing with it),
@@ -70,7 +72,8 @@ build_helm() {
   local tmp_bin
   tmp_bin=$(mktemp -d)
   GOPATH="$cache/go" GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build" GOFLAGS=-modcacherw \
-    GOBIN="$tmp_bin" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+    GOBIN="$tmp_bin" go install "${go_build_flags[@]}" "-gcflags=$go_gcflags_optimised" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   mkdir -p "$cache/go/bin"
   mv "$tmp_bin/helm" "$helm_bin"
   rm -rf "$tmp_bin"
