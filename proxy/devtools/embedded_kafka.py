@@ -23,6 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from configuration import jvm_archive
 from protocol.kafka_versions import KAFKA_VERSION
 from proxy.devtools.kafka_dist import classpath
 
@@ -70,12 +71,21 @@ def unassigned_ports(step: int = 1) -> list[int]:
 JVM_OPTS_ENV = "HERALD_KAFKA_JVM_OPTS"
 
 
-def jvm_opts() -> list[str]:
-    """Extra flags for every JVM the harness starts (brokers, their storage tool, and the
-    test suite's Java tools): `HERALD_KAFKA_JVM_OPTS`, split as a shell would. The test suite
-    sets it so that brokers carrying a few records spend less CPU on JIT and GC threads than
-    on the records; unset, the JVMs run with their defaults (the benchmarks, `herald dev`)."""
-    return shlex.split(os.environ.get(JVM_OPTS_ENV, ""))
+def jvm_opts(cp: str) -> list[str]:
+    """Extra flags for every JVM the harness starts on the classpath `cp` (brokers, their
+    storage tool, and the test suite's Java tools): `HERALD_KAFKA_JVM_OPTS`, split as a shell
+    would, and the class archive of that classpath once `train_class_archive` made one. The
+    test suite sets the variable so that brokers carrying a few records spend less CPU on JIT
+    and GC threads than on the records; unset, the JVMs run with their defaults (the
+    benchmarks, `herald dev`)."""
+    return [*shlex.split(os.environ.get(JVM_OPTS_ENV, "")),
+            *jvm_archive.use_flags(class_archive(cp))]
+
+
+def class_archive(cp: str) -> Path:
+    """Where the class archive of Kafka's JVMs on `cp` is kept (configuration/jvm_archive.py):
+    one per Kafka release, made from a broker's run and used by its tools too."""
+    return jvm_archive.archive_path("kafka", cp.split(os.pathsep))
 
 
 PORT_SHARE_ENV = "HERALD_PORT_SHARE"
@@ -234,6 +244,9 @@ class KafkaCluster:
     # takes them: "SCRAM-SHA-512=[name=alice,password=alice-secret]".
     scram_credentials: list[str] = field(default_factory=list)
     nodes: list[KafkaNode] = field(default_factory=list)
+    # The (single) node writes the class archive of its classpath when it stops, instead of
+    # starting from one (`train_class_archive`).
+    train_archive: bool = False
     _own_workdir: bool = False
 
     @property
@@ -244,8 +257,8 @@ class KafkaCluster:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def start(self, timeout: float = 180.0) -> KafkaCluster:
-        if self.extra_listeners and self.size != 1:
-            raise ValueError("extra_listeners is for single-node clusters only")
+        if (self.extra_listeners or self.train_archive) and self.size != 1:
+            raise ValueError("extra_listeners and train_archive are for single-node clusters")
         cp = classpath(self.version)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="herald-kafka-"))
@@ -263,7 +276,7 @@ class KafkaCluster:
             conf = node.folder / "server.properties"
             conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = subprocess.run(
-                ["java", *jvm_opts(), "-cp", cp, "kafka.tools.StorageTool", "format", "-t",
+                ["java", *jvm_opts(cp), "-cp", cp, "kafka.tools.StorageTool", "format", "-t",
                  cluster_id,
                  "-c", str(conf), "--ignore-formatted",
                  *(arg for c in self.scram_credentials for arg in ("--add-scram", c))],
@@ -292,6 +305,9 @@ class KafkaCluster:
     def stop(self) -> None:
         for node in self.nodes:
             _terminate(node)
+        if self.train_archive and self.nodes and self.nodes[0].process is not None:
+            jvm_archive.commit(class_archive(classpath(self.version)),
+                               self.nodes[0].process.returncode)
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -336,10 +352,12 @@ class KafkaCluster:
 
     def _launch(self, node: KafkaNode, cp: str) -> None:
         flags = write_log_config(node.folder)
+        if self.train_archive:
+            flags += jvm_archive.dump_flags(class_archive(cp))
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child process
         try:
             node.process = subprocess.Popen(
-                ["java", f"-Xmx{self.heap}", "-Xms256m", *jvm_opts(), *flags, "-cp", cp,
+                ["java", f"-Xmx{self.heap}", "-Xms256m", *jvm_opts(cp), *flags, "-cp", cp,
                  "kafka.Kafka",
                  str(node.folder / "server.properties")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -59,7 +59,7 @@ def tool_command(main_class: str, *args: str, version: str | None = None) -> lis
     """The command line that runs one Kafka tool (for a test that streams its input)."""
     cp = classpath(version) if version else classpath()
     flags = write_log_config(Path(cache_root()) / "tool-logging", level="WARN")
-    return ["java", "-Xmx512m", *jvm_opts(), *flags, "-cp", cp, main_class, *args]
+    return ["java", "-Xmx512m", *jvm_opts(cp), *flags, "-cp", cp, main_class, *args]
 
 
 def share_group_from_start(broker: str, group: str) -> None:

@@ -84,3 +84,9 @@ PLATFORM = (PROMETHEUS, PROMTOOL, APT, NAMESPACES)
 def missing() -> list[str]:
     """Why each missing platform part is missing (empty when all are here)."""
     return [part.missing for part in PLATFORM if not part.present]
+
+
+def class_archive(path: Path) -> Part:
+    """A JVM class archive (configuration/jvm_archive.py) that setup makes."""
+    return Part(path.is_file(), f"the class archive {path} is missing (scripts/setup.sh "
+                                "makes it)")

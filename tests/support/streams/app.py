@@ -26,7 +26,7 @@ def running_app(bootstrap: str, app_id: str, source: str, sink: str, protocol: s
     protocol, `classic` or `streams` (KIP-1071)."""
     cp = f"{kafka_libs()}/*:{streams_libs()}/*"
     proc = subprocess.Popen(
-        ["java", "-Xmx512m", *jvm_opts(), "-cp", cp, str(APP), bootstrap, app_id, source, sink,
+        ["java", "-Xmx512m", *jvm_opts(cp), "-cp", cp, str(APP), bootstrap, app_id, source, sink,
          protocol, guarantee], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
 

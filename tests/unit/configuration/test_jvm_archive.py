@@ -1,0 +1,88 @@
+"""Class-data archives: one per classpath, never a stale or a truncated one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from configuration import jvm_archive
+
+
+@pytest.fixture()
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HERALD_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _jars(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (folder / name).write_bytes(b"jar " + name.encode())
+    return folder
+
+
+def test_the_archive_is_named_by_the_jars_and_changes_with_any_of_them(
+        tmp_path: Path, cache: Path) -> None:
+    libs = _jars(tmp_path / "libs", "a.jar", "b.jar")
+    wildcard = jvm_archive.archive_path("kafka", [f"{libs}/*"])
+    listed = jvm_archive.archive_path("kafka", [str(libs / "a.jar"), str(libs / "b.jar")])
+    assert wildcard == listed  # a `folder/*` entry is the jars in it
+    assert wildcard.parent == cache / jvm_archive.FOLDER
+    assert wildcard.name.startswith("kafka-") and wildcard.suffix == ".jsa"
+    assert jvm_archive.archive_path("spark", [f"{libs}/*"]) != wildcard
+
+    (libs / "b.jar").write_bytes(b"a longer jar b")
+    grown = jvm_archive.archive_path("kafka", [f"{libs}/*"])
+    assert grown != wildcard
+    st = (libs / "b.jar").stat()
+    os.utime(libs / "b.jar", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert jvm_archive.archive_path("kafka", [f"{libs}/*"]) != grown
+    _jars(libs, "c.jar")
+    assert jvm_archive.archive_path("kafka", [f"{libs}/*"]) not in {wildcard, grown}
+
+
+def test_no_flags_until_the_archive_exists(tmp_path: Path, cache: Path) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(_jars(tmp_path / "l", "a.jar"))])
+    assert jvm_archive.use_flags(archive) == []
+    archive.parent.mkdir(parents=True)
+    archive.write_bytes(b"archive")
+    flags = jvm_archive.use_flags(archive)
+    assert f"-XX:SharedArchiveFile={archive}" in flags
+    assert "-Xlog:cds=off" in flags  # a tool's stdout stays its own
+
+
+def _dumped(archive: Path, content: bytes) -> Path:
+    """The file a JVM started with dump_flags(archive) would have written at its exit."""
+    (flag,) = (f for f in jvm_archive.dump_flags(archive) if "ArchiveClassesAtExit" in f)
+    pending = Path(flag.split("=", 1)[1])
+    pending.write_bytes(content)
+    return pending
+
+
+@pytest.mark.parametrize("status", [0, 143, -15])
+def test_a_clean_exit_puts_the_archive_in_place(tmp_path: Path, cache: Path,
+                                                status: int) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(tmp_path)])
+    pending = _dumped(archive, b"classes")
+    assert jvm_archive.commit(archive, status)
+    assert archive.read_bytes() == b"classes" and not pending.exists()
+
+
+@pytest.mark.parametrize("status", [1, 137, -9, 134, -6])
+def test_an_unclean_exit_keeps_no_archive(tmp_path: Path, cache: Path, status: int) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(tmp_path)])
+    pending = _dumped(archive, b"perhaps half the classes")
+    assert not jvm_archive.commit(archive, status)
+    assert not archive.exists() and not pending.exists()
+
+
+def test_an_empty_or_missing_dump_keeps_no_archive(tmp_path: Path, cache: Path) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(tmp_path)])
+    pending = _dumped(archive, b"")
+    assert not jvm_archive.commit(archive, 0)
+    assert not archive.exists() and not pending.exists()
+    jvm_archive.dump_flags(archive)
+    assert not jvm_archive.commit(archive, 0)
+    assert not archive.exists()
