@@ -74,7 +74,8 @@ class Node:
         if value not in options:
             self.errors.add(f"{self.key_path(key)}: expected one of {options}, got {value!r}")
             return default
-        return value
+        chosen: str = value
+        return chosen
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.get(key, default)

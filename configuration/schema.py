@@ -27,8 +27,9 @@ from configuration.errors import ConfigError, ErrorCollector, InvalidConfig
 __all__ = ["build_config", "yaml_key"]
 
 
-def yaml_key(f: dataclasses.Field) -> str:
-    return f.metadata.get("key", f.name.rstrip("_"))
+def yaml_key(f: dataclasses.Field[Any]) -> str:
+    key: str = f.metadata.get("key", f.name.rstrip("_"))
+    return key
 
 
 # How an error names a YAML value's type; bool before int, since a bool is an int.
@@ -120,7 +121,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
                 errors.add(f"{path}: keys must be strings, got {k!r}")
         errors.check()
         return out
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return build_config(hint, value, path)
     if hint is bool:
         if not isinstance(value, bool):

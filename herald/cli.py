@@ -90,16 +90,20 @@ def main(argv: list[str] | None = None) -> int:
     except NotInstalled as exc:
         print(f"herald {command.name}: not available here ({exc})", file=sys.stderr)
         return 2
+    status: int
     if parser is None:  # the command reads its own arguments
-        return run(argv[1:])
+        status = run(argv[1:])
+        return status
     args = parser.parse_args(argv[1:])
     if command.section is None:
-        return run(args)
+        status = run(args)
+        return status
     try:
         sections = read_sections(args.config)
     except ConfigError as exc:
         return report(exc)
-    return run(args, sections[command.section])
+    status = run(args, sections[command.section])
+    return status
 
 
 if __name__ == "__main__":

@@ -78,7 +78,8 @@ def resolve(ref: str) -> Callable[..., Any]:
     """The function `module:function` names, its module imported now."""
     module, _, name = ref.partition(":")
     try:
-        return getattr(importlib.import_module(module), name)
+        function: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return function
     except ModuleNotFoundError as exc:
         if exc.name is None or not _is_parent_or_self(exc.name, module):
             raise  # the provider is there but something it imports is not: a real error

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.api_keys import ApiKey
 from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
-from protocol.messages import RESPONSES
+from protocol.messages.api_versions_response import ApiVersionsResponse
 from protocol.primitives import Buffer
 
 _UNSUPPORTED_VERSION = UNSUPPORTED_VERSION.to_bytes(2, "big", signed=True)
@@ -18,7 +17,7 @@ _UNSUPPORTED_VERSION = UNSUPPORTED_VERSION.to_bytes(2, "big", signed=True)
 def decode_body(payload: Buffer, version: int, offset: int) -> Any:
     """The ApiVersions response body at `offset`: in `version`, or the v0 fallback (wrapped
     so that it is written back as v0 and filters see the usual attributes)."""
-    cls = RESPONSES[ApiKey.API_VERSIONS]
+    cls = ApiVersionsResponse
     if payload[offset : offset + 2] == _UNSUPPORTED_VERSION:
         return _Version0(cls.decode(payload, 0, offset))
     return cls.decode(payload, version, offset)
@@ -26,8 +25,10 @@ def decode_body(payload: Buffer, version: int, offset: int) -> Any:
 
 def encode_body(msg: Any, version: int) -> bytes:
     if isinstance(msg, _Version0):
-        return msg.inner.encode(0)
-    return msg.encode(version)
+        encoded: bytes = msg.inner.encode(0)
+    else:
+        encoded = msg.encode(version)
+    return encoded
 
 
 class _Version0:

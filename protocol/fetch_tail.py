@@ -201,7 +201,8 @@ def fit_tail(msg: Any, version: int, size: int) -> bytes:
 
 
 def _encode_tail(msg: Any, version: int) -> bytes:
-    return msg.encode(version)[len(_EMPTY_BODY) :]
+    encoded: bytes = msg.encode(version)
+    return encoded[len(_EMPTY_BODY) :]
 
 
 def _pad(msg: Any, version: int, size: int, short: int) -> bytes | None:

@@ -70,7 +70,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
 def peek_request_header(frame: Buffer, offset: int = 0) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` from the fixed first 8 bytes of a request."""
     try:
-        return _PEEK.unpack_from(frame, offset)  # type: ignore[return-value]
+        return _PEEK.unpack_from(frame, offset)
     except StructError:
         raise CodecError(f"request shorter than 8 bytes ({len(frame) - offset})") from None
 
@@ -78,7 +78,8 @@ def peek_request_header(frame: Buffer, offset: int = 0) -> tuple[int, int, int]:
 def peek_correlation_id(frame: Buffer, offset: int = 0) -> int:
     """The correlation id of a response: its first 4 bytes, in every header version."""
     try:
-        return _CORRELATION_ID.unpack_from(frame, offset)[0]
+        correlation_id: int = _CORRELATION_ID.unpack_from(frame, offset)[0]
+        return correlation_id
     except StructError:
         raise CodecError(f"response shorter than 4 bytes ({len(frame) - offset})") from None
 

@@ -34,7 +34,8 @@ def produce_acks(body: Buffer, version: int, offset: int = 0) -> int:
             else:
                 n = _INT16.unpack_from(body, pos)[0]
                 pos += 2 + max(n, 0)
-        return _INT16.unpack_from(body, pos)[0]
+        acks: int = _INT16.unpack_from(body, pos)[0]
+        return acks
     except StructError:
         raise CodecError(f"Produce v{version} body too short to hold acks") from None
 

@@ -108,14 +108,14 @@ def _fixed_writer(s: Struct) -> Callable[[bytearray, Any], None]:
     return write
 
 
-read_int8 = _fixed_reader(INT8)
-read_int16 = _fixed_reader(INT16)
-read_int32 = _fixed_reader(INT32)
-read_int64 = _fixed_reader(INT64)
-read_uint16 = _fixed_reader(UINT16)
-read_uint32 = _fixed_reader(UINT32)
-read_float64 = _fixed_reader(FLOAT64)
-read_bool = _fixed_reader(BOOL)
+read_int8: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(INT8)
+read_int16: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(INT16)
+read_int32: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(INT32)
+read_int64: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(INT64)
+read_uint16: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(UINT16)
+read_uint32: Callable[[Buffer, int], tuple[int, int]] = _fixed_reader(UINT32)
+read_float64: Callable[[Buffer, int], tuple[float, int]] = _fixed_reader(FLOAT64)
+read_bool: Callable[[Buffer, int], tuple[bool, int]] = _fixed_reader(BOOL)
 write_int8 = _fixed_writer(INT8)
 write_int16 = _fixed_writer(INT16)
 write_int32 = _fixed_writer(INT32)

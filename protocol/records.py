@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from crc32c import crc32c
 
@@ -129,6 +130,10 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
+_Parts = list[Any]
+"""Pieces of an encoded batch, joined once: bytes and views, and None in a length varint's
+slot until what follows it is known."""
+
 # --- records --------------------------------------------------------------------------------------
 
 Header = tuple[str, bytes | None]
@@ -149,6 +154,18 @@ class Record:
     __slots__ = (
         "_src", "_start", "_body", "_hpos", "_end", "_hdr0", "_headers", "_fields", "_dirty"
     )
+    _src: bytes  # the batch payload a parsed record lies in; empty for a record made here
+    _start: int
+    _body: int
+    _hpos: int
+    _end: int
+    _hdr0: list[Header]  # the headers as parsed
+    _headers: list[Header] | None  # None: still the parsed ones, uncopied
+    # attributes, timestamp delta, offset delta, key, value, by index; None
+    # until first read. One list rather than five slots: a record is parsed with one
+    # store and its fields decoded with one, and `_encode` unpacks them at once.
+    _fields: list[Any] | None
+    _dirty: bool
 
     def __init__(
         self,
@@ -160,9 +177,9 @@ class Record:
         offset_delta: int = 0,
         attributes: int = 0,
     ) -> None:
-        self._src = None
+        self._src = b""
         self._start = self._body = self._hpos = self._end = 0
-        self._hdr0 = ()
+        self._hdr0 = []
         self._headers = list(headers) if headers is not None else []
         self._fields = [
             attributes,
@@ -174,7 +191,7 @@ class Record:
         self._dirty = True
 
     # Fields other than headers are decoded lazily: most interceptors only look at headers.
-    def _load_fields(self) -> list:
+    def _load_fields(self) -> list[Any]:
         buf = self._src
         pos = self._body
         attributes = buf[pos]
@@ -192,19 +209,23 @@ class Record:
 
     @property
     def attributes(self) -> int:
-        return (self._fields or self._load_fields())[0]
+        attributes: int = (self._fields or self._load_fields())[0]
+        return attributes
 
     @property
     def timestamp_delta(self) -> int:
-        return (self._fields or self._load_fields())[1]
+        timestamp_delta: int = (self._fields or self._load_fields())[1]
+        return timestamp_delta
 
     @property
     def offset_delta(self) -> int:
-        return (self._fields or self._load_fields())[2]
+        offset_delta: int = (self._fields or self._load_fields())[2]
+        return offset_delta
 
     @property
     def key(self) -> bytes | None:
-        return (self._fields or self._load_fields())[3]
+        key: bytes | None = (self._fields or self._load_fields())[3]
+        return key
 
     @key.setter
     def key(self, key: bytes | None) -> None:
@@ -216,7 +237,8 @@ class Record:
 
     @property
     def value(self) -> bytes | None:
-        return (self._fields or self._load_fields())[4]
+        value: bytes | None = (self._fields or self._load_fields())[4]
+        return value
 
     @value.setter
     def value(self, value: bytes | None) -> None:
@@ -302,21 +324,31 @@ class _ControlRecord(Record):
     def _refuse(self, _value: object) -> None:
         raise ReadOnlyRecordError("records of a control batch cannot be changed")
 
-    key = property(Record.key.fget, _refuse)
-    value = property(Record.value.fget, _refuse)
-    headers = property(Record.headers.fget, _refuse)
-    take_headers = _refuse
+    # Record's own getters (read from its class dictionary: a type checker sees a property
+    # with a setter as an overload), with a setter that refuses.
+    key = property(Record.__dict__["key"].fget, _refuse)
+    value = property(Record.__dict__["value"].fget, _refuse)
+    headers = property(Record.__dict__["headers"].fget, _refuse)
+
+    def take_headers(self, headers: list[Header]) -> None:
+        self._refuse(headers)
 
 
 def _opt_bytes(data: object) -> bytes | None:
     if data is None or type(data) is bytes:
         return data
-    if isinstance(data, bytearray | memoryview):
+    return _as_bytes(data)
+
+
+def _as_bytes(data: object) -> bytes:
+    """A bytes-like value as bytes; anything else (an int would make that many zero bytes)
+    refused."""
+    if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise TypeError(f"expected bytes or None, not {type(data).__name__}")
 
 
-def _encode_headers(headers: list[Header], parts: list) -> None:
+def _encode_headers(headers: list[Header], parts: _Parts) -> None:
     """Append the header count and headers to `parts`."""
     append = parts.append
     append(_varint(len(headers)))
@@ -331,7 +363,7 @@ def _encode_header(header: Header) -> bytes:
     if value is None:
         return head + _MINUS_ONE
     if type(value) is not bytes:
-        value = _opt_bytes(value)
+        value = _as_bytes(value)  # a bytearray or memoryview a member set
     n = len(value)
     return b"".join((head, _VARINTS[n] if n < _VARINT_TABLE else _zigzag_varint(n), value))
 
@@ -361,14 +393,15 @@ def _encode_key(key: str) -> bytes:
     return piece
 
 
-def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: bool) -> list:
+def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: bool
+           ) -> list[Any]:
     """Walk the records in buf[pos:end].
 
     Returns Record objects when `objects`, else just each record's header list (the read-only
     scan). Every length is checked against the record's own bounds, so a record can never
     read into its neighbour and a forged length cannot make us slice beyond the input.
     """
-    out: list = []
+    out: list[Any] = []  # Records, or header lists (`objects` False)
     append = out.append
     cls = _ControlRecord if control else Record
     new = object.__new__
@@ -439,7 +472,7 @@ def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: b
                 pos += 1
             else:
                 b, pos = _read_uvarint(buf, pos)
-            headers: list = []
+            headers: list[Header] = []
             if b:
                 # Each header takes at least two bytes, which bounds the loop by the input.
                 if b & 1 or b >> 1 > (rend - pos) >> 1:
@@ -493,6 +526,10 @@ def _parse(buf: bytes, pos: int, end: int, count: int, control: bool, objects: b
     return out
 
 
+_ShapeEntry = tuple[int, int, Any, bytes, int]
+"""One entry of a `_TailEncoder`'s shape: the third item is a run's headers, or a key."""
+
+
 class _TailEncoder:
     """Encodes the headers appended to the records of one batch, reusing work across records.
 
@@ -513,12 +550,12 @@ class _TailEncoder:
 
     __slots__ = ("_parts", "_encoded", "_same", "_shape", "_size", "_prev")
 
-    def __init__(self, parts: list) -> None:
+    def __init__(self, parts: _Parts) -> None:
         self._parts = parts
         self._encoded: dict[Header, bytes] = {}  # for the header-by-header way
         # (headers, wire bytes, length) of the last tail when it was made of constants only
         self._same: tuple[list[Header], bytes, int] | None = None
-        self._shape: list[tuple] | None = None  # see _learn
+        self._shape: list[_ShapeEntry] | None = None  # see _learn
         self._size = -1  # the tail length the shape is for
         self._prev: list[Header] | None = None  # the last tail, while there is no shape
 
@@ -560,12 +597,14 @@ class _TailEncoder:
         n = 0
         for header in tail:
             try:
-                piece = encoded.get(header)
+                cached = encoded.get(header)
             except TypeError:  # an unhashable value (bytearray, memoryview)
-                piece = None
-            if piece is None:
+                cached = None
+            if cached is not None:
+                piece = cached
+            else:
                 piece = _encode_header(header)
-                if type(header[1]) is not bytearray and type(header[1]) is not memoryview:
+                if header[1] is None or type(header[1]) is bytes:  # hashable
                     encoded[header] = piece
             append(piece)
             n += len(piece)
@@ -577,7 +616,7 @@ class _TailEncoder:
             self._prev = tail
         return n
 
-    def _learn(self, prev: list[Header], tail: list[Header], pieces: list) -> None:
+    def _learn(self, prev: list[Header], tail: list[Header], pieces: _Parts) -> None:
         """Learn the shape from two consecutive tails; `pieces` are the wire form of `tail`,
         header by header.
 
@@ -586,7 +625,7 @@ class _TailEncoder:
         header that varies, where `head` is the wire form of the key and of the value length
         (a per-record id keeps its length) and a value length of -1 stands for "not bytes".
         """
-        shape: list[tuple] = []
+        shape: list[_ShapeEntry] = []
         size = len(tail)
         j = 0
         while j < size:
@@ -612,7 +651,7 @@ class _TailEncoder:
             self._size = size
 
 
-def _encode_parsed(records: list[Record], parts: list) -> bool:
+def _encode_parsed(records: list[Record], parts: _Parts) -> bool:
     """Append the wire form of parsed records to `parts`; return whether anything changed.
 
     Unchanged records are copied as runs of original bytes. A record whose headers changed is
@@ -626,7 +665,8 @@ def _encode_parsed(records: list[Record], parts: list) -> bool:
     run_start = run_end = 0
     append = parts.append
     table = _VARINTS
-    view = view_src = None
+    view = memoryview(b"")
+    view_src: bytes | None = None
     encode_tail = _TailEncoder(parts).encode
     for rec in records:
         src = rec._src
@@ -712,6 +752,20 @@ class RecordBatch:
         "_removed",
         "_replaced",
     )
+    # The header's fields, as Kafka names them (unpacked in one call from the bytes).
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
 
     def __init__(
         self,
@@ -917,7 +971,7 @@ class RecordBatch:
         parts = self._reencode(level, codec)
         return self.raw if parts is None else b"".join(parts)
 
-    def _wire(self, out: list) -> None:
+    def _wire(self, out: _Parts) -> None:
         """Append the batch to `out` as pieces for one final join: no intermediate copies."""
         parts = self._reencode(None)
         if parts is None:
@@ -925,13 +979,16 @@ class RecordBatch:
         else:
             out += parts
 
-    def _reencode(self, level: int | None, codec: int | None = None) -> list | None:
+    def _reencode(self, level: int | None, codec: int | None = None) -> list[bytes] | None:
         """The re-encoded batch as pieces to join, or None when it is unchanged."""
         records = self._records
         if records is None:
             if not self._replaced:
                 return None
-            parts = [self._body]
+            body = self._body
+            if body is None:  # replace_records sets it with the flag
+                raise AssertionError("a replaced batch without its records")
+            parts = [body]
             changed = True
             count = self.record_count
         else:
@@ -973,7 +1030,8 @@ class RecordBatch:
         )
 
 
-def _seal(base_offset: int, leader_epoch: int, crc_part: bytes, payload: bytes) -> list:
+def _seal(base_offset: int, leader_epoch: int, crc_part: bytes, payload: bytes
+          ) -> list[bytes]:
     """The pieces of a batch: prefix (with length and CRC), CRC-covered header, payload."""
     crc = crc32c(payload, crc32c(crc_part))
     length = _MIN_BATCH_LENGTH + len(payload)
@@ -1036,7 +1094,7 @@ def split_batches(
 
 def join_batches(parts: Iterable[RecordBatch | bytes]) -> bytes:
     """The `records` field for a list from `split_batches`, after any edits."""
-    out: list = []
+    out: _Parts = []
     for part in parts:
         if isinstance(part, RecordBatch):
             part._wire(out)

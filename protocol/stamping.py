@@ -23,6 +23,7 @@ from binascii import hexlify
 from collections.abc import Sequence
 
 from protocol.errors import CodecError
+from protocol.primitives import Buffer
 from protocol.records import (
     _VARINT_TABLE,
     _VARINTS,
@@ -36,9 +37,9 @@ from protocol.records import (
 )
 
 try:
-    from protocol import _stamp as _native
+    import protocol._stamp as _native
 except ImportError:  # not built (no compiler where Herald was installed): the Python reference
-    _native = None
+    _native = None  # type: ignore[assignment]  # the checks below say `is not None`
 
 __all__ = [
     "NATIVE",
@@ -171,9 +172,9 @@ def _column_ok(column: object, count: int) -> bool:
 
 def _piece(column: Column, index: int) -> bytes:
     """Record `index`'s share of a column."""
-    if type(column) is bytes:
+    if isinstance(column, bytes):
         return column
-    if type(column) is list:
+    if isinstance(column, list):
         return column[index]
     key, values = column
     value = values[index]
@@ -191,7 +192,7 @@ def _py_append(buf: bytes, start: int, end: int, count: int, added: int,
                             "(key, values) tuple with one bytes or None value per record")
     if added < 0:
         raise ValueError("negative count")
-    parts: list = []
+    parts: list[Buffer] = []
     put = parts.append
     view = memoryview(buf)
     for index, rec in enumerate(_parse(buf, start, end, count, False, True)):

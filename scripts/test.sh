@@ -37,6 +37,7 @@ if [ "${HERALD_JAEGER_BUILD:-$build_apiserver}" = 1 ]; then
 fi
 bash scripts/setup.sh
 .venv/bin/ruff check .
+.venv/bin/mypy  # strict, over the packages pyproject.toml's [tool.mypy] lists
 # The image (deploy/build-image.sh; reused while its inputs are unchanged), beside the suite.
 # A failed build does not stop the suite: its outcome is recorded for
 # tests/k8s/deploy/test_image.py, which reports the build's error (and fails under

@@ -298,6 +298,10 @@ def test_header_type_errors():
         batch.to_bytes()
     with pytest.raises(TypeError):
         Record(key="str")
+    batch = only(sample(2))
+    batch.records[1].headers.append(("k", 3))  # bytes(3) would be three zero bytes
+    with pytest.raises(TypeError):
+        batch.to_bytes()
 
 
 def test_long_fields_use_multibyte_varints():
