@@ -74,10 +74,10 @@ JVM_OPTS_ENV = "HERALD_KAFKA_JVM_OPTS"
 def jvm_opts(cp: str) -> list[str]:
     """Extra flags for every JVM the harness starts on the classpath `cp` (brokers, their
     storage tool, and the test suite's Java tools): `HERALD_KAFKA_JVM_OPTS`, split as a shell
-    would, and the class archive of that classpath once `train_class_archive` made one. The
-    test suite sets the variable so that brokers carrying a few records spend less CPU on JIT
-    and GC threads than on the records; unset, the JVMs run with their defaults (the
-    benchmarks, `herald dev`)."""
+    would, and the class archive of that classpath once `proxy.devtools.kafka_archive` made
+    one. The test suite sets the variable so that brokers carrying a few records spend less
+    CPU on JIT and GC threads than on the records; unset, the JVMs run with their defaults
+    (the benchmarks, `herald dev`)."""
     return [*shlex.split(os.environ.get(JVM_OPTS_ENV, "")),
             *jvm_archive.use_flags(class_archive(cp))]
 
@@ -245,7 +245,7 @@ class KafkaCluster:
     scram_credentials: list[str] = field(default_factory=list)
     nodes: list[KafkaNode] = field(default_factory=list)
     # The (single) node writes the class archive of its classpath when it stops, instead of
-    # starting from one (`train_class_archive`).
+    # starting from one (`proxy.devtools.kafka_archive`).
     train_archive: bool = False
     _own_workdir: bool = False
 
