@@ -101,7 +101,7 @@ fi
 .venv/bin/python -m pipeline.connector
 # Class archives (configuration/jvm_archive.py), made once per Kafka release and PySpark
 # install: Kafka's broker and tools and Spark's driver then start from the classes a first
-# run loaded, with a third to a half less CPU. Made in the background, beside the rest.
+# run loaded, with a quarter to a half less CPU. Made in the background, beside the rest.
 make_archives() {
   .venv/bin/python -m proxy.devtools.kafka_archive && .venv/bin/python scripts/spark_archive.py
 }
