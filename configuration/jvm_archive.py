@@ -11,13 +11,17 @@ one. A JVM writes its archive when it exits (`dump_flags`); `commit` moves it in
 after that JVM exited of itself or on SIGTERM, because a JVM handed a truncated archive dies
 of SIGBUS. Without an archive, or with one this JVM cannot use (another JDK), a JVM starts as
 it would have: `use_flags` silences the warning it would print, since tools print their
-output on the same stdout.
+output on the same stdout. An archive saves CPU and nothing depends on it, so a JDK that
+writes none (`dumping_refused` says why) only means JVMs that start as they always did.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import subprocess
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -63,19 +67,45 @@ def _pending(archive: Path) -> Path:
 
 
 def dump_flags(archive: Path) -> list[str]:
-    """The flags that make a JVM write its loaded classes, at exit, for `commit(archive)`."""
+    """The flags that make a JVM write its loaded classes, at exit, for `commit(archive)`.
+    The JVM's own warnings about the dump stay on: they are the only account of a dump that
+    wrote nothing."""
     archive.parent.mkdir(parents=True, exist_ok=True)
-    return [f"-XX:ArchiveClassesAtExit={_pending(archive)}", "-Xlog:cds=off",
-            "-Xlog:cds+dynamic=off"]
+    return [f"-XX:ArchiveClassesAtExit={_pending(archive)}"]
+
+
+@functools.cache
+def dumping_refused(java: str = "java") -> str | None:
+    """Why `java` writes no class archive (its own words), or None when it writes one: a
+    JDK without its base archive (`lib/server/classes.jsa`), or one that cannot map it, writes
+    none, and a trainer says so instead of failing in a way nobody can read."""
+    with tempfile.TemporaryDirectory() as folder:
+        probe = Path(folder) / "probe.jsa"
+        try:
+            run = subprocess.run([java, f"-XX:ArchiveClassesAtExit={probe}", "-version"],
+                                 capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{java} -version did not run: {exc}"
+        if probe.is_file() and probe.stat().st_size > 0:
+            return None
+        said = " | ".join(line.strip() for line in (run.stdout + run.stderr).splitlines()[-3:])
+        return f"`{java} -version` (exit {run.returncode}) wrote no class archive: {said}"
 
 
 def commit(archive: Path, exit_status: int) -> bool:
     """Put the archive the JVM started with `dump_flags(archive)` (by this process) in place,
     now that it exited with `exit_status`; False, and nothing kept, if it did not exit
-    cleanly or wrote nothing."""
+    cleanly or wrote nothing (`not_committed` says which)."""
     pending = _pending(archive)
     if exit_status in CLEAN_EXITS and pending.is_file() and pending.stat().st_size > 0:
         os.replace(pending, archive)
         return True
     pending.unlink(missing_ok=True)
     return False
+
+
+def not_committed(exit_status: int) -> str:
+    """Why `commit` kept nothing after a JVM exited with `exit_status`."""
+    if exit_status in CLEAN_EXITS:
+        return f"the JVM exited cleanly ({exit_status}) but wrote no archive"
+    return f"the JVM exited with {exit_status}, so a partial archive was not kept"

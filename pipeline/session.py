@@ -108,18 +108,21 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False,
     return spark
 
 
-def stop_writing_archive(spark: SparkSession) -> bool:
+def stop_writing_archive(spark: SparkSession) -> str | None:
     """Stop the session started with `write_archive` and its driver JVM, which writes the
-    class archive as it exits; put the archive in place if it exited cleanly."""
+    class archive as it exits; put the archive in place if it exited cleanly. None once it is
+    in place, else why not."""
     from pyspark import SparkContext
 
     spark.stop()
     gateway = SparkContext._gateway
     if gateway is None or gateway.proc is None:
-        return False
+        return "the driver's JVM was not started by this process"
     gateway.shutdown()
     gateway.proc.stdin.close()  # the driver exits when its Python's end of the pipe closes
     status = gateway.proc.wait(120)
     SparkContext._gateway = None
     SparkContext._jvm = None
-    return jvm_archive.commit(class_archive(), status)
+    if jvm_archive.commit(class_archive(), status):
+        return None
+    return jvm_archive.not_committed(status)

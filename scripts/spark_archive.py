@@ -5,6 +5,8 @@ the batch job and the stream over their records, so the archive holds the classe
 pipeline's jobs load: the Kafka source, the analysis, Parquet, the state store.
 
     .venv/bin/python scripts/spark_archive.py        # scripts/setup.sh runs it
+
+An archive only saves CPU: where none can be made it says why and exits 0.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from configuration import jvm_archive  # noqa: E402
 from pipeline.config import StreamConfig  # noqa: E402
 from pipeline.jobs import run_batch, start_stream  # noqa: E402
 from pipeline.session import (  # noqa: E402
@@ -31,7 +34,9 @@ from tests.support.pipeline.observations import FETCH_TOPIC  # noqa: E402
 from tests.support.pipeline.scenario import pipeline_config, play, topic_names  # noqa: E402
 
 
-def _run_jobs(bootstrap: str, topics: dict[str, str], out: Path) -> None:
+def _run_jobs(bootstrap: str, topics: dict[str, str], out: Path) -> str | None:
+    """Run the jobs in a driver that writes the archive; None once it is in place, else why
+    not."""
     spark = spark_session(SparkSettings(master="local[2]", driver_memory="768m",
                                         shuffle_partitions=2), write_archive=True)
     try:
@@ -43,14 +48,15 @@ def _run_jobs(bootstrap: str, topics: dict[str, str], out: Path) -> None:
             query.stop()
             raise RuntimeError("the stream did not finish its records in 10 minutes")
     finally:
-        if not stop_writing_archive(spark):
-            raise RuntimeError(f"Spark's driver wrote no class archive ({class_archive()})")
+        failure = stop_writing_archive(spark)
+    return failure
 
 
 def main() -> int:
     archive = class_archive()
     start = time.monotonic()
-    if not archive.is_file():
+    failure = None if archive.is_file() else jvm_archive.dumping_refused()
+    if failure is None and not archive.is_file():
         with KafkaCluster(size=1) as kafka, tempfile.TemporaryDirectory() as out:
             create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
             config = shipped_config(kafka.bootstrap)
@@ -59,7 +65,10 @@ def main() -> int:
             topics = topic_names("class-archive")
             with HeraldProcess(config) as herald:
                 play(herald.bootstrap, kafka.bootstrap, topics)
-            _run_jobs(kafka.bootstrap, topics, Path(out))
+            failure = _run_jobs(kafka.bootstrap, topics, Path(out))
+    if failure is not None:
+        print(f"spark-archive: no class archive, Spark's driver starts without one: {failure}")
+        return 0
     print(f"spark-archive: {archive} ({archive.stat().st_size // 2**20} MiB, "
           f"{time.monotonic() - start:.0f} s)")
     return 0

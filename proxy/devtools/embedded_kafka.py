@@ -245,8 +245,10 @@ class KafkaCluster:
     scram_credentials: list[str] = field(default_factory=list)
     nodes: list[KafkaNode] = field(default_factory=list)
     # The (single) node writes the class archive of its classpath when it stops, instead of
-    # starting from one (`proxy.devtools.kafka_archive`).
+    # starting from one (`proxy.devtools.kafka_archive`); `archive_failure` says why, when
+    # it wrote none.
     train_archive: bool = False
+    archive_failure: str | None = None
     _own_workdir: bool = False
 
     @property
@@ -304,10 +306,21 @@ class KafkaCluster:
 
     def stop(self) -> None:
         for node in self.nodes:
-            _terminate(node)
+            # A training broker writes its archive (tens of MiB) as it stops: its SIGKILL
+            # would throw the archive away, so it has longer to finish.
+            _terminate(node, grace=120.0 if self.train_archive else 20.0)
         if self.train_archive and self.nodes and self.nodes[0].process is not None:
-            jvm_archive.commit(class_archive(classpath(self.version)),
-                               self.nodes[0].process.returncode)
+            self._commit_archive(self.nodes[0])
+
+    def _commit_archive(self, node: KafkaNode) -> None:
+        assert node.process is not None
+        status = node.process.returncode
+        if jvm_archive.commit(class_archive(classpath(self.version)), status):
+            return
+        said = [line for line in node.log_tail(2000).splitlines()
+                if "cds" in line.lower() or "archive" in line.lower()]
+        self.archive_failure = (f"{jvm_archive.not_committed(status)}; the broker's log says: "
+                                + (" | ".join(said[-5:]) or "nothing about it"))
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -426,13 +439,13 @@ def _read_from(path: Path, offset: int) -> str:
         return ""
 
 
-def _terminate(node: KafkaNode) -> None:
+def _terminate(node: KafkaNode, grace: float = 20.0) -> None:
     proc = node.process
     if proc is None or proc.poll() is not None:
         return
     try:
         os.killpg(proc.pid, 15)
-        proc.wait(timeout=20)
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         proc.wait(timeout=10)

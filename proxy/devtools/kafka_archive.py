@@ -4,6 +4,9 @@ records produced and consumed by a group, then stopped, so the archive holds the
 broker loads to start, to serve a producer, and to coordinate a consumer group.
 
     python -m proxy.devtools.kafka_archive [VERSION ...]     # scripts/setup.sh: the pinned one
+
+An archive only saves CPU: where none can be made it says why and exits 0, and the JVMs
+start as they would have.
 """
 
 from __future__ import annotations
@@ -12,11 +15,17 @@ import sys
 import time
 from pathlib import Path
 
+from configuration import jvm_archive
 from protocol.kafka_versions import KAFKA_VERSION
 from proxy.devtools.embedded_kafka import KafkaCluster, class_archive
 from proxy.devtools.kafka_dist import classpath
 
 RECORDS = 300
+ATTEMPTS = 2
+
+
+class ArchiveNotMade(RuntimeError):
+    """No archive was made; the message says why, in the JVM's words where it gave any."""
 
 
 def _exercise(bootstrap: str) -> None:
@@ -49,21 +58,35 @@ def _exercise(bootstrap: str) -> None:
 
 
 def train(version: str = KAFKA_VERSION) -> Path:
-    """The archive of `version`'s classpath, made now unless it is there already."""
+    """The archive of `version`'s classpath, made now unless it is there already; a second
+    broker tries if the first wrote none (ArchiveNotMade after both)."""
     archive = class_archive(classpath(version))
     if archive.is_file():
         return archive
-    with KafkaCluster(size=1, version=version, train_archive=True) as cluster:
-        _exercise(cluster.bootstrap)
-    if not archive.is_file():
-        raise RuntimeError(f"the broker wrote no class archive ({archive})")
-    return archive
+    refused = jvm_archive.dumping_refused()
+    if refused is not None:
+        raise ArchiveNotMade(refused)
+    failures = []
+    for _ in range(ATTEMPTS):
+        cluster = KafkaCluster(size=1, version=version, train_archive=True)
+        with cluster:
+            _exercise(cluster.bootstrap)
+        if archive.is_file():
+            return archive
+        failures.append(cluster.archive_failure or "no reason recorded")
+    raise ArchiveNotMade(f"the broker wrote no class archive {archive}: "
+                         + "; then: ".join(failures))
 
 
 def main(argv: list[str] | None = None) -> int:
     for version in (argv if argv is not None else sys.argv[1:]) or [KAFKA_VERSION]:
         start = time.monotonic()
-        archive = train(version)
+        try:
+            archive = train(version)
+        except ArchiveNotMade as exc:
+            print(f"kafka-archive: Kafka {version}: no class archive, its JVMs start without "
+                  f"one: {exc}")
+            continue
         print(f"kafka-archive: Kafka {version}: {archive} "
               f"({archive.stat().st_size // 2**20} MiB, {time.monotonic() - start:.0f} s)")
     return 0

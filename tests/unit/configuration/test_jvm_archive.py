@@ -86,3 +86,36 @@ def test_an_empty_or_missing_dump_keeps_no_archive(tmp_path: Path, cache: Path) 
     jvm_archive.dump_flags(archive)
     assert not jvm_archive.commit(archive, 0)
     assert not archive.exists()
+
+
+def test_the_reason_a_refused_commit_gives() -> None:
+    assert "exited cleanly (143) but wrote no archive" in jvm_archive.not_committed(143)
+    assert jvm_archive.not_committed(-9) == (
+        "the JVM exited with -9, so a partial archive was not kept")
+
+
+def test_a_dump_keeps_the_jvm_s_own_warnings(tmp_path: Path, cache: Path) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(tmp_path)])
+    assert not any(flag.startswith("-Xlog") for flag in jvm_archive.dump_flags(archive))
+
+
+def _fake_java(folder: Path, script: str) -> str:
+    java = folder / "java"
+    java.write_text(f"#!/bin/sh\n{script}\n")
+    java.chmod(0o755)
+    return str(java)
+
+
+def test_a_jdk_that_writes_no_archive_is_named_with_its_words(tmp_path: Path) -> None:
+    java = _fake_java(tmp_path, "echo 'Error occurred during initialization of VM'; "
+                                "echo 'base CDS archive is not loaded'; exit 1")
+    refused = jvm_archive.dumping_refused(java)
+    assert refused is not None
+    assert "(exit 1)" in refused and "base CDS archive is not loaded" in refused
+    assert jvm_archive.dumping_refused(str(tmp_path / "no-such-java")) is not None
+
+
+def test_a_jdk_that_writes_one_is_not_refused(tmp_path: Path) -> None:
+    # `java -XX:ArchiveClassesAtExit=PATH -version`, as a JDK that writes archives acts.
+    java = _fake_java(tmp_path, 'printf classes > "${1#-XX:ArchiveClassesAtExit=}"')
+    assert jvm_archive.dumping_refused(java) is None
