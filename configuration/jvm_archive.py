@@ -99,6 +99,7 @@ def commit(archive: Path, exit_status: int) -> bool:
     pending = _pending(archive)
     if exit_status in CLEAN_EXITS and pending.is_file() and pending.stat().st_size > 0:
         os.replace(pending, archive)
+        _why(archive).unlink(missing_ok=True)
         return True
     pending.unlink(missing_ok=True)
     return False
@@ -109,3 +110,25 @@ def not_committed(exit_status: int) -> str:
     if exit_status in CLEAN_EXITS:
         return f"the JVM exited cleanly ({exit_status}) but wrote no archive"
     return f"the JVM exited with {exit_status}, so a partial archive was not kept"
+
+
+
+def _why(archive: Path) -> Path:
+    return archive.with_name(f"{archive.name}.why")
+
+
+def record_not_made(archive: Path, reason: str) -> None:
+    """Keep why a trainer made no `archive`, for whoever next wonders why JVMs start
+    without one (the test suite, a developer); the next archive made clears it."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    _why(archive).write_text(reason + "\n")
+
+
+def why_not_made(archive: Path) -> str | None:
+    """The reason `record_not_made` kept, if `archive` is still missing."""
+    if archive.is_file():
+        return None
+    try:
+        return _why(archive).read_text().strip() or None
+    except OSError:
+        return None

@@ -52,21 +52,31 @@ def _run_jobs(bootstrap: str, topics: dict[str, str], out: Path) -> str | None:
     return failure
 
 
+def _train(archive: Path) -> str | None:
+    """Make the archive; None once it is in place, else why not."""
+    refused = jvm_archive.dumping_refused()
+    if refused is not None:
+        return refused
+    with KafkaCluster(size=1) as kafka, tempfile.TemporaryDirectory() as out:
+        create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
+        config = shipped_config(kafka.bootstrap)
+        config["interceptors"]["fetch"].append(
+            {"type": "fetch_log", "bootstrap": kafka.bootstrap, "topic": FETCH_TOPIC})
+        topics = topic_names("class-archive")
+        with HeraldProcess(config) as herald:
+            play(herald.bootstrap, kafka.bootstrap, topics)
+        return _run_jobs(kafka.bootstrap, topics, Path(out))
+
+
 def main() -> int:
     archive = class_archive()
     start = time.monotonic()
-    failure = None if archive.is_file() else jvm_archive.dumping_refused()
-    if failure is None and not archive.is_file():
-        with KafkaCluster(size=1) as kafka, tempfile.TemporaryDirectory() as out:
-            create_topic(kafka.bootstrap, FETCH_TOPIC, 1)
-            config = shipped_config(kafka.bootstrap)
-            config["interceptors"]["fetch"].append(
-                {"type": "fetch_log", "bootstrap": kafka.bootstrap, "topic": FETCH_TOPIC})
-            topics = topic_names("class-archive")
-            with HeraldProcess(config) as herald:
-                play(herald.bootstrap, kafka.bootstrap, topics)
-            failure = _run_jobs(kafka.bootstrap, topics, Path(out))
+    try:
+        failure = None if archive.is_file() else _train(archive)
+    except Exception as exc:  # noqa: BLE001 - an archive only saves CPU: say why, go on
+        failure = f"training failed: {exc!r}"
     if failure is not None:
+        jvm_archive.record_not_made(archive, failure)
         print(f"spark-archive: no class archive, Spark's driver starts without one: {failure}")
         return 0
     print(f"spark-archive: {archive} ({archive.stat().st_size // 2**20} MiB, "

@@ -65,8 +65,9 @@ fi
 workers=${HERALD_TEST_WORKERS:-$([ $# -eq 0 ] && echo 3 || echo 0)}
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --no-loadscope-reorder)
-# The whole suite lists its slowest tests, so a run that grew shows where.
-[ $# -eq 0 ] && parallel+=(--durations=30)
+# The whole suite lists its slowest tests, so a run that grew shows where, and the reason of
+# each expected failure (a class archive this machine could not make).
+[ $# -eq 0 ] && parallel+=(--durations=30 -rx)
 status=0
 start=$SECONDS
 .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" "$@" || status=$?

@@ -83,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         start = time.monotonic()
         try:
             archive = train(version)
-        except ArchiveNotMade as exc:
+        except Exception as exc:  # noqa: BLE001 - an archive only saves CPU: say why, go on
+            reason = str(exc) if isinstance(exc, ArchiveNotMade) else f"training failed: {exc!r}"
+            jvm_archive.record_not_made(class_archive(classpath(version)), reason)
             print(f"kafka-archive: Kafka {version}: no class archive, its JVMs start without "
-                  f"one: {exc}")
+                  f"one: {reason}")
             continue
         print(f"kafka-archive: Kafka {version}: {archive} "
               f"({archive.stat().st_size // 2**20} MiB, {time.monotonic() - start:.0f} s)")

@@ -88,13 +88,17 @@ def missing() -> list[str]:
 
 def class_archive(path: Path) -> Path:
     """The JVM class archive (configuration/jvm_archive.py) setup makes, which must be there
-    unless this JDK writes none: then the test expects to fail for that named reason (an
-    archive only saves CPU, and setup says the same)."""
-    from configuration.jvm_archive import dumping_refused
+    unless this JDK writes none or setup's trainer recorded why it made none: then the test
+    is expected to fail for that named reason (an archive only saves CPU, and setup goes on
+    without it the same way). Missing for no stated reason, it is a missing part."""
+    from configuration.jvm_archive import dumping_refused, why_not_made
 
     refused = dumping_refused()
     if refused is not None:
         pytest.xfail(f"this JDK writes no class archive: {refused}")
+    reason = why_not_made(path)
+    if reason is not None:
+        pytest.xfail(f"setup made no class archive {path}: {reason}")
     require(Part(path.is_file(), f"the class archive {path} is missing (scripts/setup.sh "
                                  "makes it; .cache/jvm-archives.log says how it went)"))
     return path

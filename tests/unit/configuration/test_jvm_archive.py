@@ -119,3 +119,14 @@ def test_a_jdk_that_writes_one_is_not_refused(tmp_path: Path) -> None:
     # `java -XX:ArchiveClassesAtExit=PATH -version`, as a JDK that writes archives acts.
     java = _fake_java(tmp_path, 'printf classes > "${1#-XX:ArchiveClassesAtExit=}"')
     assert jvm_archive.dumping_refused(java) is None
+
+
+def test_why_no_archive_was_made_is_kept_until_one_is(tmp_path: Path, cache: Path) -> None:
+    archive = jvm_archive.archive_path("kafka", [str(tmp_path)])
+    assert jvm_archive.why_not_made(archive) is None
+    jvm_archive.record_not_made(archive, "the JVM exited with -9")
+    assert jvm_archive.why_not_made(archive) == "the JVM exited with -9"
+    _dumped(archive, b"classes")
+    assert jvm_archive.commit(archive, 0)
+    assert jvm_archive.why_not_made(archive) is None
+    assert list(archive.parent.iterdir()) == [archive]

@@ -88,3 +88,6 @@ def test_a_jdk_that_writes_no_archive_is_reported_and_setup_goes_on(
     said = capsys.readouterr().out
     assert "no class archive, its JVMs start without one" in said
     assert "base CDS archive is not loaded" in said
+    # ... and the suite's tests of the archive learn why it is missing.
+    assert "base CDS archive is not loaded" in (
+        jvm_archive.why_not_made(class_archive(cp)) or "")
