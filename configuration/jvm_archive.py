@@ -112,7 +112,6 @@ def not_committed(exit_status: int) -> str:
     return f"the JVM exited with {exit_status}, so a partial archive was not kept"
 
 
-
 def _why(archive: Path) -> Path:
     return archive.with_name(f"{archive.name}.why")
 

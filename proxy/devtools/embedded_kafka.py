@@ -311,8 +311,12 @@ class KafkaCluster:
             _terminate(node, grace=120.0 if self.train_archive else 20.0)
         if self.train_archive and self.nodes and self.nodes[0].process is not None:
             self._commit_archive(self.nodes[0])
+        if self._own_workdir and self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _commit_archive(self, node: KafkaNode) -> None:
+        """Put the training broker's archive in place, or say why there is none (read from
+        its log before the log's folder goes)."""
         assert node.process is not None
         status = node.process.returncode
         if jvm_archive.commit(class_archive(classpath(self.version)), status):
@@ -321,8 +325,6 @@ class KafkaCluster:
                 if "cds" in line.lower() or "archive" in line.lower()]
         self.archive_failure = (f"{jvm_archive.not_committed(status)}; the broker's log says: "
                                 + (" | ".join(said[-5:]) or "nothing about it"))
-        if self._own_workdir and self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> KafkaCluster:
         return self.start()

@@ -67,6 +67,14 @@ def test_a_training_broker_that_dies_keeps_no_archive_and_says_why(
     assert cluster.archive_failure is not None
     assert cluster.archive_failure.startswith(
         "the JVM exited with -9, so a partial archive was not kept")
+    assert cluster.workdir is not None and not cluster.workdir.exists()  # the log read first
+
+
+def test_a_stopped_cluster_leaves_no_folder_behind() -> None:
+    cluster = KafkaCluster(size=1, heap="512m")
+    with cluster:
+        assert cluster.workdir is not None and cluster.workdir.is_dir()
+    assert not cluster.workdir.exists() and cluster.archive_failure is None
 
 
 def test_a_jdk_that_writes_no_archive_is_reported_and_setup_goes_on(
