@@ -52,7 +52,7 @@ def _run_jobs(bootstrap: str, topics: dict[str, str], out: Path) -> str | None:
     return failure
 
 
-def _train(archive: Path) -> str | None:
+def _train() -> str | None:
     """Make the archive; None once it is in place, else why not."""
     refused = jvm_archive.dumping_refused()
     if refused is not None:
@@ -72,7 +72,7 @@ def main() -> int:
     archive = class_archive()
     start = time.monotonic()
     try:
-        failure = None if archive.is_file() else _train(archive)
+        failure = None if archive.is_file() else _train()
     except Exception as exc:  # noqa: BLE001 - an archive only saves CPU: say why, go on
         failure = f"training failed: {exc!r}"
     if failure is not None:
