@@ -52,7 +52,7 @@ import enum
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from interceptors.stats import MemberStats
 from protocol.contracts.native_relay import (
@@ -71,6 +71,14 @@ if TYPE_CHECKING:
     from interceptors.context import ConnectionInfo, ProxyInfo, RecordContext
     from interceptors.errors import RejectRecord
     from interceptors.headers import Headers
+
+
+class _Counting(Protocol):
+    """What `Interceptor.stats` asks of the run in `_RUN` (`interceptors.chain.run.Run`,
+    which this layer does not import)."""
+
+    def counter(self, interceptor: Interceptor) -> MemberStats | None: ...
+
 
 PRODUCE = "produce"
 FETCH = "fetch"
@@ -228,7 +236,7 @@ class Interceptor:
     def stats(self) -> MemberStats:
         """This member's counters; during a run, the run's own (merged into the chain's when
         the run ends, so runs in several threads never count into the same object)."""
-        run = getattr(_RUN, "run", None)
+        run: _Counting | None = getattr(_RUN, "run", None)
         if run is not None:
             mine = run.counter(self)  # made on first use; None if not a member of the run
             if mine is not None:

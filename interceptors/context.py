@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from interceptors.services import GroupDirectory, KafkaClients
 
@@ -89,6 +89,39 @@ class TraceInfo(NamedTuple):
 _new_trace = tuple.__new__
 
 
+class RecordView(Protocol):
+    """What a member may read of the record in `RecordContext.record`: a
+    `protocol.records.Record` in the proxy, an `interceptors.testing.FakeRecord` in unit
+    tests. Members change records through `Headers` and `RecordContext.set_key` /
+    `set_value`, never through this."""
+
+    @property
+    def timestamp_delta(self) -> int: ...
+    @property
+    def offset_delta(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class BatchView(Protocol):
+    """What a member may read of the batch in `RecordContext.batch`: a
+    `protocol.records.RecordBatch` in the proxy, an `interceptors.testing.FakeBatch` in unit
+    tests."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def records(self) -> Sequence[RecordView]: ...
+
+
 class RecordContext:
     """Where the current record comes from, and access to the record itself.
 
@@ -134,8 +167,8 @@ class RecordContext:
         self.topic = topic
         self.partition = partition
         self.conn = conn
-        self.batch: Any = None
-        self.record: Any = None
+        self.batch: BatchView | None = None
+        self.record: RecordView | None = None
         self.index = -1
         self.traces: list[TraceInfo] = []
         self.staged: dict[str, bytes | None] | None = None
@@ -155,18 +188,20 @@ class RecordContext:
     def address(self) -> str:
         return self.conn.address
 
-    def _require_record(self) -> Any:
-        if not self._key_value or self.record is None:
+    def _require_record(self) -> RecordView:
+        record = self.record
+        if not self._key_value or record is None:
             raise RuntimeError("key and value need an interceptor with needs = 'key_value'")
-        return self.record
+        return record
 
     @property
     def timestamp(self) -> int:
         """The record's timestamp in ms: the batch base timestamp plus the record's delta."""
-        if self.record is None:
+        record, batch = self.record, self.batch
+        if record is None or batch is None:  # the engine sets the batch before any record
             raise RuntimeError("the timestamp needs an interceptor with needs = 'headers' or "
                                "'key_value'")
-        return self.batch.base_timestamp + self.record.timestamp_delta
+        return batch.base_timestamp + record.timestamp_delta
 
     @property
     def key(self) -> bytes | None:

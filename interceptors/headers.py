@@ -18,11 +18,20 @@ Readers follow the Kafka client conventions: `last` is ``Headers.lastHeader``, `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Protocol, TypeVar, overload
 
 Header = tuple[str, bytes | None]
 
-_MISSING: Any = object()
+_MISSING = object()
+
+_Default = TypeVar("_Default")
+
+
+class TakesHeaders(Protocol):
+    """A record `Headers.commit_to` can hand a new header list to (`protocol.records.Record`,
+    `interceptors.testing.FakeRecord`)."""
+
+    def take_headers(self, headers: list[Header]) -> None: ...
 
 
 def _check(key: object, value: object) -> bytes | None:
@@ -37,7 +46,7 @@ def _check(key: object, value: object) -> bytes | None:
     )
 
 
-class HeaderBlock(tuple):
+class HeaderBlock(tuple[Header, ...]):
     """An immutable run of headers, checked once when built.
 
     Members that add the same headers to every record of a batch build one block per batch
@@ -97,7 +106,12 @@ class Headers:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def last(self, key: str, default: Any = None) -> Any:
+    @overload
+    def last(self, key: str) -> bytes | None: ...
+    @overload
+    def last(self, key: str, default: _Default) -> bytes | None | _Default: ...
+
+    def last(self, key: str, default: object = None) -> object:
         """The value of the last header named `key`, else `default`.
 
         A header may carry a null value, so pass a sentinel as `default` (or test ``key in
@@ -108,7 +122,12 @@ class Headers:
                 return v
         return default
 
-    def first(self, key: str, default: Any = None) -> Any:
+    @overload
+    def first(self, key: str) -> bytes | None: ...
+    @overload
+    def first(self, key: str, default: _Default) -> bytes | None | _Default: ...
+
+    def first(self, key: str, default: object = None) -> object:
         """The value of the first header named `key`, else `default`."""
         for k, v in self._items:
             if k == key:
@@ -259,7 +278,7 @@ class Headers:
 
     # -- committing ---------------------------------------------------------------------------
 
-    def commit_to(self, record: Any) -> bool:
+    def commit_to(self, record: TakesHeaders) -> bool:
         """Give the headers to `record` if they differ from what it had; return whether.
 
         The list changes hands without a copy (`take_headers`): it is this wrapper's own (any

@@ -63,7 +63,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from configuration import InvalidConfig
 from interceptors.api import FETCH, ColumnValue, Interceptor, Stamps
@@ -82,10 +82,20 @@ from protocol.contracts.headers import (
 # C memory (protocol/_stamp.c `counters`) and the native relay's counts give them in.
 from protocol.contracts.native_relay import FETCH_COUNTERS, PRODUCE_COUNTERS, UNSEEN
 
-try:
-    from protocol._stamp import LinkMemory
-except ImportError:  # the extension is not built: the reference serves
-    LinkMemory = None
+if TYPE_CHECKING:
+    from protocol._stamp import LinkMemory as CLinkMemory
+
+
+def _built_link_memory() -> type[CLinkMemory] | None:
+    """The C memory's class, or None when the extension is not built (the reference serves)."""
+    try:
+        from protocol._stamp import LinkMemory as built
+    except ImportError:
+        return None
+    return built
+
+
+LinkMemory = _built_link_memory()
 
 LOST_REASONS = EXPIRED, EVICTED, OVERFLOW = PARENTS_LOST_REASONS
 """Why a parent Herald knew of is not named, in the order the headers are written."""
@@ -104,6 +114,7 @@ on a copy, so what a shadow `trace_context` would have written never shields a c
 header from a live `audit`."""
 
 Key = tuple[str, int, int]  # (topic, partition, offset)
+Scope = tuple[str] | tuple[str, str | None]  # (host,) or (host, client id): `LinkConfig.scope`
 Lost = tuple[int, int, int]  # parents not named, by `LOST_REASONS`; None when there are none
 
 
@@ -177,21 +188,22 @@ class FetchedTraces:
         self.max_parents = config.max_parents
         self.clock = clock
         self._by_host = config.scope == "host"
-        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[Scope, bytes], _Entry] = OrderedDict()
         # Evicted or expired: (why, whether spent, *the round's losses, its parents included),
         # one flat tuple: the smallest.
-        self._gone: OrderedDict[tuple, tuple[str, bool, int, int, int]] = OrderedDict()
+        self._gone: OrderedDict[tuple[Scope, bytes], tuple[str, bool, int, int, int]] = (
+            OrderedDict())
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def scope(self, conn: ConnectionInfo) -> tuple:
+    def scope(self, conn: ConnectionInfo) -> Scope:
         """The key a client's consumer and producer share (see `LinkConfig.scope`)."""
         host = source_host(conn.address)
         return (host,) if self._by_host else (host, conn.client_id)
 
-    def remember(self, scope: tuple, trace: bytes, key: Key) -> tuple[int, int]:
+    def remember(self, scope: Scope, trace: bytes, key: Key) -> tuple[int, int]:
         """`scope` fetched record `key` of `trace` just now; (entries evicted for room,
         entries found expired) on the way."""
         now = self.clock()
@@ -237,13 +249,13 @@ class FetchedTraces:
                 else:
                     break
                 del entries[oldest_key]
-                gone = self._gone
-                gone[oldest_key] = (reason, oldest.spent, *lost)
-                if len(gone) > self.capacity:
-                    gone.popitem(last=False)
+                gone_keys = self._gone
+                gone_keys[oldest_key] = (reason, oldest.spent, *lost)
+                if len(gone_keys) > self.capacity:
+                    gone_keys.popitem(last=False)
         return evicted, expired
 
-    def parents(self, scope: tuple, trace: bytes) -> tuple[tuple[Key, ...] | str, Lost | None]:
+    def parents(self, scope: Scope, trace: bytes) -> tuple[tuple[Key, ...] | str, Lost | None]:
         """The records `scope` fetched of `trace` that a record it produces now continues,
         or why there are none (`MISS_REASONS`); and the round's parents it cannot name (None:
         none). Marks them spent: the scope's next fetch of the trace replaces them, while
@@ -269,6 +281,8 @@ class NativeFetchedTraces(FetchedTraces):
     def __init__(self, config: LinkConfig, clock: Callable[[], float] = time.monotonic
                  ) -> None:
         super().__init__(config, clock)  # the bounds; its own tables stay empty
+        if LinkMemory is None:
+            raise RuntimeError("the C link memory needs the record stamper's extension built")
         self.native = LinkMemory(config.capacity, config.ttl_s, config.max_parents)
 
     def __len__(self) -> int:
@@ -342,6 +356,7 @@ class RememberFetched(Interceptor):
         the record's index whenever the deltas run 0..n-1, which the last delta being n-1
         says; a batch with gaps (compacted) has its deltas read once."""
         batch = ctx.batch
+        assert batch is not None  # the engine sets it before it runs members on records
         if batch.last_offset_delta == batch.record_count - 1:
             return batch.base_offset + ctx.index
         known = ctx.memo.get(self)
@@ -354,8 +369,10 @@ class RememberFetched(Interceptor):
         if not valid_traceparent(tp):
             return
         memory = self.memory
-        evicted, expired = memory.remember(memory.scope(ctx.conn), tp[3:35],  # type: ignore
-                                           (ctx.topic, ctx.partition, self._offset(ctx)))
+        # The scope is the memory's own (a tuple, or bytes for the C one), so it fits; the
+        # checker sees the two memories' scope types as one union.
+        evicted, expired = memory.remember(memory.scope(ctx.conn),  # type: ignore[arg-type]
+                                           tp[3:35], (ctx.topic, ctx.partition, self._offset(ctx)))
         stats = self.stats
         remembered, evicted_name, expired_name = FETCH_COUNTERS
         stats.count(remembered)

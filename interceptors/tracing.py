@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from binascii import hexlify
 from dataclasses import dataclass
+from typing import TypeGuard
 
 _HEX = b"0123456789abcdef"
 _HEX_OR_DASH = _HEX + b"-"
@@ -49,8 +50,9 @@ class TraceParent:
         return bool(self.flags & 1)
 
 
-def valid_traceparent(v: bytes | None) -> bool:
-    """Is `v` a traceparent a vendor must honour? The fast check used per record.
+def valid_traceparent(v: bytes | None) -> TypeGuard[bytes]:
+    """Is `v` a traceparent a vendor must honour? The fast check used per record; a type
+    guard, so a header value it accepts needs no None check of its own.
 
     The first 55 characters must be the version-00 fields: lowercase hex with dashes at 2, 35
     and 52. One `translate` (in C) checks that they hold nothing but hex digits and dashes;
@@ -153,8 +155,8 @@ def parse_b3(v: bytes | None) -> B3 | None:
     if not v:
         return None
     if v in _SAMPLING:
-        sampled, debug = _SAMPLING[v]
-        return B3(None, None, sampled, debug, None)
+        only_sampled, only_debug = _SAMPLING[v]
+        return B3(None, None, only_sampled, only_debug, None)
     parts = v.split(b"-")
     if not 2 <= len(parts) <= 4:
         return None

@@ -45,7 +45,7 @@ import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeAlias
 
 __all__ = ["Type", "TypedValue", "format_value", "infer_type", "parse_value"]
 
@@ -395,19 +395,32 @@ def _zone(text: str | None) -> dt.timezone:
     return dt.timezone(sign * dt.timedelta(minutes=minutes))
 
 
-def _clock(groups: tuple) -> tuple[int, int, int, int, dt.timezone]:
+# The groups of a matched `_TIME_RE` or `_TIMESTAMP_RE`: an optional group that took no part
+# in the match is None.
+_Groups = tuple[str | None, ...]
+
+
+def _group_int(group: str | None) -> int:
+    """`int` of a group the pattern cannot match without (a date field, the hour, the
+    minute): None there is a bug in the pattern, not data."""
+    if group is None:
+        raise TypeError("a mandatory group of the pattern is missing")
+    return int(group)
+
+
+def _clock(groups: _Groups) -> tuple[int, int, int, int, dt.timezone]:
     hh, mm, ss, frac, zone = groups
     micro = int((frac or "0")[:6].ljust(6, "0"))
-    return int(hh), int(mm), int(ss or 0), micro, _zone(zone)
+    return _group_int(hh), _group_int(mm), int(ss or 0), micro, _zone(zone)
 
 
-def _time_from(groups: tuple) -> dt.time:
+def _time_from(groups: _Groups) -> dt.time:
     h, m, s, us, tz = _clock(groups)
     return _utc_time(dt.time(h, m, s, us, tzinfo=tz)).replace(tzinfo=dt.UTC)
 
 
-def _timestamp_from(groups: tuple) -> dt.datetime:
-    y, mo, d = (int(g) for g in groups[:3])
+def _timestamp_from(groups: _Groups) -> dt.datetime:
+    y, mo, d = (_group_int(g) for g in groups[:3])
     h, m, s, us, tz = _clock(groups[3:])
     return dt.datetime(y, mo, d, h, m, s, us, tzinfo=tz).astimezone(dt.UTC)
 
@@ -459,8 +472,12 @@ def _parse_as(t: Type, text: str) -> TypedValue:
 
 _BARE_END = re.compile(r"[,:\]\}\s]")
 
+_Scalar: TypeAlias = None | bool | int | float | Decimal | str
+_Nested: TypeAlias = _Scalar | list["_Nested"] | dict[_Scalar, "_Nested"]
+"""What the reader makes of a container and of what it holds (map keys are scalars)."""
 
-def _parse_container(t: str) -> Any:
+
+def _parse_container(t: str) -> _Nested:
     """The list or dict `t` spells, or None if `t` is not exactly one container."""
     try:
         value, pos = _read(t, 0, 0)
@@ -478,7 +495,7 @@ def _skip_ws(t: str, pos: int) -> int:
     return pos
 
 
-def _read(t: str, pos: int, depth: int) -> tuple[Any, int]:
+def _read(t: str, pos: int, depth: int) -> tuple[_Nested, int]:
     pos = _skip_ws(t, pos)
     c = t[pos]
     if c == "[":
@@ -494,7 +511,7 @@ def _read(t: str, pos: int, depth: int) -> tuple[Any, int]:
     return _bare(t[pos:end]), end
 
 
-def _bare(word: str) -> Any:
+def _bare(word: str) -> _Scalar:
     if word == "null":
         return None
     if word == "true":
@@ -527,10 +544,10 @@ def _read_quoted(t: str, pos: int) -> tuple[str, int]:
     raise ValueError("unterminated string")
 
 
-def _read_list(t: str, pos: int, depth: int) -> tuple[list, int]:
+def _read_list(t: str, pos: int, depth: int) -> tuple[list[_Nested], int]:
     if depth > _MAX_DEPTH:
         raise ValueError("nested too deeply")
-    out: list = []
+    out: list[_Nested] = []
     pos = _skip_ws(t, pos)
     if t[pos] == "]":
         return out, pos + 1
@@ -546,10 +563,10 @@ def _read_list(t: str, pos: int, depth: int) -> tuple[list, int]:
         pos += 1
 
 
-def _read_map(t: str, pos: int, depth: int) -> tuple[dict, int]:
+def _read_map(t: str, pos: int, depth: int) -> tuple[dict[_Scalar, _Nested], int]:
     if depth > _MAX_DEPTH:
         raise ValueError("nested too deeply")
-    out: dict = {}
+    out: dict[_Scalar, _Nested] = {}
     pos = _skip_ws(t, pos)
     if t[pos] == "}":
         return out, pos + 1

@@ -10,7 +10,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from configuration import ConfigError
 from pipeline.config import load_pipeline_config
@@ -90,11 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
     def split(text: str | None) -> list[str] | None:
         return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "bootstrap": args.bootstrap, "topics": split(args.topics),
         "terminal_topics": split(args.terminal_topics), "max_wait_ms": args.max_wait_ms,
         "time_source": args.time_source, "starting_offsets": args.starting_offsets,

@@ -9,6 +9,7 @@ configuration is.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -113,16 +114,18 @@ class PipelineConfig:
         return opts
 
 
-def parse_pipeline_config(data: Any, path: str = SECTION) -> PipelineConfig:
+def parse_pipeline_config(data: object, path: str = SECTION) -> PipelineConfig:
     """The settings of a `pipeline:` mapping; every bad key is reported (one `ConfigError`).
 
     Keys a run needs but flags may give instead (`topics`, `stream.checkpoint`) are checked by
     `load_pipeline_config`, once the flags are applied.
     """
-    return build_config(PipelineConfig, data, path)
+    # build_config is typed for any dataclass (it returns Any): it builds the one it is given.
+    config: PipelineConfig = build_config(PipelineConfig, data, path)
+    return config
 
 
-def pipeline_section(doc: Any, file: str | Path) -> dict[str, Any]:
+def pipeline_section(doc: object, file: str | Path) -> dict[str, Any]:
     """The `pipeline:` mapping of a parsed YAML document of the proxy.yaml family ({} when it
     has none)."""
     if doc is not None and not isinstance(doc, dict):
@@ -135,7 +138,7 @@ def pipeline_section(doc: Any, file: str | Path) -> dict[str, Any]:
     return dict(section)
 
 
-def load_pipeline_config(file: str | Path | None, overrides: dict[str, Any] | None = None,
+def load_pipeline_config(file: str | Path | None, overrides: Mapping[str, object] | None = None,
                          *, streaming: bool = False) -> PipelineConfig:
     """The `pipeline:` section of `file` (if given) with `overrides` (flags) applied on top.
 

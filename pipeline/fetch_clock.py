@@ -41,10 +41,22 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 Fetch = tuple[int, int, "str | None", "str | None", "int | None"]
 """(fetched_ms, offset, group, consumer, record_ms) of one observation."""
+Reader = tuple["str | None", "str | None"]
+"""(group, consumer) of a reader: the consumer only when it reads without a group."""
+
+
+class Clock(TypedDict):
+    """A partition's state (the module says what each part keeps): a plain dict, since it is
+    pickled into Spark's state store and read back by later versions."""
+
+    records: list[tuple[int, int]]
+    fetches: list[Fetch]
+    newest: int | None
+    seen: dict[Reader, list[list[int]]]
 
 
 class Read(NamedTuple):
@@ -62,18 +74,18 @@ class Read(NamedTuple):
     lag_ms: int | None
 
 
-def new_clock() -> dict[str, Any]:
+def new_clock() -> Clock:
     """An empty partition state (plain data: it is pickled into Spark's state store)."""
     return {"records": [], "fetches": [], "newest": None, "seen": {}}
 
 
-def upgraded(clock: dict[str, Any]) -> dict[str, Any]:
-    """A state written before records kept their offsets (bare times): the times stay, with
-    no offset to look a fetch up by."""
+def upgraded(clock: dict[str, Any]) -> Clock:
+    """A state as unpickled, which may have been written before records kept their offsets
+    (bare times): the times stay, with no offset to look a fetch up by."""
     records = clock["records"]
     if records and not isinstance(records[0], tuple):
         clock["records"] = [(int(t), -1) for t in records]
-    return clock
+    return cast(Clock, clock)  # unpickled, so untyped: new_clock's shape, records now pairs
 
 
 def _timed(fetches: list[Fetch], records: list[tuple[int, int]]) -> list[Fetch]:
@@ -86,7 +98,7 @@ def _timed(fetches: list[Fetch], records: list[tuple[int, int]]) -> list[Fetch]:
             for f in fetches]
 
 
-def add(clock: dict[str, Any], records: Iterable[tuple[int, int]],
+def add(clock: Clock, records: Iterable[tuple[int, int]],
         fetches: Iterable[Fetch]) -> None:
     """Queue (event time, offset) of records and observations until the watermark passes
     them; an observation without a record time takes its record's, when queued."""
@@ -114,16 +126,16 @@ def first_read(ranges: list[list[int]], offset: int) -> bool:
     return True
 
 
-def _reader(group: str | None, consumer: str | None) -> tuple[str | None, str | None]:
+def _reader(group: str | None, consumer: str | None) -> Reader:
     """Who reads a record once: a group, or a consumer that reads without one."""
     return (group, consumer if group is None else None)
 
 
-def _fetch_order(f: Fetch) -> tuple:
+def _fetch_order(f: Fetch) -> tuple[int, int, str, str]:
     return (f[0], f[1], f[2] or "", f[3] or "")
 
 
-def release(clock: dict[str, Any], watermark_ms: int) -> list[Read]:
+def release(clock: Clock, watermark_ms: int) -> list[Read]:
     """Everything earlier than the watermark, in (time, kind) order: records move `newest`,
     fetches become reads (see the module). What is not earlier stays queued."""
     records = sorted(clock["records"])
@@ -154,7 +166,7 @@ def release(clock: dict[str, Any], watermark_ms: int) -> list[Read]:
     return reads
 
 
-def next_due(clock: dict[str, Any]) -> int | None:
+def next_due(clock: Clock) -> int | None:
     """The earliest queued time (the state's event-time timeout: once the watermark passes
     it, a quiet partition still releases), or None when nothing is queued."""
     firsts = [min(clock["records"])[0]] if clock["records"] else []

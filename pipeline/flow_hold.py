@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]  # pandas ships no types: frames are Any
 
 FINAL, EVICTED, LATE, UNTRACED = "final", "evicted", "late", "untraced"
 HOP = "hop"  # the `kind` of a hop row; other kinds (fetch observations) ride with the flow
@@ -96,7 +96,8 @@ def empty_bucket(columns: list[str]) -> Bucket:
 
 
 def _ids(traces: pd.Series) -> np.ndarray:
-    return traces.to_numpy(dtype=str).astype(f"S{TRACE_WIDTH}")
+    ids: np.ndarray = traces.to_numpy(dtype=str).astype(f"S{TRACE_WIDTH}")  # pandas is untyped
+    return ids
 
 
 def _hops(rows: pd.DataFrame) -> pd.DataFrame:
@@ -190,7 +191,7 @@ def hold(bucket: Bucket, new: pd.DataFrame | None, watermark: int, rules: HoldRu
     return _step(emitted, held, tomb_ids, tomb_until)
 
 
-def _step(emitted: list, held: pd.DataFrame, tomb_ids: np.ndarray, tomb_until: np.ndarray
-          ) -> Step:
+def _step(emitted: list[tuple[pd.DataFrame, str]], held: pd.DataFrame, tomb_ids: np.ndarray,
+          tomb_until: np.ndarray) -> Step:
     bucket = Bucket(held, tomb_ids, tomb_until)
     return Step(emitted, bucket if len(held) or len(tomb_ids) else None)

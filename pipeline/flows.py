@@ -186,7 +186,10 @@ def flows_of(nodes: DataFrame, links: DataFrame, branches: DataFrame) -> DataFra
         F.max("stopped").alias("stopped"), F.max("slow").alias("slow"),
         F.max("open").alias("any_open"))
     flows = per_trace.join(per_branch, "trace_id", "left")
-    flag = lambda c: F.coalesce(F.col(c), F.lit(False))  # noqa: E731
+
+    def flag(c: str) -> Column:
+        return F.coalesce(F.col(c), F.lit(False))
+
     return (flows.withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
             .withColumn("branches", F.coalesce("branches", F.lit(0)))
             .withColumn("broken_branches", F.coalesce("broken_branches", F.lit(0)))

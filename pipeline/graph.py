@@ -50,12 +50,13 @@ with two parents (fan-in) lies on the branches of both.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from protocol.contracts.headers import PARENTS_LOST_REASONS
 
 if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no types: Any here
     from pyspark.sql import Column, DataFrame
 
 KEY = ("topic", "partition", "offset")
@@ -204,7 +205,7 @@ def links_of(nodes: DataFrame, fetches: DataFrame | None = None, scope: str = "h
 WALK_NODES = 200_000
 
 
-def _walk_schema() -> Any:
+def _walk_schema() -> pa.Schema:
     """The walk's rows, as Arrow types (the executors build them; Spark's follow from them)."""
     import pyarrow as pa
 
@@ -251,7 +252,7 @@ def _groups(nodes: DataFrame, links: DataFrame) -> tuple[dict[str, str], int]:
     return {t: find(t) for t in list(joined)}, n
 
 
-def _walk_partitions(batches: Iterator[Any]) -> Iterator[Any]:
+def _walk_partitions(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """`mapInArrow`'s function: the rows of one partition of the graph (nodes, and links
     with their `parent_*` set), walked (`pipeline.branch_paths.walk`)."""
     import pyarrow as pa
@@ -274,7 +275,7 @@ def _walk_partitions(batches: Iterator[Any]) -> Iterator[Any]:
                                   c["wait_ms"][i], bool(c["inferred"][i]),
                                   c["parents_lost"][i], c["lost_reasons"][i] or ()))
     schema = _walk_schema()
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for b in walk(nodes, links):
         rows.append({
             "trace_id": b.trace_id, "root_topic": b.root[0], "root_partition": b.root[1],

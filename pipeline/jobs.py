@@ -15,6 +15,7 @@ proportional to its own records, not to all hops so far.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 TABLES = ("links", "branches", "flows", "edges", "pathways", "audit", "transit", "lag")
 
@@ -51,7 +52,7 @@ def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 
 def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
-                  extra: dict[str, Any] | None = None, streaming: bool = False
+                  extra: Mapping[str, object] | None = None, streaming: bool = False
                   ) -> dict[str, Any]:
     """Analyse the hops stored at `hops_path`; write the tables, summary and report.
 
@@ -63,7 +64,9 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
     hops = spark.read.parquet(hops_path)
     watermark_ms = None
     if streaming:
-        latest = hops.agg(F.max("event_ms")).first()[0]
+        newest = hops.agg(F.max("event_ms")).first()
+        assert newest is not None  # an aggregate without groups has its one row, hops or not
+        latest = newest[0]
         watermark_ms = None if latest is None else latest - int(config.stream.watermark_s * 1000)
     # The observations are read once: inference, transit and lag all use them.
     fetches = read_fetches(spark, config).cache() if config.fetch_topic else None

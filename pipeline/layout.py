@@ -114,7 +114,8 @@ def layout(topics: list[str], edges: list[tuple[str, str]]) -> Layout:
             index = {n: i for i, n in enumerate(rows[col + ref])}
             current = {n: i for i, n in enumerate(rows[col])}
 
-            def centre(n: str, index: dict = index, current: dict = current) -> float:
+            def centre(n: str, index: dict[str, int] = index,
+                       current: dict[str, int] = current) -> float:
                 near = [index[m] for m in neighbours.get(n, []) if m in index]
                 return sum(near) / len(near) if near else current[n]
 

@@ -568,10 +568,10 @@ def render(summary: dict[str, Any]) -> str:
 
     audit = summary["audit"]
     out.append("<h2>Top producers</h2><div class='grid'>")
-    for key, title in (("client_id", "client id"), ("principal", "principal"),
-                       ("origin", "origin cluster")):
+    for column, title in (("client_id", "client id"), ("principal", "principal"),
+                          ("origin", "origin cluster")):
         out.append(f"<div class='panel'><b>by {title}</b><br>"
-                   f"{bars(audit['by_' + key], key)}</div>")
+                   f"{bars(audit['by_' + column], column)}</div>")
     out.append("</div>")
     out.append("<h2>Records per hour</h2><div class='panel'><table><tr><th>hour</th>"
                "<th>records</th><th>bytes</th></tr>")

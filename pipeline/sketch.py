@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -64,6 +64,20 @@ def sign_column(col: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.signum(F.col(col)).cast("int")
+
+
+class SketchJson(TypedDict):
+    """A sketch as the aggregates' file keeps it (`pipeline.stream.aggregates`), which a
+    restarted stream reads back: accuracy, [bucket, count] pairs of each side, zeros, and the
+    exact count, minimum and maximum."""
+
+    a: float
+    p: list[list[int]]
+    n: list[list[int]]
+    z: int
+    count: int
+    min: float | None
+    max: float | None
 
 
 @dataclass
@@ -118,8 +132,8 @@ class Sketch:
             for i, c in theirs.items():
                 mine[i] = mine.get(i, 0) + c
         self.zeros += other.zeros
-        if other.count:
-            self._extremes(other.min, other.max, other.count)  # type: ignore[arg-type]
+        if other.count and other.min is not None and other.max is not None:
+            self._extremes(other.min, other.max, other.count)
         self._cap()
 
     def _cap(self) -> None:
@@ -149,21 +163,22 @@ class Sketch:
     def quantile(self, q: float) -> float | None:
         """The q-quantile, interpolated between ranks like Spark's `percentile`; the estimate
         of each rank is clamped to the exact min and max (which only brings it closer)."""
-        if self.count == 0:
+        low, high = self.min, self.max
+        if self.count == 0 or low is None or high is None:  # counted values set both
             return None
         pos = (self.count - 1) * q
         lo = int(pos)
         hi = min(lo + 1, self.count - 1)
-        a, b = (min(max(self._value_at(r), self.min), self.max) for r in (lo, hi))  # type: ignore[type-var]
+        a, b = (min(max(self._value_at(r), low), high) for r in (lo, hi))
         return a + (b - a) * (pos - lo)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SketchJson:
         return {"a": self.accuracy, "p": [[i, c] for i, c in sorted(self.positive.items())],
                 "n": [[i, c] for i, c in sorted(self.negative.items())], "z": self.zeros,
                 "count": self.count, "min": self.min, "max": self.max}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Sketch:
+    def from_json(cls, data: SketchJson) -> Sketch:
         return cls(accuracy=data["a"], positive={int(i): c for i, c in data["p"]},
                    negative={int(i): c for i, c in data["n"]}, zeros=data["z"],
                    count=data["count"], min=data["min"], max=data["max"])

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -55,21 +55,30 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from pipeline.config import PipelineConfig
-    from pipeline.stream.aggregates import Aggregates, Entry
+    from pipeline.stream.aggregates import Aggregates, EdgeKey, Entry
+    from pipeline.stream.progress_record import ProgressRecord
 
 log = logging.getLogger("herald.pipeline.metrics")
+
+Key = TypeVar("Key", bound=Hashable)  # what a label's values come from: an edge, path, group
+
+# prometheus_client leaves floatToGoString unannotated: a number in, Prometheus's text of it out.
+_go_float = cast(Callable[[float], str], floatToGoString)
 
 OTHER = "other"
 CONNECTION_TYPE = "messaging_system"  # the service-graph connection type of a queue
 EDGE_LABELS = ("client", "server", "connection_type")
 # Upper bounds (s) of the micro-batch duration histogram.
 BATCH_BOUNDS_S = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600)
-LE = (*(floatToGoString(b / 1000) for b in HISTOGRAM_BOUNDS_MS), "+Inf")
-BATCH_LE = (*(floatToGoString(b) for b in BATCH_BOUNDS_S), "+Inf")
+LE = (*(_go_float(b / 1000) for b in HISTOGRAM_BOUNDS_MS), "+Inf")
+BATCH_LE = (*(_go_float(b) for b in BATCH_BOUNDS_S), "+Inf")
+
+Where = tuple[str, ...]
+"""A place in the aggregates: attribute names, then keys of their dicts (`_path`)."""
 
 # Counters of the merged aggregates without labels: (metric, help, where in the aggregates).
 # A figure the aggregates do not have yet (an older checkpoint) is left out, never shown as 0.
-PLAIN_COUNTERS = (
+PLAIN_COUNTERS: tuple[tuple[str, str, Where], ...] = (
     ("herald_stream_flows", "Flows finalised (each counted once, when the watermark passed it)",
      ("flows", "total")),
     ("herald_stream_flows_broken", "Finalised flows with a broken branch", ("flows", "broken")),
@@ -105,7 +114,8 @@ PLAIN_COUNTERS = (
 # Counters by one label: (metric, help, label, where, {label value: path under `where`},
 # how what is at `where` is read: None as it is). Without `where` in the aggregates the family
 # is left out; a value not there yet is 0.
-LABELLED_COUNTERS = (
+LABELLED_COUNTERS: tuple[tuple[str, str, str, Where, dict[str, Where],
+                               Callable[[Mapping[str, int]], dict[str, int]] | None], ...] = (
     ("herald_stream_branch_breaks", "Broken branches by reason (a branch both stopped and slow "
      "counts under each)", "reason", ("branches",), {"stopped": ("stopped",),
                                                      "slow": ("slow",)}, None),
@@ -149,7 +159,7 @@ class LabelBudget:
         self.limit = limit
         self.kept: set[Hashable] = set()
 
-    def admit(self, volumes: dict[Hashable, int]) -> Callable[[Hashable], Hashable | None]:
+    def admit(self, volumes: Mapping[Key, int]) -> Callable[[Key], Key | None]:
         """Admit the largest of `volumes` while there is room; the returned function gives
         each key itself or None (`other`)."""
         for key in sorted(volumes, key=lambda k: (-volumes[k], json.dumps(k, default=str))):
@@ -175,7 +185,8 @@ class Histogram:
                        else self.sum_ms + entry.sum_ms)
 
     def buckets(self) -> list[tuple[str, float]]:
-        running, out = 0, []
+        running = 0
+        out: list[tuple[str, float]] = []
         for le, c in zip(self.le, self.counts, strict=True):
             running += c
             out.append((le, running))
@@ -199,7 +210,7 @@ def _count(entry: Entry) -> int:
     return entry.sketch.count if entry.sketch is not None else 0
 
 
-def _path(value: Any, where: tuple[str, ...]) -> Any:
+def _path(value: object, where: Where) -> Any:
     """What is at `where` in the aggregates (attributes, then keys of their dicts); None
     where they do not have it."""
     for key in where:
@@ -229,13 +240,13 @@ class Folded:
                 self.histogram = None
 
 
-def fold(entries: Mapping[Any, Entry], budget: LabelBudget,
-         keys: Iterable[str]) -> dict[Any, Folded]:
+def fold(entries: Mapping[Key, Entry], budget: LabelBudget,
+         keys: Iterable[str]) -> dict[Key | None, Folded]:
     """Entries (with a `sketch`, and maybe a histogram) by label value, the ones over the
     budget added up under None (`other`)."""
     keys = list(keys)
     label = budget.admit({k: _count(e) for k, e in entries.items()})
-    out: dict[Any, Folded] = {}
+    out: dict[Key | None, Folded] = {}
     for k, e in entries.items():
         out.setdefault(label(k), Folded()).add(e, keys)
     return out
@@ -247,7 +258,7 @@ class Budgets:
 
 
 @dataclass(frozen=True)
-class EntryMetrics:
+class EntryMetrics(Generic[Key]):
     """How one kind of merged entry (edges, pathways) is exported: its counters (metric, help,
     key in the entry: None for the entry's count), its histogram, its label names, and the
     label values of an entry's key (None: `other`)."""
@@ -255,9 +266,9 @@ class EntryMetrics:
     counters: tuple[tuple[str, str, str | None], ...]
     histogram: tuple[str, str]
     labels: tuple[str, ...]
-    label_values: Callable[[Any], list[str]]
+    label_values: Callable[[Key | None], list[str]]
 
-    def families(self, entries: Mapping[Any, Entry], budget: LabelBudget
+    def families(self, entries: Mapping[Key, Entry], budget: LabelBudget
                  ) -> Iterator[Metric]:
         folded = fold(entries, budget, [k for _, _, k in self.counters if k])
         counters = {name: CounterMetricFamily(name, doc, labels=self.labels)
@@ -282,12 +293,12 @@ def _add_count(family: CounterMetricFamily, labels: list[str], f: Folded, key: s
         family.add_metric(labels, value)
 
 
-EDGES = EntryMetrics(
+EDGES: EntryMetrics[EdgeKey] = EntryMetrics(
     EDGE_COUNTERS,
     ("traces_service_graph_request_server_seconds",
      "Wait from the parent record (client topic) to the child record (server topic), s"),
     EDGE_LABELS, lambda key: [*(key or (OTHER, OTHER)), CONNECTION_TYPE])
-PATHWAYS = EntryMetrics(
+PATHWAYS: EntryMetrics[str] = EntryMetrics(
     PATHWAY_COUNTERS,
     ("herald_stream_pathway_duration_seconds",
      "Branch duration along the path: its first hop to its last, s"),
@@ -378,8 +389,10 @@ def lag_families(agg: Aggregates, topics: list[str], budgets: Budgets) -> Iterat
                               "Start (fetch time) of the bucket the lag figures come from",
                               labels=["topic", "group"])
     for k, (bucket_ms, sk) in sorted(lags.items()):
-        maxima.add_metric(list(k), sk.max / 1000)
-        medians.add_metric(list(k), sk.quantile(0.5) / 1000)
+        top, median = sk.max, sk.quantile(0.5)
+        assert top is not None and median is not None  # a lag sketch holds its fetches' lags
+        maxima.add_metric(list(k), top / 1000)
+        medians.add_metric(list(k), median / 1000)
         since.add_metric(list(k), bucket_ms / 1000)
     counted = CounterMetricFamily("herald_stream_consumer_fetches",
                                   "Records fetched (each reader's first fetch of a record)",
@@ -392,8 +405,8 @@ def lag_families(agg: Aggregates, topics: list[str], budgets: Budgets) -> Iterat
     yield from (maxima, medians, since, counted)
 
 
-def _group_volumes(fetches: dict[tuple[str, str], int]) -> dict[Hashable, int]:
-    out: dict[Hashable, int] = {}
+def _group_volumes(fetches: dict[tuple[str, str], int]) -> dict[str, int]:
+    out: dict[str, int] = {}
     for (_, group), n in fetches.items():
         out[group] = out.get(group, 0) + n
     return out
@@ -436,7 +449,7 @@ class Progress:
     state_bytes: int | None = None
     last_s: float | None = None
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: ProgressRecord) -> None:
         self.batches += 1
         self.input_rows += int(record.get("input_rows") or 0)
         state = record.get("state") or {}
@@ -499,7 +512,7 @@ class StreamCollector:
         with self.lock:
             self.agg = agg
 
-    def on_progress(self, record: dict[str, Any]) -> None:
+    def on_progress(self, record: ProgressRecord) -> None:
         with self.lock:
             self.progress.add(record)
 
@@ -547,7 +560,7 @@ def exporter_for(config: PipelineConfig) -> Exporter | None:
     where = parse_host_port(bind, "pipeline.stream.metrics_bind")
     collector = StreamCollector(config)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]
+    registry.register(collector)
     try:
         server, _ = start_http_server(where.port, where.host, registry)
     except OSError as exc:

@@ -37,7 +37,7 @@ def _rows(df: DataFrame, order: list[str] | None = None) -> list[dict[str, Any]]
 
 
 def _rollup(audit: list[dict[str, Any]], key: str, top: int) -> list[dict[str, Any]]:
-    totals: dict[Any, list[int]] = {}
+    totals: dict[str | None, list[int]] = {}  # by client id, principal or origin
     for row in audit:
         t = totals.setdefault(row[key], [0, 0])
         t[0] += row["records"]

@@ -17,6 +17,9 @@ import importlib.util
 import os
 import sys
 import warnings
+from typing import TypeVar
+
+Importer = TypeVar("Importer")  # what an importer cache holds per path (sys's: a finder or None)
 
 BUNDLED_ZIPS = ("pyspark.zip", "py4j-")  # the zips Spark's launcher puts on the path
 
@@ -27,7 +30,7 @@ def _bundled(entry: str) -> bool:
     return entry.endswith(".jar") or (entry.endswith(".zip") and name.startswith(BUNDLED_ZIPS))
 
 
-def without_bundled_archives(path: list[str], importer_cache: dict[str, object]) -> bool:
+def without_bundled_archives(path: list[str], importer_cache: dict[str, Importer]) -> bool:
     """Take Spark's bundled archives off `path` (in place) and their importers out of
     `importer_cache`, if `pyspark` and `py4j` can still be imported; True if it did."""
     dropped = [p for p in path if _bundled(p)]
@@ -50,10 +53,10 @@ PYSPARK_CONCAT_WARNING = "The behavior of DataFrame concatenation with empty or 
 
 def main() -> None:
     warnings.filterwarnings("ignore", message=PYSPARK_CONCAT_WARNING, category=FutureWarning)
-    without_bundled_archives(sys.path, sys.path_importer_cache)  # type: ignore[arg-type]
+    without_bundled_archives(sys.path, sys.path_importer_cache)
     from pyspark.daemon import manager
 
-    manager()
+    manager()  # type: ignore[no-untyped-call]  # pyspark.daemon has no annotations
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 memory), for the type checker: the C code parses its arguments itself and raises TypeError on
 anything else; `protocol.stamping` and `interceptors.trace_links` are its Python references."""
 
+from typing import final
+
 from protocol.primitives import Buffer
 
 _Column = bytes | list[bytes] | tuple[bytes, list[bytes | None]]
@@ -14,6 +16,7 @@ def watched(buf: Buffer, start: int, end: int, count: int, keys: tuple[bytes, ..
 def append(buf: Buffer, start: int, end: int, count: int, added: int,
            columns: tuple[_Column, ...]) -> bytes: ...
 
+@final
 class LinkMemory:
     def __init__(self, capacity: int, ttl_s: float, max_parents: int) -> None: ...
     def remember(self, scope: Buffer, trace: Buffer, topic: str | Buffer, partition: int,
@@ -21,4 +24,5 @@ class LinkMemory:
     def parents(self, scope: Buffer, trace: Buffer, now: float
                 ) -> tuple[tuple[_Position, ...] | str, tuple[int, int, int] | None]: ...
     def counters(self) -> tuple[int, ...]: ...
+    def capsule(self) -> object: ...  # the same memory, for the native relay
     def __len__(self) -> int: ...

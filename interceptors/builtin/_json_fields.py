@@ -28,7 +28,7 @@ def check_pairs(fields: list[str], headers: list[str]) -> list[tuple[str, ...]]:
     return paths
 
 
-def load_object(data: bytes | None) -> dict | None:
+def load_object(data: bytes | None) -> dict[str, object] | None:
     """The JSON object in `data`, or None when `data` is null or not a JSON object."""
     if data is None:
         return None

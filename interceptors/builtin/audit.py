@@ -39,6 +39,7 @@ says which headers of the record the proxy made in this run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -138,8 +139,9 @@ class Audit(Interceptor):
         self._k_msg = self._k[AUDIT_MSG_ID] if AUDIT_MSG_ID in wanted else None
         self._k_origin = self._k[AUDIT_ORIGIN] if AUDIT_ORIGIN in wanted else None
         message_keys = frozenset(self._k[f] for f in _MESSAGE_FIELDS)
-        self._reserved = lambda key: key.startswith(prefix)
-        self._hop_key = lambda key: key.startswith(prefix) and key not in message_keys
+        self._reserved: Callable[[str], bool] = lambda key: key.startswith(prefix)
+        self._hop_key: Callable[[str], bool] = (
+            lambda key: key.startswith(prefix) and key not in message_keys)
         self._trusted_principals: NameMatcher | None = (
             matcher(config.trusted.principals, "trusted.principals")
             if config.trusted.principals else None
@@ -204,7 +206,8 @@ class Audit(Interceptor):
         return _Stamp(conn, moment, self._is_trusted(conn), hop, prefix, cluster, columns)
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
-        return ctx.memo[self].columns
+        stamp: _Stamp = ctx.memo[self]
+        return stamp.columns
 
     def native_columns(self, conn: ConnectionInfo) -> list[NativeColumn] | None:
         cluster_id = self.env.cluster_id

@@ -55,7 +55,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from configuration import InvalidConfig
 from interceptors.api import FETCH, Interceptor
@@ -67,7 +67,17 @@ from interceptors.tracing import parse_traceparent
 from protocol.contracts.fetch_log import DEFAULT_TOPIC, batch_tail, observation
 from protocol.contracts.headers import AUDIT_TIME, RESERVED_PREFIX, TRACEPARENT, audit_header
 
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
 log = logging.getLogger("herald.interceptors")
+
+# What one fetched batch's observations share: (topic, partition, client id, group, fetch
+# time, consumer host), the arguments of `batch_tail`.
+_BatchFields = tuple[str, int, str | None, str | None, int, str | None]
+# One observation waiting for the producer: (trace id, offset, the record's time header value,
+# its batch's fields).
+_Observation = tuple[str | None, int, bytes | None, _BatchFields]
 
 
 @dataclass
@@ -169,7 +179,7 @@ class Publisher:
 
     def __init__(self, config: FetchLogConfig) -> None:
         self.config = config
-        self.queue: deque[tuple] = deque()
+        self.queue: deque[_Observation] = deque()
         self.limit = config.queue_size
         self.dropped = 0
         self.delivered = 0
@@ -182,7 +192,7 @@ class Publisher:
         self._thread.start()
         atexit.register(self.close)
 
-    def offer(self, item: tuple) -> bool:
+    def offer(self, item: _Observation) -> bool:
         """Queue one observation without ever blocking; False (and counted) when full."""
         if len(self.queue) >= self.limit:
             self.dropped += 1
@@ -192,12 +202,12 @@ class Publisher:
             self._wake.set()
         return True
 
-    def _failed(self, err: Any, _msg: Any) -> None:
+    def _failed(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.failed += 1
             self.health.failed(err.str(), self.failed)
 
-    def _cluster_error(self, err: Any) -> None:
+    def _cluster_error(self, err: KafkaError) -> None:
         from confluent_kafka import KafkaError
 
         if err.code() != KafkaError._ALL_BROKERS_DOWN:  # the reason, not its sum ("1/1 down")
@@ -242,7 +252,7 @@ class Publisher:
         self._thread.join(15)
 
 
-_publishers: dict[tuple, Publisher] = {}
+_publishers: dict[tuple[str, str, int, int, float, KafkaClient | None], Publisher] = {}
 _lock = threading.Lock()
 
 
@@ -275,7 +285,7 @@ class FetchLog(Interceptor):
         self._publisher: Publisher | None = None
         self._failed = 0  # the publisher's failures counted as `fetch_log_failed` so far
         self._time_header = config.time_header
-        self._batch: tuple = ()  # (topic, partition, client id, group, fetch time, host)
+        self._batch: _BatchFields | tuple[()] = ()  # set per batch (`on_batch`)
         self._base = 0
         self._deltas: list[int] | None = None  # a batch's offset deltas when they have gaps
 
@@ -297,6 +307,7 @@ class FetchLog(Interceptor):
         self._batch = (ctx.topic, ctx.partition, ctx.conn.client_id, group, self.env.time_ms(),
                        source_host(ctx.conn.address) or None)
         batch = ctx.batch
+        assert batch is not None  # the engine sets it before `on_batch`
         self._base = batch.base_offset
         self._deltas = (None if batch.last_offset_delta == batch.record_count - 1
                         else [r.offset_delta for r in batch.records])
@@ -318,7 +329,9 @@ class FetchLog(Interceptor):
         offset = self._base + (record.offset_delta if record is not None
                                else ctx.index if deltas is None else deltas[ctx.index])
         assert self._publisher is not None
-        item = (tp.trace_id if tp else None, offset, headers.first(self._time_header), self._batch)
+        batch = self._batch
+        assert batch  # `on_batch` set the batch's fields
+        item = (tp.trace_id if tp else None, offset, headers.first(self._time_header), batch)
         if self._publisher.offer(item):
             self.stats.count("fetch_log_queued")
         else:

@@ -158,7 +158,10 @@ class InsertHeader(Interceptor):
         # around the per-record ``{uuid}``.
         if self._template is not None:
             fragments = self._template.render_batch(ctx, self.env.time_ms())
-            ctx.memo[self] = fragments if self._per_record else "".join(fragments).encode()
+            if self._per_record:
+                ctx.memo[self] = fragments
+            else:  # no ``{uuid}`` slot: every fragment is text
+                ctx.memo[self] = "".join(f for f in fragments if f is not None).encode()
 
     def columns(self, ctx: RecordContext) -> list[ColumnValue]:
         if self._per_record:

@@ -141,7 +141,7 @@ class TraceContext(Interceptor):
                 TRACEPARENT, TRACESTATE)
             self.stamps = Stamps((TRACEPARENT,), frozenset(watched))
         # A new context per record (or one per batch), in bulk from one draw of ids.
-        self._columns = [PerRecord(self._new_sampled, self._new_contexts)]
+        self._columns: list[ColumnValue] = [PerRecord(self._new_sampled, self._new_contexts)]
         link = config.link
         self._memory: FetchedTraces | NativeFetchedTraces | None = None
         if link is not None:
@@ -214,6 +214,7 @@ class TraceContext(Interceptor):
         # there (an untraced producer's record usually has few headers, often none).
         found: list[bytes | None] | None = None
         has_state = False
+        tp: bytes | None
         for key, value in headers:
             if key == TRACEPARENT:
                 if found is None:
@@ -230,13 +231,13 @@ class TraceContext(Interceptor):
             if has_state and any(parse_tracestate(s) is None for s in headers.all(TRACESTATE)):
                 self.stats.count("tracestate_invalid")
             if self._memory is not None:
-                self._link(ctx, headers, tp)  # type: ignore[arg-type]
+                self._link(ctx, headers, tp)
         else:
             for tp in found:
                 if valid_traceparent(tp):
                     self.stats.count("traceparent_collapsed")
                     if self._memory is not None:
-                        self._link(ctx, headers, tp)  # type: ignore[arg-type]
+                        self._link(ctx, headers, tp)
                     break
             else:
                 self.stats.count("traceparent_invalid")
@@ -284,10 +285,13 @@ class TraceContext(Interceptor):
         if b3.sampled is None:  # the sender deferred the decision: ours applies
             b3 = replace(b3, sampled=self._sampled)
         tp = b3.to_traceparent()
-        if tp is None:  # a sampling decision alone: start a trace that honours it
+        trace_id, span_id = b3.trace_id, b3.span_id
+        # A sampling decision alone (`to_traceparent` is None exactly when an id is missing):
+        # start a trace that honours it.
+        if tp is None or trace_id is None or span_id is None:
             return self._new_context(ctx, bool(b3.sampled))
         parent = int(b3.parent_span_id, 16) if b3.parent_span_id else None
-        ctx.note_trace(int(b3.trace_id, 16), int(b3.span_id, 16), parent, bool(b3.sampled), "b3")
+        ctx.note_trace(int(trace_id, 16), int(span_id, 16), parent, bool(b3.sampled), "b3")
         self.stats.count("trace_from_b3")
         return tp
 

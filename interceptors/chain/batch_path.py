@@ -39,8 +39,11 @@ class BatchPath(RecordPath):
         work = BatchWork(len(plan.members), muted)
         readonly = plan.mode == "read"
         iter_headers = getattr(batch, "iter_headers", None) if readonly else None
-        records = None if iter_headers is not None else batch.records
-        source = iter_headers() if iter_headers is not None else records
+        if iter_headers is not None:
+            records = None
+            source = iter_headers()
+        else:
+            records = source = batch.records
         fast = plan.fast if records is not None else None
         for index, item in enumerate(source):
             work.count += 1
@@ -105,7 +108,7 @@ class BatchPath(RecordPath):
         ctx = run.ctx
         ctx.record = None
         ctx.index = -1
-        wire: list = []
+        wire: list[stamping.Column] = []
         zeros = [0] * len(columns)
         for i, cols in enumerate(columns):
             try:

@@ -10,11 +10,18 @@ headers every record shares is kept across batches (`shared_wire`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from interceptors.api import ColumnValue, PerRecord, Stamps
 from interceptors.context import RecordContext
+from interceptors.headers import Header
 from protocol import stamping
+
+_Each = Callable[[RecordContext], bytes | None]
+_Many = Callable[[RecordContext, int], Sequence[bytes | None]]
+# A piece of the wire form: a run of shared headers encoded, or a per-record column's key and
+# bulk maker (None when it has none: the columns are then not `bulk`).
+_Piece = bytes | tuple[str, _Many | None]
 
 
 class Columns:
@@ -27,13 +34,14 @@ class Columns:
         keys = stamps.appends
         if len(values) != len(keys):
             raise ValueError(f"columns() gave {len(values)} values for {len(keys)} keys")
-        template: list = []
-        each = []
-        pieces: list = []  # shared runs as wire bytes, per-record columns as (key, maker)
-        shared: list = []
+        # A per-record column's slot holds a null header until `row` fills it.
+        template: list[Header] = []
+        each: list[tuple[int, str, _Each]] = []
+        pieces: list[_Piece] = []  # shared runs as wire bytes, per-record columns as (key, maker)
+        shared: list[Header] = []
         for pos, (key, value) in enumerate(zip(keys, values, strict=True)):
             if type(value) is PerRecord:
-                template.append(None)
+                template.append((key, None))
                 each.append((pos, key, value.each))
                 if shared:
                     pieces.append(shared_wire(tuple(shared)))
@@ -54,7 +62,7 @@ class Columns:
         self.bulk = all(v.many is not None for v in values if type(v) is PerRecord)
         self.pieces = tuple(pieces)
 
-    def row(self, ctx: RecordContext) -> Sequence[tuple[str, bytes | None]]:
+    def row(self, ctx: RecordContext) -> Sequence[Header]:
         """The headers one record gets."""
         if self.fixed is not None:
             return self.fixed
@@ -70,10 +78,12 @@ class Columns:
         """The headers of `n` records in wire form, as columns for `stamping.append`."""
         out: list[stamping.Column] = []
         for piece in self.pieces:
-            if type(piece) is bytes:
+            if isinstance(piece, bytes):
                 out.append(piece)
                 continue
             key, many = piece
+            if many is None:  # only `bulk` columns are made in wire form
+                raise TypeError(f"column {key!r} has no bulk maker")
             made = many(ctx, n)
             if type(made) is not list:
                 made = list(made)
@@ -83,11 +93,11 @@ class Columns:
         return out
 
 
-_SHARED: dict[tuple, bytes] = {}
+_SHARED: dict[tuple[Header, ...], bytes] = {}
 _SHARED_LIMIT = 4096
 
 
-def shared_wire(pairs: tuple[tuple[str, bytes | None], ...]) -> bytes:
+def shared_wire(pairs: tuple[Header, ...]) -> bytes:
     """The wire form of headers all records of a batch get; the same from batch to batch
     (audit's hop headers change once a millisecond), so it is kept."""
     wire = _SHARED.get(pairs)

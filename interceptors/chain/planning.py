@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from interceptors.api import NEEDS, Interceptor, Stamps
 from interceptors.chain.columns import Columns
 from interceptors.context import RecordContext
-from interceptors.headers import Headers
+from interceptors.headers import Header, Headers
 from interceptors.patterns import NameMatcher
 from protocol import stamping
 
@@ -103,7 +103,7 @@ class FastPath:
         self.wire_keys = stamping.wire_keys(sorted(self.keys))
         self.wire_prefixes = stamping.wire_keys(self.prefixes)
 
-    def watches(self, headers: list) -> bool:
+    def watches(self, headers: list[Header]) -> bool:
         """Does any member watch one of `headers`? (Then the record takes the record path.)"""
         keys = self.keys
         prefixes = self.prefixes

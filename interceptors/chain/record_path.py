@@ -16,6 +16,7 @@ changed, so a batch nobody changed keeps its original bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from interceptors.api import DROP, FETCH, KEEP
@@ -23,14 +24,14 @@ from interceptors.chain.failures import bad_verdict
 from interceptors.chain.planning import Plan, looks
 from interceptors.chain.run import BatchWork, Run
 from interceptors.chain.shadow import ShadowMembers
-from interceptors.headers import Headers
+from interceptors.headers import Header, Headers
 
 
 class RecordPath(ShadowMembers):
     """Runs the members over one record, and commits and counts what a batch's records got."""
 
     def _stamp_record(self, plan: Plan, run: Run, work: BatchWork, columns: list[Any],
-                      record: Any, index: int, current: list) -> None:
+                      record: Any, index: int, current: list[Header]) -> None:
         """A record no member watches: each member's row is appended to a plain list."""
         ctx = run.ctx
         ctx.record = record
@@ -77,7 +78,9 @@ class RecordPath(ShadowMembers):
                 continue
             try:
                 cols = columns[i]
-                if cols is not None and not looks(plan.stamps[i], headers):
+                # A member with columns always has stamps.
+                if (cols is not None and (stamps := plan.stamps[i]) is not None
+                        and not looks(stamps, headers)):
                     headers.extend(cols.row(ctx))
                     verdict = None
                 else:
@@ -105,7 +108,7 @@ class RecordPath(ShadowMembers):
             work.edits.append((record, headers, ctx.staged))
             ctx.staged = None
 
-    def _commit(self, batch: Any, records: list | None, work: BatchWork) -> bool:
+    def _commit(self, batch: Any, records: Sequence[object] | None, work: BatchWork) -> bool:
         """Give the changed records their new headers, keys and values; remove the dropped
         ones. True when anything changed."""
         changed = False

@@ -15,7 +15,7 @@ from interceptors.api import Interceptor
 from interceptors.chain.planning import Plan
 from interceptors.context import RecordContext
 from interceptors.errors import RejectRecord
-from interceptors.headers import Headers
+from interceptors.headers import Header, Headers, TakesHeaders
 from interceptors.stats import ChainStats, MemberStats
 
 
@@ -81,8 +81,11 @@ class BatchWork:
         self.changed = [0] * members
         self.added = [0] * members
         self.removed = [0] * members
-        self.edits: list[tuple[Any, Headers, dict | None]] = []
-        self.appended: list[tuple[Any, list]] = []  # (record, new headers) of the append path
+        # (record, its headers, its staged key and value) of the record path; the record is
+        # None when the batch was read as headers only.
+        self.edits: list[tuple[Any, Headers, dict[str, bytes | None] | None]] = []
+        # (record, new headers) of the append path
+        self.appended: list[tuple[TakesHeaders, list[Header]]] = []
         self.drops: set[int] = set()  # indexes of records to remove
         self.stamped = 0  # records stamped by every member on the append path
         self.count = 0

@@ -34,7 +34,8 @@ class ShadowMembers(FailurePolicy):
         ctx.staged = None
         mark = len(ctx.traces)
         try:
-            if cols is not None and not looks(plan.stamps[i], view):
+            stamps = plan.stamps[i]  # set for every member with columns
+            if cols is not None and stamps is not None and not looks(stamps, view):
                 view.extend(cols.row(ctx))
                 verdict = None
             else:

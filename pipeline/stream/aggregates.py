@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Self
 
-from pipeline.sketch import Sketch
+from pipeline.sketch import Sketch, SketchJson
 
 Counts = dict[str, int]
 """Counts by name (flows and branches by flag, links by evidence)."""
@@ -25,12 +25,12 @@ GroupKey = tuple[str, str | None]  # topic, consumer group
 LagKey = tuple[str, str | None, int]  # topic, group, start of the bucket of fetch time (ms)
 
 
-def _present(**values: Any) -> dict[str, Any]:
+def _present(**values: object) -> dict[str, object]:
     """The figures that are there (an older version's file may lack some)."""
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _sketch(data: dict[str, Any] | None) -> Sketch | None:
+def _sketch(data: SketchJson | None) -> Sketch | None:
     return None if data is None else Sketch.from_json(data)
 
 
@@ -95,7 +95,7 @@ class PartitionOffsets:
     untraced: int = 0
     bytes: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, str | int]:
         return {"topic": self.topic, "partition": self.partition, "first": self.first,
                 "last": self.last, "records": self.records, "untraced": self.untraced,
                 "bytes": self.bytes}
@@ -109,7 +109,7 @@ class AuditCounts:
     bytes: int = 0
     untraced: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, int]:
         return {"records": self.records, "bytes": self.bytes, "untraced": self.untraced}
 
 
@@ -212,12 +212,13 @@ class Aggregates:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Aggregates:
-        def split(key: str) -> list[str]:
-            return key.split("\0")
+        def edge_key(key: str) -> EdgeKey:
+            a, b = key.split("\0")
+            return a, b
 
         over_time = {}
         for key, entry in data["over_time"].items():
-            a, b, t = split(key)
+            a, b, t = key.split("\0")
             over_time[(a, b, int(t))] = Sketch.from_json(entry["sketch"])
         return cls(
             batch_id=data["batch_id"],
@@ -225,16 +226,13 @@ class Aggregates:
                      for o in data["offsets"].values()},
             flows=data["flows"], branches=data["branches"], links=data["links"],
             incomplete=data.get("incomplete"),
-            edges={tuple(split(k)): Edge.from_json(e)  # type: ignore[misc]
-                   for k, e in data["edges"].items()},
+            edges={edge_key(k): Edge.from_json(e) for k, e in data["edges"].items()},
             pathways={k: Pathway.from_json(p) for k, p in data["pathways"].items()},
             over_time=over_time,
             broken_branches=data["broken_branches"],
-            audit={tuple(json.loads(k)): AuditCounts(**a)  # type: ignore[misc]
-                   for k, a in data["audit"].items()},
-            transit={tuple(json.loads(k)): Transit(t["consumers"],  # type: ignore[misc]
-                                                   _sketch(t.get("sketch")))
+            audit={tuple(json.loads(k)): AuditCounts(**a) for k, a in data["audit"].items()},
+            transit={tuple(json.loads(k)): Transit(t["consumers"], _sketch(t.get("sketch")))
                      for k, t in data.get("transit", {}).items()},
-            lag={tuple(json.loads(k)): Sketch.from_json(e["sketch"])  # type: ignore[misc]
+            lag={tuple(json.loads(k)): Sketch.from_json(e["sketch"])
                  for k, e in data.get("lag", {}).items()},
             stream=StreamCounts.from_json(data["stream"]))

@@ -6,7 +6,7 @@ a bucket of traces, whose hops and observations are held until each flow is fina
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
@@ -26,10 +26,12 @@ from pipeline.stream.rows import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]  # pandas ships no types: frames are Any
     from pyspark.sql.streaming.state import GroupState
 
-Step = Callable[[tuple, Iterator["pd.DataFrame"], "GroupState"], Iterator["pd.DataFrame"]]
+Key = tuple["str | None"]
+"""The operator's grouping key: a trace bucket, a partition clock's key, or None (untraced)."""
+Step = Callable[[Key, Iterable["pd.DataFrame"], "GroupState"], Iterator["pd.DataFrame"]]
 
 
 CLOCK_COLUMNS = ["kind", "event_ms", "offset", "group", "consumer", "record_ms"]  # a clock reads
@@ -66,7 +68,7 @@ def _reads_frame(reads: list[Read], topic: str, partition: int, watermark: int) 
     return with_all_columns(out)
 
 
-def tick_partition(key: str, frames: Iterator[pd.DataFrame], state: GroupState,
+def tick_partition(key: str, frames: Iterable[pd.DataFrame], state: GroupState,
                    watermark: int) -> Iterator[pd.DataFrame]:
     """One partition's clock (`pipeline.fetch_clock`): queue its record times and
     observations, release what the watermark passed, wake up again at the earliest queued
@@ -119,7 +121,7 @@ def hold_flows(config: PipelineConfig) -> Step:
     (`pipeline.flow_hold.hold`); untraced hops, passed through; or a partition's clock."""
     rules = hold_rules(config)
 
-    def step(key: tuple, frames: Iterator[pd.DataFrame], state: GroupState
+    def step(key: Key, frames: Iterable[pd.DataFrame], state: GroupState
              ) -> Iterator[pd.DataFrame]:
         watermark = max(state.getCurrentWatermarkMs(), 0)
         if key[0] is not None and key[0].startswith(PARTITION_KEY):
@@ -138,7 +140,9 @@ def hold_flows(config: PipelineConfig) -> Step:
             state.remove()
         else:
             state.update((pickle.dumps(done.bucket, protocol=5),))
-            state.setTimeoutTimestamp(max(done.bucket.timeout(rules), 1))
+            due = done.bucket.timeout(rules)
+            assert due is not None  # a bucket kept holds something (`flow_hold._step`)
+            state.setTimeoutTimestamp(max(due, 1))
         yield _sizes(int(key[0]), done.bucket, watermark)
 
     return step

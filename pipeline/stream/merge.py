@@ -77,7 +77,7 @@ def _add_values(entry: Entry | Transit, values: SketchBucket, accuracy: float) -
     values.add_to(entry.sketch)
 
 
-def _leaf_key(leaf: dict[str, Any]) -> tuple:
+def _leaf_key(leaf: dict[str, Any]) -> tuple[str, int, int]:
     return (leaf["topic"], leaf["partition"], leaf["offset"])
 
 
@@ -130,11 +130,11 @@ def merge_batch(agg: Aggregates, figures: BatchFigures, config: PipelineConfig) 
         w.waits.add_to(over_time)
 
     for d in figures.pathways:
-        p = agg.pathways.setdefault(d.path, Pathway())
-        p.broken += d.broken
-        p.inferred += d.inferred
-        p.incomplete = (p.incomplete or 0) + d.incomplete
-        _add_to_entry(p, d.histogram_index, d.total_ms, d.durations, acc)
+        path = agg.pathways.setdefault(d.path, Pathway())
+        path.broken += d.broken
+        path.inferred += d.inferred
+        path.incomplete = (path.incomplete or 0) + d.incomplete
+        _add_to_entry(path, d.histogram_index, d.total_ms, d.durations, acc)
 
     both = agg.broken_branches + figures.broken
     both.sort(key=lambda b: (-b["start_ms"], b["trace_id"], b["path"], _leaf_key(b["leaf"])))
@@ -151,6 +151,7 @@ def merge_reads(agg: Aggregates, reads: ReadFigures, config: PipelineConfig) -> 
         t.consumers = sorted(set(t.consumers) | set(g.consumers))
     for v in reads.transit:
         _add_values(agg.transit.setdefault((v.topic, v.group), Transit()), v.values, acc)
-    for v in reads.lag:
-        v.values.add_to(agg.lag.setdefault((v.topic, v.group, v.bucket_ms), Sketch(acc)))
+    for lag in reads.lag:
+        lag.values.add_to(agg.lag.setdefault((lag.topic, lag.group, lag.bucket_ms),
+                                             Sketch(acc)))
 

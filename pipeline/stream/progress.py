@@ -5,10 +5,22 @@ run), written by one listener per Spark session, which also feeds each query's e
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pipeline.stream.progress_record import ProgressRecord
 from pipeline.stream_metrics import StreamCollector
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+        StreamingQueryListener,
+        StreamingQueryProgress,
+    )
 
 # Output folder and metrics of each running query (by query id, which the checkpoint keeps
 # across restarts), for the one listener of the session.
@@ -20,7 +32,7 @@ def _progress_path(out: Path) -> Path:
     return out / "progress.jsonl"
 
 
-def last_progress(out: Path) -> dict[str, Any] | None:
+def last_progress(out: Path) -> ProgressRecord | None:
     """The newest line of `progress.jsonl`, read from the end (the file grows by one line per
     micro-batch; a micro-batch must not read all of it)."""
     path = _progress_path(out)
@@ -34,7 +46,7 @@ def last_progress(out: Path) -> dict[str, Any] | None:
     return json.loads(lines[-1]) if lines else None
 
 
-def progress_record(progress: Any) -> dict[str, Any]:
+def progress_record(progress: StreamingQueryProgress | Mapping[str, Any]) -> ProgressRecord:
     """What the stream keeps of Spark's progress of one micro-batch: input rows, the state
     operator's rows and memory, rows dropped behind the watermark, durations."""
     data = json.loads(progress.json) if hasattr(progress, "json") else progress
@@ -53,7 +65,7 @@ def progress_record(progress: Any) -> dict[str, Any]:
             "behind": _behind(data.get("sources") or [])}
 
 
-def _offsets(value: Any) -> dict[str, dict[str, int]]:
+def _offsets(value: object) -> dict[str, dict[str, int]]:
     """A Kafka source's offsets in Spark's progress (JSON text or already parsed)."""
     if isinstance(value, str):
         try:
@@ -80,16 +92,16 @@ def _behind(sources: list[dict[str, Any]]) -> int | None:
 
 
 
-def progress_listener() -> Any:
+def progress_listener() -> StreamingQueryListener:
     """A listener appending each micro-batch's progress (`progress_record`) to its query's
     `<output>/progress.jsonl`: the state size and per-batch work over the run."""
-    from pyspark.sql.streaming import StreamingQueryListener
+    from pyspark.sql.streaming.listener import StreamingQueryListener
 
     class Listener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
+        def onQueryStarted(self, event: QueryStartedEvent) -> None:
             pass
 
-        def onQueryProgress(self, event: Any) -> None:
+        def onQueryProgress(self, event: QueryProgressEvent) -> None:
             out = _OUTPUTS.get(str(event.progress.id))
             if out is None:
                 return
@@ -99,11 +111,11 @@ def progress_listener() -> Any:
             if str(event.progress.id) in _METRICS:
                 _METRICS[str(event.progress.id)].on_progress(record)
 
-        def onQueryIdle(self, event: Any) -> None:
+        def onQueryIdle(self, event: QueryIdleEvent) -> None:
             if str(event.id) in _METRICS:
                 _METRICS[str(event.id)].on_idle()
 
-        def onQueryTerminated(self, event: Any) -> None:
+        def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
             pass
 
     return Listener()

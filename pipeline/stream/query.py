@@ -16,7 +16,7 @@ from pipeline.stream_metrics import exporter_for
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 
 def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
@@ -27,7 +27,7 @@ def start_stream(spark: SparkSession, config: PipelineConfig) -> StreamingQuery:
     out.mkdir(parents=True, exist_ok=True)
     if not getattr(spark, "_herald_listener", False):
         spark.streams.addListener(progress_listener())
-        spark._herald_listener = True  # type: ignore[attr-defined]
+        spark._herald_listener = True  # type: ignore[attr-defined]  # Herald's own mark
     exporter = exporter_for(config)
     metrics = exporter.collector if exporter is not None else None
     known = Path(config.stream.checkpoint) / "metadata"  # a restart keeps its query id

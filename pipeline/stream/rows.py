@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pipeline.hops import HOP_COLUMNS
 
 if TYPE_CHECKING:
-    import pandas as pd
+    import pandas as pd  # type: ignore[import-untyped]  # pandas ships no types: frames are Any
 
 # Statuses of what a partition's clock emits: a reader's first fetch of a record (with its
 # transit and lag), a later fetch of it (its consumer only), an observation without `h`.

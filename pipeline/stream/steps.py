@@ -31,7 +31,9 @@ class StepTimer:
 
     def _compilations(self) -> int:
         """Classes Spark's code generator compiled in this JVM so far."""
-        metrics = self._sc._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+        jvm = self._sc._jvm
+        assert jvm is not None  # set once a context is running, as this one is
+        metrics = jvm.org.apache.spark.metrics.source.CodegenMetrics
         return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
     def compiled(self) -> int:
@@ -49,4 +51,5 @@ class StepTimer:
             spent = (time.perf_counter() - started) * 1000
             self.ms[name] = round(self.ms.get(name, 0.0) + spent, 1)
             # The stream's own jobs (offsets, commits) run on this thread too.
+            # None removes the property (as its docstring says), though the types want a str.
             self._sc.setLocalProperty(DESCRIPTION, None)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from pipeline.stream.aggregates import Aggregates
 
@@ -25,7 +24,7 @@ def latest_aggregates(folder: Path, before: int) -> Aggregates:
     return Aggregates.from_json(json.loads((folder / f"{ids[-1]}.json").read_text()))
 
 
-def _write_json(path: Path, data: Any) -> None:
+def _write_json(path: Path, data: object) -> None:
     """Write `data` as JSON, atomically: a crash leaves the old file or the new one."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, sort_keys=True))

@@ -4,7 +4,7 @@ from the merged aggregates and their tables, plus the hold's side (`stream`)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.config import PipelineConfig
 from pipeline.flows import HISTOGRAM_BOUNDS_MS
@@ -19,11 +19,14 @@ from pipeline.summary import (
     with_complete,
 )
 
+if TYPE_CHECKING:
+    from pipeline.stream.progress_record import ProgressRecord
+
 COUNTED = ("total", "broken", "stopped", "slow", "open")  # of flows and of branches
 
 
 def summary_of(agg: Aggregates, rows: AggregateRows, config: PipelineConfig,
-               progress: dict[str, Any] | None) -> dict[str, Any]:
+               progress: ProgressRecord | None) -> dict[str, Any]:
     """The summary from the merged aggregates; `progress`, Spark's newest (`progress.jsonl`),
     gives the state store's figures."""
     offsets = sorted(({k: v for k, v in o.to_json().items() if k not in ("untraced", "bytes")}
@@ -55,5 +58,5 @@ def summary_of(agg: Aggregates, rows: AggregateRows, config: PipelineConfig,
         "watermark_ms": st.watermark_ms,
         "stream": {**{k: v for k, v in st.to_json().items() if k != "buckets"},
                    **st.held()._asdict(), "accuracy": config.stream.accuracy,
-                   "state": (progress or {}).get("state")},
+                   "state": None if progress is None else progress.get("state")},
     }

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pipeline.flows import MIXED
 from pipeline.graph import INFERRED, LINKED
 from pipeline.sketch import Sketch
 from pipeline.stream.aggregates import Aggregates
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no types: Any here
 
 Rows = list[dict[str, Any]]
 
@@ -44,29 +47,51 @@ class AggregateRows:
     lag: Rows
 
 
-def stats(sketch: Sketch) -> dict[str, Any]:
+class LatencyStats(TypedDict):
+    """A table's latency columns (`LATENCY`); a percentile or max of no values is None."""
+
+    count: int
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+    max_ms: int | None
+
+
+def stats(sketch: Sketch) -> LatencyStats:
     """A table's latency columns from a sketch: count, percentiles, max."""
     return {"count": sketch.count, "p50_ms": sketch.quantile(0.5),
             "p90_ms": sketch.quantile(0.9), "p99_ms": sketch.quantile(0.99),
             "max_ms": None if sketch.max is None else int(sketch.max)}
 
 
+def _merged(sketch: Sketch | None) -> Sketch:
+    """An edge's or a pathway's sketch: every merged one has values (`merge._add_to_entry`)."""
+    assert sketch is not None, "a merged edge or pathway without a sketch"
+    return sketch
+
+
+def _seconds(ms: float | None) -> float:
+    """A lag sketch's figure in seconds: a merged lag sketch holds its fetches' lags."""
+    assert ms is not None, "an empty lag sketch"
+    return ms / 1000
+
+
 def _link_kind(linked: int, inferred: int) -> str:
     return LINKED if inferred == 0 else INFERRED if linked == 0 else MIXED
 
 
-def _group_order(row: dict[str, Any]) -> tuple:
+def _group_order(row: dict[str, Any]) -> tuple[str, bool, str]:
     """Batch's order: by topic, then group with no group last."""
     return (row["topic"], row["group"] is None, row["group"] or "")
 
 
 def aggregate_tables(agg: Aggregates) -> AggregateRows:
     """The merged aggregates as the batch job's rows."""
-    edges = [{"from_topic": a, "to_topic": b, **stats(e.sketch),  # type: ignore[arg-type]
+    edges = [{"from_topic": a, "to_topic": b, **stats(_merged(e.sketch)),
               "linked": e.linked, "inferred": e.inferred,
               "link": _link_kind(e.linked, e.inferred), "incomplete": e.incomplete or 0}
              for (a, b), e in sorted(agg.edges.items())]
-    pathways = [{"path": path, **stats(p.sketch),  # type: ignore[arg-type]
+    pathways = [{"path": path, **stats(_merged(p.sketch)),
                  "broken": p.broken, "inferred": p.inferred, "incomplete": p.incomplete or 0}
                 for path, p in sorted(agg.pathways.items())]
     audit = [{"hour_ms": hour_ms, "client_id": client, "principal": principal,
@@ -75,14 +100,14 @@ def aggregate_tables(agg: Aggregates) -> AggregateRows:
     transit = [{"topic": topic, "group": group, **stats(t.sketch), "consumers": t.consumers}
                for (topic, group), t in agg.transit.items() if t.sketch is not None]
     lag = [{"topic": topic, "group": group, "bucket_ms": bucket_ms, "fetches": sk.count,
-            "p50_s": sk.quantile(0.5) / 1000, "max_s": sk.max / 1000}  # type: ignore[operator]
+            "p50_s": _seconds(sk.quantile(0.5)), "max_s": _seconds(sk.max)}
            for (topic, group, bucket_ms), sk in agg.lag.items()]
     transit.sort(key=_group_order)
     lag.sort(key=lambda r: (*_group_order(r), r["bucket_ms"]))
     return AggregateRows(edges, pathways, audit, transit, lag)
 
 
-def _arrow_type(kind: str) -> Any:
+def _arrow_type(kind: str) -> pa.DataType:
     import pyarrow as pa
 
     return {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(),
@@ -97,7 +122,7 @@ def write_table(folder: Path, rows: Rows, columns: list[tuple[str, str]]) -> Non
     import shutil
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # untyped, as pyarrow is
 
     names = ["hour" if n == "hour_ms" else n for n, _ in columns]
     schema = pa.schema([pa.field(name, _arrow_type(kind))

@@ -91,11 +91,16 @@ def parse_config(
     top.get("pipeline")  # the analytics pipeline's section, validated by pipeline/config.py
     top.done()
     errors.check()
+    # A section gives None only for errors it recorded, and `check` raised for those.
+    assert (upstream is not None and listen is not None and limits is not None
+            and admin is not None and logging_cfg is not None and grace is not None
+            and watch_s is not None and routing is not None and native_relay is not None)
+    named = {name: cluster for name, cluster in clusters.items() if cluster is not None}
     return ProxyConfig(
         upstream=upstream, listen=listen, limits=limits, admin=admin, logging=logging_cfg,
         shutdown_grace_s=grace, interceptors=interceptors, source=source,
         instance_id=instance_id, reload_watch_s=watch_s,
-        clusters=clusters, routing=routing, native_relay=native_relay,
+        clusters=named, routing=routing, native_relay=native_relay,
     )
 
 

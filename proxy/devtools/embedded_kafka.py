@@ -154,7 +154,8 @@ def free_port_block(count: int = 16, host: str = "127.0.0.1") -> int:
     def probed() -> int:
         with socket.socket() as probe:
             probe.bind((host, 0))
-            return probe.getsockname()[1]
+            port: int = probe.getsockname()[1]  # (host, port) for an AF_INET socket
+            return port
 
     bases = unassigned_ports(count)[:200]
     with _HANDED_LOCK:
@@ -196,7 +197,7 @@ class KafkaNode:
     port: int
     controller_port: int
     folder: Path
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen[bytes] | None = None
 
     @property
     def address(self) -> str:

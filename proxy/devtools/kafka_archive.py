@@ -31,7 +31,8 @@ class ArchiveNotMade(RuntimeError):
 def _exercise(bootstrap: str) -> None:
     """Produce and consume through a group, as every test and demo does first."""
     from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic  # defined here; `.admin` re-exports it implicitly
 
     topic = "class-archive"
     admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the topic is made

@@ -19,17 +19,16 @@ from typing import Any
 
 from protocol.api_keys import ApiKey
 from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
-from protocol.messages import REQUESTS
 from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
-from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
+from proxy.filters.chain import CODECS, NATIVE_NOTHING, Exchange, Filter, SessionContext
 
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
 # tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
-_MIN_VERSIONS = {ApiKey.SASL_HANDSHAKE: 1}
+_MIN_VERSIONS: dict[int, int] = {ApiKey.SASL_HANDSHAKE: 1}
 
 
 def codec_range(api_key: int) -> tuple[int, int] | None:
-    cls = REQUESTS.get(api_key)
+    cls = CODECS.get(api_key)
     if cls is None:
         return None
     return max(cls.MIN_VERSION, _MIN_VERSIONS.get(api_key, 0)), cls.MAX_VERSION

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from protocol.messages import REQUESTS
 
@@ -21,9 +21,21 @@ _CACHED_PAIRS = 4096
 versions it sends, so an unbounded cache would let one client grow it without limit."""
 
 
+class VersionedCodec(Protocol):
+    """What the chain reads of a codec class: the versions it decodes. The generated classes
+    share no base that says so."""
+
+    MIN_VERSION: int
+    MAX_VERSION: int
+
+
+CODECS = cast("Mapping[int, VersionedCodec]", REQUESTS)
+"""`protocol.messages.REQUESTS` (the same dict), which declares its classes as bare `type`."""
+
+
 def decodable(api_key: int, version: int) -> bool:
     """Whether Herald's codec reads requests and responses of this API at this version."""
-    cls = REQUESTS.get(api_key)
+    cls = CODECS.get(api_key)
     return cls is not None and cls.MIN_VERSION <= version <= cls.MAX_VERSION
 
 

@@ -27,15 +27,15 @@ import trio
 from prometheus_client import Counter
 
 from interceptors import Chains, ChainStats, ConnectionInfo, PartitionOutcome
-from interceptors.api import PRODUCE
 from interceptors.batch_fit import TooLarge, fit
+from interceptors.chain import FetchChain, ProduceChain
 from protocol.api_keys import ApiKey
 from protocol.compression import DecompressedTooLarge
 from protocol.contracts.features import TOPIC_ID_VERSION
 from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
 from protocol.messages import share_acknowledge_request, share_fetch_request
-from protocol.records import join_batches, split_batches
+from protocol.records import RecordBatch, join_batches, split_batches
 from proxy.filters import share_drops
 from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
 from proxy.filters.offload import (
@@ -66,6 +66,11 @@ log = get_logger("interception")
 
 _BYTES = (bytes, bytearray, memoryview)
 
+_Batches = list[RecordBatch | bytes]
+"""A partition's records as `split_batches` cuts them: a batch, or bytes it cannot read."""
+_Chain = ProduceChain | FetchChain
+"""Either interceptor chain: the produce path's or the fetch path's (`_run_chain` tells)."""
+
 _FETCHES = (ApiKey.FETCH, ApiKey.SHARE_FETCH)
 # The requests that carry a share session's acknowledgements, with the class of the batch
 # entries Herald adds its own to.
@@ -92,7 +97,7 @@ class RequestAllowance:
     decompressed: int
 
 
-def _decompress(batches: list[Any], per_batch: int, allowance: RequestAllowance | None,
+def _decompress(batches: _Batches, per_batch: int, allowance: RequestAllowance | None,
                 cap: int | None = None) -> dict[int, float]:
     """Decompress every compressed batch now, each bounded while it decompresses (by
     `per_batch`, what is left of the request's allowance, and `cap` for all of them);
@@ -133,7 +138,7 @@ def _decompress(batches: list[Any], per_batch: int, allowance: RequestAllowance 
     return seconds
 
 
-def _count_records(batches: list[Any], per_batch: int, allowance: RequestAllowance) -> int:
+def _count_records(batches: _Batches, per_batch: int, allowance: RequestAllowance) -> int:
     """Check record counts against the limits before anything is decompressed."""
     total = 0
     for b in batches:
@@ -160,7 +165,7 @@ class _Joined:
     too_large: TooLarge | None = None
 
 
-def _join(batches: list[Any], limit: int | None = None, version: int = 0) -> _Joined:
+def _join(batches: _Batches, limit: int | None = None, version: int = 0) -> _Joined:
     """Re-encode the batches the chain changed; with a `limit` (the produce path), make each
     fit it as `batch_fit` does."""
     parts = batches
@@ -309,8 +314,8 @@ class InterceptorFilter(Filter):
         return RequestAllowance(limits.max_request_records, limits.max_request_decompressed_bytes)
 
     async def _run_partition(
-        self, chain: Any, topic: str, index: int, records: Any, conn: ConnectionInfo,
-        allowance: RequestAllowance | None = None, version: int = 0,
+        self, chain: _Chain, topic: str, index: int, records: bytes | memoryview,
+        conn: ConnectionInfo, allowance: RequestAllowance | None = None, version: int = 0,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         """Run `chain` over one partition: (its outcome, the new records field or None).
 
@@ -365,7 +370,7 @@ class InterceptorFilter(Filter):
         return self.memory.limit // (2 * self.limits.big_batch_workers)
 
     async def _run_big(
-        self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
+        self, chain: _Chain, topic: str, index: int, batches: _Batches, conn: ConnectionInfo,
         allowance: RequestAllowance | None, version: int,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         per_batch = self.limits.max_batch_decompressed_bytes
@@ -389,7 +394,7 @@ class InterceptorFilter(Filter):
                 held.release()
 
     async def _run_big_held(
-        self, chain: Any, topic: str, index: int, batches: list[Any], conn: ConnectionInfo,
+        self, chain: _Chain, topic: str, index: int, batches: _Batches, conn: ConnectionInfo,
         allowance: RequestAllowance | None, version: int, cap: int | None,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         per_batch = self.limits.max_batch_decompressed_bytes
@@ -415,18 +420,19 @@ class InterceptorFilter(Filter):
             return None, version
         return self.topic_limits.limit(topic), version
 
-    def _run_chain(self, chain: Any, topic: str, index: int, batches: list[Any],
+    def _run_chain(self, chain: _Chain, topic: str, index: int, batches: _Batches,
                    conn: ConnectionInfo, runs: list[ChainStats] | None = None
                    ) -> PartitionOutcome | None:
         """Run the chain over one partition (on the loop or in a worker thread); the run's
         own counters are added to `runs`, if given."""
         counts = runs.append if runs is not None else None
-        if chain.path == PRODUCE:
+        if isinstance(chain, ProduceChain):
             return chain.process(topic, index, batches, conn, traces=self.report_traces,
                                  counts=counts)
-        return chain.process(topic, index, batches, conn, counts=counts)
+        chain.process(topic, index, batches, conn, counts=counts)
+        return None
 
-    async def _run_chain_async(self, chain: Any, topic: str, index: int, batches: list[Any],
+    async def _run_chain_async(self, chain: _Chain, topic: str, index: int, batches: _Batches,
                                conn: ConnectionInfo, in_worker: bool
                                ) -> PartitionOutcome | None:
         """`_run_chain` on the loop or in a worker thread, serialised only when the chain
@@ -466,7 +472,7 @@ class InterceptorFilter(Filter):
         return outcome, joined.records
 
     @staticmethod
-    def _add_seconds(into: Any, seconds: dict[int, float]) -> None:
+    def _add_seconds(into: list[float], seconds: dict[int, float]) -> None:
         for cid, value in seconds.items():
             into[cid] += value
 
@@ -521,6 +527,7 @@ class InterceptorFilter(Filter):
                 outcome, records = await self._run_partition(
                     chain, topic, p.index, p.records, conn, allowance, version
                 )
+                assert outcome is not None  # the produce chain always gives one
                 if not outcome.ok:
                     rejected.append(Rejected(t.name, t.topic_id, p.index, outcome))
                     continue

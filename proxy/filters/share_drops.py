@@ -25,6 +25,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from protocol.messages.share_fetch_response import AcquiredRecords
 from protocol.records import RecordBatch, split_batches
 
 CAPACITY = 100_000
@@ -58,11 +59,11 @@ def runs(offsets: set[int]) -> list[tuple[int, int]]:
     return out
 
 
-def without(acquired: list[Any], gone: set[int]) -> list[Any]:
+def without(acquired: list[AcquiredRecords], gone: set[int]) -> list[AcquiredRecords]:
     """The acquired ranges with the offsets in `gone` taken out (a range may split)."""
     if not gone:
         return acquired
-    kept = []
+    kept: list[AcquiredRecords] = []
     for r in acquired:
         inside = {o for o in gone if r.first_offset <= o <= r.last_offset}
         if not inside:
@@ -137,7 +138,7 @@ class ShareDrops:
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def dropped(self, topic_id: bytes, partition: int, acquired: list[Any],
+    def dropped(self, topic_id: bytes, partition: int, acquired: list[AcquiredRecords],
                 before: bytes, after: bytes | None) -> set[int]:
         """One partition of a ShareFetch response: `before` the records the broker sent,
         `after` what the chain left of them (None: unchanged). The acquired offsets the chain

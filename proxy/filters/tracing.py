@@ -39,7 +39,7 @@ from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACEPARENT
 from protocol.contracts.kafka_errors import error_name
 from protocol.errors import CodecError
-from protocol.records import split_batches
+from protocol.records import RecordBatch, split_batches
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
 from proxy.observability.tracing import Tracing, remote_link
@@ -58,7 +58,7 @@ per partition are not exported (counted in ``herald_tracing_spans_skipped_total`
 # ---- the filter-chain member ------------------------------------------------------------------
 
 
-def _contexts(batches: list[Any]) -> Iterator[tuple[int, int, int] | None]:
+def _contexts(batches: list[RecordBatch | bytes]) -> Iterator[tuple[int, int, int] | None]:
     """Per record, (trace id, span id, flags) of its first ``traceparent`` header (the one
     OpenTelemetry's own Kafka instrumentations read), or None when it has no valid one."""
     for b in batches:
@@ -70,6 +70,10 @@ def _contexts(batches: list[Any]) -> Iterator[tuple[int, int, int] | None]:
                 yield int(tp[3:35], 16), int(tp[36:52], 16), int(tp[53:55], 16)
             else:
                 yield None
+
+
+_SendKey = tuple[str | bytes | None, int]
+"""A partition as the Produce request and its response both name it: (`topic_key`, index)."""
 
 
 class _Pending:
@@ -118,8 +122,8 @@ class TracingFilter(Filter):
             log.warning("tracing_failed", error=repr(exc), note="later failures are not logged")
 
     def _common(self, ctx: SessionContext, operation: str, topic: str | None,
-                partition: int) -> dict[str, Any]:
-        attrs: dict[str, Any] = {
+                partition: int) -> dict[str, str | int]:
+        attrs: dict[str, str | int] = {
             "messaging.system": "kafka",
             "messaging.operation.name": operation,
             "messaging.operation.type": operation,
@@ -149,7 +153,7 @@ class TracingFilter(Filter):
     def _start_sends(self, ctx: SessionContext, exchange: Exchange, version: int,
                      msg: Any) -> None:
         written = exchange.traces or {}
-        pending: dict[tuple[Any, int], list[_Pending]] = {}
+        pending: dict[_SendKey, list[_Pending]] = {}
         for t in msg.topic_data:
             topic = self.topics.topic(t.name, t.topic_id, version)
             key = topic_key(t.name, t.topic_id, version)
@@ -174,7 +178,7 @@ class TracingFilter(Filter):
         ctx: SessionContext,
         topic: str | None,
         partition: int,
-        records: Any,
+        records: bytes | memoryview,
         traces: Sequence[TraceInfo],
     ) -> list[_Pending]:
         new = {(t.trace_id, t.span_id): t for t in traces if t.source == "new"}
@@ -182,17 +186,18 @@ class TracingFilter(Filter):
         others = 0
         links: dict[tuple[int, int], int] = {}
         for index, found in enumerate(_contexts(split_batches(records))):
-            ids = found[:2] if found is not None else None
-            if ids is not None and ids in new:
-                entry = own.get(ids)
-                if entry is None:
-                    own[ids] = [1, index]
-                else:
-                    entry[0] += 1
-                continue
+            if found is not None:
+                ids = found[:2]
+                if ids in new:
+                    entry = own.get(ids)
+                    if entry is None:
+                        own[ids] = [1, index]
+                    else:
+                        entry[0] += 1
+                    continue
+                if len(links) < self.max_links and ids not in links:
+                    links[ids] = found[2]
             others += 1
-            if found is not None and len(links) < self.max_links and ids not in links:
-                links[ids] = found[2]
         name = f"send {topic}" if topic is not None else "send"
         out: list[_Pending] = []
         skipped = 0
@@ -230,7 +235,7 @@ class TracingFilter(Filter):
             self._failed(exc)
         return False
 
-    def _end_sends(self, pending: dict[tuple[Any, int], list[_Pending]] | None, version: int,
+    def _end_sends(self, pending: dict[_SendKey, list[_Pending]] | None, version: int,
                    msg: Any) -> None:
         if not pending:
             return

@@ -123,9 +123,12 @@ def _decide(request: dict[str, Any], options: InjectOptions, namespace_opted_in:
     pod = request.get("object")
     if not isinstance(pod, dict) or not isinstance(pod.get("spec"), dict):
         return _refuse(uid, "request.object: expected the Pod being created")
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    found = pod.get("metadata")
+    meta = found if isinstance(found, dict) else {}
+    found = meta.get("annotations")
+    annotations = found if isinstance(found, dict) else {}
+    found = meta.get("labels")
+    labels = found if isinstance(found, dict) else {}
     if sidecar.INJECTED in annotations:
         return _reinvoked(uid, pod, annotations, options)
     asked = [v for v in (annotations.get(INJECT), labels.get(INJECT)) if v is not None]

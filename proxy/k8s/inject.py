@@ -81,7 +81,8 @@ class _Doc(_Where):
     """A document of a manifest stream: its position and identity."""
 
     def __init__(self, index: int, doc: dict[str, Any]) -> None:
-        meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        found = doc.get("metadata")
+        meta = found if isinstance(found, dict) else {}
         self.kind = doc.get("kind")
         self.name = meta.get("name")
         self.where = f"document {index}"
@@ -135,10 +136,12 @@ def _workload(doc: dict[str, Any], path: tuple[str, ...], where: _Doc, options: 
     walked: list[str] = []
     for key in path:
         walked.append(key)
-        template = template.get(key)
-        if not isinstance(template, dict):
+        inner = template.get(key)
+        if not isinstance(inner, dict):
             raise where.fail(".".join(walked), "expected a mapping")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        template = inner
+    found = doc.get("metadata")
+    meta = found if isinstance(found, dict) else {}
     result = inject_pod(template, options, kind=doc["kind"], where=where,
                         prefix=".".join(path) + "." if path else "",
                         config_map_name=f"{where.name}-herald" if where.name else None,
@@ -286,9 +289,9 @@ def _check_pod(pod: dict[str, Any], path: str, where: _Where, kind: str,
     if not isinstance(volumes, list):
         raise where.fail(f"{path}.volumes", "expected a list")
     taken = {v.get("name") for v in volumes if isinstance(v, dict)}
-    ours = {v["name"] for v in sidecar.volumes(spec, "-")}
-    if taken & ours:
-        raise where.fail(f"{path}.volumes", f"volume {sorted(taken & ours)[0]!r} already exists")
+    ours: set[str] = {v["name"] for v in sidecar.volumes(spec, "-")}
+    if ours & taken:
+        raise where.fail(f"{path}.volumes", f"volume {sorted(ours & taken)[0]!r} already exists")
     missing = set(options.containers) - {c["name"] for c in apps}
     if missing:
         raise where.fail(f"{path}.containers",

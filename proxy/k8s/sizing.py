@@ -74,7 +74,7 @@ def link_capacity(load: Throughput) -> int:
     return max(MIN_LINK_CAPACITY, min(LinkConfig().capacity, wanted))
 
 
-def resources(load: Throughput) -> dict:
+def resources(load: Throughput) -> dict[str, dict[str, str]]:
     """The container's `resources`: CPU and memory requests, a memory limit, no CPU limit."""
     return {
         "requests": {"cpu": f"{cpu_millicores(load)}m", "memory": f"{MEMORY_REQUEST_MI}Mi"},

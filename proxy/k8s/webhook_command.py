@@ -46,7 +46,7 @@ webhook's failurePolicy.
 """
 
 
-def add_webhook_parser(k8s_sub: argparse._SubParsersAction) -> None:
+def add_webhook_parser(k8s_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = k8s_sub.add_parser("webhook", help="serve the mutating admission webhook that adds "
                            "the Herald sidecar to pods", description=WEBHOOK_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)

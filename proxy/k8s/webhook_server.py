@@ -22,7 +22,7 @@ serves only the GET routes, for probes and Prometheus without the webhook's CA.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -321,7 +321,7 @@ async def _linger(stream: trio.abc.Stream) -> None:
 
 
 def _log_decision(emit: Callable[..., None], decision: admission.Decision,
-                  request: dict, meta: object) -> None:
+                  request: Mapping[str, object], meta: object) -> None:
     meta = meta if isinstance(meta, dict) else {}
     emit("review", uid=request["uid"], namespace=request.get("namespace"),
          pod=meta.get("name") or meta.get("generateName"), operation=request.get("operation"),

@@ -137,7 +137,9 @@ def parse_limits(node: Node) -> LimitsConfig:
         if machine is not None:
             values[f.name] = _machine_default(node, f.name, machine)
         else:
-            values[f.name] = node.number(f.name, f.default, type(f.default),
+            default = f.default
+            assert isinstance(default, int | float)  # every other limit has a plain default
+            values[f.name] = node.number(f.name, default, type(default),
                                          _MINIMUM.get(f.name, 1))
     limits = LimitsConfig(**values)
     node.done()

@@ -13,7 +13,7 @@ import math
 import socket
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Protocol
 
 import trio
 
@@ -69,7 +69,24 @@ class ConnectionGuard:
 _PEER_GONE = (7, 8)  # TCP_INFO's tcpi_state: TCP_CLOSE (reset), TCP_CLOSE_WAIT (its FIN came)
 
 
-def peer_closed(sock: Any) -> bool:
+class TcpSocket(Protocol):
+    """A client's socket as `peer_closed` reads it: the standard library's and trio's alike
+    (a TLS connection's `ssl.SSLSocket` too)."""
+
+    def getsockopt(self, level: int, optname: int, buflen: int, /) -> bytes: ...
+
+
+class Waiting(Protocol):
+    """A request in flight as `awaiting_answer` reads it (the session's `InFlight`)."""
+
+    @property
+    def received(self) -> float: ...
+
+    @property
+    def sent(self) -> float: ...
+
+
+def peer_closed(sock: TcpSocket) -> bool:
     """Whether the client at the other end of `sock` (a TCP socket, plain or TLS) has closed
     its side: it will send nothing more. The pumps may not be reading the client while they
     wait for answers, so its end of stream is read from the connection's state, not its
@@ -80,7 +97,8 @@ def peer_closed(sock: Any) -> bool:
         return False
 
 
-def awaiting_answer(in_flight: Mapping[Any, Any], idle_s: float, client: Any) -> bool:
+def awaiting_answer(in_flight: Mapping[int, Waiting], idle_s: float, client: TcpSocket
+                    ) -> bool:
     """Whether the requests in flight (oldest first, each with the monotonic times it was
     `received` and `sent`) keep a session from being idle: while the broker may still
     answer them (the oldest was sent less than `idle_s` ago: a broker answers or the client

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 try:
     from proxy.native import _relay
 except ImportError:  # built without a C compiler
-    _relay = None
+    _relay = None  # type: ignore[assignment]  # the stub's module, or None: `load` checks
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,4 +21,5 @@ def parse_performance(node: Node) -> str:
     if value not in (NATIVE_RELAY_OFF, NATIVE_RELAY_AUTO):
         node.errors.add(f"{node.key_path('native_relay')}: expected off or auto, got {value!r}")
     node.done()
-    return value
+    mode: str = value  # a YAML value: one of the two strings unless an error was recorded
+    return mode

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from interceptors.api import Interceptor
 from interceptors.chain import ChainMember, FetchChain
@@ -39,6 +40,9 @@ from protocol.contracts.headers import TRACEPARENT
 from protocol.contracts.native_relay import FETCH_LINK_EVENTS, LINK_COUNTS
 from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
+
+if TYPE_CHECKING:
+    from proxy.native._relay import LinksWire, PlanWire
 
 FETCH = int(ApiKey.FETCH)
 VERSIONS = CAPABILITIES.scan_versions
@@ -56,7 +60,7 @@ _NO_LINKS = (0,) * len(LINK_COUNTS)
 class FetchPlan:
     """What the engine checks for one session (`wire`), and whose counters it adds to."""
 
-    wire: tuple
+    wire: PlanWire
     chain: FetchChain
     members: tuple[ChainMember, ...]
 
@@ -115,8 +119,10 @@ def fetch_plan(chain: FilterChain, ctx: SessionContext | None = None) -> FetchPl
     keys: set[str] = set()
     prefixes: list[str] = []
     for m in fetch.members:
-        keys |= m.interceptor.stamps.watches
-        prefixes += m.interceptor.stamps.watch_prefixes
+        stamps = m.interceptor.stamps
+        assert stamps is not None  # `_watch_only` holds for every member
+        keys |= stamps.watches
+        prefixes += stamps.watch_prefixes
     links = _links(fetch.members, work, ctx)
     if links is not None:
         keys.discard(TRACEPARENT)
@@ -130,19 +136,22 @@ def fetch_plan(chain: FilterChain, ctx: SessionContext | None = None) -> FetchPl
 
 
 def _links(members: Sequence[ChainMember], work: NativeWork,
-           ctx: SessionContext | None) -> tuple | None:
+           ctx: SessionContext | None) -> LinksWire | None:
     """The engine's form of the links the scan fills: (memory, the session's scope, no
     header, False, the name of each topic id the plan knows, in their order), when one
     member remembers traces in the C memory and no other watches ``traceparent``."""
-    remembering = [m for m in members if isinstance(m.interceptor, RememberFetched)]
+    remembering = [(m, m.interceptor) for m in members
+                   if isinstance(m.interceptor, RememberFetched)]
     if ctx is None or len(remembering) != 1:
         return None
-    memory = remembering[0].interceptor.memory
+    member, remembers = remembering[0]
+    memory = remembers.memory
     if not isinstance(memory, NativeFetchedTraces) or any(
             m.interceptor.stamps.watched(TRACEPARENT)  # type: ignore[union-attr]
-            for m in members if m is not remembering[0]):
+            for m in members if m is not member):
         return None
     names = work.topic_names()
     blob = b"".join(len(n).to_bytes(2, "big") + n
                     for n in (names[i].encode() for i in sorted(names)))
-    return (memory.native.capsule(), memory.scope(work.connection(ctx)), b"", False, blob)
+    capsule = memory.native.capsule()
+    return (capsule, memory.scope(work.connection(ctx)), b"", False, blob)

@@ -18,22 +18,21 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from prometheus_client import Counter
 
 from protocol.contracts import native_relay
-from proxy.filters.chain import FilterChain, SessionContext
+from proxy.filters.chain import Filter, FilterChain, SessionContext
 from proxy.limits.memory_budget import Holder
 from proxy.native import fetch_plan as native_fetch
 from proxy.native import stamp_plan as native_stamp
 from proxy.native.capabilities import CAPABILITIES, Capabilities
 from proxy.native.config import NATIVE_RELAY_AUTO
+from proxy.net.transport import TlsTransport, Transport
 from proxy.observability.metrics import Metrics, bounded_api_labels
-
-if TYPE_CHECKING:
-    from proxy.net.transport import Transport
 
 # Why a whole session is Python's (scope="session"; its requests are counted with the same
 # reason, scope="frame").
@@ -128,7 +127,7 @@ def tls_refusal(transport: Transport, caps: Capabilities = CAPABILITIES) -> str 
     TLS). The handshake stays in Python either way; what the engine would not do as Python
     does stays in Python: callbacks into Python on the connection (key logging, a message
     callback) would run on the engine's thread."""
-    if not transport.tls:
+    if not isinstance(transport, TlsTransport):
         return None
     if not caps.tls:
         return ("the engine is not built with TLS, or with another OpenSSL than the ssl "
@@ -162,7 +161,7 @@ def passable_table(chain: FilterChain, stamp: bool = False, fetch: bool = False,
                 requests = tuple(f for f in requests if not f.native.scan)
             if (requests and not stamped) or chain.unreadable(api, version):
                 continue
-            readers = chain.for_response(api, version)
+            readers: Sequence[Filter] = chain.for_response(api, version)
             if scanned:
                 readers = [f for f in readers if not f.native.scan]
                 hinted = version in tagged or api == caps.share_api
@@ -369,6 +368,8 @@ class SessionPath:
         table = self._table
         if table is None or len(head) < 8:
             return True
+        api: int
+        version: int
         api, version = _API_VERSION.unpack_from(head, 4)
         caps = self._caps
         return (0 <= api < caps.max_api and 0 <= version < caps.max_version

@@ -37,7 +37,7 @@ from proxy.observability.metrics import LATENCY_BUCKETS, LatencySeries, Metrics
 try:
     from proxy.native import _relay
 except ImportError:  # built without a C compiler: the Python path serves every session
-    _relay = None
+    _relay = None  # type: ignore[assignment]  # the stub's module, or None: `NativeRelay` checks
 
 log = get_logger("native_relay")
 

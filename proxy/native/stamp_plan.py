@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from interceptors.api import NativeColumn
 from interceptors.chain import ChainMember, ProduceChain
@@ -37,6 +38,9 @@ from protocol.contracts.headers import TRACESTATE
 from protocol.contracts.native_relay import LINK_COUNT, LINK_COUNTS, PRODUCE_LINK_EVENTS
 from proxy.filters.chain import FilterChain, NativeWork, SessionContext
 from proxy.native.capabilities import CAPABILITIES
+
+if TYPE_CHECKING:
+    from proxy.native._relay import ColumnWire, LinksWire, PlanWire
 
 PRODUCE = int(ApiKey.PRODUCE)
 VERSIONS = CAPABILITIES.stamp_versions
@@ -63,7 +67,7 @@ class _Member:
 class StampPlan:
     """What the engine stamps for one session (`wire`), and whose counters it adds to."""
 
-    wire: tuple
+    wire: PlanWire
     chain: ProduceChain
     work: NativeWork
     members: tuple[_Member, ...]
@@ -142,7 +146,7 @@ def stamp_plan(chain: FilterChain, ctx: SessionContext) -> StampPlan | None:
     if not produce.members or not produce.fast_paths:
         return None
     conn = work.connection(ctx)
-    columns: list[tuple] = []
+    columns: list[ColumnWire] = []
     members: list[_Member] = []
     keys: set[str] = set()
     prefixes: list[str] = []
@@ -208,7 +212,7 @@ def _keeper(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeCol
 
 def _wire_links(members: Sequence[ChainMember], natives: Sequence[Sequence[NativeColumn]],
                 keeper: tuple[ChainMember, str] | None, conn: ConnectionInfo
-                ) -> tuple[tuple | None, list[tuple[tuple[str, int], ...]]]:
+                ) -> tuple[LinksWire | None, list[tuple[tuple[str, int], ...]]]:
     """The engine's form of the keeper column's links (None: it has none): the memory, the
     scope, the link header's wire form, whether a record given link headers goes to Python,
     no topic names, and the lost parents header's wire form (`LOST_HEADER`); and per
@@ -245,7 +249,7 @@ def _wire_links(members: Sequence[ChainMember], natives: Sequence[Sequence[Nativ
             stamping.value_column(LOST_HEADER, [])[0]), seen
 
 
-def _wire_column(key: str, column: NativeColumn, keeps: bool) -> tuple:
+def _wire_column(key: str, column: NativeColumn, keeps: bool) -> ColumnWire:
     key_wire = stamping.value_column(key, [])[0]
     return (CAPABILITIES.columns.index(column.kind), key_wire, column.value, column.sampled,
             column.per_batch, keeps)

@@ -30,6 +30,8 @@ class OutOfDescriptors(ConnectionError):
     A `ConnectionError`, so that code which handles a cluster it cannot reach goes on
     working; code that can say more catches it first."""
 
+    errno: int  # never None here, unlike OSError's: `__init__` always passes the code
+
     def __init__(self, code: int) -> None:
         super().__init__(code, f"{OUT_OF_DESCRIPTORS} ({errno.errorcode[code]})")
 

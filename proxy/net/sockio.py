@@ -15,6 +15,8 @@ import os
 
 import trio
 
+from protocol.primitives import Buffer
+
 
 async def receive(sock: trio.socket.SocketType, max_bytes: int, drained: bool = False
                   ) -> tuple[bytes, bool]:
@@ -36,7 +38,7 @@ async def receive(sock: trio.socket.SocketType, max_bytes: int, drained: bool = 
             waited = True
 
 
-async def send_all(sock: trio.socket.SocketType, data: bytes) -> None:
+async def send_all(sock: trio.socket.SocketType, data: Buffer) -> None:
     """Write all of `data`, waiting only while the socket's buffer is full."""
     fd = sock.fileno()
     view: memoryview | None = None

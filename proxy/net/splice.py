@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import fcntl
 import os
+from typing import Protocol
 
 import trio
 
 _FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _PIPE_BYTES = 1024 * 1024  # one pipe's worth moves per splice; the kernel may give less
+
+
+class Descriptor(Protocol):
+    """A non-blocking socket of either kind (trio's, or the standard one a TLS connection
+    wraps): splice works on the descriptor, and trio waits on it by its number."""
+
+    def fileno(self) -> int: ...
 
 
 class SpliceEOF(Exception):
@@ -45,8 +53,7 @@ class Splicer:
                 pass
         return cls(read_fd, write_fd, chunk)
 
-    async def forward(self, src: trio.socket.SocketType, dst: trio.socket.SocketType, n: int
-                      ) -> None:
+    async def forward(self, src: Descriptor, dst: Descriptor, n: int) -> None:
         """Move exactly `n` bytes from `src` to `dst` (both non-blocking sockets)."""
         src_fd, dst_fd = src.fileno(), dst.fileno()
         busy = 0  # splices in a row that did not wait: yield now and then all the same

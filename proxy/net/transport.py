@@ -12,10 +12,16 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from collections.abc import Callable
+from typing import TypeVar, TypeVarTuple
 
 import trio
 
+from protocol.primitives import Buffer
 from proxy.net import sockio
+
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
 
 
 class PlainTransport:
@@ -40,7 +46,7 @@ class PlainTransport:
     async def wait_receivable(self) -> None:
         await trio.lowlevel.wait_readable(self.sock)
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: Buffer) -> None:
         await sockio.send_all(self.sock, data)
 
     def peer_certificate(self) -> bytes | None:
@@ -81,7 +87,7 @@ class TlsTransport:
     async def handshake(self) -> None:
         await self._retry(self._ssl.do_handshake)
 
-    async def _retry(self, call, *args):  # noqa: ANN001, ANN202
+    async def _retry(self, call: Callable[[*_Args], _T], *args: *_Args) -> _T:
         while True:
             try:
                 return call(*args)
@@ -123,7 +129,7 @@ class TlsTransport:
         else:
             await trio.lowlevel.wait_readable(self._ssl)
 
-    async def send_all(self, data: bytes) -> None:
+    async def send_all(self, data: Buffer) -> None:
         view = memoryview(data)
         while view:
             sent = await self._retry(self._ssl.send, view)
@@ -136,7 +142,9 @@ class TlsTransport:
         """The ssl module's own connection object (`_ssl._SSLSocket`), whose OpenSSL state the
         native relay carries on while it holds the session (`proxy/native/relay_tls.c`): the
         handshake was made here, the records go on from where Python left them."""
-        return self._ssl._sslobj
+        # Private to the ssl module, so typeshed does not declare it.
+        sslobj: object = self._ssl._sslobj  # type: ignore[attr-defined]
+        return sslobj
 
     @property
     def context(self) -> ssl.SSLContext:

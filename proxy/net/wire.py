@@ -8,9 +8,9 @@ the original header bytes and replaces only the body.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, cast
 
 from protocol import api_versions
 from protocol.api_keys import ApiKey
@@ -26,6 +26,25 @@ from protocol.peek import answered, skip_tagged_fields
 from protocol.primitives import Buffer
 
 _INT16 = struct.Struct(">h")
+
+
+class Encodable(Protocol):
+    """A message Herald writes back: the generated codec classes and the answers chain members
+    build all encode themselves in the version asked for, and nothing more is needed of them."""
+
+    def encode(self, version: int) -> bytes: ...
+
+
+class _Codec(Protocol):
+    """A generated message class, as the registries of `protocol.messages` hold them."""
+
+    def decode(self, buf: Buffer, version: int, offset: int = 0) -> Any: ...
+
+
+# `protocol.messages` types its registries as plain `type`; every class in them is generated
+# with the `decode` classmethod `_Codec` names. Viewed so once here, not on every frame.
+_REQUEST_CODECS = cast("Mapping[int, _Codec]", REQUESTS)
+_RESPONSE_CODECS = cast("Mapping[int, _Codec]", RESPONSES)
 
 
 @dataclass(slots=True)
@@ -91,13 +110,13 @@ def parse_request_header(payload: Buffer) -> RequestHead:
 
 def decode_request(head: RequestHead, payload: bytes) -> tuple[int, Any]:
     """Decode a request body (only for APIs with a codec); return (body offset, message)."""
-    cls = REQUESTS.get(head.api_key)
+    cls = _REQUEST_CODECS.get(head.api_key)
     if cls is None or head.body_offset < 0:
         raise CodecError(f"no codec for API key {head.api_key}")
     return head.body_offset, cls.decode(payload, head.api_version, head.body_offset)
 
 
-def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Any) -> bytes:
+def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Encodable) -> bytes:
     return payload[:offset] + msg.encode(head.api_version)
 
 
@@ -124,7 +143,7 @@ def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, A
         return offset, special[0](payload, version, offset)
     # Decoding from a memoryview keeps `records` fields as views: a Fetch response is decoded
     # (for its node endpoints) without copying its record data.
-    return offset, RESPONSES[api_key].decode(memoryview(payload), version, offset)
+    return offset, _RESPONSE_CODECS[api_key].decode(memoryview(payload), version, offset)
 
 
 def encode_response(api_key: int, version: int, payload: Buffer, offset: int, msg: Any) -> bytes:

@@ -28,6 +28,6 @@ def parse_logging(node: Node) -> LoggingConfig:
 
 def parse_instance(node: Node, environ: Mapping[str, str] | None = None) -> str | None:
     """`instance.id`, `${NAME}` expanded from `environ` (None: a random one per process)."""
-    instance_id = expanded(node, "id", None, environ)
+    instance_id: str | None = expanded(node, "id", None, environ)
     node.done()
     return instance_id

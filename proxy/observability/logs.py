@@ -10,7 +10,6 @@ import json
 import logging
 import sys
 import time
-from typing import Any
 
 _ROOT = "herald"
 
@@ -23,20 +22,20 @@ class EventLogger:
     def __init__(self, name: str) -> None:
         self._log = logging.getLogger(f"{_ROOT}.{name}")
 
-    def debug(self, event: str, **fields: Any) -> None:
+    def debug(self, event: str, **fields: object) -> None:
         if self._log.isEnabledFor(logging.DEBUG):
             self._log.debug(event, extra={"fields": fields})
 
-    def info(self, event: str, **fields: Any) -> None:
+    def info(self, event: str, **fields: object) -> None:
         if self._log.isEnabledFor(logging.INFO):
             self._log.info(event, extra={"fields": fields})
 
     def warning(
-        self, event: str, *, exc_info: BaseException | None = None, **fields: Any
+        self, event: str, *, exc_info: BaseException | None = None, **fields: object
     ) -> None:
         self._log.warning(event, exc_info=exc_info, extra={"fields": fields})
 
-    def error(self, event: str, *, exc_info: BaseException | None = None, **fields: Any) -> None:
+    def error(self, event: str, *, exc_info: BaseException | None = None, **fields: object) -> None:
         """`exc_info`: an exception whose traceback goes with the event (for bugs)."""
         self._log.error(event, exc_info=exc_info, extra={"fields": fields})
 
@@ -45,7 +44,7 @@ def get_logger(name: str) -> EventLogger:
     return EventLogger(name)
 
 
-def _quote(value: Any) -> str:
+def _quote(value: object) -> str:
     text = str(value)
     if text == "" or any(c in text for c in ' "=\n\t'):
         return json.dumps(text)
@@ -69,7 +68,7 @@ class KeyValueFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        doc: dict[str, Any] = {
+        doc: dict[str, object] = {
             "ts": record.created,
             "level": record.levelname.lower(),
             "event": record.getMessage(),

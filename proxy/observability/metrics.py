@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString as _untyped_float_to_go
 
 from interceptors import Chains, ChainStats
 from protocol.api_keys import API_KEYS
@@ -33,6 +33,8 @@ _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
 LATENCY_BUCKETS = _LATENCY_BUCKETS
+_float_to_go: Callable[[float], str] = _untyped_float_to_go
+"""prometheus_client's formatting of a bucket bound (`+Inf`, `0.5`), which it leaves untyped."""
 OTHER_TOPIC = "other"
 UNKNOWN_LABEL = "unknown"
 """The one label value that API keys and versions no Kafka release defines fold into."""
@@ -171,7 +173,9 @@ class InterceptorCollector(Collector):
             family, labels = key[0], list(key[1:])
             if family == "records":
                 rest = n
-                for topic, share in sorted(self.tally.shares.get(key[1:], {}).items()):
+                _, path, member, outcome, reason = key  # as `flatten` writes a record counter
+                shares = self.tally.shares.get((path, member, outcome, reason), {})
+                for topic, share in sorted(shares.items()):
                     records.add_metric([*labels, topic], share)
                     rest -= share
                 records.add_metric([*labels, OTHER_TOPIC], rest)
@@ -450,7 +454,7 @@ class LatencyHistogram(Collector):
             buckets = []
             for bound, n in zip((*_LATENCY_BUCKETS, math.inf), series.counts, strict=True):
                 total += n
-                buckets.append((floatToGoString(bound), total))
+                buckets.append((_float_to_go(bound), total))
             family.add_metric([api], buckets, series.sum)
         yield family
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -23,7 +22,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import Link, Span, SpanContext, SpanKind, TraceFlags, TraceState
+from opentelemetry.util.types import Attributes, AttributeValue
 
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import HERALD_VERSION
@@ -137,9 +137,9 @@ class _PresetSampler(Sampler):
         trace_id: int,
         name: str,
         kind: SpanKind | None = None,
-        attributes: Any = None,
+        attributes: Attributes = None,
         links: Sequence[Link] | None = None,
-        trace_state: Any = None,
+        trace_state: TraceState | None = None,
     ) -> SamplingResult:
         if self._preset.ids is not None:
             return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
@@ -167,7 +167,7 @@ class Tracing:
         self,
         name: str,
         kind: SpanKind,
-        attributes: dict[str, Any],
+        attributes: Mapping[str, AttributeValue],
         links: Sequence[Link] = (),
         ids: tuple[int, int] | None = None,
     ) -> Span:

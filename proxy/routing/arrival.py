@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from protocol.errors import CodecError
+from protocol.primitives import Buffer
 from protocol.records import RecordBatch, split_batches
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.routing.origin import OriginSeal
@@ -69,7 +70,7 @@ class Arrivals(Filter):
         self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
     ) -> bool:
         table = self.routing.table
-        kept: dict[ArrivedKey, Any] = {}
+        kept: dict[ArrivedKey, Buffer] = {}
         for t in msg.topic_data:
             topic = t.name if version < 13 else self.routing.topics.name(t.topic_id)
             if not topic or not any(r.handler.routes
@@ -82,10 +83,11 @@ class Arrivals(Filter):
             exchange.notes[self] = kept
         return False
 
-    def take(self, exchange: Exchange) -> dict[ArrivedKey, Any] | None:
+    def take(self, exchange: Exchange) -> dict[ArrivedKey, Buffer] | None:
         """What `on_request` kept for this exchange, removed from its notes (a note asks for
         the response to be decoded, and this member has nothing to do there)."""
-        return exchange.notes.pop(self, None)
+        kept: dict[ArrivedKey, Buffer] | None = exchange.notes.pop(self, None)
+        return kept
 
 
 class PartitionArrival:
@@ -97,7 +99,7 @@ class PartitionArrival:
     def __init__(self, seal: OriginSeal, raw: Any = None) -> None:
         self.seal = seal
         self.raw = raw
-        self._batches: list[Any] | None = None
+        self._batches: list[RecordBatch | bytes] | None = None
         self._may_carry: dict[int, bool] = {}
 
     def prepare(self) -> None:
@@ -110,7 +112,7 @@ class PartitionArrival:
         """The arrival of batch `n` of the partition, which routing sees as `seen`."""
         return BatchArrival(self, n, seen)
 
-    def _split(self) -> list[Any]:
+    def _split(self) -> list[RecordBatch | bytes]:
         if self._batches is None:
             try:
                 self._batches = split_batches(self.raw)
@@ -121,9 +123,11 @@ class PartitionArrival:
     def _arrived(self, n: int) -> RecordBatch | None:
         """Arrived batch `n`, if some record of it may carry the origin header."""
         batches = self._split()
-        if n >= len(batches) or not isinstance(batches[n], RecordBatch):
+        if n >= len(batches):
             return None
         b = batches[n]
+        if not isinstance(b, RecordBatch):
+            return None
         may = self._may_carry.get(n)
         if may is None:
             try:

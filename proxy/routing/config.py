@@ -33,7 +33,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from configuration import ConfigError, InvalidConfig, Node, build_config
 from interceptors.patterns import NameMatcher, matcher
@@ -76,7 +75,7 @@ def parse_routing(node: Node, clusters: set[str],
     rules = []
     names: set[str] = set()
 
-    def rule_at(i: int, item: Any) -> Rule:
+    def rule_at(i: int, item: object) -> Rule:
         return _parse_rule(Node(item, f"{node.key_path('rules')}[{i}]", node.errors), i,
                            frozenset(clusters), actions)
 

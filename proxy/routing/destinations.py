@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from protocol.records import Record
 from proxy.observability.logs import get_logger
 from proxy.security.config import librdkafka_security
 from proxy.upstream.cluster import AuthRequired, UpstreamCluster
@@ -163,7 +164,7 @@ class Destination:
         assert self._token is not None
         return Delivery(records, self._token)
 
-    def send_records(self, delivery: Delivery, topic: str, partition: int, records: list,
+    def send_records(self, delivery: Delivery, topic: str, partition: int, records: list[Record],
                      extra_header: Callable[[bytes | None, bytes | None], tuple[str, bytes]],
                      base_timestamp: int) -> int:
         """Enqueue records of a batch in order, each with the header `extra_header` makes of

@@ -47,7 +47,7 @@ def last_value(headers: list[Header], key: str) -> Any:
     return _MISSING
 
 
-def compile_predicate(node: Any, path: str) -> Predicate:
+def compile_predicate(node: object, path: str) -> Predicate:
     """A predicate from its YAML form; errors name `path` and the bad key below it."""
     if isinstance(node, list):
         return _all([compile_predicate(n, f"{path}[{i}]") for i, n in enumerate(node)], path)
@@ -83,7 +83,8 @@ def _any(parts: list[Predicate]) -> Predicate:
     return lambda headers: any(p(headers) for p in parts)
 
 
-def _header_predicate(node: dict, path: str) -> Predicate:
+def _header_predicate(node: dict[str, object], path: str) -> Predicate:
+    """`node`: a YAML mapping, whose keys other than the operators' names are refused here."""
     key = node.get("header")
     if not isinstance(key, str) or not key:
         raise ConfigError(f"{path}.header: required (the header key, a non-empty string)")
@@ -108,13 +109,13 @@ def _header_predicate(node: dict, path: str) -> Predicate:
     return _typed_predicate(key, _COMPARISONS[op], operand, where)
 
 
-def _utf8(text: Any, where: str) -> bytes:
+def _utf8(text: object, where: str) -> bytes:
     if isinstance(text, bool) or not isinstance(text, str | int | float):
         raise ConfigError(f"{where}: expected a string, got {text!r}")
     return str(text).encode()
 
 
-def _string_predicate(key: str, op: str, operand: Any, where: str) -> Predicate:
+def _string_predicate(key: str, op: str, operand: object, where: str) -> Predicate:
     """Byte comparisons of the raw header value (no parsing on the hot path)."""
     if op == "equals":
         want = _utf8(operand, where)
@@ -147,13 +148,13 @@ def _string_predicate(key: str, op: str, operand: Any, where: str) -> Predicate:
 
 
 def _typed_predicate(
-    key: str, compare: Callable[[Any, Any], bool], operand: Any, where: str
+    key: str, compare: Callable[[Any, Any], bool], operand: object, where: str
 ) -> Predicate:
     read: Callable[[bytes], Any]
     if isinstance(operand, bool):
         if compare not in (operator.eq, operator.ne):
             raise ConfigError(f"{where}: booleans compare with eq or ne only")
-        want: Any = operand
+        want: object = operand
         read = _read_bool
     elif isinstance(operand, int | float):
         want = Decimal(str(operand))
@@ -175,16 +176,17 @@ def _typed_predicate(
     return typed
 
 
-def _timestamp_operand(operand: Any, where: str) -> dt.datetime:
+def _timestamp_operand(operand: dt.datetime | dt.date | str, where: str) -> dt.datetime:
     if isinstance(operand, dt.datetime):
         return operand if operand.tzinfo else operand.replace(tzinfo=dt.UTC)
     if isinstance(operand, dt.date):
         return dt.datetime(operand.year, operand.month, operand.day, tzinfo=dt.UTC)
     try:
-        return parse_value(operand, Type.TIMESTAMP).value
+        stamp: dt.datetime = parse_value(operand, Type.TIMESTAMP).value
     except ValueError:
         raise ConfigError(f"{where}: expected a number, true/false or a timestamp "
                           f"(YYYY-MM-DDTHH:MM:SSZ), got {operand!r}") from None
+    return stamp
 
 
 def _read_bool(raw: bytes) -> bool | None:
@@ -205,6 +207,7 @@ def _read_number(raw: bytes) -> Decimal | None:
 
 def _read_timestamp(raw: bytes) -> dt.datetime | None:
     try:
-        return parse_value(raw, Type.TIMESTAMP).value
+        stamp: dt.datetime = parse_value(raw, Type.TIMESTAMP).value
     except ValueError:
         return None
+    return stamp

@@ -24,11 +24,13 @@ nothing waits: the records are sent once, best effort, and counted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import trio
+from opentelemetry.trace import Span
 
 from interceptors import PartitionOutcome
 from protocol.api_keys import ApiKey
@@ -41,7 +43,9 @@ from protocol.contracts.kafka_errors import (
     REQUEST_TIMED_OUT,
     UNKNOWN_PRODUCER_ID,
 )
+from protocol.primitives import Buffer
 from protocol.records import (
+    Record,
     RecordBatch,
     build_batch,
     join_batches,
@@ -52,6 +56,7 @@ from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.filters.offload import OFFLOAD_BYTES
 from proxy.filters.produce_answers import Rejected, merge_answers
 from proxy.observability.logs import get_logger
+from proxy.observability.tracing import Tracing
 from proxy.routing.actions.api import Rule
 from proxy.routing.arrival import Arrivals, BatchArrival, PartitionArrival, arrived_key
 from proxy.routing.destinations import Delivery, Destination
@@ -63,7 +68,7 @@ from proxy.routing.rules import (
     STAY,
     RoutingTable,
 )
-from proxy.routing.sequences import Attempt, SequenceMap
+from proxy.routing.sequences import Attempt, Key, SequenceMap
 from proxy.routing.spans import end_span, start_span
 from proxy.routing.stats import (
     BEST_EFFORT,
@@ -156,8 +161,9 @@ class RoutingFilter(Filter):
 
     def __init__(self, table: RoutingTable, topics: TopicIds,
                  destinations: dict[str, Destination], stats: RoutingStats,
-                 origin: Any = lambda: PRIMARY, tracing: Any = None,
-                 journal: Path | None = None, cluster_id: Any = lambda: None) -> None:
+                 origin: Callable[[], bytes] = PRIMARY.encode, tracing: Tracing | None = None,
+                 journal: Path | None = None,
+                 cluster_id: Callable[[], str | None] = lambda: None) -> None:
         """`tracing`: observability.tracing.Tracing when on, and then a span per batch.
         `journal`: the file the sequence map is kept in (None: memory only); it is opened
         once `cluster_id()` (the primary's) is known."""
@@ -169,7 +175,7 @@ class RoutingFilter(Filter):
         self.remembered = RememberedSequences(self.sequences, journal, stats)
         self.cluster_id = cluster_id
         self.origin = origin  # the primary cluster's id once known, recorded on routed records
-        self.tracing: Any = tracing  # dropped at the first span that fails (see `_span`)
+        self.tracing = tracing  # dropped at the first span that fails (see `_span`)
         # The member to place before the interceptor chains: the records as they arrived,
         # on which the origin mark is checked (see arrival.py).
         self.arrivals = Arrivals(self)
@@ -189,8 +195,7 @@ class RoutingFilter(Filter):
         kept_topics = []
         for t in msg.topic_data:
             topic = t.name if version < TOPIC_ID_VERSION else self.topics.name(t.topic_id)
-            candidates = table.candidates(topic, ctx.client_id) if topic else ()
-            if not candidates:
+            if not topic or not (candidates := table.candidates(topic, ctx.client_id)):
                 kept_topics.append(t)
                 continue
             kept = []
@@ -228,8 +233,8 @@ class RoutingFilter(Filter):
         return changed
 
     async def _partition(
-        self, topic: str, index: int, records: Any, candidates: tuple[Rule, ...], acks: int,
-        arrived: Any = None,
+        self, topic: str, index: int, records: bytes | memoryview, candidates: tuple[Rule, ...],
+        acks: int, arrived: Buffer | None = None,
     ) -> tuple[bytes | None, list[Plan], bool]:
         """(the new records field: None unchanged, b"" nothing left; the plans; whether any
         delivery must be waited for). `arrived`: the records field as it reached Herald,
@@ -346,16 +351,16 @@ class RoutingFilter(Filter):
             decision = decide(candidates, headers, provenance, i)
             if decision is stay:  # the common case: no rule, nothing shadowed
                 continue
-            for rule in decision.shadowed:
-                cluster = rule.target.cluster if rule.target else ""
-                self.stats.count(rule.name, rule.action, cluster, SHADOW, 1)
+            for shadowed in decision.shadowed:
+                cluster = shadowed.target.cluster if shadowed.target else ""
+                self.stats.count(shadowed.name, shadowed.action, cluster, SHADOW, 1)
             rule = decision.rule
             if rule is not None:
                 rule.handler.apply(plan, rule, i)
         return Plan(list(plan.by_rule.values()), frozenset(plan.moved))
 
     def _send(self, topic: str, index: int, batch: RecordBatch, plan: Plan, acks: int,
-              booked: tuple[Any, int, Attempt] | None) -> bool:
+              booked: tuple[Key, int, Attempt] | None) -> bool:
         """Hand the routed records to their producers, unless an earlier attempt of this
         batch delivered them; True when some delivery is to be waited for. `booked`: the
         sequence map's key, epoch and attempt of a tracked batch, whose deliveries are
@@ -381,7 +386,8 @@ class RoutingFilter(Filter):
             dest = self.destinations[routed.cluster]
             delivery = Delivery(len(routed.indexes), token)
             out_topic = target.topic or topic
-            span = self._span(rule, routed, out_topic, records) if self.tracing else None
+            tracing = self.tracing
+            span = self._span(tracing, rule, routed, out_topic, records) if tracing else None
             delivery.on_done = self._finished(rule, routed.cluster, acks, span, booked)
             routed.delivery = delivery
             if target.partition == SAME:
@@ -398,8 +404,8 @@ class RoutingFilter(Filter):
             self.stats.bytes.labels(rule.name, routed.cluster).inc(size)
         return True
 
-    def _finished(self, rule: Rule, cluster: str, acks: int, span: Any,
-                  booked: tuple[Any, int, Attempt] | None) -> Any:
+    def _finished(self, rule: Rule, cluster: str, acks: int, span: Span | None,
+                  booked: tuple[Key, int, Attempt] | None) -> Callable[[Delivery, int], None]:
         stats = self.stats
         remembered = self.remembered
 
@@ -417,10 +423,12 @@ class RoutingFilter(Filter):
 
         return done
 
-    def _span(self, rule: Rule, routed: Routed, out_topic: str, records: list) -> Any:
-        """A producer span for one routed batch, linked to its records' trace contexts."""
+    def _span(self, tracing: Tracing, rule: Rule, routed: Routed, out_topic: str,
+              records: list[Record]) -> Span | None:
+        """A producer span for one routed batch, linked to its records' trace contexts
+        (`tracing`: `self.tracing`, passed once the caller found it on)."""
         try:
-            return start_span(self.tracing, rule.name, routed.cluster, out_topic,
+            return start_span(tracing, rule.name, routed.cluster, out_topic,
                               [records[i].headers for i in routed.indexes])
         except Exception as exc:  # tracing never breaks traffic
             log.warning("routing_span_failed", error=repr(exc))
@@ -495,7 +503,7 @@ async def _outcome(plans: list[Plan]) -> str | None:
     return error
 
 
-def _decompress_all(batches: list[Any], arrival: PartitionArrival) -> None:
+def _decompress_all(batches: list[RecordBatch | bytes], arrival: PartitionArrival) -> None:
     for b in batches:
         if isinstance(b, RecordBatch) and b.compression and b.record_count:
             b.decompress()

@@ -48,8 +48,10 @@ class RememberedSequences:
         self._tail: list[bytes] | None = None  # appended while a rewrite is prepared
         if stats is not None:
             for state in STATES:
-                stats.journal_state.labels(state).set_function(
-                    lambda state=state: float(self.state == state))
+                def holds(state: str = state) -> float:
+                    return float(self.state == state)
+
+                stats.journal_state.labels(state).set_function(holds)
             stats.journal_bytes.set_function(
                 lambda: float(self._file.size) if self._file is not None else 0.0)
 

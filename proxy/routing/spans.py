@@ -4,19 +4,17 @@ contexts the records carry (their first valid `traceparent`, as the chains wrote
 
 from __future__ import annotations
 
-from typing import Any
-
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 
 from interceptors.tracing import valid_traceparent
 from protocol.contracts.headers import TRACEPARENT
-from proxy.observability.tracing import remote_link
+from proxy.observability.tracing import Tracing, remote_link
 
 MAX_LINKS = 128  # the SDK's default limit per span
 
 
-def start_span(tracing: Any, rule: str, cluster: str, topic: str,
-               headers_of_records: list[list[tuple[str, bytes | None]]]) -> Any:
+def start_span(tracing: Tracing, rule: str, cluster: str, topic: str,
+               headers_of_records: list[list[tuple[str, bytes | None]]]) -> Span:
     links: dict[tuple[int, int], Link] = {}
     for headers in headers_of_records:
         tp = next((v for k, v in headers if k == TRACEPARENT), None)
@@ -36,7 +34,7 @@ def start_span(tracing: Any, rule: str, cluster: str, topic: str,
     }, list(links.values()))
 
 
-def end_span(span: Any, error: str | None) -> None:
+def end_span(span: Span, error: str | None) -> None:
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error))
         span.set_attribute("error.type", "routing_failed")

@@ -20,13 +20,11 @@ from typing import Any
 from configuration import ConfigError, Node
 from proxy.security.principal import PrincipalMapper, PrincipalRuleError
 from proxy.security.tls import TlsSetupError, client_context, server_context
-from proxy.security.tls_config import (
-    CLIENT_AUTH,
-    PRINCIPAL_FROM,
-    TLS_VERSIONS,
-    ClientTlsConfig,
-    ServerTlsConfig,
-)
+from proxy.security.tls_config import CLIENT_AUTH, PRINCIPAL_FROM, TLS_VERSIONS
+
+# Re-exported: modules that parse a TLS section take its type from here, with the parser.
+from proxy.security.tls_config import ClientTlsConfig as ClientTlsConfig
+from proxy.security.tls_config import ServerTlsConfig as ServerTlsConfig
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
@@ -194,8 +192,9 @@ def parse_server_tls(parent: Node, key: str = "tls") -> ServerTlsConfig | None:
     mapper = node.attempt(_principal_mapper, node)
     timeout = node.number("handshake_timeout_s", 10.0, float, 0.1)
     node.done()
-    config = ServerTlsConfig(cert, key_file, ca, auth, version, principal_from, mapper,
-                             timeout, node.path)
+    # `cert` and `key_file` are None only when their errors are recorded: such a load is refused.
+    config = ServerTlsConfig(cert, key_file,  # type: ignore[arg-type]
+                             ca, auth, version, principal_from, mapper, timeout, node.path)
     if node.valid:
         _check_context(config)
     return config

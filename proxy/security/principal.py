@@ -12,9 +12,11 @@ import re
 from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.x509.oid import ExtensionOID
 
 KAFKA_USER = "User:"
+
+# The subject alternative names a principal can come from: each of these reads as text.
+_TextName = type[x509.DNSName] | type[x509.UniformResourceIdentifier] | type[x509.RFC822Name]
 
 
 class PrincipalRuleError(ValueError):
@@ -93,10 +95,12 @@ def certificate_name(der: bytes, source: str = "subject") -> str | None:
     cert = x509.load_der_x509_certificate(der)
     if source == "subject":
         return cert.subject.rfc4514_string()
-    kind = {"san:dns": x509.DNSName, "san:uri": x509.UniformResourceIdentifier,
-            "san:email": x509.RFC822Name}[source]
+    kinds: dict[str, _TextName] = {"san:dns": x509.DNSName,
+                                   "san:uri": x509.UniformResourceIdentifier,
+                                   "san:email": x509.RFC822Name}
+    kind = kinds[source]
     try:
-        san = cert.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME)
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
         return None
     names = san.value.get_values_for_type(kind)

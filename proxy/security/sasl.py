@@ -68,10 +68,10 @@ def oauthbearer_principal(message: bytes, claim: str = "sub") -> str:
         payload = json.loads(_b64url(pieces[1]))
     except (ValueError, binascii.Error):
         raise SaslError("OAUTHBEARER token payload is not base64url JSON") from None
-    value = payload.get(claim) if isinstance(payload, dict) else None
-    if not isinstance(value, str) or not value:
+    claimed = payload.get(claim) if isinstance(payload, dict) else None
+    if not isinstance(claimed, str) or not claimed:
         raise SaslError(f"OAUTHBEARER token has no {claim!r} claim")
-    return value
+    return claimed
 
 
 def _b64url(text: str) -> bytes:

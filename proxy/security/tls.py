@@ -77,8 +77,12 @@ def _reason(exc: BaseException) -> str:
     return getattr(exc, "reason", None) or str(exc)
 
 
-def _identity(paths: tuple[Path, ...]) -> tuple:
-    out = []
+# A file as last seen: (inode, size, mtime in ns), or None when it could not be read.
+_FileIdentity = tuple[int, int, int] | None
+
+
+def _identity(paths: tuple[Path, ...]) -> tuple[_FileIdentity, ...]:
+    out: list[_FileIdentity] = []
     for p in paths:
         try:
             st = os.stat(p)

@@ -16,7 +16,7 @@ import errno
 import math
 import resource
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import NoReturn, NotRequired, TypedDict
 
 import trio
 
@@ -31,6 +31,15 @@ QUIET_S = MAX_DELAY_S
 """An episode is over once a connection was accepted and no accept failed for this long: at
 the limit, every closed connection lets one more in and the next accept fails again, which
 is the same episode, not a new one each time."""
+
+
+class _PausedFields(TypedDict):
+    """The fields of `accept_paused` before the descriptor limits, spelled out so that
+    passing them as keywords provably leaves the logger's own `exc_info` alone."""
+
+    error: str
+    target: str
+    open_connections: NotRequired[int]
 
 
 def next_delay(previous: float) -> float:
@@ -145,7 +154,7 @@ class Accepting:
         if not self.episode.failed(trio.current_time()):
             return
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        fields: dict[str, object] = {"error": name, "target": target}
+        fields: _PausedFields = {"error": name, "target": target}
         if self._open_connections is not None:
             fields["open_connections"] = self._open_connections()
         log.warning("accept_paused", **fields, nofile_soft=soft, nofile_hard=hard)

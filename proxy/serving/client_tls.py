@@ -16,6 +16,7 @@ from proxy.net.transport import TlsTransport
 from proxy.observability.logs import get_logger
 from proxy.security.principal import NoRuleMatched, tls_principal
 from proxy.security.tls import ReloadingContext
+from proxy.security.tls_config import ServerTlsConfig
 
 log = get_logger("server")
 
@@ -26,6 +27,7 @@ async def tls_handshake(
     """The client's TLS transport and its certificate's principal, once the handshake is
     done (None: it failed, which is logged and costs this connection only)."""
     tls = listen_tls.config
+    assert isinstance(tls, ServerTlsConfig)  # a listener's context is made from its server side
     transport = TlsTransport(client, listen_tls.context, server_side=True)
     outcome, reason = "failed", ""
     try:

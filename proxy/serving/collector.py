@@ -24,7 +24,6 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable
-from typing import Any
 
 import trio
 from prometheus_client import Counter, Histogram
@@ -135,7 +134,7 @@ class CollectorKeeper:
         finally:
             self._own_pass = False
 
-    def _timed(self, phase: str, info: dict[str, Any]) -> None:
+    def _timed(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
         elif not self._own_pass:

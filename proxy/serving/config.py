@@ -43,12 +43,13 @@ def parse_listen(node: Node, environ: Mapping[str, str] | None = None) -> Listen
     """The `listen` section: where clients connect, and how they are served."""
     bootstrap = node.attempt(lambda: parse_host_port(node.get("bootstrap", required=True),
                                                      node.key_path("bootstrap")))
+    # A piece that failed is None here, its error recorded: a load with errors is refused.
     listen = ListenConfig(
-        bootstrap=bootstrap,
+        bootstrap=bootstrap,  # type: ignore[arg-type]  # None only on a refused load
         advertised_host=expanded(node, "advertised_host", "localhost", environ),
         broker_port_base=node.number("broker_port_base", 19100, int, 1),
         tls=node.attempt(parse_server_tls, node),
-        sasl=node.attempt(parse_passthrough_sasl, node),
+        sasl=node.attempt(parse_passthrough_sasl, node),  # type: ignore[arg-type]  # as above
         allow_unauthenticated_clients=node.flag("allow_unauthenticated_clients", False),
     )
     if listen.broker_port_base > 65535:
@@ -62,7 +63,8 @@ def parse_admin(node: Node) -> AdminConfig:
     bind = node.get("bind")
     admin = AdminConfig(
         bind=node.attempt(parse_host_port, bind, node.key_path("bind")) if bind else None,
-        topic_labels=node.attempt(_topic_names, node, "topic_labels"),
+        # None when the list failed, its error recorded: a load with errors is refused.
+        topic_labels=node.attempt(_topic_names, node, "topic_labels"),  # type: ignore[arg-type]
         tls=node.attempt(parse_server_tls, node),
         token=node.attempt(parse_secret, node, "token"),
     )
@@ -74,7 +76,7 @@ def parse_admin(node: Node) -> AdminConfig:
 
 def parse_shutdown(node: Node) -> float:
     """`shutdown.grace_s`: how long open connections may drain on shutdown."""
-    grace = node.number("grace_s", 10.0, float, 0)
+    grace: float = node.number("grace_s", 10.0, float, 0)
     node.done()
     return grace
 
@@ -82,7 +84,7 @@ def parse_shutdown(node: Node) -> float:
 def parse_reload(node: Node) -> float:
     """`reload.watch_s`: how often the config file is looked at for a change (0: reload on
     SIGHUP only)."""
-    watch_s = node.number("watch_s", 0.0, float, 0)
+    watch_s: float = node.number("watch_s", 0.0, float, 0)
     node.done()
     return watch_s
 

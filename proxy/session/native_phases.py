@@ -168,7 +168,10 @@ class NativePhases:
             _, api_key, api_version, _ = state.in_flight[0]
             self._path.response_declined(api_key, api_version)
         self._requests.decoder.feed(state.client)
-        self._responses.decoder.feed(memoryview(state.upstream)[state.tail:])
+        # `feed` appends to a bytearray, which takes any buffer, though it is annotated with
+        # bytes only: the view saves copying the rest of what the engine read.
+        unread = memoryview(state.upstream)[state.tail:]
+        self._responses.decoder.feed(unread)  # type: ignore[arg-type]
         begun = None
         for corr, api_key, api_version, received in state.in_flight:
             entry = InFlight(api_key, api_version, received,

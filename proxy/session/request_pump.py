@@ -9,7 +9,6 @@ upstream, so the response pump knows what the answer will be.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import trio
 
@@ -22,7 +21,7 @@ from proxy.limits.connection_guard import ClientDeadlines
 from proxy.native.path_choice import SessionPath
 from proxy.net import wire
 from proxy.net.transport import Transport
-from proxy.net.wire import RequestHead
+from proxy.net.wire import Encodable, RequestHead
 from proxy.observability.metrics import Metrics, bounded_api_labels
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
@@ -34,7 +33,7 @@ from proxy.session.outgoing import Outgoing
 class _Unreadable(Exception):
     """A request chain members would read, in a version Herald's codec cannot decode."""
 
-    def __init__(self, head: RequestHead, answer: tuple[Any, int] | None) -> None:
+    def __init__(self, head: RequestHead, answer: tuple[Encodable, int] | None) -> None:
         super().__init__(head.api_key, head.api_version)
         self.head = head
         self.answer = answer
@@ -89,11 +88,10 @@ class RequestPump:
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
-            data, waited = None, True
+            data, waited = b"", True  # stays b"" when handed back, or when draining
             handed = prefilled
             if prefilled:
                 prefilled = False
-                data = b""
             elif not self._draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:

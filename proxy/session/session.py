@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import TypedDict
 
 import trio
 
@@ -38,6 +39,16 @@ from proxy.session.response_pump import ResponsePump
 from proxy.session.streaming import ResponseStreamer
 
 log = get_logger("session")
+
+
+class _ClosedFields(TypedDict):
+    """The fields of `connection_closed`, spelled out so that passing them as keywords
+    provably leaves the logger's own `exc_info` alone."""
+
+    reason: str
+    client: str
+    client_id: str | None
+    upstream: str
 
 
 class Session:
@@ -138,7 +149,7 @@ class Session:
         # session: let go of it, so that reference counting frees the session.
         reason, self._reason = self._reason, None
         if reason is not None:
-            fields = {
+            fields: _ClosedFields = {
                 "reason": reason.reason,
                 "client": self.ctx.client_address,
                 "client_id": self.ctx.client_id,

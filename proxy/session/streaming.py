@@ -135,7 +135,7 @@ class ResponseStreamer:
         else:
             rest = b""
         if finder is not None:
-            await self._tail(stream)
+            await self._tail(stream, finder)
         entry = stream.entry
         entry.metrics.latency.observe(time.monotonic() - entry.received)
         return rest
@@ -161,8 +161,9 @@ class ResponseStreamer:
             self._lane.sent.inc(len(part))
         return used
 
-    async def _tail(self, stream: _Stream) -> None:
-        if not stream.finder.done:
+    async def _tail(self, stream: _Stream, finder: FetchTailFinder) -> None:
+        """`finder` is `stream.finder`, which the caller found set."""
+        if not finder.done:
             raise SessionClosed("upstream sent a Fetch response with no end", "warning")
         await self._send_tail(stream.entry, stream.filters, stream.exchange, bytes(stream.tail))
 

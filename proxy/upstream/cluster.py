@@ -34,6 +34,7 @@ from proxy.security.sasl import (
     plain_message,
 )
 from proxy.security.tls import ReloadingContext
+from proxy.security.tls_config import ClientTlsConfig
 from proxy.upstream.config import UpstreamConfig
 
 log = get_logger("cluster")
@@ -165,6 +166,7 @@ class UpstreamCluster:
             transport = PlainTransport(stream)
         else:
             tls = self.tls.config
+            assert isinstance(tls, ClientTlsConfig)  # made from `config.tls` in `__init__`
             transport = TlsTransport(stream, self.tls.context, server_side=False,
                                      server_hostname=tls.server_name or addr.host)
             try:

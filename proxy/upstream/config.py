@@ -27,7 +27,8 @@ class UpstreamConfig:
 def parse_upstream(node: Node) -> UpstreamConfig:
     """One cluster's section (`upstream`, or a named cluster of the same shape)."""
     config = UpstreamConfig(
-        bootstrap=node.attempt(_bootstrap, node),
+        # None when it failed, its error recorded: a load with errors is refused.
+        bootstrap=node.attempt(_bootstrap, node),  # type: ignore[arg-type]
         connect_timeout_s=node.number("connect_timeout_s", 10.0, float, 0.1),
         tls=node.attempt(parse_client_tls, node),
         sasl=node.attempt(parse_sasl_client, node),

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, NoReturn, Protocol
 
 from configuration import InvalidConfig, yaml_key
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 PRIMARY = "upstream"
 """The name the primary cluster goes by in rules and metrics."""
 
-SAME, KEY = "same", "key"
+SAME: Final = "same"
+KEY: Final = "key"
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Target:
 
     cluster: str  # PRIMARY or a name under `clusters:`
     topic: str | None  # None: the record's own topic
-    partition: str | int  # SAME, KEY or an explicit partition number
+    partition: Literal["same", "key"] | int  # SAME, KEY or an explicit partition number
 
 
 @dataclass(frozen=True)
