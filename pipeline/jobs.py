@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pipeline.config import PipelineConfig
 from pipeline.flows import analyze
@@ -26,6 +26,7 @@ from pipeline.kafka_source import read_batch
 from pipeline.report import write_report
 from pipeline.stream import query as stream_query
 from pipeline.summary import summarize
+from pipeline.summary_shape import Summary
 from protocol.contracts import fetch_log
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def read_fetches(spark: SparkSession, config: PipelineConfig) -> DataFrame:
 
 def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
                   extra: Mapping[str, object] | None = None, streaming: bool = False
-                  ) -> dict[str, Any]:
+                  ) -> Summary:
     """Analyse the hops stored at `hops_path`; write the tables, summary and report.
 
     `streaming`: flows later than the event-time watermark are open, not stopped.
@@ -78,21 +79,19 @@ def write_outputs(spark: SparkSession, hops_path: str, config: PipelineConfig,
                 table = getattr(tables, name)
                 if table is not None:
                     table.write.mode("overwrite").parquet(str(out / name))
-            summary = summarize(tables, config)
+            summary = summarize(tables, config, watermark_ms, extra)
         finally:
             branches.unpersist()
             tables.unpersist()
     finally:
         if fetches is not None:
             fetches.unpersist()
-    summary.update(extra or {})
-    summary["watermark_ms"] = watermark_ms
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True))
     write_report(summary, out / "report.html")
     return summary
 
 
-def run_batch(spark: SparkSession, config: PipelineConfig) -> dict[str, Any]:
+def run_batch(spark: SparkSession, config: PipelineConfig) -> Summary:
     """Read the configured offset range once and write every output; return the summary."""
     out = Path(config.output)
     out.mkdir(parents=True, exist_ok=True)

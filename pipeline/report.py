@@ -17,10 +17,11 @@ import json
 import time
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 from pipeline.graph import LOST_REASONS
 from pipeline.layout import layout
+from pipeline.summary_shape import Edge, Lag, OverTime, ReasonCounts, Summary
 
 _CSS = """
 body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;margin:24px 32px;color:#1d2733;
@@ -48,8 +49,8 @@ box-shadow:0 1px 2px rgba(0,0,0,.08)}.links.lossy{border-left:6px solid #a04000;
 """
 _GOOD, _WARN, _BAD = "#27ae60", "#e59400", "#c0392b"
 _PALETTE = ("#2e86c1", "#c0392b", "#27ae60", "#8e44ad", "#e59400", "#16a085", "#7f8c8d")
-_SERIES = (("p50_ms", "#2e86c1", "p50"), ("p90_ms", "#e59400", "p90"),
-           ("p99_ms", "#c0392b", "p99"))
+_SERIES: tuple[tuple[Literal["p50_ms", "p90_ms", "p99_ms"], str, str], ...] = (
+    ("p50_ms", "#2e86c1", "p50"), ("p90_ms", "#e59400", "p90"), ("p99_ms", "#c0392b", "p99"))
 
 
 def fmt_ms(value: float | None) -> str:
@@ -92,7 +93,7 @@ def _latency_colour(value: float | None, limit: float) -> str:
     return _GOOD if value <= limit / 4 else _WARN if value <= limit else _BAD
 
 
-def _edge_label(parts: list[str], e: dict[str, Any], x: float, y: float, colour: str) -> None:
+def _edge_label(parts: list[str], e: Edge, x: float, y: float, colour: str) -> None:
     """The label on an edge: p50 and p99, then how many hops, and whether any was inferred;
     a third line when some led into hops with lost parents."""
     label = f"p50 {fmt_ms(e['p50_ms'])} · p99 {fmt_ms(e['p99_ms'])}"
@@ -117,7 +118,7 @@ def _edge_label(parts: list[str], e: dict[str, Any], x: float, y: float, colour:
                      "(parents lost)</text>")
 
 
-def pathway_graph(summary: dict[str, Any]) -> str:
+def pathway_graph(summary: Summary) -> str:
     """The topic graph, drawn as a graph: a layered layout (`pipeline.layout`) with edges
     left to right, fan-out as branches, retries as arcs under the boxes (back to an earlier
     topic) or loops over them (back to the same one). Each edge carries its count, p50 and
@@ -210,7 +211,7 @@ def pathway_graph(summary: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def histogram(edge: dict[str, Any], bounds: list[int]) -> str:
+def histogram(edge: Edge, bounds: list[int]) -> str:
     counts = edge.get("histogram") or []
     if not counts:
         return ""
@@ -270,13 +271,12 @@ def _lines(series: list[tuple[str, list[tuple[int, float]]]], w: int, h: int,
     return parts
 
 
-def _span(points: list[dict[str, Any]], fmt: str) -> str:
-    xs = [p["bucket_ms"] for p in points]
+def _span(xs: list[int], fmt: str) -> str:
     return (f"{time.strftime(fmt, time.gmtime(min(xs) / 1000))}–"
             f"{time.strftime(fmt, time.gmtime(max(xs) / 1000))} UTC")
 
 
-def trend(points: list[dict[str, Any]]) -> str:
+def trend(points: list[OverTime]) -> str:
     """p50/p90/p99 of one edge per time bucket, as lines over time."""
     if not points:
         return ""
@@ -289,36 +289,37 @@ def trend(points: list[dict[str, Any]]) -> str:
                      f"fill='{colour}'/><text x='{left + 14 + i * 52}' y='{h + 11}' "
                      f"font-size='10' fill='#1d2733'>{name}</text>")
     parts.append(f"<text x='{w - 10}' y='{h + 11}' font-size='10' text-anchor='end' "
-                 f"fill='#5b6775'>{_span(points, '%H:%M')}</text></svg>")
+                 f"fill='#5b6775'>{_span([p['bucket_ms'] for p in points], '%H:%M')}</text></svg>")
     return "".join(parts)
 
 
-def bars(rows: list[dict[str, Any]], key: str) -> str:
-    """Horizontal bars of records per `key`, with bytes beside them."""
+def bars(rows: list[tuple[str | None, int, int]]) -> str:
+    """Horizontal bars of records per producer (None: not via Herald), with bytes beside
+    them; one function for the client ids, principals and origins alike, so rows come as
+    (producer, records, bytes)."""
     if not rows:
         return "<p class='sub'>None.</p>"
     w, row_h, label_w = 380, 24, 130
-    most = max(r["records"] for r in rows) or 1
+    most = max(records for _, records, _ in rows) or 1
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' "
              f"height='{len(rows) * row_h + 4}'>"]
-    for i, r in enumerate(rows):
+    for i, (producer, records, size) in enumerate(rows):
         y = i * row_h + 2
-        name = r[key] if r[key] is not None else "(not via Herald)"
-        bw = (w - label_w - 100) * r["records"] / most
+        name = producer if producer is not None else "(not via Herald)"
+        bw = (w - label_w - 100) * records / most
         text = str(name)
         short = text if len(text) <= 16 else text[:15] + "\u2026"  # fits the label column
         parts.append(f"<text x='{label_w - 6}' y='{y + 15}' font-size='12' text-anchor='end' "
                      f"fill='#1d2733'><title>{escape(text)}</title>{escape(short)}</text>")
         parts.append(f"<rect x='{label_w}' y='{y + 3}' width='{max(bw, 1):.1f}' height='16' "
-                     f"rx='3' fill='{'#2e86c1' if r[key] is not None else '#95a5a6'}'/>")
+                     f"rx='3' fill='{'#2e86c1' if producer is not None else '#95a5a6'}'/>")
         parts.append(f"<text x='{label_w + bw + 6:.1f}' y='{y + 15}' font-size='11' "
-                     f"fill='#5b6775'>{fmt_count(r['records'])} · "
-                     f"{fmt_bytes(r['bytes'])}</text>")
+                     f"fill='#5b6775'>{fmt_count(records)} · {fmt_bytes(size)}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _link_tag(e: dict[str, Any]) -> str:
+def _link_tag(e: Edge) -> str:
     """How an edge's hops were joined: linked, inferred, or how many of them were inferred."""
     kind = e.get("link", "linked")
     if kind == "linked":
@@ -339,13 +340,14 @@ def _incomplete_count(value: int | None) -> str:
             else fmt_count(value))
 
 
-def _by_reason(by_reason: dict[str, dict[str, int]]) -> list[tuple[str, dict[str, int]]]:
+def _by_reason(by_reason: dict[str, ReasonCounts]) -> list[tuple[str, ReasonCounts]]:
     """The reasons in the header's order (`summary.json` is written with sorted keys)."""
     rank = {r: i for i, r in enumerate(LOST_REASONS)}
     return sorted(by_reason.items(), key=lambda rc: (rank.get(rc[0], len(rank)), rc[0]))
 
 
-def _reasons(by_reason: dict[str, dict[str, int]], key: str) -> str:
+def _reasons(by_reason: dict[str, ReasonCounts], key: Literal["hops", "links", "branches"]
+             ) -> str:
     return ", ".join(f"{reason} {fmt_count(c[key])}" for reason, c in _by_reason(by_reason)
                      if c.get(key))
 
@@ -354,7 +356,7 @@ def _n(count: int | None, one: str, many: str = "") -> str:
     return f"{fmt_count(count)} {one if count == 1 else many or one + 's'}"
 
 
-def links_line(summary: dict[str, Any]) -> str:
+def links_line(summary: Summary) -> str:
     """One sentence on how the graph was joined, and what it cannot see: the first thing to
     read before trusting any figure below it. A summary without `incomplete` (written before
     lost parents were declared) says nothing about them."""
@@ -383,7 +385,7 @@ def links_line(summary: dict[str, Any]) -> str:
             "those inputs out.</div>")
 
 
-def incomplete_table(summary: dict[str, Any]) -> str:
+def incomplete_table(summary: Summary) -> str:
     """Per reason a parent was lost: the hops that declared it, the links into them and the
     branches through them (empty when nothing was lost)."""
     lost = summary.get("incomplete") or {}
@@ -403,10 +405,10 @@ def incomplete_table(summary: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def lag_chart(rows: list[dict[str, Any]]) -> str:
+def lag_chart(rows: list[Lag]) -> str:
     """One topic's lag over time: a line per consumer group (worst lag per bucket)."""
     w, h, left = 380, 150, 52
-    groups: dict[str | None, list[dict[str, Any]]] = {}
+    groups: dict[str | None, list[Lag]] = {}
     for r in sorted(rows, key=lambda r: r["bucket_ms"]):
         groups.setdefault(r["group"], []).append(r)
     colours = {g: _PALETTE[i % len(_PALETTE)] for i, g in enumerate(groups)}
@@ -423,7 +425,7 @@ def lag_chart(rows: list[dict[str, Any]]) -> str:
                      f"fill='#1d2733'>{escape(name)} · worst {fmt_ms(worst * 1000)} · "
                      f"{fmt_count(sum(p['fetches'] for p in points))} records</text>")
     parts.append(f"<text x='{w - 10}' y='{h + 4}' font-size='10' text-anchor='end' "
-                 f"fill='#5b6775'>{_span(rows, '%H:%M:%S')}</text></svg>")
+                 f"fill='#5b6775'>{_span([r['bucket_ms'] for r in rows], '%H:%M:%S')}</text></svg>")
     return "".join(parts)
 
 
@@ -431,7 +433,7 @@ def _card(value: str, label: str, cls: str = "") -> str:
     return f"<div class='card {cls}'><div class='v'>{value}</div><div class='l'>{label}</div></div>"
 
 
-def render(summary: dict[str, Any]) -> str:
+def render(summary: Summary) -> str:
     rec, flows, cfg = summary["records"], summary["flows"], summary["config"]
     out = ["<!doctype html><html><head><meta charset='utf-8'><title>Herald pipeline report"
            f"</title><style>{_CSS}</style></head><body>"]
@@ -499,9 +501,9 @@ def render(summary: dict[str, Any]) -> str:
                "</p></div>")
     out.append(incomplete_table(summary))
 
-    over_time: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for p in summary["over_time"]:
-        over_time.setdefault((p["from_topic"], p["to_topic"]), []).append(p)
+    over_time: dict[tuple[str, str], list[OverTime]] = {}
+    for point in summary["over_time"]:
+        over_time.setdefault((point["from_topic"], point["to_topic"]), []).append(point)
     if summary["edges"]:
         out.append("<h2>Latency per edge</h2><div class='grid'>")
         for e in summary["edges"]:
@@ -559,7 +561,7 @@ def render(summary: dict[str, Any]) -> str:
                    "record of the partition each group's fetches were (its newest record's "
                    "time minus the fetched record's), worst per "
                    f"{cfg.get('time_bucket_s', 60)} s bucket.</p><div class='grid'>")
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[Lag]] = {}
         for row in summary["lag"]:
             by_topic.setdefault(row["topic"], []).append(row)
         for topic, rows in by_topic.items():
@@ -568,10 +570,12 @@ def render(summary: dict[str, Any]) -> str:
 
     audit = summary["audit"]
     out.append("<h2>Top producers</h2><div class='grid'>")
-    for column, title in (("client_id", "client id"), ("principal", "principal"),
-                          ("origin", "origin cluster")):
-        out.append(f"<div class='panel'><b>by {title}</b><br>"
-                   f"{bars(audit['by_' + column], column)}</div>")
+    producers = (
+        ("client id", [(r["client_id"], r["records"], r["bytes"]) for r in audit["by_client_id"]]),
+        ("principal", [(r["principal"], r["records"], r["bytes"]) for r in audit["by_principal"]]),
+        ("origin cluster", [(r["origin"], r["records"], r["bytes"]) for r in audit["by_origin"]]))
+    for title, ranked in producers:
+        out.append(f"<div class='panel'><b>by {title}</b><br>{bars(ranked)}</div>")
     out.append("</div>")
     out.append("<h2>Records per hour</h2><div class='panel'><table><tr><th>hour</th>"
                "<th>records</th><th>bytes</th></tr>")
@@ -583,9 +587,12 @@ def render(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_report(summary: dict[str, Any], path: Path) -> None:
+def write_report(summary: Summary, path: Path) -> None:
     path.write_text(render(summary))
 
 
 def report_from_summary(summary_path: Path, html_path: Path) -> None:
-    write_report(json.loads(summary_path.read_text()), html_path)
+    # The file may be an older version's, lacking keys `Summary` declares: `render` reads
+    # those with a default.
+    summary: Summary = json.loads(summary_path.read_text())
+    write_report(summary, html_path)
