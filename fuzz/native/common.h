@@ -73,7 +73,7 @@ static inline void must(int ok) {
  * what is appended). The limits are small enough to be met (the decompression limits too:
  * 256 KiB a batch, 1 MiB a request). */
 static inline void stamp_plan(nc_plan *plan, int which) {
-    static const uint8_t tp_key[] = "\x16traceparent";
+    static const uint8_t tp_key[] = "\x16" HEADER_TRACEPARENT; /* zigzag length 11, the key */
     const char *why;
     int mode = which % 3;
     must(nc_plan_init(plan, 6, 6));
@@ -99,8 +99,8 @@ static inline void stamp_plan(nc_plan *plan, int which) {
         must(nc_plan_column(plan, NC_CONST, (const uint8_t *)"\x00", 1, (const uint8_t *)"v",
                             1, 0, 0, 0, &why));
     }
-    must(nc_plan_key(plan, (const uint8_t *)"traceparent", 11, 0));
-    must(nc_plan_key(plan, (const uint8_t *)"tracestate", 10, 0));
+    must(nc_plan_key(plan, (const uint8_t *)HEADER_TRACEPARENT, HEADER_TRACEPARENT_LEN, 0));
+    must(nc_plan_key(plan, (const uint8_t *)HEADER_TRACESTATE, HEADER_TRACESTATE_LEN, 0));
     must(nc_plan_key(plan, (const uint8_t *)"b3", 2, 0));
     must(nc_plan_key(plan, (const uint8_t *)"herald.", 7, 1));
 }

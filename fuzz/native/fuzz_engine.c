@@ -256,8 +256,9 @@ static void take_back(rig_t *r, int may_resume) {
     /* Python handles the first frame, then hands the session back with the rest, when
      * nothing is in flight and the client may still send (proxy/session/session.py). */
     bytes_t rest = {0};
-    int again = may_resume && resumes(h.reason) && strcmp(h.reason, "client_eof") != 0 &&
-                h.n_in_flight == 0 && h.upstream_len == 0 && h.tail == 0;
+    int again = may_resume && resumes(h.reason) &&
+                strcmp(h.reason, NE_REASONS[HANDOVER_CLIENT_EOF]) != 0 && h.n_in_flight == 0 &&
+                h.upstream_len == 0 && h.tail == 0;
     if (again) {
         bytes_t got = {0};
         append(&got, h.client, h.client_len);

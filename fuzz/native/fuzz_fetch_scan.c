@@ -85,17 +85,17 @@ static void put_int(out_t *o, uint64_t v, int width) {
     put(o, b, (size_t)width);
 }
 
-/* One topic (known by id from v13), one partition holding `records`, in a response of `ver`
- * (protocol/messages/fetch_response.py). */
+/* One topic (known by id from TOPIC_ID_VERSION), one partition holding `records`, in a
+ * response of `ver` (protocol/messages/fetch_response.py). */
 static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
-    int flexible = ver >= 12;
+    int flexible = ver >= FETCH_FLEXIBLE_VERSION;
     put_int(o, 0, 4);       /* size, set below */
     put_int(o, 7, 4);       /* correlation id */
     if (flexible) {
         put_uvarint(o, 0); /* header tagged fields */
     }
     put_int(o, 0, 4); /* throttle time */
-    if (ver >= 7) {
+    if (ver >= FETCH_SESSION_VERSION) {
         put_int(o, 0, 2); /* error code */
         put_int(o, 0, 4); /* session id */
     }
@@ -104,7 +104,7 @@ static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
     } else {
         put_int(o, 1, 4);
     }
-    if (ver >= 13) {
+    if (ver >= TOPIC_ID_VERSION) {
         put(o, TOPIC_ID_A, 16);
     } else if (flexible) {
         put_uvarint(o, 2);
@@ -122,7 +122,7 @@ static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
     put_int(o, 0, 2);  /* error */
     put_int(o, 10, 8); /* high watermark */
     put_int(o, 10, 8); /* last stable offset */
-    if (ver >= 5) {
+    if (ver >= FETCH_LOG_START_OFFSET_VERSION) {
         put_int(o, 0, 8); /* log start offset */
     }
     if (flexible) {
@@ -130,7 +130,7 @@ static void response(out_t *o, int ver, const uint8_t *records, size_t n) {
     } else {
         put_int(o, (uint64_t)-1, 4);
     }
-    if (ver >= 11) {
+    if (ver >= FETCH_PREFERRED_READ_REPLICA_VERSION) {
         put_int(o, (uint64_t)-1, 4); /* preferred read replica */
     }
     if (flexible) {
@@ -156,7 +156,7 @@ static void share_response(out_t *o, int ver, const uint8_t *records, size_t n) 
     put_int(o, 0, 4); /* throttle time */
     put_int(o, 0, 2); /* error code */
     put_uvarint(o, 0); /* null error message */
-    if (ver >= 1) {
+    if (ver >= SHARE_FETCH_LOCK_TIMEOUT_VERSION) {
         put_int(o, 30000, 4); /* acquisition lock timeout */
     }
     put_uvarint(o, 2);
@@ -190,7 +190,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     uint8_t flags = data[0];
     int api = (data[size - 1] & 2) ? NR_SHARE_FETCH : NR_FETCH;
-    int ver = api == NR_SHARE_FETCH ? (flags & 0x0f) % 3 : 4 + flags % 15;
+    int ver = api == NR_SHARE_FETCH
+                  ? (flags & 0x0f) % (NF_SHARE_MAX_VERSION + 1)
+                  : NF_MIN_VERSION + flags % (NF_MAX_VERSION - NF_MIN_VERSION + 1);
     int check_tags = (flags >> 4) & 1;
     size_t n = size - 1;
     out_t o = {0};

@@ -1,21 +1,22 @@
 /* The engine's header readers on hostile bytes (proxy/native/relay_frames.c): the `acks` of a
- * Produce request, the top-level tagged fields of a Produce v10-13 response, and the varints
- * both read.
+ * Produce request, the top-level tagged fields of a Produce response (from
+ * PRODUCE_NODE_ENDPOINTS_VERSION to NR_PRODUCE_MAX_VERSION), and the varints both read.
  *
  * Property of nr_produce_acks: the engine asks it again as more of a request arrives, so its
- * answer on any prefix must agree with its answer on the whole frame: "need more" (0), or the
- * same answer. A prefix that says "unreadable" (-1) while the whole request is readable sends
- * a legitimate request to Python (the defect of a partly read flexible header).
+ * answer on any prefix must agree with its answer on the whole frame: NR_NEED_MORE, or the
+ * same answer. A prefix that says NR_UNREADABLE while the whole request is readable sends a
+ * legitimate request to Python (the defect of a partly read flexible header).
  *
  * Besides the input read as it is, the input also drives the building of well-formed frames,
  * whose answers are known:
- *   - a Produce request of any version 0-13 (client id, header tagged fields, transactional
- *     id of the input's sizes, null ones too): nr_produce_acks reads exactly the acks written,
- *     and every prefix agrees;
- *   - a Produce v10-13 response (topics, partitions, record errors, messages and tagged
- *     fields at every level, of the input's counts and sizes): nr_top_level_tags gives the
- *     number of top-level tagged fields written; the frame cut short by any number of bytes
- *     is unreadable (-1) or, past the count itself, the same count;
+ *   - a Produce request of any version up to NR_PRODUCE_MAX_VERSION (client id, header tagged
+ *     fields, transactional id of the input's sizes, null ones too): nr_produce_acks reads
+ *     exactly the acks written, and every prefix agrees;
+ *   - a Produce response of a version whose top-level tagged fields the engine reads (topics,
+ *     partitions, record errors, messages and tagged fields at every level, of the input's
+ *     counts and sizes): nr_top_level_tags gives the number of top-level tagged fields
+ *     written; the frame cut short by any number of bytes is NR_UNREADABLE or, past the count
+ *     itself, the same count;
  *   - varints: nr_uvarint agrees with a plain reading of the bytes (seven bits a byte, at
  *     most ten bytes), every shorter limit says "need more", and a value the input gives,
  *     written (in its shortest form, or padded with continuation bytes up to ten), reads back
@@ -29,41 +30,44 @@
 static void acks_agree(const uint8_t *frame, size_t len, int ver) {
     int16_t whole_acks = 0;
     int whole = nr_produce_acks(frame, len, ver, &whole_acks);
-    FUZZ_CHECK(whole >= -1 && whole <= 1, "answer %d", whole);
+    FUZZ_CHECK(whole == NR_UNREADABLE || whole == NR_NEED_MORE || whole == NR_READ,
+               "answer %d", whole);
     for (size_t k = 0; k < len; k++) {
         int16_t acks = 0;
         int part = nr_produce_acks(frame, k, ver, &acks);
-        if (part == 1) {
-            FUZZ_CHECK(whole == 1 && acks == whole_acks,
+        if (part == NR_READ) {
+            FUZZ_CHECK(whole == NR_READ && acks == whole_acks,
                        "v%d: %zu of %zu bytes read acks %d, the whole frame %d (%d)", ver, k,
                        len, acks, whole, whole_acks);
-        } else if (part == -1) {
-            FUZZ_CHECK(whole == -1, "v%d: %zu of %zu bytes unreadable, the whole frame %d",
-                       ver, k, len, whole);
+        } else if (part == NR_UNREADABLE) {
+            FUZZ_CHECK(whole == NR_UNREADABLE,
+                       "v%d: %zu of %zu bytes unreadable, the whole frame %d", ver, k, len,
+                       whole);
         } else {
-            FUZZ_CHECK(part == 0, "answer %d", part);
+            FUZZ_CHECK(part == NR_NEED_MORE, "answer %d", part);
         }
     }
 }
 
 /* A plain reading of an unsigned varint: seven bits a byte, low first, at most ten bytes.
- * 1 read (*end past it), 0 the bytes end first, -1 ten bytes and no end. */
+ * NR_READ (*end past it), NR_NEED_MORE (the bytes end first), NR_UNREADABLE (ten bytes and
+ * no end). */
 static int plain_uvarint(const uint8_t *p, size_t pos, size_t limit, uint64_t *v,
                          size_t *end) {
     uint64_t value = 0;
     for (int i = 0; i < 10; i++) {
         if (pos + (size_t)i >= limit) {
-            return 0;
+            return NR_NEED_MORE;
         }
         uint8_t b = p[pos + (size_t)i];
         value |= (uint64_t)(b & 0x7f) << (7 * i);
         if (b < 0x80) {
             *v = value;
             *end = pos + (size_t)i + 1;
-            return 1;
+            return NR_READ;
         }
     }
-    return -1;
+    return NR_UNREADABLE;
 }
 
 static void uvarint_agrees(const uint8_t *p, size_t start, size_t len) {
@@ -72,13 +76,13 @@ static void uvarint_agrees(const uint8_t *p, size_t start, size_t len) {
     int plain = plain_uvarint(p, start, len, &want, &end);
     int r = nr_uvarint(p, &pos, len, &got);
     FUZZ_CHECK(r == plain, "uvarint at %zu of %zu: %d, read plainly %d", start, len, r, plain);
-    if (r == 1) {
+    if (r == NR_READ) {
         FUZZ_CHECK(got == want && pos == end, "uvarint %llu to %zu, plainly %llu to %zu",
                    (unsigned long long)got, pos, (unsigned long long)want, end);
         for (size_t k = start; k < end; k++) {
             size_t at = start;
-            FUZZ_CHECK(nr_uvarint(p, &at, k, &got) == 0, "uvarint cut at %zu of %zu..%zu", k,
-                       start, end);
+            FUZZ_CHECK(nr_uvarint(p, &at, k, &got) == NR_NEED_MORE,
+                       "uvarint cut at %zu of %zu..%zu", k, start, end);
         }
     } else {
         FUZZ_CHECK(pos == start, "a uvarint not read moved %zu to %zu", start, pos);
@@ -108,7 +112,8 @@ static void uvarint_round_trip(fuzz_in *in) {
     buf[padded] = in_byte(in); /* a byte after it, read or not */
     size_t pos = 0;
     uint64_t got = 0;
-    FUZZ_CHECK(nr_uvarint(buf, &pos, padded + 1, &got) == 1 && got == v && pos == padded,
+    FUZZ_CHECK(nr_uvarint(buf, &pos, padded + 1, &got) == NR_READ && got == v &&
+                   pos == padded,
                "%llu in %zu bytes read as %llu in %zu", (unsigned long long)v, padded,
                (unsigned long long)got, pos);
 }
@@ -203,7 +208,8 @@ static void acks_of_a_built_request(fuzz_in *in) {
     memcpy(frame, f->buf, f->len);
     int16_t got = 0;
     int r = nr_produce_acks(frame, f->len, ver, &got);
-    FUZZ_CHECK(r == 1 && got == acks, "v%d: acks %d read as %d (%d)", ver, acks, got, r);
+    FUZZ_CHECK(r == NR_READ && got == acks, "v%d: acks %d read as %d (%d)", ver, acks, got,
+               r);
     acks_agree(frame, f->len, ver);
     free(frame);
     free(f);
@@ -256,7 +262,7 @@ static void tags_of_a_built_response(fuzz_in *in) {
      * announced leaves nothing after it. */
     for (size_t k = 0; k < f->len; k++) {
         int64_t part = nr_top_level_tags(frame, k, NR_PRODUCE, ver);
-        int64_t want = k > count_at && count > 0 ? (int64_t)count : -1;
+        int64_t want = k > count_at && count > 0 ? (int64_t)count : NR_UNREADABLE;
         FUZZ_CHECK(part == want, "v%d: cut at %zu of %zu (count at %zu): %lld, not %lld",
                    ver, k, f->len, count_at, (long long)part, (long long)want);
     }
@@ -274,9 +280,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *frame = malloc(len ? len : 1);
     memcpy(frame, data + 1, len);
     acks_agree(frame, len, ver);
-    int64_t tags = nr_top_level_tags(frame, len, NR_PRODUCE, 10 + (data[0] >> 5) % 4);
-    FUZZ_CHECK(tags >= -1, "%lld tags", (long long)tags);
-    FUZZ_CHECK(nr_top_level_tags(frame, len, NR_FETCH, 16) == -1, "not a Produce response");
+    int64_t tags = nr_top_level_tags(
+        frame, len, NR_PRODUCE,
+        PRODUCE_NODE_ENDPOINTS_VERSION +
+            (data[0] >> 5) % (NR_PRODUCE_MAX_VERSION - PRODUCE_NODE_ENDPOINTS_VERSION + 1));
+    FUZZ_CHECK(tags >= NR_UNREADABLE, "%lld tags", (long long)tags);
+    FUZZ_CHECK(nr_top_level_tags(frame, len, NR_FETCH, FETCH_NODE_ENDPOINTS_VERSION) ==
+                   NR_UNREADABLE,
+               "not a Produce response");
     for (size_t at = 0; at < len && at < 32; at++) {
         uvarint_agrees(frame, at, len);
     }

@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "contracts/features.h"
 #include "relay_stamp.h"
 #include "stamp_core.h"
 
@@ -60,10 +61,11 @@ static void seal(uint8_t *f, size_t n) {
     }
 }
 
-/* A Produce request of version `ver` (3-13) with one topic (known by id from v13) and one
- * partition holding `records` (protocol/messages/produce_request.py); malloc'd, *len set. */
+/* A Produce request of version `ver` (one the stamp walks) with one topic (known by id from
+ * TOPIC_ID_VERSION) and one partition holding `records` (protocol/messages/produce_request.py);
+ * malloc'd, *len set. */
 static uint8_t *request(int ver, const uint8_t *records, size_t n, size_t *len) {
-    int flexible = ver >= 9;
+    int flexible = ver >= PRODUCE_FLEXIBLE_VERSION;
     uint8_t *out = malloc(64 + n);
     size_t w = 4;
     static const uint8_t head[] = {0, 0, 0, 0, 0, 0, 0, 7, 0, 3, 'a', 'p', 'p'};
@@ -86,7 +88,7 @@ static uint8_t *request(int ver, const uint8_t *records, size_t n, size_t *len) 
         put_be32(out + w, 1);
         w += 4;
     }
-    if (ver >= 13) {
+    if (ver >= TOPIC_ID_VERSION) {
         memcpy(out + w, TOPIC_ID_A, 16);
         w += 16;
     } else if (flexible) {
@@ -176,13 +178,14 @@ static void walk_records(const uint8_t *f, size_t n, batches *b) {
     }
 }
 
-/* Read `frame` as a Produce request of its version (3-13); 1 when it reads so. */
+/* Read `frame` as a Produce request of its version (one the stamp walks); 1 when it reads
+ * so. */
 static int walk_request(const uint8_t *frame, size_t len, batches *b) {
     memset(b, 0, sizeof *b);
     b->whole = 1;
     sc_reader r = {frame, 6, len, 0, 0};
     int ver = (int16_t)rd_be(&r, 2);
-    int flexible = ver >= 9;
+    int flexible = ver >= PRODUCE_FLEXIBLE_VERSION;
     rd_be(&r, 4);                                     /* correlation id */
     int16_t client_id = (int16_t)rd_be(&r, 2);
     sc_read_skip(&r, client_id > 0 ? (uint64_t)client_id : 0);
@@ -201,7 +204,7 @@ static int walk_request(const uint8_t *frame, size_t len, batches *b) {
     int64_t topics = flexible ? sc_read_compact(&r) : (int32_t)rd_be(&r, 4);
     for (int64_t t = 0; t < topics && !r.bad; t++) {
         size_t name_at = r.pos;
-        if (ver >= 13) {
+        if (ver >= TOPIC_ID_VERSION) {
             sc_read_skip(&r, 16);
         } else {
             int64_t n = flexible ? sc_read_compact(&r) : (int16_t)rd_be(&r, 2);
@@ -235,7 +238,7 @@ static int walk_request(const uint8_t *frame, size_t len, batches *b) {
     if (flexible) {
         sc_read_tagged(&r);
     }
-    return !r.bad && ver >= 3 && ver <= 13;
+    return !r.bad && ver >= NC_PRODUCE_MIN_VERSION && ver <= NR_PRODUCE_MAX_VERSION;
 }
 
 /* The stamped request `out` against the request `in` it was made from, and its counts. */
@@ -276,7 +279,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = size - 1;
     uint8_t *frame;
     if (flags & 0x20) {
-        int ver = 3 + data[1] % 11;
+        int ver = NC_PRODUCE_MIN_VERSION +
+                  data[1] % (NR_PRODUCE_MAX_VERSION - NC_PRODUCE_MIN_VERSION + 1);
         size_t n = size - 2;
         uint8_t *records = malloc(n ? n : 1);
         memcpy(records, data + 2, n);

@@ -66,9 +66,20 @@ no reason)."""
 
 # The four byte counts of a session, one per direction and side, in the order the engine
 # counts them (its byte counters and its per-turn totals).
-BYTE_DIRECTIONS = ("client_to_proxy", "proxy_to_upstream", "upstream_to_proxy", "proxy_to_client")
-"""Read from the client, written to the broker, read from the broker, written to the client:
-the `direction` label of ``herald_bytes_total`` and ``herald_native_tls_bytes_total``."""
+CLIENT_TO_PROXY = "client_to_proxy"
+"""Read from the client."""
+PROXY_TO_UPSTREAM = "proxy_to_upstream"
+"""Written to the broker."""
+UPSTREAM_TO_PROXY = "upstream_to_proxy"
+"""Read from the broker."""
+PROXY_TO_CLIENT = "proxy_to_client"
+"""Written to the client."""
+BYTE_DIRECTIONS = (CLIENT_TO_PROXY, PROXY_TO_UPSTREAM, UPSTREAM_TO_PROXY, PROXY_TO_CLIENT)
+"""The directions in the engine's order (C: ``BYTES_<DIRECTION>``): the `direction` label of
+``herald_bytes_total`` and ``herald_native_tls_bytes_total``."""
+BYTE_COUNT = {direction: at for at, direction in enumerate(BYTE_DIRECTIONS)}
+"""A direction's place in the engine's byte counts (`Engine.collect()`'s first tuple,
+`Engine.tls_bytes`), by direction."""
 
 # What a column the engine stamps holds (`interceptors.api.NativeColumn.kind`), in the order of
 # its codes.

@@ -32,7 +32,8 @@ Counts = tuple[int, int, int, int, tuple[int, ...], tuple[int, ...]]
 order of `protocol.contracts.native_relay.LINK_COUNTS`)."""
 
 _Pair = tuple[int, tuple[int, ...], float, tuple[int, ...], float]
-_Directions = tuple[int, int, int, int]
+_Directions = tuple[int, int, int, int]  # by direction, in the order of
+# protocol.contracts.native_relay.BYTE_DIRECTIONS (a direction's place: BYTE_COUNT)
 
 class _Stamping(TypedDict):
     api: int

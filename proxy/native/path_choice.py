@@ -299,13 +299,14 @@ class SessionPath:
 
     def ended(self, reason: str, forwarded: int, api: int | None = None) -> str:
         """A native phase ended for `reason` after passing `forwarded` requests: what that
-        reason means ("resume", "deadline", "upstream" or "close", as the engine says).
+        reason means (its kind: `native_relay.RESUME`, `DEADLINE`, `UPSTREAM` or `CLOSE`, as
+        the engine says; `CLOSE` for a reason it does not name).
         `api`: the API key of the frame that ended it (the request the engine handed over,
         or the one whose response it did), None when it is not known.
 
         Only a short phase that the data path ended (a Produce or Fetch, or its response,
         Python must handle) keeps the session in Python for a while (`may_offer`)."""
-        kind = self._caps.reasons.get(reason, "close")
+        kind = self._caps.reasons.get(reason, native_relay.CLOSE)
         data_path = self._data_path_ended(reason, api)
         if forwarded >= _FEW_NATIVE:
             self._stay = 0

@@ -136,7 +136,8 @@ class NativeRelay:
         self._plan_keys: dict[int, int] = {}
         self._plans: dict[int, native_stamp.StampPlan | native_fetch.FetchPlan] = {}
         self._spliced = 0  # the engine's count at the last fold
-        self._tls = (0, 0, 0, 0)  # and its counts of bytes through TLS sides
+        # and its counts of bytes through TLS sides, by direction
+        self._tls: tuple[int, ...] = (0,) * len(BYTE_DIRECTIONS)
         log.info("native_relay_tls", engine=carries_tls(), kernel_tls=kernel_tls())
         metrics.before_scrape.append(self.fold)
 

@@ -66,7 +66,10 @@
 #define PRODUCE NR_PRODUCE
 #define FETCH NR_FETCH
 
-enum { ACTIVE = 1, STOPPING = 2, HANDED = 3, DEAD = 4 };
+/* A session's state: REGISTERED (not started by the engine's thread yet), ACTIVE (relaying),
+ * STOPPING (finishing the frames begun before a hand-over), HANDED (waiting for Python to
+ * take it), DEAD (taken). */
+enum { REGISTERED = 0, ACTIVE = 1, STOPPING = 2, HANDED = 3, DEAD = 4 };
 enum { CLIENT = 0, UPSTREAM = 1 };
 
 /* The hand-over reasons, their names and kinds: protocol/contracts/native_relay.h. */
@@ -107,7 +110,7 @@ typedef struct {
     uint64_t remaining; /* bytes of the current frame beyond `parsed` */
     uint64_t off;       /* stream offset of buf[0] (bytes spliced past it included) */
     int pipe[2];        /* for splicing; made on first use */
-    int splicing;       /* 1 pipe made, -1 splice unavailable, 0 not tried */
+    int splicing;       /* SPLICE_UNTRIED, SPLICE_READY (pipe made) or SPLICE_OFF */
     size_t pipe_cap;
     size_t piped;       /* bytes in the pipe not yet written: they precede buf[0] */
 } dir_t;
@@ -408,10 +411,10 @@ static int decide_request(session_t *s, const uint8_t *p, size_t avail, int *exp
         int16_t acks = 1;
         size_t seen = avail < whole ? avail : whole;
         int r = nr_produce_acks(p, seen, ver, &acks);
-        if (r < 0 || (r == 0 && seen == whole)) {
+        if (r == NR_UNREADABLE || (r == NR_NEED_MORE && seen == whole)) {
             return D_STOP;
         }
-        if (r == 0) {
+        if (r == NR_NEED_MORE) {
             return D_NEED;
         }
         answered = acks != 0;
@@ -993,28 +996,32 @@ static int read_into(ne_engine *e, session_t *s, dir_t *d, int side, int counter
 #define SPLICE_MIN (32 * 1024) /* below this, one recv into the buffer costs less */
 #define PIPE_SIZE (1024 * 1024)
 
+/* Whether a direction splices (dir_t.splicing): not tried yet, its pipe is made, or it cannot
+ * (no pipe, a blocking socket, a socket that refused to splice, a TLS side). */
+enum { SPLICE_OFF = -1, SPLICE_UNTRIED = 0, SPLICE_READY = 1 };
+
 /* Make d's pipe once; a direction that cannot have one (no descriptors left, a blocking
  * socket) reads into its buffer as before. */
 static int make_pipe(dir_t *d, int from_fd) {
-    if (d->splicing == 0) {
+    if (d->splicing == SPLICE_UNTRIED) {
         int flags = fcntl(from_fd, F_GETFL);
         if (flags < 0 || !(flags & O_NONBLOCK) || pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
-            d->splicing = -1;
+            d->splicing = SPLICE_OFF;
             return 0;
         }
         (void)fcntl(d->pipe[1], F_SETPIPE_SZ, PIPE_SIZE); /* the default 64 KiB if refused */
         int size = fcntl(d->pipe[1], F_GETPIPE_SZ);
         d->pipe_cap = size > 0 ? (size_t)size : 65536;
-        d->splicing = 1;
+        d->splicing = SPLICE_READY;
     }
-    return d->splicing > 0;
+    return d->splicing == SPLICE_READY;
 }
 
 /* How many of the coming bytes of d may be spliced: bytes of the frame in progress that
  * pass unread (the rest of a passing frame, or the records a walked Fetch response skips),
  * when nothing buffered must be written before them. 0: read into the buffer. */
 static uint64_t splice_budget(session_t *s, dir_t *d, int from_fd) {
-    if (d->splicing < 0 || d->sent != d->len || d->piped > 0) {
+    if (d->splicing == SPLICE_OFF || d->sent != d->len || d->piped > 0) {
         return 0;
     }
     uint64_t n = d->remaining;
@@ -1057,7 +1064,7 @@ static int splice_in(ne_engine *e, session_t *s, dir_t *d, int fd, int counter, 
         return IO_WAIT;
     }
     if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
-        d->splicing = -1;
+        d->splicing = SPLICE_OFF;
         return IO_NO_SPLICE;
     }
     return IO_ERROR;
@@ -1336,10 +1343,10 @@ static void service(ne_engine *e, session_t *s, int readable_client, int readabl
     }
 }
 
-/* epoll_wait's timeout until `t` (-1: none). */
+/* epoll_wait's timeout until `t` (NE_NO_TIMEOUT: none). */
 static int timeout_until(double t, double now) {
     if (t == INFINITY) {
-        return -1;
+        return NE_NO_TIMEOUT;
     }
     double ms = (t - now) * 1000.0 + 1.0;
     return ms < 1 ? 1 : (ms > 60000 ? 60000 : (int)ms);
@@ -1394,10 +1401,10 @@ static void check_deadlines(ne_engine *e, double now, int *timeout_ms) {
 }
 
 static void close_pipe(dir_t *d) {
-    if (d->splicing > 0) {
+    if (d->splicing == SPLICE_READY) {
         close(d->pipe[0]);
         close(d->pipe[1]);
-        d->splicing = 0;
+        d->splicing = SPLICE_UNTRIED;
     }
 }
 
@@ -1478,7 +1485,7 @@ static void handle(ne_engine *e, const struct epoll_event *event) {
          * (ne_take waits for that), so `s->next` is read from a live session; a session
          * registered meanwhile is started on the wake-up its registration sends. */
         for (session_t *s = e->active; s != NULL; s = s->next) {
-            if (s->state == 0) {
+            if (s->state == REGISTERED) {
                 start_session(e, s);
             } else if (s->state == STOPPING) {
                 service(e, s, 0, 0);
@@ -1545,7 +1552,7 @@ void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms) {
 
 static void *run_engine(void *arg) {
     ne_engine *e = arg;
-    int timeout_ms = -1;
+    int timeout_ms = NE_NO_TIMEOUT;
     for (;;) {
         pthread_mutex_lock(&e->mu);
         int quit = e->quit;
@@ -1758,7 +1765,7 @@ int ne_register(ne_engine *e, ne_session_args *a) {
         if (tls[side] != NULL) {
             s->tls[side] = tls[side];
             nt_adopt(tls[side], &s->tls_saved[side]);
-            s->req.splicing = s->resp.splicing = -1;
+            s->req.splicing = s->resp.splicing = SPLICE_OFF;
         }
     }
     s->last_active = now_s(e);

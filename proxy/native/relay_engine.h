@@ -22,11 +22,10 @@ typedef struct ne_engine ne_engine;
 
 enum { NE_OK = 0, NE_NOMEM, NE_EXISTS, NE_MISSING, NE_INVALID, NE_SYSTEM };
 
-/* Hand-over reasons, and for each what it means to the Python side (NE_REASON_KINDS, same
- * order): "resume" (the Python pumps carry on from the state handed back), "deadline" (a
- * client deadline of limits: the session ends), "upstream" (the broker's side failed: the
- * session ends, logged as a warning), "close" (the session ends). NE_N_REASONS entries each;
- * index 0 is no reason. proxy/native/path_choice.py reads them through
+/* Hand-over reasons (HANDOVER_NAMES), and for each what it means to the Python side
+ * (NE_REASON_KINDS, same order: HANDOVER_KINDS), both from contracts/native_relay.h, where
+ * protocol/contracts/native_relay.py explains each kind. NE_N_REASONS entries each; index 0
+ * (HANDOVER_NONE) is no reason. proxy/native/path_choice.py reads them through
  * `_relay.capabilities()` and restates none of them. */
 extern const char *const NE_REASONS[];
 extern const char *const NE_REASON_KINDS[];
@@ -141,9 +140,13 @@ int ne_notify_fd(const ne_engine *e);
 /* Before ne_start only: the clock deadlines are measured on. */
 void ne_set_clock(ne_engine *e, ne_clock_fn fn, void *arg);
 
-/* One batch of the engine's work: wait up to timeout_ms (-1: no limit) for sockets, serve
- * them, check deadlines. *next_timeout_ms: the wait the next turn needs for its deadlines.
- * The thread runs this in a loop; a caller without the thread (a fuzz target) calls it. */
+/* A wait for sockets with no limit (epoll_wait's). */
+enum { NE_NO_TIMEOUT = -1 };
+
+/* One batch of the engine's work: wait up to timeout_ms (NE_NO_TIMEOUT: no limit) for
+ * sockets, serve them, check deadlines. *next_timeout_ms: the wait the next turn needs for
+ * its deadlines (NE_NO_TIMEOUT when none is due). The thread runs this in a loop; a caller
+ * without the thread (a fuzz target) calls it. */
 void ne_turn(ne_engine *e, int timeout_ms, int *next_timeout_ms);
 
 int ne_register(ne_engine *e, ne_session_args *a);
@@ -168,8 +171,8 @@ uint64_t ne_spliced(ne_engine *e);
  * was due) and for TLS bytes no readiness announces (a side held some), since it began. */
 enum { NE_WALK_TURNS, NE_WALK_DEADLINES, NE_WALK_TLS, NE_WALK_KINDS };
 void ne_walks(ne_engine *e, uint64_t out[NE_WALK_KINDS]);
-/* Of the bytes counted (client->proxy, proxy->upstream, upstream->proxy, proxy->client),
- * those decrypted or encrypted by the engine on TLS sides, since it began: never reset. */
+/* Of the bytes counted (by direction, BYTES_* of contracts/native_relay.h), those decrypted
+ * or encrypted by the engine on TLS sides, since it began: never reset. */
 void ne_tls_bytes(ne_engine *e, uint64_t out[BYTES_N]);
 
 #endif

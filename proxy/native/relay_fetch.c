@@ -307,7 +307,7 @@ static int topic_by_id(sc_reader *r, const nc_plan *plan, scan_room *room, const
         return 0;
     }
     int64_t known = nc_id_index(plan, id);
-    if (known < 0) {
+    if (known == NC_UNKNOWN_ID) {
         *why = "a topic id Herald has not learnt";
         return 0;
     }

@@ -14,10 +14,10 @@
 
 int nr_uvarint(const uint8_t *p, size_t *pos, size_t limit, uint64_t *out) {
     if (sc_uvarint(p, pos, limit, out)) {
-        return 1;
+        return NR_READ;
     }
     /* *pos may be past limit: a length before the varint ran ahead of the bytes read. */
-    return *pos < limit && limit - *pos >= 10 ? -1 : 0;
+    return *pos < limit && limit - *pos >= 10 ? NR_UNREADABLE : NR_NEED_MORE;
 }
 
 static int16_t be16(const uint8_t *p) {
@@ -27,23 +27,23 @@ static int16_t be16(const uint8_t *p) {
 int nr_produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) {
     size_t pos = 12;
     if (avail < pos + 2) {
-        return 0;
+        return NR_NEED_MORE;
     }
     int16_t n = be16(p + pos);
     pos += 2 + (n > 0 ? (size_t)n : 0);
     uint64_t count, tag, size;
     int r;
     if (ver >= PRODUCE_FLEXIBLE_VERSION) { /* request header v2: tagged fields */
-        if ((r = nr_uvarint(p, &pos, avail, &count)) <= 0) {
+        if ((r = nr_uvarint(p, &pos, avail, &count)) != NR_READ) {
             return r;
         }
         for (uint64_t i = 0; i < count; i++) {
-            if ((r = nr_uvarint(p, &pos, avail, &tag)) <= 0 ||
-                (r = nr_uvarint(p, &pos, avail, &size)) <= 0) {
+            if ((r = nr_uvarint(p, &pos, avail, &tag)) != NR_READ ||
+                (r = nr_uvarint(p, &pos, avail, &size)) != NR_READ) {
                 return r;
             }
             if (size > (1u << 30)) {
-                return -1;
+                return NR_UNREADABLE;
             }
             pos += size;
         }
@@ -51,26 +51,26 @@ int nr_produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks) {
     if (ver >= PRODUCE_TRANSACTIONAL_ID_VERSION) {
         if (ver >= PRODUCE_FLEXIBLE_VERSION) {
             uint64_t len;
-            if ((r = nr_uvarint(p, &pos, avail, &len)) <= 0) {
+            if ((r = nr_uvarint(p, &pos, avail, &len)) != NR_READ) {
                 return r;
             }
             if (len > (1u << 30)) {
-                return -1;
+                return NR_UNREADABLE;
             }
             pos += len > 0 ? len - 1 : 0;
         } else {
             if (avail < pos + 2) {
-                return 0;
+                return NR_NEED_MORE;
             }
             int16_t tl = be16(p + pos);
             pos += 2 + (tl > 0 ? (size_t)tl : 0);
         }
     }
     if (avail < pos + 2) {
-        return 0;
+        return NR_NEED_MORE;
     }
     *acks = be16(p + pos);
-    return 1;
+    return NR_READ;
 }
 
 /* A compact array or nullable field's length: uvarint N+1, 0 for null (read as 0). */
@@ -81,7 +81,7 @@ static uint64_t compact(sc_reader *r) {
 
 int64_t nr_top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
     if (api != NR_PRODUCE || ver < PRODUCE_NODE_ENDPOINTS_VERSION || ver > NR_PRODUCE_MAX_VERSION || len < 8) {
-        return -1;
+        return NR_UNREADABLE;
     }
     sc_reader w = {frame, 8, len, 0}; /* after the size and the correlation id */
     sc_read_tagged(&w);               /* response header v1 */
@@ -102,34 +102,34 @@ int64_t nr_top_level_tags(const uint8_t *frame, size_t len, int api, int ver) {
     sc_read_skip(&w, 4); /* throttle time */
     uint64_t count = sc_read_uvarint(&w);
     if (w.bad) {
-        return -1;
+        return NR_UNREADABLE;
     }
     if (count == 0 && w.pos != w.end) {
-        return -1; /* trailing bytes: let the Python codec say what is wrong */
+        return NR_UNREADABLE; /* trailing bytes: let the Python codec say what is wrong */
     }
-    return count > INT64_MAX ? -1 : (int64_t)count;
+    return count > INT64_MAX ? NR_UNREADABLE : (int64_t)count;
 }
 
 /* ---- the streamed Fetch v16+ walk ------------------------------------------------------- */
 
 /* A varint of the walk, as protocol/fetch_tail.py `_varint` reads it: at most five bytes.
- * 1 read, 0 need more bytes, -1 malformed. */
+ * NR_READ, NR_NEED_MORE or NR_UNREADABLE. */
 static int varint5(const uint8_t *b, size_t *pos, size_t limit, uint64_t *out) {
     uint64_t v = 0;
     size_t p = *pos;
     for (int i = 0; i < 5; i++) {
         if (p >= limit) {
-            return 0;
+            return NR_NEED_MORE;
         }
         uint8_t byte = b[p++];
         v |= (uint64_t)(byte & 0x7F) << (7 * i);
         if (byte < 0x80) {
             *pos = p;
             *out = v;
-            return 1;
+            return NR_READ;
         }
     }
-    return -1;
+    return NR_UNREADABLE;
 }
 
 /* Skip `skip` bytes, then a tagged-field section, then go on at `after`. */
@@ -173,11 +173,11 @@ int nr_fetch_walk(nr_fwalk *w, const uint8_t *b, size_t *pos, size_t limit,
                            (w->phase == NR_F_TAGGED && w->tag_step != 3);
         if (needs_varint) {
             int r = varint5(b, pos, limit, &v);
-            if (r == 0) {
+            if (r == NR_NEED_MORE) {
                 /* All the frame has left is here and the varint still does not end. */
                 return limit - *pos >= left ? NR_W_BAD : NR_W_MORE;
             }
-            if (r < 0) {
+            if (r == NR_UNREADABLE) {
                 return NR_W_BAD;
             }
         }

@@ -11,23 +11,30 @@
 #define NR_FETCH 1
 #define NR_SHARE_FETCH 78 /* KIP-932: a share group's fetch, scanned as Fetch is */
 /* The newest versions whose responses the engine reads the top-level tagged fields of (from
- * the first with node endpoints, contracts/features.h): Produce v10-13 read whole, Fetch
- * v16-18 walked as they stream past. */
+ * the first with node endpoints, contracts/features.h): Produce responses read whole, Fetch
+ * responses walked as they stream past. NR_PRODUCE_MAX_VERSION is also the newest Produce
+ * request the stamp walks (relay_stamp.h); Python reads both from `_relay.capabilities()`. */
 #define NR_PRODUCE_MAX_VERSION 13
 #define NR_FETCH_MAX_VERSION 18
 
-/* Unsigned varint at *pos below limit (at most ten bytes): 1 read (*pos moves past it), 0
- * need more bytes, -1 malformed (ten bytes present and still no end). A *pos at or past
- * limit needs more bytes. */
+/* What the readers below answer: the bytes cannot be what is read (NR_UNREADABLE), more of
+ * them are needed (NR_NEED_MORE), or it is read (NR_READ). */
+enum { NR_UNREADABLE = -1, NR_NEED_MORE = 0, NR_READ = 1 };
+
+/* Unsigned varint at *pos below limit (at most ten bytes): NR_READ (*pos moves past it),
+ * NR_NEED_MORE, NR_UNREADABLE (ten bytes present and still no end). A *pos at or past limit
+ * needs more bytes. */
 int nr_uvarint(const uint8_t *p, size_t *pos, size_t limit, uint64_t *out);
 
 /* acks of a Produce request of version `ver` whose first `avail` bytes are at p (size prefix
- * included): header v1 (v<9) or v2, then the TransactionalId (v3+), then acks. 1 read into
- * *acks, 0 need more bytes, -1 unreadable. */
+ * included): header v1 or v2 (from PRODUCE_FLEXIBLE_VERSION), then the TransactionalId (from
+ * PRODUCE_TRANSACTIONAL_ID_VERSION), then acks. NR_READ (into *acks), NR_NEED_MORE or
+ * NR_UNREADABLE. */
 int nr_produce_acks(const uint8_t *p, size_t avail, int ver, int16_t *acks);
 
-/* The number of top-level tagged fields of a Produce v10-13 response frame (size prefix
- * included, read whole), or -1 when the frame cannot be read as one. */
+/* The number of top-level tagged fields of a Produce response frame of a version from
+ * PRODUCE_NODE_ENDPOINTS_VERSION to NR_PRODUCE_MAX_VERSION (size prefix included, read
+ * whole), or NR_UNREADABLE when the frame cannot be read as one. */
 int64_t nr_top_level_tags(const uint8_t *frame, size_t len, int api, int ver);
 
 /* A walk over a Fetch v16+ response as it streams past: it needs only the structure bytes

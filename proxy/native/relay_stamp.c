@@ -236,8 +236,11 @@ int nc_ascii(const uint8_t *p, size_t n) {
     return 1;
 }
 
+/* What rd_name answers besides a length: a null name, or one that cannot be taken. */
+enum { NAME_NULL = -1, NAME_BAD = -2 };
+
 /* A name (topic name, client id) the Python codec reads as the same text: ASCII only.
- * Returns its length, -1 for null, -2 when it cannot be taken. */
+ * Returns its length, NAME_NULL or NAME_BAD. */
 static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
     int64_t n;
     if (compact) {
@@ -246,21 +249,21 @@ static int64_t rd_name(rd_t *r, int compact, const uint8_t **at) {
         n = rd_int(r, 2);
     }
     if (r->bad || n < -1) {
-        return -2;
+        return NAME_BAD;
     }
     if (n < 0) {
-        return -1;
+        return NAME_NULL;
     }
     *at = r->p + r->pos;
     rd_skip(r, (uint64_t)n);
     if (r->bad || !nc_ascii(*at, (size_t)n)) {
-        return -2;
+        return NAME_BAD;
     }
     return n;
 }
 
 int nc_known_id(const nc_plan *plan, const uint8_t *id) {
-    return nc_id_index(plan, id) >= 0;
+    return nc_id_index(plan, id) != NC_UNKNOWN_ID;
 }
 
 int64_t nc_id_index(const nc_plan *plan, const uint8_t *id) {
@@ -277,7 +280,7 @@ int64_t nc_id_index(const nc_plan *plan, const uint8_t *id) {
             hi = mid;
         }
     }
-    return -1;
+    return NC_UNKNOWN_ID;
 }
 
 int nc_read_count(sc_reader *r, int compact, int64_t *count) {
@@ -1182,7 +1185,7 @@ int nc_stamp_produce(const uint8_t *frame, size_t len, const nc_plan *plan, nc_d
     int flexible = ver >= PRODUCE_FLEXIBLE_VERSION;
     const uint8_t *client_id = NULL;
     int64_t client_len = rd_name(&r, 0, &client_id);
-    if (client_len == -2) {
+    if (client_len == NAME_BAD) {
         *why = r.bad ? "a malformed Produce request" : "a client id that is not ASCII";
         return NC_PYTHON;
     }

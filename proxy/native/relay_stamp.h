@@ -101,7 +101,8 @@ enum { NC_OK = 0, NC_PYTHON = 1, NC_NOMEM = 2 };
 int64_t nc_read_int(sc_reader *r, int width);
 int nc_read_count(sc_reader *r, int compact, int64_t *count);
 int nc_known_id(const nc_plan *plan, const uint8_t *id);
-int64_t nc_id_index(const nc_plan *plan, const uint8_t *id); /* -1: not known */
+enum { NC_UNKNOWN_ID = -1 }; /* nc_id_index: a topic id the plan does not know */
+int64_t nc_id_index(const nc_plan *plan, const uint8_t *id); /* its place, or NC_UNKNOWN_ID */
 int nc_ascii(const uint8_t *p, size_t n); /* 1: every byte is ASCII */
 
 /* A record walk's key callback (sc_key_fn): sets `hit` at the first key the plan watches. */

@@ -17,7 +17,12 @@ from typing import TypedDict
 
 import trio
 
-from protocol.contracts.native_relay import BYTE_DIRECTIONS
+from protocol.contracts.native_relay import (
+    CLIENT_TO_PROXY,
+    PROXY_TO_CLIENT,
+    PROXY_TO_UPSTREAM,
+    UPSTREAM_TO_PROXY,
+)
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder
 from proxy.filters.chain import SessionContext
@@ -77,17 +82,17 @@ class Session:
         self._reason: SessionClosed | None = None
         self._hand_back = False
         # What this connection holds of the global memory budget: request bytes read and
-        # not yet forwarded, response bytes read and not yet sent on.
-        read_client, to_upstream, read_upstream, to_client = (
-            metrics.bytes.labels(direction) for direction in BYTE_DIRECTIONS)
+        # not yet forwarded, response bytes read and not yet sent on; and each lane's bytes,
+        # counted by direction.
+        counted = metrics.bytes.labels
         requests = Lane(
             FrameDecoder(max_frame_bytes), memory.holder() if memory is not None else None,
-            read_client, to_upstream,
+            read=counted(CLIENT_TO_PROXY), sent=counted(PROXY_TO_UPSTREAM),
         )
         responses = Lane(
             FrameDecoder(max_frame_bytes),
             Holder(memory, always_small=True) if memory is not None else None,
-            read_upstream, to_client,
+            read=counted(UPSTREAM_TO_PROXY), sent=counted(PROXY_TO_CLIENT),
         )
         self._lanes = (requests, responses)
         self._calls = CorrelationTable(env.limits.max_in_flight)

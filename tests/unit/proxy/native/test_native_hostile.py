@@ -16,6 +16,7 @@ import crc32c
 import pytest
 
 from interceptors import ids
+from protocol.contracts.native_relay import BYTE_COUNT, CLIENT_TO_PROXY
 from protocol.messages.produce_request import (
     PartitionProduceData,
     ProduceRequest,
@@ -125,7 +126,7 @@ def test_a_produce_request_read_in_part_waits_for_its_acks(rigs, cut: int) -> No
     read = 0
     deadline = time.monotonic() + 5
     while read < cut and time.monotonic() < deadline:  # the engine has read the first part
-        read += rig.engine.collect()[0][0]
+        read += rig.engine.collect()[0][BYTE_COUNT[CLIENT_TO_PROXY]]
         time.sleep(0.01)
     assert read == cut
     rig.app.sendall(frame[cut:])

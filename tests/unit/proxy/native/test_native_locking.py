@@ -20,6 +20,7 @@ import time
 import pytest
 
 from protocol import stamping
+from protocol.contracts.native_relay import BYTE_COUNT, UPSTREAM_TO_PROXY
 from protocol.messages.fetch_response import (
     FetchableTopicResponse,
     FetchResponse,
@@ -75,7 +76,7 @@ def read_whole(rig: Rig, size: int) -> None:
     deadline = time.monotonic() + 30
     while read < size:
         assert time.monotonic() < deadline, f"the engine read {read} of {size} bytes"
-        read += rig.engine.collect()[0][2]
+        read += rig.engine.collect()[0][BYTE_COUNT[UPSTREAM_TO_PROXY]]
 
 
 def test_counters_are_read_while_a_frame_is_scanned() -> None:

@@ -14,6 +14,14 @@ import time
 
 import pytest
 
+from protocol.contracts.native_relay import (
+    BYTE_DIRECTIONS,
+    CLIENT_TO_PROXY,
+    PROXY_TO_CLIENT,
+    PROXY_TO_UPSTREAM,
+    RESUME,
+    UPSTREAM_TO_PROXY,
+)
 from proxy.native import path_choice
 from proxy.native import relay as native_relay
 from proxy.net import wire
@@ -79,11 +87,13 @@ def test_frames_pass_byte_for_byte_and_are_counted(rigs) -> None:
     rig.broker.sendall(responses)
     assert rig.recv_exactly(rig.app, len(responses)) == responses
     counted, pairs = drain(rig)
-    assert counted == (len(requests), len(requests), len(responses), len(responses))
+    assert dict(zip(BYTE_DIRECTIONS, counted, strict=True)) == {
+        CLIENT_TO_PROXY: len(requests), PROXY_TO_UPSTREAM: len(requests),
+        UPSTREAM_TO_PROXY: len(responses), PROXY_TO_CLIENT: len(responses)}
     assert pairs[(API_VERSIONS, 3)][0] == 1 and pairs[(FETCH, 12)][0] == 1
     assert sum(pairs[(FETCH, 12)][1]) == 1  # one latency observation
     assert sum(pairs[(FETCH, 12)][3]) == 1  # one upstream latency observation
-    assert rig.engine.collect() == ((0, 0, 0, 0), {})  # counters reset when collected
+    assert rig.engine.collect() == ((0,) * len(BYTE_DIRECTIONS), {})  # reset when collected
 
 
 @pytest.mark.parametrize("version", [7, 9])
@@ -263,7 +273,7 @@ def test_a_due_reauthentication_hands_over_at_the_next_frame_boundary(rigs) -> N
     rig.app.sendall(one[30:] + two)
     state = rig.wait_handover()
     assert state.reason == "reauth"
-    assert path_choice.CAPABILITIES.reasons[state.reason] == "resume"
+    assert path_choice.CAPABILITIES.reasons[state.reason] == RESUME
     assert rig.recv_exactly(rig.broker, len(one) - 30) == one[30:]
     assert rig.nothing_on(rig.broker)
     assert state.client == two  # the next request was not forwarded

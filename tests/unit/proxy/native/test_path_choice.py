@@ -15,6 +15,7 @@ import trio
 
 from interceptors import build_chains
 from protocol.api_keys import ApiKey
+from protocol.contracts import native_relay
 from proxy.config.proxy_yaml import parse_config
 from proxy.filters import share_drops
 from proxy.filters.address_rewrite import AddressRewriter
@@ -65,11 +66,12 @@ def test_the_facts_are_the_engines() -> None:
         assert getattr(path_choice, name.upper()) == values.index(name)
     # The reasons Python tells apart are the engine's, of the kind it handles them as.
     for reason in path_choice.ENGINE_REASONS_NAMED:
-        assert said["reasons"][reason] == "resume"
+        assert said["reasons"][reason] == native_relay.RESUME
     # Deadlines end a session as the limits of the same name do.
-    deadlines = {r for r, kind in said["reasons"].items() if kind == "deadline"}
+    deadlines = {r for r, kind in said["reasons"].items() if kind == native_relay.DEADLINE}
     assert deadlines and deadlines <= set(LIMITS)
-    assert set(said["reasons"].values()) <= {"resume", "deadline", "upstream", "close"}
+    assert set(said["reasons"].values()) <= {native_relay.RESUME, native_relay.DEADLINE,
+                                             native_relay.UPSTREAM, native_relay.CLOSE}
     # The column kinds it makes are the interceptor API's, which a member names.
     from interceptors.api import NATIVE_KINDS
     assert set(said["stamp"]["columns"]) == set(NATIVE_KINDS)
@@ -158,13 +160,13 @@ def test_frames_handled_in_python_are_counted_with_why() -> None:
     path._table = path_choice.passable_table(_chain())  # as a phase sets it
     path.frame(int(ApiKey.METADATA), 12)  # the address rewriter reads it
     assert counted("frame", "filter", "Metadata") == 1
-    assert path.ended("request", 3) == "resume"
+    assert path.ended("request", 3) == native_relay.RESUME
     path.frame(int(ApiKey.PRODUCE), 9)  # the engine would pass it: it declined this one
     path.frame(int(ApiKey.PRODUCE), 9)  # and this one came before the session went back
     assert counted("frame", "engine_declined", "Produce") == 1
     assert counted("frame", "between_phases", "Produce") == 1
-    assert path.ended("upstream_closed", 3) == "upstream"
-    assert path.ended("idle_timeout", 3) == "deadline"
+    assert path.ended("upstream_closed", 3) == native_relay.UPSTREAM
+    assert path.ended("idle_timeout", 3) == native_relay.DEADLINE
 
 
 def test_reauthentication_bounds_a_native_phase() -> None:
@@ -214,7 +216,7 @@ def test_a_partial_frame_the_engine_would_hand_straight_back_stays_in_python() -
     over again at once: the session keeps it until it is whole, however the phase ended."""
     path = path_choice.SessionPath(Metrics(), None, _chain())
     path._table = path_choice.passable_table(_chain())  # as a phase sets it
-    assert path.ended("request", 0, int(ApiKey.API_VERSIONS)) == "resume"
+    assert path.ended("request", 0, int(ApiKey.API_VERSIONS)) == native_relay.RESUME
     api_versions = struct.pack(">ihh", 1 << 20, int(ApiKey.API_VERSIONS), 3)
     produce = struct.pack(">ihh", 1 << 20, int(ApiKey.PRODUCE), 9)
     assert not path.may_offer(len(api_versions), 1024, api_versions)
