@@ -33,6 +33,7 @@ from crc32c import crc32c
 
 from protocol.compression import DEFAULT_MAX_DECOMPRESSED, NONE, compress, decompress
 from protocol.errors import CodecError
+from protocol.primitives import Buffer
 
 __all__ = [
     "HEADER_SIZE",
@@ -1051,7 +1052,7 @@ def with_base_sequence(raw: bytes | memoryview, base_sequence: int) -> bytes:
 
 
 def split_batches(
-    data: bytes | memoryview, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+    data: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
 ) -> list[RecordBatch | bytes]:
     """Cut a Produce/Fetch `records` field into batches.
 

@@ -39,18 +39,20 @@ def render_registry(libs: KafkaLibs) -> str:
         "``memoryview`` slices when a memoryview was decoded, ``bytearray`` from a bytearray); "
         "a tagged struct field that is "
         "absent is ``None``; tagged fields unknown to Herald are kept in "
-        "``unknown_tagged_fields`` and written back unchanged."
+        "``unknown_tagged_fields`` and written back unchanged. ``protocol.message.Message`` "
+        "declares what they all have, for code that handles messages of any API."
     )
     lines += [""] + _wrapped(_GENERATED) + ['"""', ""]
     names = sorted(messages)
+    lines.append("from protocol.message import Message")
     for name in names:
         lines.append(f"from protocol.messages.{messages[name].module_name} import {name}")
     lines.append("")
-    lines.append("REQUESTS: dict[int, type] = {")
+    lines.append("REQUESTS: dict[int, type[Message]] = {")
     for api in sorted(APIS, key=lambda a: messages[a + "Request"].api_key or 0):
         lines.append(f"    {messages[api + 'Request'].api_key}: {api}Request,")
     lines.append("}")
-    lines.append("RESPONSES: dict[int, type] = {")
+    lines.append("RESPONSES: dict[int, type[Message]] = {")
     for api in sorted(APIS, key=lambda a: messages[a + "Response"].api_key or 0):
         lines.append(f"    {messages[api + 'Response'].api_key}: {api}Response,")
     lines.append("}")

@@ -12,18 +12,28 @@ brokers: they pass as they are.
 
 from __future__ import annotations
 
-from typing import Any
-
 from protocol.api_keys import ApiKey
 from protocol.contracts.features import (
     FETCH_NODE_ENDPOINTS_VERSION,
     FIND_COORDINATOR_BATCHED_VERSION,
     PRODUCE_NODE_ENDPOINTS_VERSION,
 )
+from protocol.message import Message
+from protocol.messages import (
+    DescribeClusterResponse,
+    FetchResponse,
+    FindCoordinatorResponse,
+    MetadataResponse,
+    ProduceResponse,
+    ShareAcknowledgeResponse,
+    ShareFetchResponse,
+)
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.upstream.brokers import BrokerDirectory
 
 _SHARE_RESPONSES = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+_LEADER_HINTS = (FetchResponse, ProduceResponse, ShareFetchResponse, ShareAcknowledgeResponse)
+"""The responses whose broker addresses are leader hints (`node_endpoints`), read alike."""
 
 # DescribeCluster v1+ may describe controllers (KIP-919); those are not proxied.
 _CONTROLLER_ENDPOINTS = 2
@@ -58,14 +68,21 @@ class AddressRewriter(Filter):
         return api_key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH)
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         learn = self.directory.learn
-        if api_key == ApiKey.METADATA:
+        # Leader hints first: they are what this member reads of every Produce and Fetch
+        # response, and usually there are none.
+        if isinstance(msg, _LEADER_HINTS):
+            endpoints = msg.node_endpoints
+            for e in endpoints:
+                e.host, e.port = await learn(e.node_id, e.host, e.port)
+            return bool(endpoints)
+        if isinstance(msg, MetadataResponse):
             for b in msg.brokers:
                 b.host, b.port = await learn(b.node_id, b.host, b.port)
             return bool(msg.brokers)
-        if api_key == ApiKey.FIND_COORDINATOR:
+        if isinstance(msg, FindCoordinatorResponse):
             if version < FIND_COORDINATOR_BATCHED_VERSION:
                 if msg.node_id < 0:
                     return False
@@ -77,15 +94,9 @@ class AddressRewriter(Filter):
                     c.host, c.port = await learn(c.node_id, c.host, c.port)
                     changed = True
             return changed
-        if api_key == ApiKey.DESCRIBE_CLUSTER:
-            if getattr(msg, "endpoint_type", 1) == _CONTROLLER_ENDPOINTS:
-                return False
-            for b in msg.brokers:
-                b.host, b.port = await learn(b.broker_id, b.host, b.port)
-            return bool(msg.brokers)
-        # Produce v10+ / Fetch v16+ / ShareFetch / ShareAcknowledge: leader hints, usually
-        # absent.
-        endpoints = msg.node_endpoints
-        for e in endpoints:
-            e.host, e.port = await learn(e.node_id, e.host, e.port)
-        return bool(endpoints)
+        assert isinstance(msg, DescribeClusterResponse), "wants_response asks for no other"
+        if msg.endpoint_type == _CONTROLLER_ENDPOINTS:  # 1 (brokers) as decoded before v1
+            return False
+        for d in msg.brokers:
+            d.host, d.port = await learn(d.broker_id, d.host, d.port)
+        return bool(msg.brokers)

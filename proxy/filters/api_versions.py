@@ -15,12 +15,14 @@ learn nothing Herald narrowed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from protocol.api_keys import ApiKey
 from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
+from protocol.message import Message
+from protocol.messages import REQUESTS
 from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
-from proxy.filters.chain import CODECS, NATIVE_NOTHING, Exchange, Filter, SessionContext
+from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 
 # SaslHandshake v0 is followed by bare SASL tokens that are not Kafka frames; from v1 on the
 # tokens travel in SaslAuthenticate requests, which Herald can read and pass on.
@@ -28,7 +30,7 @@ _MIN_VERSIONS: dict[int, int] = {ApiKey.SASL_HANDSHAKE: 1}
 
 
 def codec_range(api_key: int) -> tuple[int, int] | None:
-    cls = CODECS.get(api_key)
+    cls = REQUESTS.get(api_key)
     if cls is None:
         return None
     return max(cls.MIN_VERSION, _MIN_VERSIONS.get(api_key, 0)), cls.MAX_VERSION
@@ -42,7 +44,7 @@ class ApiVersionsNegotiator(Filter):
     def wants_response(self, api_key: int, version: int) -> bool:
         return api_key == ApiKey.API_VERSIONS
 
-    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Message, int] | None:
         if api_key != ApiKey.API_VERSIONS:
             return None
         low, high = codec_range(ApiKey.API_VERSIONS) or (0, 0)
@@ -50,11 +52,14 @@ class ApiVersionsNegotiator(Filter):
         return ApiVersionsResponse(error_code=UNSUPPORTED_VERSION, api_keys=[own]), 0
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
+        # Not narrowed by isinstance: a v0 fallback body is a wrapper (protocol/api_versions.py)
+        # that reads and writes through to the ApiVersionsResponse it holds.
+        body = cast(ApiVersionsResponse, msg)
         kept = []
         changed = False
-        for entry in msg.api_keys:
+        for entry in body.api_keys:
             limits = codec_range(entry.api_key)
             if limits is None:
                 kept.append(entry)
@@ -68,5 +73,5 @@ class ApiVersionsNegotiator(Filter):
                 entry.min_version, entry.max_version = low, high
                 changed = True
             kept.append(entry)
-        msg.api_keys = kept
+        body.api_keys = kept
         return changed

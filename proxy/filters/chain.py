@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
+from protocol.message import Message
 from protocol.messages import REQUESTS
 
 if TYPE_CHECKING:
@@ -21,21 +22,9 @@ _CACHED_PAIRS = 4096
 versions it sends, so an unbounded cache would let one client grow it without limit."""
 
 
-class VersionedCodec(Protocol):
-    """What the chain reads of a codec class: the versions it decodes. The generated classes
-    share no base that says so."""
-
-    MIN_VERSION: int
-    MAX_VERSION: int
-
-
-CODECS = cast("Mapping[int, VersionedCodec]", REQUESTS)
-"""`protocol.messages.REQUESTS` (the same dict), which declares its classes as bare `type`."""
-
-
 def decodable(api_key: int, version: int) -> bool:
     """Whether Herald's codec reads requests and responses of this API at this version."""
-    cls = CODECS.get(api_key)
+    cls = REQUESTS.get(api_key)
     return cls is not None and cls.MIN_VERSION <= version <= cls.MAX_VERSION
 
 
@@ -78,7 +67,7 @@ class AnswerAndClose(Exception):
     answer); it is sent after every earlier response, as Kafka answers in order.
     """
 
-    def __init__(self, body: Any, reason: str) -> None:
+    def __init__(self, body: Message | None, reason: str) -> None:
         super().__init__(reason)
         self.body = body
         self.reason = reason
@@ -157,7 +146,11 @@ class Filter:
     """Base class: override `wants_*` and the matching `on_*` coroutine.
 
     `on_request` / `on_response` get the decoded message and return True when they changed it,
-    so the frame is re-encoded only when some member actually modified something.
+    so the frame is re-encoded only when some member actually modified something. The message
+    is typed `Message`, as one signature serves every API; it is the API's generated class
+    (`protocol.messages.REQUESTS` / `RESPONSES` by API key; an ApiVersions v0 fallback body
+    only reads as one, see `protocol.api_versions`), which a member narrows to, once per frame,
+    for the APIs it asked for.
     """
 
     name = "filter"
@@ -171,12 +164,12 @@ class Filter:
         return False
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         return False
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         return False
 
@@ -200,7 +193,7 @@ class Filter:
         requests stay in Python."""
         return False
 
-    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Message, int] | None:
         """A request this member reads came in a version Herald's codec cannot decode: the
         response Herald gives instead of forwarding it (the message and the version it is
         written in), or None when this member has none to give."""
@@ -257,7 +250,7 @@ class FilterChain:
         cannot decode at this version (empty for every version it can)."""
         return self.members(api_key, version)[2]
 
-    def answer_unreadable(self, api_key: int, version: int) -> tuple[Any, int] | None:
+    def answer_unreadable(self, api_key: int, version: int) -> tuple[Message, int] | None:
         """What Herald answers a request its members cannot read (see `unreadable`): the
         first answer a member gives, or None when none has one."""
         for f in self.unreadable(api_key, version):

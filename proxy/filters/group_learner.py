@@ -10,28 +10,47 @@ frames stay opaque. It only reads: nothing is changed. The map it fills is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from interceptors import Chains, ProxyInfo
 from interceptors.services import CONSUMER_GROUPS
 from protocol.api_keys import ApiKey
+from protocol.message import Message
+from protocol.messages import (
+    ConsumerGroupHeartbeatRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    ShareGroupHeartbeatRequest,
+    SyncGroupRequest,
+)
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.filters.consumer_groups import ConsumerGroups
 
-GROUP_REQUESTS = frozenset({
-    ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.OFFSET_COMMIT,
-    ApiKey.OFFSET_FETCH, ApiKey.LEAVE_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT,
-    ApiKey.SHARE_GROUP_HEARTBEAT,  # a share group's member (KIP-932) reads for it likewise
-})
-_HEARTBEATS = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT)
+_GROUP_REQUEST_CLASSES = (
+    JoinGroupRequest, SyncGroupRequest, HeartbeatRequest, OffsetCommitRequest,
+    OffsetFetchRequest, LeaveGroupRequest, ConsumerGroupHeartbeatRequest,
+    ShareGroupHeartbeatRequest,  # a share group's member (KIP-932) reads for it likewise
+)
+GroupRequest = (
+    JoinGroupRequest | SyncGroupRequest | HeartbeatRequest | OffsetCommitRequest
+    | OffsetFetchRequest | LeaveGroupRequest | ConsumerGroupHeartbeatRequest
+    | ShareGroupHeartbeatRequest
+)
+"""The requests that name the group a member reads for, as `_GROUP_REQUEST_CLASSES` narrows a
+message to them: a class added there alone fails the type check where `groups_named` is
+called."""
+GROUP_REQUESTS = frozenset(cls.API_KEY for cls in _GROUP_REQUEST_CLASSES)
+_HEARTBEATS = (ConsumerGroupHeartbeatRequest, ShareGroupHeartbeatRequest)
 # ConsumerGroupHeartbeat's member epoch when a member leaves (-1) or a static member leaves
 # for now (-2, KIP-848); ShareGroupHeartbeat's when a member leaves (-1).
 _LEAVING_EPOCHS = (-1, -2)
 
 
-def groups_named(api_key: int, msg: Any) -> list[str]:
+def groups_named(msg: GroupRequest) -> list[str]:
     """The group ids a group request names (OffsetFetch v8+ may name several)."""
-    if api_key == ApiKey.OFFSET_FETCH and msg.groups:
+    if isinstance(msg, OffsetFetchRequest) and msg.groups:
         return [g.group_id for g in msg.groups]
     return [msg.group_id]
 
@@ -56,14 +75,15 @@ class ConsumerGroupLearner(Filter):
         return api_key in GROUP_REQUESTS and self.enabled()
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
-        named = groups_named(api_key, msg)
+        assert isinstance(msg, _GROUP_REQUEST_CLASSES), "wants_request asks for no other"
+        named = groups_named(msg)
         if len(named) != 1:  # offsets of several groups at once: an admin tool, not a member
             return False
         group = named[0]
         leaving = api_key == ApiKey.LEAVE_GROUP or (
-            api_key in _HEARTBEATS and msg.member_epoch in _LEAVING_EPOCHS)
+            isinstance(msg, _HEARTBEATS) and msg.member_epoch in _LEAVING_EPOCHS)
         if leaving:
             self.groups.forget(ctx.client_address, ctx.client_id, group)
         else:

@@ -18,10 +18,10 @@ contexts the produce chain wrote are handed on (in `Exchange.traces`) only when 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Protocol, TypeVar
 
 import trio
 from prometheus_client import Counter
@@ -34,7 +34,18 @@ from protocol.compression import DecompressedTooLarge
 from protocol.contracts.features import TOPIC_ID_VERSION
 from protocol.contracts.kafka_errors import MESSAGE_TOO_LARGE, UNKNOWN_TOPIC_ID
 from protocol.errors import CodecError
-from protocol.messages import share_acknowledge_request, share_fetch_request
+from protocol.message import Message
+from protocol.messages import (
+    FetchResponse,
+    ProduceRequest,
+    ProduceResponse,
+    ShareAcknowledgeRequest,
+    ShareFetchRequest,
+    ShareFetchResponse,
+    share_acknowledge_request,
+    share_fetch_request,
+)
+from protocol.primitives import Buffer
 from protocol.records import RecordBatch, join_batches, split_batches
 from proxy.filters import share_drops
 from proxy.filters.chain import Exchange, Filter, NativeTakeover, SessionContext
@@ -72,12 +83,8 @@ _Chain = ProduceChain | FetchChain
 """Either interceptor chain: the produce path's or the fetch path's (`_run_chain` tells)."""
 
 _FETCHES = (ApiKey.FETCH, ApiKey.SHARE_FETCH)
-# The requests that carry a share session's acknowledgements, with the class of the batch
-# entries Herald adds its own to.
-_SHARE_REQUESTS: dict[int, type] = {
-    ApiKey.SHARE_FETCH: share_fetch_request.AcknowledgementBatch,
-    ApiKey.SHARE_ACKNOWLEDGE: share_acknowledge_request.AcknowledgementBatch,
-}
+# The requests that carry a share session's acknowledgements.
+_SHARE_REQUESTS = (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
 
 # UNKNOWN_TOPIC_ID is retriable: clients refresh metadata and retry.
 _UNKNOWN_ID = PartitionOutcome(UNKNOWN_TOPIC_ID, "topic id not yet known to the proxy")
@@ -206,6 +213,29 @@ def connection_info(ctx: SessionContext) -> ConnectionInfo:
     return conn
 
 
+class _Fetched(Protocol):
+    """A partition of a Fetch or ShareFetch response, as far as withholding its records goes."""
+
+    records: bytes | bytearray | memoryview | None
+    error_code: int
+
+
+_P = TypeVar("_P", bound=_Fetched)
+
+
+def _withhold(partitions: Iterable[_P]) -> list[_P]:
+    """Records of an unnamed topic id are not handed out unfiltered, as on the produce path:
+    each partition with records gets none and UNKNOWN_TOPIC_ID, so the consumer refreshes its
+    metadata and fetches again. The partitions changed."""
+    withheld = []
+    for p in partitions:
+        if p.records:
+            p.records = b""
+            p.error_code = UNKNOWN_TOPIC_ID
+            withheld.append(p)
+    return withheld
+
+
 class _EngineWork:
     """The interceptor filter as the native engine sees it (`NativeWork`): what its plans
     need, read from the filter as it is now."""
@@ -248,8 +278,8 @@ class _EngineWork:
     def decompression_limits(self) -> tuple[int, int]:
         """Python's limits (`limits.max_batch_decompressed_bytes`,
         `max_request_decompressed_bytes`), and no more than the share of the memory budget
-        Python lets one large partition's decompression book (`InterceptorFilter._run_big`),
-        so that whatever the engine decompresses Python would have decompressed too; past
+        Python lets one large partition's decompression book (`big_batch_booking`), so that
+        whatever the engine decompresses Python would have decompressed too; past
         them the frame goes to Python, which refuses it with the limit's own error. A batch
         is also kept to what Python decompresses on its event loop without booking it
         (`ON_LOOP_DECOMPRESSED`): the engine holds one batch at a time, decompressed and
@@ -259,8 +289,9 @@ class _EngineWork:
         limits = filt.limits
         batch = limits.max_batch_decompressed_bytes
         request = limits.max_request_decompressed_bytes
-        share = filt.big_batch_share()
-        if share is not None:
+        booking = filt.big_batch_booking()
+        if booking is not None:
+            _, share = booking
             batch, request = min(batch, share), min(request, share)
         return min(batch, ON_LOOP_DECOMPRESSED), request
 
@@ -314,7 +345,7 @@ class InterceptorFilter(Filter):
         return RequestAllowance(limits.max_request_records, limits.max_request_decompressed_bytes)
 
     async def _run_partition(
-        self, chain: _Chain, topic: str, index: int, records: bytes | memoryview,
+        self, chain: _Chain, topic: str, index: int, records: Buffer,
         conn: ConnectionInfo, allowance: RequestAllowance | None = None, version: int = 0,
     ) -> tuple[PartitionOutcome | None, bytes | None]:
         """Run `chain` over one partition: (its outcome, the new records field or None).
@@ -360,14 +391,16 @@ class InterceptorFilter(Filter):
         return self._finish(topic, outcome, _join(batches, *self._fit_to(topic, allowance,
                                                                           version)))
 
-    def big_batch_share(self) -> int | None:
-        """The most of the memory budget one large partition's decompression books: half the
-        budget, split between the workers that may decompress at once (None: no budget).
-        Python books it (`_run_big`), and the engine decompresses no more than it
-        (`decompression_limits`), so the two never disagree on what is too big."""
-        if self.memory is None:
+    def big_batch_booking(self) -> tuple[MemoryBudget, int] | None:
+        """The budget one large partition's decompression is booked in, and the most of it
+        that one books: half the budget, split between the workers that may decompress at once
+        (None: no budget, nothing booked and no share to keep to). Python books it
+        (`_run_big`), and the engine decompresses no more than it (`decompression_limits`), so
+        the two never disagree on what is too big."""
+        memory = self.memory
+        if memory is None:
             return None
-        return self.memory.limit // (2 * self.limits.big_batch_workers)
+        return memory, memory.limit // (2 * self.limits.big_batch_workers)
 
     async def _run_big(
         self, chain: _Chain, topic: str, index: int, batches: _Batches, conn: ConnectionInfo,
@@ -376,15 +409,16 @@ class InterceptorFilter(Filter):
         per_batch = self.limits.max_batch_decompressed_bytes
         held = None
         cap = None
-        share = self.big_batch_share()  # None exactly when there is no budget
-        if self.memory is not None and share is not None:
+        booking = self.big_batch_booking()
+        if booking is not None:
+            memory, share = booking
             # The decompressed records are booked in the memory budget before they exist:
-            # as much as the limits allow, at most a share of the budget per worker.
+            # as much as the limits allow, at most the share.
             compressed = sum(1 for b in batches if not isinstance(b, _BYTES) and b.compression)
             cap = min(per_batch * compressed,
                       allowance.decompressed if allowance is not None else per_batch * compressed,
                       share)
-            held = self.memory.holder()
+            held = memory.holder()
             await held.take(cap)
         try:
             return await self._run_big_held(chain, topic, index, batches, conn, allowance,
@@ -496,11 +530,18 @@ class InterceptorFilter(Filter):
         return name if version < by_id_from else self.topics.name(topic_id)
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
-        if api_key in _SHARE_REQUESTS:
+        if not isinstance(msg, ProduceRequest):
+            # Herald's acknowledgements go in as batches of the class the request's own are.
             gaps = share_drops.pending(ctx.attributes)
-            return share_drops.carry(msg, gaps, _SHARE_REQUESTS[api_key]) > 0
+            if isinstance(msg, ShareFetchRequest):
+                carried = share_drops.carry(msg, gaps, share_fetch_request.AcknowledgementBatch)
+            else:
+                assert isinstance(msg, ShareAcknowledgeRequest), "wants_request asks for no other"
+                carried = share_drops.carry(
+                    msg, gaps, share_acknowledge_request.AcknowledgementBatch)
+            return carried > 0
         chain = self.chains.produce
         conn = connection_info(ctx)
         allowance = self.allowance()
@@ -550,30 +591,53 @@ class InterceptorFilter(Filter):
         return changed
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
-        if api_key == ApiKey.PRODUCE:
-            return self._merge_rejections(exchange.notes.get(self, ()), version, msg)
+        if isinstance(msg, FetchResponse):
+            return await self._fetched(ctx, version, msg)
+        if isinstance(msg, ShareFetchResponse):
+            return await self._share_fetched(ctx, msg)
+        # Read for the note its request left (the partitions the chain refused).
+        assert isinstance(msg, ProduceResponse), "wants_response asks for no other"
+        return self._merge_rejections(exchange.notes.get(self, ()), version, msg)
+
+    async def _fetched(self, ctx: SessionContext, version: int, msg: FetchResponse) -> bool:
         chain = self.chains.fetch
         conn = connection_info(ctx)
-        share = api_key == ApiKey.SHARE_FETCH
         changed = False
         for t in msg.responses:
-            # ShareFetch names topics by id in every version.
-            topic = self.topics.name(t.topic_id) if share else self._topic(
-                t.topic, t.topic_id, version, TOPIC_ID_VERSION)
+            topic = self._topic(t.topic, t.topic_id, version, TOPIC_ID_VERSION)
             if topic is None:
-                # As on the produce path: records of an unnamed topic id are not handed out
-                # unfiltered; the consumer refreshes its metadata and fetches again. A share
-                # group's acquired records go too, or the consumer would acknowledge them as
+                changed |= bool(_withhold(t.partitions))
+                continue
+            if not chain.applies(topic, conn):
+                continue
+            for p in t.partitions:
+                if not p.records:
+                    continue
+                _, records = await self._run_partition(
+                    chain, topic, p.partition_index, p.records, conn
+                )
+                if records is not None:
+                    p.records = records
+                    changed = True
+        return changed
+
+    async def _share_fetched(self, ctx: SessionContext, msg: ShareFetchResponse) -> bool:
+        """As `_fetched`, and the acquired records the chain drops are settled by Herald (see
+        share_drops): a share group's records are the same to the chain, but its partitions
+        are a class of their own, with acquired ranges the consumer acknowledges."""
+        chain = self.chains.fetch
+        conn = connection_info(ctx)
+        changed = False
+        for t in msg.responses:
+            topic = self.topics.name(t.topic_id)  # by id in every version of ShareFetch
+            if topic is None:
+                # The acquired records go too, or the consumer would acknowledge them as
                 # gaps: unacknowledged, the broker hands them out again once their lock ends.
-                for p in t.partitions:
-                    if p.records:
-                        p.records = b""
-                        p.error_code = UNKNOWN_TOPIC_ID
-                        if share:
-                            p.acquired_records = []
-                        changed = True
+                for p in _withhold(t.partitions):
+                    p.acquired_records = []
+                    changed = True
                 continue
             if not chain.applies(topic, conn):
                 continue
@@ -584,18 +648,17 @@ class InterceptorFilter(Filter):
                 _, records = await self._run_partition(
                     chain, topic, p.partition_index, before, conn
                 )
-                if share:
-                    gone = self.share.dropped(t.topic_id, p.partition_index,
-                                              p.acquired_records, bytes(before), records)
-                    if gone:  # see share_drops: settled by Herald, unseen by the consumer
-                        p.acquired_records = share_drops.without(p.acquired_records, gone)
-                        share_drops.pending(ctx.attributes).add(t.topic_id, p.partition_index,
-                                                                gone)
+                gone = self.share.dropped(t.topic_id, p.partition_index,
+                                          p.acquired_records, bytes(before), records)
+                if gone:  # settled by Herald, unseen by the consumer
+                    p.acquired_records = share_drops.without(p.acquired_records, gone)
+                    share_drops.pending(ctx.attributes).add(t.topic_id, p.partition_index,
+                                                            gone)
                 if records is not None:
                     p.records = records
                     changed = True
         return changed
 
     @staticmethod
-    def _merge_rejections(rejected: list[Rejected], version: int, msg: Any) -> bool:
+    def _merge_rejections(rejected: list[Rejected], version: int, msg: ProduceResponse) -> bool:
         return merge_answers(rejected, version, msg)

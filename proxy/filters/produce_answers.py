@@ -5,13 +5,13 @@ the member's error (the interceptor chains' limits and rejections, routing's ref
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from interceptors import PartitionOutcome
 from protocol.contracts.features import PRODUCE_RECORD_ERRORS_VERSION, TOPIC_ID_VERSION
 from protocol.messages.produce_response import (
     BatchIndexAndErrorMessage,
     PartitionProduceResponse,
+    ProduceResponse,
     TopicProduceResponse,
 )
 
@@ -26,7 +26,7 @@ class Rejected:
     outcome: PartitionOutcome
 
 
-def merge_answers(answers: list[Rejected], version: int, msg: Any) -> bool:
+def merge_answers(answers: list[Rejected], version: int, msg: ProduceResponse) -> bool:
     """Put the partitions Herald answered itself into the broker's Produce response (their
     topic entry is made when the broker saw none of the topic); True when there were any."""
     by_id = version >= TOPIC_ID_VERSION

@@ -15,11 +15,16 @@ closed, as a broker closes a connection whose authentication failed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from protocol.api_keys import ApiKey
 from protocol.contracts.kafka_errors import ILLEGAL_SASL_STATE, NONE, UNSUPPORTED_SASL_MECHANISM
-from protocol.messages import RESPONSES
+from protocol.message import Message
+from protocol.messages import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from proxy.filters.chain import NATIVE_NOTHING, AnswerAndClose, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
 from proxy.security.principal import KAFKA_USER
@@ -57,9 +62,9 @@ class SaslPrincipalLearner(Filter):
         return api_key in _SASL_APIS
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
-        if api_key == ApiKey.SASL_HANDSHAKE:
+        if isinstance(msg, SaslHandshakeRequest):
             if version == 0:
                 # v0 is followed by bare mechanism tokens that are not Kafka frames: Herald
                 # would misread them. Herald advertises v1 only; clients since Kafka 1.0 use it.
@@ -69,6 +74,7 @@ class SaslPrincipalLearner(Filter):
             ctx.attributes[_MECHANISM] = msg.mechanism
             ctx.attributes.pop(_SCRAM_USER, None)
             return False
+        assert isinstance(msg, SaslAuthenticateRequest), "wants_request asks for no other"
         claim = self._claim(ctx, bytes(msg.auth_bytes))
         if claim is not None:
             exchange.notes[self] = claim
@@ -94,11 +100,12 @@ class SaslPrincipalLearner(Filter):
         return None
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         claim = exchange.notes.pop(self, None)
         if claim is None:
             return False
+        assert isinstance(msg, SaslAuthenticateResponse), "only SaslAuthenticate leaves a note"
         mechanism, user = claim
         if msg.error_code != NONE:
             self._count(mechanism, "failed")
@@ -129,14 +136,15 @@ class SaslRefusal(Filter):
         return api_key in _SASL_APIS
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         reason = ("client attempted SASL on a listener where Herald authenticates to the "
                   "cluster itself (credential injection); connect without SASL")
+        body: Message
         if api_key == ApiKey.SASL_HANDSHAKE:
-            body = RESPONSES[api_key](error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=[])
+            body = SaslHandshakeResponse(error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=[])
         else:
-            body = RESPONSES[api_key](
+            body = SaslAuthenticateResponse(
                 error_code=ILLEGAL_SASL_STATE, error_message=f"Herald: {reason}",
             )
         raise AnswerAndClose(body, reason)

@@ -20,11 +20,13 @@ dropped again when they came back).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from prometheus_client import Counter
 
+from protocol.messages import share_acknowledge_request, share_fetch_request
 from protocol.messages.share_fetch_response import AcquiredRecords
 from protocol.records import RecordBatch, split_batches
 
@@ -36,6 +38,35 @@ GAP = 0
 
 _PENDING = "share_gaps"
 """Where a session keeps the gaps it owes the broker (`SessionContext.attributes`)."""
+
+_Batch = TypeVar(
+    "_Batch", share_fetch_request.AcknowledgementBatch,
+    share_acknowledge_request.AcknowledgementBatch,
+)
+"""An acknowledgement batch of ShareFetch or of ShareAcknowledge: the two differ only in their
+class, and a batch Herald adds must be of the class of the request's own."""
+
+
+class _AckPartition(Protocol[_Batch]):
+    partition_index: int
+    acknowledgement_batches: list[_Batch]
+
+
+class _AckTopic(Protocol[_Batch]):
+    topic_id: bytes
+
+    @property
+    def partitions(self) -> Sequence[_AckPartition[_Batch]]: ...
+
+
+class _AckRequest(Protocol[_Batch]):
+    """A ShareFetch or ShareAcknowledge request as `carry` reads it: the generated classes of the
+    two (and of their parts) are distinct, their shape the same."""
+
+    share_session_epoch: int
+
+    @property
+    def topics(self) -> Sequence[_AckTopic[_Batch]]: ...
 
 
 def record_offsets(records: bytes) -> set[int]:
@@ -99,7 +130,7 @@ def pending(attributes: dict[str, Any]) -> PendingGaps:
     return found
 
 
-def carry(msg: Any, gaps: PendingGaps, batch_cls: type) -> int:
+def carry(msg: _AckRequest[_Batch], gaps: PendingGaps, batch_cls: type[_Batch]) -> int:
     """Add the gaps a session owes to its client's ShareFetch or ShareAcknowledge request
     (`msg`), beside the client's own acknowledgements; the offsets carried.
 

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from protocol.api_keys import ApiKey
 from protocol.contracts.features import METADATA_CLUSTER_ID_VERSION, METADATA_TOPIC_ID_VERSION
+from protocol.message import Message
+from protocol.messages import MetadataResponse
 from protocol.primitives import ZERO_UUID
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.upstream.topic_ids import TopicIds
@@ -25,8 +25,9 @@ class TopicIdLearner(Filter):
         return api_key == ApiKey.METADATA and version >= METADATA_CLUSTER_ID_VERSION
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
+        assert isinstance(msg, MetadataResponse), "wants_response asks for no other"
         self.topics.learn_cluster_id(msg.cluster_id)
         if version >= METADATA_TOPIC_ID_VERSION:
             for t in msg.topics:

@@ -29,7 +29,6 @@ the sampler of ``OTEL_TRACES_SAMPLER``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -39,6 +38,9 @@ from protocol.api_keys import ApiKey
 from protocol.contracts.headers import TRACEPARENT
 from protocol.contracts.kafka_errors import error_name
 from protocol.errors import CodecError
+from protocol.message import Message
+from protocol.messages import FetchResponse, ProduceRequest, ProduceResponse
+from protocol.primitives import Buffer
 from protocol.records import RecordBatch, split_batches
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
 from proxy.observability.logs import get_logger
@@ -142,16 +144,17 @@ class TracingFilter(Filter):
     # ---- produce ----
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         try:
+            assert isinstance(msg, ProduceRequest), "wants_request asks for no other"
             self._start_sends(ctx, exchange, version, msg)
         except Exception as exc:  # see _failed
             self._failed(exc)
         return False
 
     def _start_sends(self, ctx: SessionContext, exchange: Exchange, version: int,
-                     msg: Any) -> None:
+                     msg: ProduceRequest) -> None:
         written = exchange.traces or {}
         pending: dict[_SendKey, list[_Pending]] = {}
         for t in msg.topic_data:
@@ -178,14 +181,15 @@ class TracingFilter(Filter):
         ctx: SessionContext,
         topic: str | None,
         partition: int,
-        records: bytes | memoryview,
+        records: Buffer,
         traces: Sequence[TraceInfo],
     ) -> list[_Pending]:
         new = {(t.trace_id, t.span_id): t for t in traces if t.source == "new"}
         own: dict[tuple[int, int], list[int]] = {}  # ids -> [records, first index]
         others = 0
         links: dict[tuple[int, int], int] = {}
-        for index, found in enumerate(_contexts(split_batches(records))):
+        batches = split_batches(records)
+        for index, found in enumerate(_contexts(batches)):
             if found is not None:
                 ids = found[:2]
                 if ids in new:
@@ -224,19 +228,20 @@ class TracingFilter(Filter):
         return out
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         try:
-            if api_key == ApiKey.PRODUCE:
-                self._end_sends(exchange.notes.get(self), version, msg)
-            else:
+            if isinstance(msg, FetchResponse):
                 self._receive(ctx, version, msg)
+            else:  # read for the note its request left
+                assert isinstance(msg, ProduceResponse), "wants_response asks for no other"
+                self._end_sends(exchange.notes.get(self), version, msg)
         except Exception as exc:  # see _failed
             self._failed(exc)
         return False
 
     def _end_sends(self, pending: dict[_SendKey, list[_Pending]] | None, version: int,
-                   msg: Any) -> None:
+                   msg: ProduceResponse) -> None:
         if not pending:
             return
         for t in msg.responses:
@@ -265,7 +270,7 @@ class TracingFilter(Filter):
 
     # ---- fetch ----
 
-    def _receive(self, ctx: SessionContext, version: int, msg: Any) -> None:
+    def _receive(self, ctx: SessionContext, version: int, msg: FetchResponse) -> None:
         for t in msg.responses:
             topic = self.topics.topic(t.topic, t.topic_id, version)
             name = f"receive {topic}" if topic is not None else "receive"

@@ -8,9 +8,8 @@ the original header bytes and replaces only the body.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
 
 from protocol import api_versions
 from protocol.api_keys import ApiKey
@@ -21,30 +20,12 @@ from protocol.headers import (
     peek_request_header,
     request_header_version,
 )
+from protocol.message import Message
 from protocol.messages import REQUESTS, RESPONSES
 from protocol.peek import answered, skip_tagged_fields
 from protocol.primitives import Buffer
 
 _INT16 = struct.Struct(">h")
-
-
-class Encodable(Protocol):
-    """A message Herald writes back: the generated codec classes and the answers chain members
-    build all encode themselves in the version asked for, and nothing more is needed of them."""
-
-    def encode(self, version: int) -> bytes: ...
-
-
-class _Codec(Protocol):
-    """A generated message class, as the registries of `protocol.messages` hold them."""
-
-    def decode(self, buf: Buffer, version: int, offset: int = 0) -> Any: ...
-
-
-# `protocol.messages` types its registries as plain `type`; every class in them is generated
-# with the `decode` classmethod `_Codec` names. Viewed so once here, not on every frame.
-_REQUEST_CODECS = cast("Mapping[int, _Codec]", REQUESTS)
-_RESPONSE_CODECS = cast("Mapping[int, _Codec]", RESPONSES)
 
 
 @dataclass(slots=True)
@@ -108,15 +89,15 @@ def parse_request_header(payload: Buffer) -> RequestHead:
     return RequestHead(api_key, api_version, correlation_id, client_id, offset)
 
 
-def decode_request(head: RequestHead, payload: bytes) -> tuple[int, Any]:
+def decode_request(head: RequestHead, payload: bytes) -> tuple[int, Message]:
     """Decode a request body (only for APIs with a codec); return (body offset, message)."""
-    cls = _REQUEST_CODECS.get(head.api_key)
+    cls = REQUESTS.get(head.api_key)
     if cls is None or head.body_offset < 0:
         raise CodecError(f"no codec for API key {head.api_key}")
     return head.body_offset, cls.decode(payload, head.api_version, head.body_offset)
 
 
-def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Encodable) -> bytes:
+def encode_request(head: RequestHead, payload: bytes, offset: int, msg: Message) -> bytes:
     return payload[:offset] + msg.encode(head.api_version)
 
 
@@ -130,12 +111,14 @@ def response_correlation_id(payload: Buffer) -> int:
 
 
 # Responses whose body is not always in the version asked for: (decode, encode) of the body.
-_BODY_CODECS: dict[int, tuple[Callable[[Buffer, int, int], Any], Callable[[Any, int], bytes]]] = {
+_BODY_CODECS: dict[
+    int, tuple[Callable[[Buffer, int, int], Message], Callable[[Message, int], bytes]]
+] = {
     ApiKey.API_VERSIONS: (api_versions.decode_body, api_versions.encode_body),
 }
 
 
-def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, Any]:
+def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, Message]:
     """Decode a response body; return (body offset, message)."""
     _, offset = decode_response_header(payload, api_key, version)
     special = _BODY_CODECS.get(api_key)
@@ -143,10 +126,12 @@ def decode_response(api_key: int, version: int, payload: Buffer) -> tuple[int, A
         return offset, special[0](payload, version, offset)
     # Decoding from a memoryview keeps `records` fields as views: a Fetch response is decoded
     # (for its node endpoints) without copying its record data.
-    return offset, _RESPONSE_CODECS[api_key].decode(memoryview(payload), version, offset)
+    return offset, RESPONSES[api_key].decode(memoryview(payload), version, offset)
 
 
-def encode_response(api_key: int, version: int, payload: Buffer, offset: int, msg: Any) -> bytes:
+def encode_response(
+    api_key: int, version: int, payload: Buffer, offset: int, msg: Message
+) -> bytes:
     special = _BODY_CODECS.get(api_key)
     body = msg.encode(version) if special is None else special[1](msg, version)
     return bytes(payload[:offset]) + body

@@ -23,6 +23,9 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from protocol.errors import CodecError
+from protocol.message import Message
+from protocol.messages import ProduceRequest
+from protocol.messages.produce_request import TopicProduceData
 from protocol.primitives import Buffer
 from protocol.records import RecordBatch, split_batches
 from proxy.filters.chain import NATIVE_NOTHING, Exchange, Filter, SessionContext
@@ -46,7 +49,7 @@ ArrivedKey = tuple[str, bytes, int]  # topic name, topic id, partition: as the r
 _NEEDLE = ORIGIN_HEADER.encode()
 
 
-def arrived_key(topic: Any, partition: int) -> ArrivedKey:
+def arrived_key(topic: TopicProduceData, partition: int) -> ArrivedKey:
     """The key of a partition of a Produce request's topic entry."""
     return (topic.name, topic.topic_id, partition)
 
@@ -67,8 +70,9 @@ class Arrivals(Filter):
         return self.routing.wants_request(api_key, version)
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
+        assert isinstance(msg, ProduceRequest), "wants_request asks for no other"
         table = self.routing.table
         kept: dict[ArrivedKey, Buffer] = {}
         for t in msg.topic_data:

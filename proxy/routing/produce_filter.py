@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import trio
 from opentelemetry.trace import Span
@@ -43,6 +43,8 @@ from protocol.contracts.kafka_errors import (
     REQUEST_TIMED_OUT,
     UNKNOWN_PRODUCER_ID,
 )
+from protocol.message import Message
+from protocol.messages import ProduceRequest, ProduceResponse
 from protocol.primitives import Buffer
 from protocol.records import (
     Record,
@@ -184,8 +186,9 @@ class RoutingFilter(Filter):
         return api_key == ApiKey.PRODUCE and bool(self.table.rules)
 
     async def on_request(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
+        assert isinstance(msg, ProduceRequest), "wants_request asks for no other"
         table = self.table
         arrived = self.arrivals.take(exchange)
         if self.remembered.state == WAITING:
@@ -233,7 +236,7 @@ class RoutingFilter(Filter):
         return changed
 
     async def _partition(
-        self, topic: str, index: int, records: bytes | memoryview, candidates: tuple[Rule, ...],
+        self, topic: str, index: int, records: Buffer, candidates: tuple[Rule, ...],
         acks: int, arrived: Buffer | None = None,
     ) -> tuple[bytes | None, list[Plan], bool]:
         """(the new records field: None unchanged, b"" nothing left; the plans; whether any
@@ -440,11 +443,12 @@ class RoutingFilter(Filter):
             self.stats.count(r.rule.name, r.rule.action, r.cluster, outcome, len(r.indexes))
 
     async def on_response(
-        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Any
+        self, ctx: SessionContext, exchange: Exchange, api_key: int, version: int, msg: Message
     ) -> bool:
         note: Note | None = exchange.notes.get(self)
         if note is None:
             return False
+        assert isinstance(msg, ProduceResponse), "only a Produce request leaves a note"
         answers = list(note.answers)
         by_id = version >= TOPIC_ID_VERSION
         responses = {(t.topic_id if by_id else t.name): t for t in msg.responses}
@@ -476,7 +480,7 @@ SEQUENCE_UNKNOWN = ("Herald has not seen this producer epoch's first batch on th
                     "that stay; bump the epoch and send again")
 
 
-def _log_start_known(answers: list[Rejected], version: int, msg: Any) -> None:
+def _log_start_known(answers: list[Rejected], version: int, msg: ProduceResponse) -> None:
     """UNKNOWN_PRODUCER_ID answers carry a log start offset: the Java client retries without
     bumping its epoch, forever, while it is -1 (unknown)."""
     unknown = {(r.topic_id if version >= TOPIC_ID_VERSION else r.name, r.partition) for r in answers

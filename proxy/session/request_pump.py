@@ -15,13 +15,14 @@ import trio
 from protocol.errors import CodecError
 from protocol.framing import FrameTooLarge, frame
 from protocol.headers import encode_response_header
+from protocol.message import Message
 from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
 from proxy.limits.connection_guard import ClientDeadlines
 from proxy.native.path_choice import SessionPath
 from proxy.net import wire
 from proxy.net.transport import Transport
-from proxy.net.wire import Encodable, RequestHead
+from proxy.net.wire import RequestHead
 from proxy.observability.metrics import Metrics, bounded_api_labels
 from proxy.session.closing import SessionClosed
 from proxy.session.correlation import CorrelationTable, InFlight
@@ -33,7 +34,7 @@ from proxy.session.outgoing import Outgoing
 class _Unreadable(Exception):
     """A request chain members would read, in a version Herald's codec cannot decode."""
 
-    def __init__(self, head: RequestHead, answer: tuple[Encodable, int] | None) -> None:
+    def __init__(self, head: RequestHead, answer: tuple[Message, int] | None) -> None:
         super().__init__(head.api_key, head.api_version)
         self.head = head
         self.answer = answer

@@ -7,6 +7,7 @@ streamed Fetch responses are read the same way.
 
 from __future__ import annotations
 
+from protocol.message import Message
 from proxy.filters.chain import Exchange, Filter, FilterChain, SessionContext
 from proxy.session.correlation import InFlight
 
@@ -29,7 +30,7 @@ class ResponseFilters:
         return filters
 
     async def run(
-        self, filters: tuple[Filter, ...], exchange: Exchange, entry: InFlight, msg: object
+        self, filters: tuple[Filter, ...], exchange: Exchange, entry: InFlight, msg: Message
     ) -> bool:
         """Let each of `filters` read (and change) the decoded response; True if any did."""
         changed = False
