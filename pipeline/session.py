@@ -92,6 +92,11 @@ def spark_session(settings: SparkSettings | None = None, resolve: bool = False,
         # cache of compiled classes (100 by default) would evict them before the next
         # micro-batch comes round, which then compiles them all again.
         .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
+        # Off: with it on, every DataFrame and Column call walks the Python stack and makes
+        # four more round trips to the JVM to tell it the call site, which was most of the
+        # driver's Python time in a micro-batch (the analysis builds thousands of columns).
+        # Spark's errors then name the failing expression without the Python line.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
     )
     opts = jvm_opts()
     archive = class_archive()
