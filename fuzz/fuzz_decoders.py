@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from protocol.errors import CodecError  # noqa: E402
-from protocol.headers import decode_request_header, peek_request_header  # noqa: E402
+from protocol.frame_headers import decode_request_header, peek_request_header  # noqa: E402
 from protocol.peek import produce_acks  # noqa: E402
 from proxy.devtools.codegen import load_messages  # noqa: E402
 from tests.support.message_strategies import all_message_versions, module_for, sample_message  # noqa: E402

@@ -523,7 +523,7 @@ static PyObject *lmo_parents(link_memory_obj *self, PyObject *args) {
     }
     uint32_t lost[3];
     int64_t n = lm_parents(self->m, scope.buf, (size_t)scope.len, trace.buf, now, found, lost);
-    if (n == -100) {
+    if (n == LM_NO_MEMORY) {
         PyErr_NoMemory();
         goto done;
     }

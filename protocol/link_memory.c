@@ -580,7 +580,7 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
     uint8_t small[256];
     uint8_t *key = key_in(small, sizeof small, scope, scope_len);
     if (key == NULL) {
-        return -100;
+        return LM_NO_MEMORY;
     }
     memcpy(key + scope_len, trace, LM_TRACE);
     size_t len = scope_len + LM_TRACE;
@@ -604,7 +604,7 @@ int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const u
             uint8_t *topic = malloc(p->topic_len ? p->topic_len : 1);
             if (topic == NULL) {
                 lm_parents_free(out, n);
-                n = -100;
+                n = LM_NO_MEMORY;
                 break;
             }
             memcpy(topic, p->topic, p->topic_len);

@@ -19,6 +19,7 @@
 typedef struct lm_memory lm_memory;
 
 enum { LM_UNSEEN = 0, LM_EXPIRED = 1, LM_EVICTED = 2 }; /* why a lookup found nothing */
+enum { LM_NO_MEMORY = -100 }; /* lm_parents could not allocate */
 /* Why a parent known is not named: the index in lost[] (the headers' order). */
 enum { LM_LOST_EXPIRED = 0, LM_LOST_EVICTED = 1, LM_LOST_OVERFLOW = 2 };
 #define LM_LOST_MAX 4294967295u /* a count saturates there (interceptors/trace_links.py) */
@@ -69,7 +70,7 @@ int64_t lm_remember_many(lm_memory *m, const uint8_t *scope, size_t scope_len,
 /* The records `scope` fetched of `trace` that a record it produces at `now` continues:
  * their number (> 0), copied into out (room for max_parents; each topic a copy made for
  * the caller, freed by its lm_parents_free), the entry marked spent;
- * or -1 - reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED); or -100 out of memory. In lost, by
+ * or -1 - reason (LM_UNSEEN, LM_EXPIRED, LM_EVICTED); or LM_NO_MEMORY out of memory. In lost, by
  * LM_LOST_*, the parents of the round that record cannot name (all 0: none). */
 int64_t lm_parents(lm_memory *m, const uint8_t *scope, size_t scope_len, const uint8_t *trace,
                    double now, lm_parent *out, uint32_t lost[3]);

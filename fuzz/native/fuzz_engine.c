@@ -173,7 +173,7 @@ static void register_session(rig_t *r) {
 static int resumes(const char *reason) {
     for (int i = 1; i < NE_N_REASONS; i++) {
         if (!strcmp(reason, NE_REASONS[i])) {
-            return !strcmp(NE_REASON_KINDS[i], "resume");
+            return !strcmp(NE_REASON_KINDS[i], HANDOVER_KIND_RESUME);
         }
     }
     FUZZ_CHECK(0, "a reason the engine does not list: %s", reason);

@@ -355,7 +355,7 @@ static void take_back(rig_t *r) {
     for (i = 1; i < NE_N_REASONS && strcmp(h.reason, NE_REASONS[i]) != 0; i++) {
     }
     FUZZ_CHECK(i < NE_N_REASONS, "a reason the engine does not list: %s", h.reason);
-    if (!strcmp(NE_REASON_KINDS[i], "resume")) {
+    if (!strcmp(NE_REASON_KINDS[i], HANDOVER_KIND_RESUME)) {
         FUZZ_CHECK(to_client + h.upstream_len == from_upstream,
                    "%s: %zu of the broker's %zu bytes lost or sent twice (handed back %zu)",
                    h.reason, to_client, from_upstream, h.upstream_len);

@@ -60,6 +60,8 @@ def render_native_relay_header() -> str:
     lines += _enum("HANDOVER_", ["none", *reasons], "HANDOVER_COUNT")
     lines += _wrapped_define("HANDOVER_NAMES", ["", *reasons])
     lines += _wrapped_define("HANDOVER_KINDS", ["", *kinds])
+    lines += ["/* Each hand-over kind by name, to compare an entry of HANDOVER_KINDS with. */"]
+    lines += [f'#define HANDOVER_KIND_{kind.upper()} "{kind}"' for kind in dict.fromkeys(kinds)]
     lines += ["", "/* The byte counts of a session, by direction and side, in their order. */"]
     lines += _enum("BYTES_", list(native_relay.BYTE_DIRECTIONS), "BYTES_N")
     lines += ["", "/* What a session ended by a client deadline says (printf formats). */"]

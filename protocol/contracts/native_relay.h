@@ -31,6 +31,11 @@ enum {
 #define HANDOVER_KINDS { \
     "", "resume", "resume", "resume", "deadline", "deadline", "close", "upstream", "upstream", \
     "close", "close", "resume", "resume"}
+/* Each hand-over kind by name, to compare an entry of HANDOVER_KINDS with. */
+#define HANDOVER_KIND_RESUME "resume"
+#define HANDOVER_KIND_DEADLINE "deadline"
+#define HANDOVER_KIND_CLOSE "close"
+#define HANDOVER_KIND_UPSTREAM "upstream"
 
 /* The byte counts of a session, by direction and side, in their order. */
 enum {

@@ -476,7 +476,7 @@ static const struct link_row *link_row(tail_t *t, const nc_plan *plan, const uin
     uint32_t lost[3];
     int64_t n = lm_parents(plan->links, plan->link_scope, plan->link_scope_len, tp + 3, t->now,
                            t->found, lost);
-    if (n == -100) {
+    if (n == LM_NO_MEMORY) {
         return NULL;
     }
     struct link_row *row = &t->rows[t->nrows];

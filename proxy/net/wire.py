@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from protocol import api_versions
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
-from protocol.headers import (
+from protocol.frame_headers import (
     decode_response_header,
     peek_correlation_id,
     peek_request_header,

@@ -19,7 +19,7 @@ import math
 import trio
 
 from protocol.contracts import native_relay
-from protocol.headers import peek_request_header
+from protocol.frame_headers import peek_request_header
 from proxy.filters.chain import SessionContext
 from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder

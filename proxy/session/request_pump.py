@@ -13,8 +13,8 @@ import time
 import trio
 
 from protocol.errors import CodecError
+from protocol.frame_headers import encode_response_header
 from protocol.framing import FrameTooLarge, frame
-from protocol.headers import encode_response_header
 from protocol.message import Message
 from protocol.primitives import Buffer
 from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext

@@ -17,8 +17,8 @@ import trio
 from configuration import ConfigError, HostPort
 from protocol.api_keys import ApiKey
 from protocol.errors import CodecError
+from protocol.frame_headers import encode_request_header
 from protocol.framing import FrameDecoder, frame
-from protocol.headers import encode_request_header
 from protocol.messages import REQUESTS
 from protocol.messages.request_header import RequestHeader
 from proxy.net import wire

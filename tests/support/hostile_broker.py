@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import defaultdict
 
-from protocol.headers import response_header_version
+from protocol.frame_headers import response_header_version
 from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 from protocol.messages.fetch_response import (
     FetchableTopicResponse,

@@ -12,8 +12,8 @@ from typing import Any
 
 import trio
 
+from protocol.frame_headers import encode_request_header
 from protocol.framing import FrameDecoder, frame
-from protocol.headers import encode_request_header
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from protocol.messages.metadata_request import MetadataRequest

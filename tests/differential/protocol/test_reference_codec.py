@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from protocol.api_keys import API_KEYS
 from protocol.codegen.model import FieldLayout, StructLayout
-from protocol.headers import request_header_version, response_header_version
+from protocol.frame_headers import request_header_version, response_header_version
 from protocol.kafka_versions import KAFKA_LEGACY_VERSION, KAFKA_VERSION
 from proxy.devtools.codegen import load_messages
 from proxy.devtools.kafka_dist import kafka_libs as kafka_libs_dir

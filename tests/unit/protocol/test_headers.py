@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from protocol.api_keys import API_KEYS, API_KEYS_BY_NAME, ApiKey, api_name, is_flexible
 from protocol.errors import CodecError
-from protocol.headers import (
+from protocol.frame_headers import (
     RequestHeader,
     ResponseHeader,
     decode_request_header,

@@ -43,15 +43,12 @@ MESSAGE_HEADS = tuple(text.partition(": ")[0] + ": " for text in native_relay.ME
 the message again."""
 
 # Literals that are the same words for something else: the engine's keyword arguments are
-# named after the limits. The fuzz targets tell a hand-over Python resumes from by its kind's
-# name: the generated header gives the kinds by reason (HANDOVER_KINDS), not one name per kind.
-C_ALLOWED = {("_relay.c", "idle_timeout"), ("_relay.c", "frame_timeout"),
-             ("fuzz_engine.c", native_relay.RESUME), ("fuzz_tls.c", native_relay.RESUME)}
+# named after the limits.
+C_ALLOWED = {("_relay.c", "idle_timeout"), ("_relay.c", "frame_timeout")}
 
 # Negative numbers the native C may return or compare with, each a result of someone else's:
-# CPython's (`_relay.c`: an init's -1, PyLong_AsLongLong's -1 with an exception set), and
-# lm_parents' out-of-memory answer (protocol/link_memory.c, which names it nowhere).
-C_NUMBERS_ALLOWED = {("_relay.c", -1), ("relay_stamp.c", -100)}
+# CPython's (`_relay.c`: an init's -1, PyLong_AsLongLong's -1 with an exception set).
+C_NUMBERS_ALLOWED = {("_relay.c", -1)}
 
 
 def _c_sources() -> list[pathlib.Path]:

@@ -9,7 +9,7 @@ from typing import Any
 from protocol.api_keys import API_KEYS, ApiKey
 from protocol.api_versions import decode_body
 from protocol.contracts.kafka_errors import UNSUPPORTED_VERSION
-from protocol.headers import encode_response_header
+from protocol.frame_headers import encode_response_header
 from protocol.messages import REQUESTS
 from proxy.config.proxy_yaml import parse_config
 from proxy.filters.address_rewrite import AddressRewriter

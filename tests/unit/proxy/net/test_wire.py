@@ -6,7 +6,7 @@ import pytest
 
 from protocol.api_keys import API_KEYS, ApiKey
 from protocol.errors import CodecError
-from protocol.headers import RequestHeader, decode_request_header, encode_request_header
+from protocol.frame_headers import RequestHeader, decode_request_header, encode_request_header
 from protocol.messages import REQUESTS
 from proxy.net import wire
 
