@@ -35,7 +35,29 @@ if [ "${HERALD_JAEGER_BUILD:-$build_apiserver}" = 1 ]; then
   bash scripts/build-jaeger.sh >"$cache/go/jaeger-build.log" 2>&1 &
   jobs+=("$!:$cache/go/jaeger.status:Jaeger:$cache/go/jaeger-build.log")
 fi
-bash scripts/setup.sh
+# The whole suite on parallel workers: Spark's class archive (scripts/spark_archive.py) is
+# made beside the suite rather than in setup, at the lowest CPU priority, since on a fresh
+# machine its 4 minutes of training would come before every test; the drivers that start
+# before it is there start without it, as they would without an archive, and its test waits
+# for it (tests/pipeline/test_session.py). Its trainer takes the ports of a slice no worker
+# uses (tests/support/parallel.py).
+workers=${HERALD_TEST_WORKERS:-$([ $# -eq 0 ] && echo 3 || echo 0)}
+spark_archive_later=0
+[ $# -eq 0 ] && [ "$workers" -gt 0 ] && spark_archive_later=1
+HERALD_SPARK_ARCHIVE_LATER=$spark_archive_later bash scripts/setup.sh
+if [ "$spark_archive_later" = 1 ]; then
+  record=$cache/jvm-archives
+  mkdir -p "$record"
+  echo "test: making Spark's class archive beside the suite if missing (scripts/spark_archive.py > $cache/spark-archive.log)"
+  echo "building $$" >"$record/spark.status"  # until the trainer's own process says so
+  (
+    echo "building $BASHPID" >"$record/spark.status"
+    if HERALD_PORT_SHARE="$workers/$((workers + 1))" nice -n 19 .venv/bin/python scripts/spark_archive.py \
+        >"$cache/spark-archive.log" 2>&1; then status=built; else status="failed $?"; fi
+    echo "$status" >"$record/spark.status.tmp" && mv "$record/spark.status.tmp" "$record/spark.status"
+  ) &
+  jobs+=("$!:$record/spark.status:Spark's class archive:$cache/spark-archive.log")
+fi
 .venv/bin/ruff check .
 .venv/bin/mypy  # strict, over the packages pyproject.toml's [tool.mypy] lists
 # The image (deploy/build-image.sh; reused while its inputs are unchanged), beside the suite.
@@ -62,7 +84,6 @@ fi
 # waits on brokers and clients, so three keep two cores busy), whole modules each
 # (tests/support/parallel.py); 0 runs it in this process. With arguments, one process unless
 # HERALD_TEST_WORKERS says otherwise.
-workers=${HERALD_TEST_WORKERS:-$([ $# -eq 0 ] && echo 3 || echo 0)}
 parallel=()
 [ "$workers" -gt 0 ] && parallel=(-n "$workers" --no-loadscope-reorder)
 # The whole suite lists its slowest tests, so a run that grew shows where, and the reason of

@@ -13,9 +13,10 @@ together:
 
 The heaviest groups are scheduled first, so that no worker starts one near the end while the
 others wait, and the modules that need a build scripts/test.sh runs beside the suite (the
-image, the API server, Jaeger) last, so the build has had the suite's time. Each worker picks
-ports from a slice of its own (`HERALD_PORT_SHARE`, proxy/devtools/embedded_kafka.py), so two
-workers never choose the same port at once.
+image, the API server, Jaeger, Spark's class archive) last, so the build has had the suite's
+time. Each worker picks ports from a slice of its own (`HERALD_PORT_SHARE`,
+proxy/devtools/embedded_kafka.py), and the one job beside them that starts brokers (the class
+archive's trainer) from another, so no two of them choose the same port at once.
 """
 
 from __future__ import annotations
@@ -42,19 +43,21 @@ FIRST = (PIPELINE, "tests/pipeline/test_stream_state.py",
          "tests/integration/proxy/security/test_security.py", "tests/pipeline/test_graph.py",
          "tests/pipeline/test_demo.py")
 LAST = ("tests/integration/proxy/observability/test_jaeger.py", "tests/k8s/deploy/test_image.py",
-        "tests/k8s/proxy/k8s/test_webhook_apiserver.py")
+        "tests/k8s/proxy/k8s/test_webhook_apiserver.py", "tests/pipeline/test_session.py")
 _PLAYED_FIXTURES = frozenset({"played", "batch_run"})
 _CLUSTER_FIXTURES = frozenset({"kafka_cluster", "herald_cluster"})
 
 
 def claim_port_share(environ: dict[str, str] = os.environ) -> str | None:  # noqa: B006
-    """In an xdist worker (`PYTEST_XDIST_WORKER=gw<i>` of `PYTEST_XDIST_WORKER_COUNT`), set
-    `HERALD_PORT_SHARE` to its slice (inherited by the brokers and Heralds it starts); the
-    share set, or None outside a parallel run."""
+    """In an xdist worker (`PYTEST_XDIST_WORKER=gw<i>` of `PYTEST_XDIST_WORKER_COUNT` = n),
+    set `HERALD_PORT_SHARE` to its slice, i/(n+1) (inherited by the brokers and Heralds it
+    starts); the share set, or None outside a parallel run."""
     worker, count = environ.get("PYTEST_XDIST_WORKER"), environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count or not worker.startswith("gw"):
         return None
-    share = f"{int(worker[2:])}/{int(count)}"
+    # One slice more than workers: the last is the one scripts/test.sh gives the job it runs
+    # beside them that starts brokers too (Spark's class archive's trainer).
+    share = f"{int(worker[2:])}/{int(count) + 1}"
     environ[PORT_SHARE_ENV] = share
     return share
 

@@ -5,7 +5,7 @@ on its own, so the heaviest group holds only what must share it."""
 
 from __future__ import annotations
 
-from tests.support.parallel import CLUSTER, PIPELINE, _parameters, group_of
+from tests.support.parallel import CLUSTER, PIPELINE, _parameters, claim_port_share, group_of
 
 
 def test_fixtures_asked_for_decide_the_group_and_words_do_not() -> None:
@@ -25,3 +25,15 @@ async def test_b(batch_run): ...
 '''
     assert _parameters(text) == {"played", "x", "kafka_cluster", "batch_run"}
     assert _parameters("def broken(:") == set()
+
+
+def test_workers_take_slices_that_leave_one_for_the_job_beside_them() -> None:
+    """n workers take i/(n+1): the slice n/(n+1), which scripts/test.sh gives the class
+    archive's trainer, is no worker's, and outside xdist nothing is claimed."""
+    shares = []
+    for i in range(3):
+        env = {"PYTEST_XDIST_WORKER": f"gw{i}", "PYTEST_XDIST_WORKER_COUNT": "3"}
+        shares.append(claim_port_share(env))
+        assert env["HERALD_PORT_SHARE"] == shares[-1]
+    assert shares == ["0/4", "1/4", "2/4"]
+    assert claim_port_share({}) is None
