@@ -9,13 +9,10 @@ counts one `herald_connection_limit_hits{limit=...}`.
 
 from __future__ import annotations
 
-import math
 import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
-
-import trio
 
 from protocol.contracts import native_relay
 from proxy.observability.logs import get_logger
@@ -111,53 +108,3 @@ def awaiting_answer(in_flight: Mapping[int, Waiting], idle_s: float, client: Tcp
     sent = oldest.sent or oldest.received
     return time.monotonic() - sent < idle_s and not peer_closed(client)
 
-
-class ClientDeadlines:
-    """The idle and frame deadlines of one client connection.
-
-    Idle: no request in flight and nothing received from the client for `idle_s` (Kafka's
-    `connections.max.idle.ms` does the same on brokers; clients reconnect when they need to).
-    Requests in flight keep it from being idle while the broker may still answer them and
-    the client may still want the answers (see `awaiting_answer`).
-    Frame: once the first bytes of a frame arrived, the rest must arrive within `frame_s`.
-    The session calls `received` after each read; `expired` is a task of the session.
-    """
-
-    __slots__ = ("idle_s", "frame_s", "last_active", "frame_started", "_sleep")
-
-    def __init__(self, idle_s: float, frame_s: float) -> None:
-        self.idle_s = idle_s
-        self.frame_s = frame_s
-        self.last_active = trio.current_time()
-        self.frame_started = math.inf
-        self._sleep = trio.CancelScope()
-
-    def received(self, frames: int, partial: int) -> None:
-        """A read brought `frames` complete frames and left `partial` bytes of the next."""
-        now = trio.current_time()
-        self.last_active = now
-        if not partial:
-            self.frame_started = math.inf
-        elif frames or self.frame_started == math.inf:
-            self.frame_started = now
-            deadline = now + self.frame_s
-            if deadline < self._sleep.deadline:
-                self._sleep.deadline = deadline  # wake the watch for the new deadline
-
-    async def expired(self, busy: Callable[[], bool]) -> tuple[str, str]:
-        """Return (limit, reason) once a deadline passes; `busy()` is True while a request
-        is outstanding, which keeps the connection from being idle."""
-        while True:
-            now = trio.current_time()
-            frame_deadline = self.frame_started + self.frame_s
-            if now >= frame_deadline:
-                return FRAME_TIMEOUT, native_relay.FRAME_TIMEOUT_MESSAGE % self.frame_s
-            if busy():
-                self.last_active = now
-            idle_deadline = self.last_active + self.idle_s
-            if now >= idle_deadline:
-                return IDLE_TIMEOUT, native_relay.IDLE_TIMEOUT_MESSAGE % self.idle_s
-            # While busy the idle clock is pushed on at every wake-up, at least once a second.
-            wake = min(frame_deadline, idle_deadline, now + 1.0 if busy() else math.inf)
-            with trio.move_on_at(wake) as self._sleep:
-                await trio.sleep_forever()

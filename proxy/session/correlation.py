@@ -9,21 +9,22 @@ the upstream is broken.
 
 The table also bounds how many requests wait for an answer at once (`limits.max_in_flight`)
 and says when none does: what a drain, Herald's own re-authentication and a hand-over to the
-native relay each wait for.
+native relay each wait for. Those rules are the session core's (`core`), which never waits;
+the table is what waits for them, on trio.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import trio
 
+from protocol.primitives import Buffer
 from proxy.filters.chain import Exchange, SessionContext
 from proxy.observability.logs import get_logger
 from proxy.observability.metrics import ApiMetrics
-from proxy.session.closing import SessionClosed
+from proxy.session.core import SessionCore
 
 log = get_logger("session")
 
@@ -42,20 +43,22 @@ class InFlight:
 
 
 class CorrelationTable:
-    """The requests awaiting a response on one connection, oldest first."""
+    """The trio side of the core's correlation queue: waiting for a free slot, and for the
+    connection to be idle. The rules (order, reuse, the limit) are the core's."""
 
-    __slots__ = ("entries", "_slots", "_idle")
+    __slots__ = ("entries", "_core", "_freed", "_idle")
 
-    def __init__(self, max_in_flight: int) -> None:
-        self.entries: OrderedDict[int, InFlight] = OrderedDict()
-        self._slots = trio.Semaphore(max_in_flight)
+    def __init__(self, core: SessionCore[InFlight]) -> None:
+        self._core = core
+        self.entries = core.entries  # the very queue, oldest first
+        self._freed: trio.Event | None = None  # set when a slot frees, while a request waits
         self._idle = trio.Event()
         self._idle.set()
 
     @property
     def full(self) -> bool:
         """Every slot is taken: the next request waits for a response first."""
-        return self._slots.value == 0
+        return self._core.full
 
     @property
     def idle(self) -> bool:
@@ -67,46 +70,49 @@ class CorrelationTable:
         await self._idle.wait()
 
     async def add(self, corr: int, entry: InFlight) -> None:
-        """Remember a request until its response, once a slot is free: a client cannot make
-        Herald hold more than `max_in_flight` unanswered requests for it."""
-        if corr in self.entries:
-            raise SessionClosed(f"correlation id {corr} reused while in flight", "warning")
-        try:
-            self._slots.acquire_nowait()
-        except trio.WouldBlock:
-            await self._slots.acquire()
-        self.entries[corr] = entry
+        """Remember a request until its response, once a slot is free."""
+        core = self._core
+        while not core.expect(corr, entry):
+            self._freed = freed = trio.Event()
+            await freed.wait()
         if self._idle.is_set():
             self._idle = trio.Event()
 
     def restore(self, corr: int, entry: InFlight) -> None:
-        """A request the native relay forwarded and handed back unanswered (the engine kept
-        to the same bound, so its slot is free)."""
-        self._slots.acquire_nowait()
-        self.entries[corr] = entry
+        """A request the native relay forwarded and handed back unanswered."""
+        self._core.restore(corr, entry)
 
     def busy(self) -> None:
         """A response is outstanding that may have no entry: one the native relay began."""
-        self._idle = trio.Event()
+        self._core.unlisted()
+        if self._idle.is_set():
+            self._idle = trio.Event()
 
     def settle(self) -> None:
         """Wake what waits for the connection to be idle, if it now is."""
-        if not self.entries:
+        if self._core.settle():
             self._idle.set()
 
     def oldest(self, corr: int) -> InFlight:
         """The in-flight entry a response answers, which must be the oldest one."""
-        oldest = next(iter(self.entries), None)
-        if corr != oldest:
-            raise SessionClosed(
-                f"upstream answered correlation id {corr}, expected {oldest}", "warning"
-            )
-        return self.entries[corr]
+        return self._core.oldest(corr)
 
     def retire(self, corr: int, entry: InFlight) -> None:
         """The response to `entry` has begun: free its slot and time the broker."""
-        del self.entries[corr]
-        self._slots.release()
+        self._core.retire(corr)
+        self._retired(entry)
+
+    def response(self, payload: Buffer) -> InFlight:
+        """The entry a whole response answers, retired (see `SessionCore.response`)."""
+        _, entry = self._core.response(payload)
+        self._retired(entry)
+        return entry
+
+    def _retired(self, entry: InFlight) -> None:
+        freed = self._freed
+        if freed is not None:
+            self._freed = None
+            freed.set()
         entry.metrics.upstream_latency.observe(time.monotonic() - entry.sent)
 
     def abandon(self, ctx: SessionContext) -> None:

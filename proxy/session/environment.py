@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from proxy.filters.chain import FilterChain
-from proxy.limits.connection_guard import ClientDeadlines, ConnectionGuard
+from proxy.limits.connection_guard import ConnectionGuard
 from proxy.limits.memory_budget import MemoryBudget
 from proxy.limits.session_limits import SessionLimits
 from proxy.native.relay import NativeRelay
@@ -51,13 +51,6 @@ class SessionEnvironment:
     listen_tls: ReloadingContext | None = None
     native: NativeRelay | None = None
     no_engine: str | None = None
-
-    def deadlines(self) -> ClientDeadlines | None:
-        """A new connection's idle and frame deadlines, when the limits set them."""
-        limits = self.limits
-        if not limits.watches_deadlines:
-            return None
-        return ClientDeadlines(limits.idle_timeout_s, limits.frame_timeout_s)
 
     @property
     def reauthenticate(self) -> Callable[[FrameIO], Awaitable[int]]:

@@ -14,28 +14,23 @@ the engine holds it, nothing here touches that connection: the session waits in 
 
 from __future__ import annotations
 
-import math
-
 import trio
 
 from protocol.contracts import native_relay
 from protocol.frame_headers import peek_request_header
-from proxy.filters.chain import SessionContext
-from proxy.limits.connection_guard import IDLE_TIMEOUT, ClientDeadlines
 from proxy.limits.memory_budget import Holder
-from proxy.native.path_choice import DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE, SessionPath
+from proxy.native.path_choice import DECLINED_BY_ENGINE, RESPONSE_BY_ENGINE
 from proxy.native.relay import (
     BUFFER_SIZE,
     Handover,
     next_session_id,
 )
-from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
-from proxy.session.closing import SessionClosed
-from proxy.session.correlation import CorrelationTable, InFlight
+from proxy.session.core import SessionCore, engine_ended
+from proxy.session.correlation import InFlight
 from proxy.session.environment import SessionEnvironment
-from proxy.session.lanes import Lane
 from proxy.session.reauth import UpstreamReauth
+from proxy.session.wiring import Wiring
 
 log = get_logger("native_relay")
 
@@ -59,46 +54,36 @@ class NativePhases:
     """Moves one session between the native relay and its Python pumps.
 
     Shares with the pumps what a hand-over carries: both lanes (their buffered bytes and what
-    those hold of the memory budget), the correlation table and the client's deadlines.
+    those hold of the memory budget) and the core (its correlation queue, the client's
+    deadlines, and the state that says when the session may go and what it comes back as).
     """
 
-    def __init__(
-        self,
-        env: SessionEnvironment,
-        client: Transport,
-        upstream: Transport,
-        ctx: SessionContext,
-        requests: Lane,
-        responses: Lane,
-        calls: CorrelationTable,
-        deadlines: ClientDeadlines | None,
-        path: SessionPath,
-        reauth: UpstreamReauth | None = None,
-    ) -> None:
+    def __init__(self, env: SessionEnvironment, wiring: Wiring,
+                 reauth: UpstreamReauth | None = None) -> None:
         """`env.native` is the engine the session moves to (an environment without one has
         no native phases)."""
         relay = env.native
         if relay is None:
             raise ValueError("native phases need the proxy's native relay")
         self._relay = relay
+        path = wiring.path
         self._path = path
         self._reauth = reauth
         self._id = next_session_id()
+        client, upstream = wiring.client, wiring.upstream
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
         self._client_tls, self._upstream_tls = path.engine_tls(client, upstream)
-        self._ctx = ctx
+        self._ctx = wiring.ctx
         self._chain = env.chain
         self._metrics = env.metrics
         self._limits = env.limits
-        self._requests = requests
-        self._responses = responses
-        self._calls = calls
-        self._deadlines = deadlines
+        self._requests = wiring.requests
+        self._responses = wiring.responses
+        self._calls = wiring.calls
+        self._core = wiring.core
         memory = env.memory
         self._held = Holder(memory) if memory is not None else None  # the engine's buffers
-        self._in_native = False
-        self._draining = False
 
     async def relay(self) -> tuple[InFlight, bytes] | None:
         """Let the native relay move this session's frames until one needs Python, then take
@@ -108,6 +93,15 @@ class NativePhases:
         Returns the response the engine began and Python must end (see `Handover.tail`):
         its in-flight entry and the bytes that end it.
         """
+        core = self._core
+        if not core.begin_native():
+            return None  # drained meanwhile: the pumps end the session
+        try:
+            return await self._phase(core)
+        finally:
+            core.native_returned()
+
+    async def _phase(self, core: SessionCore[InFlight]) -> tuple[InFlight, bytes] | None:
         native = self._relay
         handover_s = 0.0
         if self._reauth is not None:
@@ -121,17 +115,14 @@ class NativePhases:
             return None
         if held is not None:
             held.set(phase.booked)
-        deadlines = self._deadlines
         prefill = self._requests.decoder.take()
-        self._in_native = True
         try:
             # The limits hold the deadlines this session keeps (infinite when it keeps none).
             relaying = native.relay(
                 self._id, self._client_sock.fileno(), self._upstream_sock.fileno(),
                 self._limits, phase.table, prefill=prefill, stamp=phase.stamp,
                 fetch=phase.fetch,
-                frame_age=trio.current_time() - deadlines.frame_started
-                if deadlines is not None and deadlines.frame_started != math.inf else 0.0,
+                frame_age=core.frame_age(trio.current_time()),
                 handover_s=handover_s, client_tls=self._client_tls,
                 upstream_tls=self._upstream_tls,
             )
@@ -149,7 +140,6 @@ class NativePhases:
                         client=self._ctx.client_address)
             return None
         finally:
-            self._in_native = False
             if held is not None:
                 held.release()
         return self._resume(state)
@@ -158,12 +148,12 @@ class NativePhases:
         """Carry on in Python from where the native relay stopped, or end as it says."""
         reason = state.reason
         kind = self._path.ended(reason, state.forwarded, _ending_api(state))
-        if kind == native_relay.DEADLINE:  # the engine's names for them are the limits'
-            self._metrics.connection_limit_hits.labels(reason).inc()
-            raise SessionClosed(state.detail, "info" if reason == IDLE_TIMEOUT else "warning")
         if kind != native_relay.RESUME:
-            raise SessionClosed(state.detail,
-                                "warning" if kind == native_relay.UPSTREAM else "info")
+            close = engine_ended(state.detail, reason if kind == native_relay.DEADLINE else None,
+                                 kind == native_relay.UPSTREAM)
+            if close.limit is not None:
+                self._metrics.connection_limit_hits.labels(close.limit).inc()
+            raise close.error()
         if reason == RESPONSE_BY_ENGINE and state.in_flight:  # the oldest request's answer
             _, api_key, api_version, _ = state.in_flight[0]
             self._path.response_declined(api_key, api_version)
@@ -182,13 +172,9 @@ class NativePhases:
             self._calls.restore(corr, entry)
         if self._calls.entries or begun is not None:
             self._calls.busy()
-        deadlines = self._deadlines
-        if deadlines is not None:
-            buffered = self._requests.decoder.buffered
-            deadlines.frame_started = math.inf
-            deadlines.received(0, buffered)
-            if state.frame_age >= 0 and buffered:  # the same frame's clock
-                deadlines.frame_started = trio.current_time() - state.frame_age
+        # The same frame's clock carries on (it only counts when the deadlines are watched).
+        self._core.resume_frame(self._requests.decoder.buffered, state.frame_age,
+                                trio.current_time())
         self._requests.book()
         self._responses.book()
         return begun
@@ -207,15 +193,13 @@ class NativePhases:
         if reauth is not None and reauth.busy(trio.current_time()):
             self._path.reauth_due()
             return  # the session comes back after it, at a later read
-        if not self._draining and not self._responses.decoder.buffered and not self._calls.entries:
+        if self._core.hand_over(self._responses.decoder.buffered):
             raise HandBack
 
-    def drain(self) -> None:
-        """The proxy drains: the engine stops its phase at the next frame boundary, and the
-        session is not offered to it again."""
-        self._draining = True
-        if self._in_native:
-            self._relay.stop(self._id)
+    def stop(self) -> None:
+        """The proxy drains while the engine holds the session: it stops its phase at the next
+        frame boundary (the core sees to it that the session is not offered to it again)."""
+        self._relay.stop(self._id)
 
     def release(self) -> None:
         """The session is over: give back what the engine's buffers held of the budget."""

@@ -20,7 +20,7 @@ from proxy.filters.chain import SessionContext
 from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.security.sasl import SaslError
-from proxy.session.closing import SessionClosed
+from proxy.session.core import REAUTH_TIMED_OUT, reauth_failed
 from proxy.session.correlation import CorrelationTable
 from proxy.upstream.cluster import FrameIO, UpstreamAuthError
 
@@ -102,11 +102,9 @@ class UpstreamReauth:
                     with trio.fail_after(self._timeout_s):
                         lifetime_ms = await self._reauthenticate(_OwnIO(self._upstream, receive))
                 except trio.TooSlowError:
-                    raise SessionClosed("re-authentication to the broker timed out",
-                                        "warning") from None
+                    raise REAUTH_TIMED_OUT.error() from None
                 except (UpstreamAuthError, SaslError, ConfigError, CodecError, EOFError) as exc:
-                    raise SessionClosed(f"re-authentication to the broker failed: {exc}",
-                                        "warning") from None
+                    raise reauth_failed(exc).error() from None
                 finally:
                     self._replies = None
                     self._exchanging = False

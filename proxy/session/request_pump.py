@@ -17,18 +17,24 @@ from protocol.frame_headers import encode_response_header
 from protocol.framing import FrameTooLarge, frame
 from protocol.message import Message
 from protocol.primitives import Buffer
-from proxy.filters.chain import AnswerAndClose, Exchange, FilterChain, SessionContext
-from proxy.limits.connection_guard import ClientDeadlines
-from proxy.native.path_choice import SessionPath
+from proxy.filters.chain import AnswerAndClose, Exchange
 from proxy.net import wire
-from proxy.net.transport import Transport
 from proxy.net.wire import RequestHead
-from proxy.observability.metrics import Metrics, bounded_api_labels
-from proxy.session.closing import SessionClosed
-from proxy.session.correlation import CorrelationTable, InFlight
-from proxy.session.lanes import RECV, Lane
+from proxy.observability.metrics import bounded_api_labels
+from proxy.session.core import (
+    CLIENT_CLOSED,
+    SHUTTING_DOWN,
+    frame_too_large,
+    malformed_frame,
+    malformed_request,
+    refused,
+    unreadable_version,
+)
+from proxy.session.correlation import InFlight
+from proxy.session.lanes import RECV
 from proxy.session.native_phases import NativePhases
 from proxy.session.outgoing import Outgoing
+from proxy.session.wiring import Wiring
 
 
 class _Unreadable(Exception):
@@ -45,40 +51,29 @@ class RequestPump:
 
     `turn`: held while forwarding, when Herald re-authenticates on the upstream connection
     itself (see `reauth`). `native`: offered the session after every read, when the native
-    relay may serve it. `path`: counts each request handled here, with why it is Python's.
+    relay may serve it. The wiring's `path` counts each request handled here, with why it is
+    Python's.
     """
 
-    def __init__(
-        self,
-        client: Transport,
-        upstream: Transport,
-        lane: Lane,
-        calls: CorrelationTable,
-        ctx: SessionContext,
-        chain: FilterChain,
-        metrics: Metrics,
-        deadlines: ClientDeadlines | None,
-        turn: trio.Lock | None,
-        native: NativePhases | None,
-        path: SessionPath | None = None,
-    ) -> None:
-        self._client = client
-        self._upstream = upstream
-        self._lane = lane
-        self._calls = calls
-        self._ctx = ctx
-        self._chain = chain
-        self._metrics = metrics
-        self._deadlines = deadlines
+    def __init__(self, wiring: Wiring, turn: trio.Lock | None, native: NativePhases | None
+                 ) -> None:
+        self._client = wiring.client
+        self._upstream = wiring.upstream
+        self._lane = wiring.requests
+        self._calls = wiring.calls
+        self._core = wiring.core
+        self._ctx = wiring.ctx
+        self._chain = wiring.chain
+        self._metrics = wiring.metrics
+        self._watch = wiring.watch
         self._turn = turn
         self._native = native
-        self._path = path
+        self._path = wiring.path
         self._recv_scope = trio.CancelScope()
-        self._draining = False
 
     def drain(self) -> None:
-        """Stop reading new requests; the pump ends once every outstanding one is answered."""
-        self._draining = True
+        """Stop reading new requests (the core drains already); the pump ends once every
+        outstanding one is answered."""
         self._recv_scope.cancel()
 
     async def run(self) -> None:
@@ -86,6 +81,8 @@ class RequestPump:
         (`HandBack`). Frames the native relay handed back are forwarded before any read."""
         lane = self._lane
         decoder = lane.decoder
+        core = self._core
+        watch = self._watch
         drained = False  # the last read came back short
         prefilled = decoder.buffered > 0  # handed back by the native relay: frames first
         while True:
@@ -93,31 +90,31 @@ class RequestPump:
             handed = prefilled
             if prefilled:
                 prefilled = False
-            elif not self._draining:
+            elif not core.draining:
                 self._recv_scope = trio.CancelScope()
                 with self._recv_scope:
                     data, waited = await lane.receive(self._client, drained)
-            if self._draining:
+            if core.draining:
                 await self._calls.wait_idle()
-                raise SessionClosed("proxy shutting down")
+                raise SHUTTING_DOWN.error()
             if not data and not handed:
                 if not self._calls.idle:
                     # The client half-closed; let outstanding responses (one that is being
                     # streamed included) reach it.
                     await self._calls.wait_idle()
-                raise SessionClosed("client closed the connection")
+                raise CLIENT_CLOSED.error()
             drained = len(data) < RECV
             lane.read.inc(len(data))
             try:
                 raw, frames = decoder.split(data)
             except FrameTooLarge as exc:
                 self._metrics.frames_refused.labels("too_large").inc()
-                raise SessionClosed(f"frame too large: {exc}", "warning") from None
+                raise frame_too_large(exc).error() from None
             except CodecError as exc:
                 self._metrics.frames_refused.labels("malformed").inc()
-                raise SessionClosed(f"malformed frame: {exc}", "warning") from None
-            if self._deadlines is not None:
-                self._deadlines.received(len(frames), decoder.buffered)
+                raise malformed_frame(exc).error() from None
+            if watch is not None:
+                watch.client_read(len(frames), decoder.buffered)
             if frames:
                 turn = self._turn
                 if turn is None:
@@ -153,7 +150,7 @@ class RequestPump:
                 payload, entry = await self._request(view)
             except CodecError as exc:
                 self._metrics.frames_refused.labels("malformed").inc()
-                raise SessionClosed(f"malformed request: {exc}", "warning") from None
+                raise malformed_request(exc).error() from None
             except AnswerAndClose as answer:
                 await self._answer_and_close(out.take(), entries, answer)
             except _Unreadable as unreadable:
@@ -180,7 +177,7 @@ class RequestPump:
             encode_response_header(head.correlation_id, head.api_key, head.api_version, payload)
             payload += answer.body.encode(head.api_version)
             await self._client.send_all(frame(bytes(payload)))
-        raise SessionClosed(answer.reason, "warning")
+        raise refused(answer.reason).error()
 
     async def _answer_instead(
         self, out: list[Buffer], entries: list[InFlight], unreadable: _Unreadable
@@ -193,9 +190,7 @@ class RequestPump:
         name, _ = bounded_api_labels(head.api_key, head.api_version)
         if unreadable.answer is None:
             self._metrics.frames_refused.labels("unreadable_version").inc()
-            raise SessionClosed(
-                f"unreadable version: {name} v{head.api_version} is outside the versions "
-                "Herald reads and advertised", "warning")
+            raise unreadable_version(name, head.api_version).error()
         if out:
             await self._send_upstream(out, entries)
         await self._calls.wait_idle()
@@ -221,8 +216,7 @@ class RequestPump:
         """Handle one request; return what to forward (`view` itself when unchanged)."""
         received = time.monotonic()
         head = wire.parse_request_header(view)
-        if self._path is not None:
-            self._path.frame(head.api_key, head.api_version)
+        self._path.frame(head.api_key, head.api_version)
         if head.client_id is not None:
             self._ctx.client_id = head.client_id
         filters, _, unreadable = self._chain.members(head.api_key, head.api_version)

@@ -16,14 +16,14 @@ from protocol.errors import CodecError
 from protocol.primitives import Buffer
 from proxy.filters.chain import Exchange
 from proxy.net import wire
-from proxy.net.transport import Transport
-from proxy.session.closing import SessionClosed
-from proxy.session.correlation import CorrelationTable, InFlight
-from proxy.session.lanes import RECV, Lane
+from proxy.session.core import UPSTREAM_CLOSED, bad_upstream_frame
+from proxy.session.correlation import InFlight
+from proxy.session.lanes import RECV
 from proxy.session.outgoing import Outgoing
 from proxy.session.reauth import UpstreamReauth
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.streaming import ResponseStreamer
+from proxy.session.wiring import Wiring
 
 
 class ResponsePump:
@@ -33,20 +33,12 @@ class ResponsePump:
     end goes first. `reauth`: gets the responses to Herald's own re-authentication.
     """
 
-    def __init__(
-        self,
-        client: Transport,
-        upstream: Transport,
-        lane: Lane,
-        calls: CorrelationTable,
-        filters: ResponseFilters,
-        streamer: ResponseStreamer,
-        reauth: UpstreamReauth | None,
-    ) -> None:
-        self._client = client
-        self._upstream = upstream
-        self._lane = lane
-        self._calls = calls
+    def __init__(self, wiring: Wiring, filters: ResponseFilters, streamer: ResponseStreamer,
+                 reauth: UpstreamReauth | None) -> None:
+        self._client = wiring.client
+        self._upstream = wiring.upstream
+        self._lane = wiring.responses
+        self._calls = wiring.calls
         self._filters = filters
         self._streamer = streamer
         self._reauth = reauth
@@ -71,7 +63,7 @@ class ResponsePump:
             else:
                 data, waited = await lane.receive(self._upstream, drained)
                 if not data:
-                    raise SessionClosed("upstream closed the connection", "warning")
+                    raise UPSTREAM_CLOSED.error()
                 drained = len(data) < RECV
                 lane.read.inc(len(data))
             first = True
@@ -80,7 +72,7 @@ class ResponsePump:
                 try:
                     raw, frames = decoder.split(data)
                 except CodecError as exc:
-                    raise SessionClosed(f"upstream sent a bad frame: {exc}", "warning") from None
+                    raise bad_upstream_frame(exc).error() from None
                 # Answers to Herald's own re-authentication are not the client's.
                 if frames and (self._reauth is None or not self._reauth.claim(frames)):
                     await self._forward(raw, frames)
@@ -108,9 +100,7 @@ class ResponsePump:
 
     async def _response(self, payload: Buffer) -> tuple[Buffer, InFlight]:
         """Handle one response; return what to send on (`payload` itself when unchanged)."""
-        corr = wire.response_correlation_id(payload)
-        entry = self._calls.oldest(corr)
-        self._calls.retire(corr, entry)
+        entry = self._calls.response(payload)
         filters = self._filters.for_entry(entry)
         if filters:
             offset, msg = wire.decode_response(entry.api_key, entry.api_version, payload)

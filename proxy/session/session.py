@@ -1,7 +1,9 @@
 """One client connection and its upstream connection, from accept to close.
 
 Each client connection gets its own upstream connection to the broker its listener stands
-for. A `Session` composes the parts that serve the pair: two pumps (`request_pump`,
+for. What the connection is (its state, the requests awaiting answers, the client's deadlines,
+when it may go to the native relay, why it ended) is its sans-I/O core (`core`); a `Session`
+composes the trio parts around it that serve the pair: two pumps (`request_pump`,
 `response_pump`) over two lanes (`lanes`), the correlation table between them
 (`correlation`), the streamer of large responses (`streaming`), and, when they apply,
 re-authentication of the upstream connection (`reauth`) and the native relay's phases
@@ -26,13 +28,21 @@ from protocol.contracts.native_relay import (
 from protocol.errors import CodecError
 from protocol.framing import FrameDecoder
 from proxy.filters.chain import SessionContext
-from proxy.limits.connection_guard import IDLE_TIMEOUT, awaiting_answer
+from proxy.limits.connection_guard import awaiting_answer
 from proxy.limits.memory_budget import Holder
 from proxy.native.path_choice import NATIVE_RELAY_OFF, SessionPath, session_reason, tls_refusal
 from proxy.net.splice import Splicer
 from proxy.net.transport import Transport
 from proxy.observability.logs import get_logger
 from proxy.session.closing import SessionClosed
+from proxy.session.core import (
+    Drain,
+    SessionCore,
+    SessionState,
+    internal_error,
+    malformed_frame,
+    socket_error,
+)
 from proxy.session.correlation import CorrelationTable, InFlight
 from proxy.session.environment import SessionEnvironment
 from proxy.session.lanes import Lane
@@ -42,6 +52,7 @@ from proxy.session.request_pump import RequestPump
 from proxy.session.response_filters import ResponseFilters
 from proxy.session.response_pump import ResponsePump
 from proxy.session.streaming import ResponseStreamer
+from proxy.session.wiring import DeadlineWatch, Wiring
 
 log = get_logger("session")
 
@@ -74,13 +85,16 @@ class Session:
         self.upstream = upstream
         self.ctx = ctx
         self.metrics = metrics = env.metrics
-        self.deadlines = deadlines = env.deadlines()
         chain = env.chain
         memory = env.memory
         native = env.native
-        max_frame_bytes = env.limits.max_frame_bytes
-        self._reason: SessionClosed | None = None
-        self._hand_back = False
+        limits = env.limits
+        max_frame_bytes = limits.max_frame_bytes
+        watched = limits.watches_deadlines
+        self._core = core = SessionCore[InFlight](
+            limits.max_in_flight, limits.idle_timeout_s, limits.frame_timeout_s,
+            trio.current_time() if watched else 0.0)
+        self._watch = DeadlineWatch(core) if watched else None
         # What this connection holds of the global memory budget: request bytes read and
         # not yet forwarded, response bytes read and not yet sent on; and each lane's bytes,
         # counted by direction.
@@ -95,7 +109,7 @@ class Session:
             read=counted(UPSTREAM_TO_PROXY), sent=counted(PROXY_TO_CLIENT),
         )
         self._lanes = (requests, responses)
-        self._calls = CorrelationTable(env.limits.max_in_flight)
+        self._calls = CorrelationTable(core)
         self._reauth = UpstreamReauth(
             upstream, ctx, self._calls, env.reauthenticate, session_lifetime_ms,
             env.reauth_timeout_s,
@@ -107,19 +121,20 @@ class Session:
             (env.no_engine or NATIVE_RELAY_OFF) if native is None else None,
             client.tls, upstream.tls, client_refusal=tls_refusal(client),
             upstream_refusal=tls_refusal(upstream)), chain)
-        self._native = NativePhases(
-            env, client, upstream, ctx, requests, responses, self._calls, deadlines,
-            self._path, self._reauth,
-        ) if native is not None and self._path.python_reason is None else None
+        wiring = Wiring(client, upstream, ctx, core, self._calls, requests, responses,
+                        self._path, chain, metrics, self._watch)
+        self._native = NativePhases(env, wiring, self._reauth) \
+            if native is not None and self._path.python_reason is None else None
         filters = ResponseFilters(chain, ctx)
-        self._streamer = ResponseStreamer(client, upstream, responses, self._calls, filters,
-                                          metrics.responses_streamed)
+        self._streamer = ResponseStreamer(wiring, filters)
         self._requests = RequestPump(
-            client, upstream, requests, self._calls, ctx, chain, metrics, deadlines,
-            self._reauth.turn if self._reauth is not None else None, self._native, self._path,
-        )
-        self._responses = ResponsePump(client, upstream, responses, self._calls, filters,
-                                       self._streamer, self._reauth)
+            wiring, self._reauth.turn if self._reauth is not None else None, self._native)
+        self._responses = ResponsePump(wiring, filters, self._streamer, self._reauth)
+
+    @property
+    def state(self) -> SessionState:
+        """Where the session is (see `core`)."""
+        return self._core.state
 
     @property
     def in_flight(self) -> OrderedDict[int, InFlight]:
@@ -150,9 +165,7 @@ class Session:
             if self._native is not None:
                 self._native.release()
             self._calls.abandon(self.ctx)
-        # The reason's traceback holds the frames that raised it, and they hold this
-        # session: let go of it, so that reference counting frees the session.
-        reason, self._reason = self._reason, None
+        reason = self._core.take_reason()
         if reason is not None:
             fields: _ClosedFields = {
                 "reason": reason.reason,
@@ -169,49 +182,53 @@ class Session:
 
     def drain(self) -> None:
         """Stop reading new requests; the session ends once every outstanding one is answered."""
-        self._requests.drain()
-        if self._native is not None:
-            self._native.drain()
+        action = self._core.drain()
+        if action is Drain.STOP_READING:
+            self._requests.drain()
+        elif action is Drain.STOP_ENGINE and self._native is not None:
+            self._native.stop()
 
     async def _run_pumps(self) -> bool:
         """Run the Python pumps; True when they stopped to hand the session to the native
         relay, False when the session is over."""
-        self._hand_back = False
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._guard, self._requests.run, nursery)
             nursery.start_soon(self._guard, self._responses.run, nursery)
             if self._reauth is not None:
                 nursery.start_soon(self._guard, self._reauth.run, nursery)
-            if self.deadlines is not None:
+            if self._watch is not None:
                 nursery.start_soon(self._guard, self._watch_deadlines, nursery)
-        return self._hand_back and self._reason is None
+        # Every end of a task closed the core, but the one that stops them for a hand-over
+        # (after which a drain may have come: the pumps then run again to end the session).
+        return self._core.state is not SessionState.CLOSED
 
     async def _guard(self, pump: Callable[[], Awaitable[None]], nursery: trio.Nursery) -> None:
         """Turn any end of a pump into the end of the session, with one reason to log."""
         try:
             await pump()
+            self._core.end()  # a task that returns ends the session all the same
         except HandBack:
-            self._hand_back = True
+            pass  # the core is handing over already
         except SessionClosed as exc:
             self._close_reason(exc)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._close_reason(SessionClosed(f"socket error: {exc.__class__.__name__}: {exc}"))
+            self._close_reason(socket_error(exc).error())
         except CodecError as exc:
-            self._close_reason(SessionClosed(f"malformed frame: {exc}", "warning"))
+            self._close_reason(malformed_frame(exc).error())
         except Exception as exc:  # a bug in a filter must not reach the listener
-            self._close_reason(SessionClosed(f"internal error: {exc!r}", "error", exc))
+            self._close_reason(internal_error(exc))
         nursery.cancel_scope.cancel()
 
     def _close_reason(self, reason: SessionClosed) -> None:
-        """Keep the first reason, unless a later one is a bug: that one must reach the log."""
-        if self._reason is None or (reason.level == "error" and self._reason.level != "error"):
-            self._reason = reason
+        self._core.close(reason)
 
     async def _watch_deadlines(self) -> None:
         """End the session when the client idles or dawdles over a frame past its limits."""
-        assert self.deadlines is not None
-        deadlines = self.deadlines
-        limit, reason = await deadlines.expired(
-            lambda: awaiting_answer(self._calls.entries, deadlines.idle_s, self.client.sock))
-        self.metrics.connection_limit_hits.labels(limit).inc()
-        raise SessionClosed(reason, "info" if limit == IDLE_TIMEOUT else "warning")
+        assert self._watch is not None
+        core = self._core
+        idle_s = core.idle_s
+        sock = self.client.sock
+        close = await self._watch.expired(lambda: awaiting_answer(core.entries, idle_s, sock))
+        assert close.limit is not None
+        self.metrics.connection_limit_hits.labels(close.limit).inc()
+        raise close.error()

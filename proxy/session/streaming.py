@@ -15,16 +15,14 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from prometheus_client import Counter
-
 from protocol.fetch_tail import FetchTailFinder, decode_tail, fit_tail, tail_walkable
 from proxy.filters.chain import Exchange, Filter
 from proxy.net.splice import SpliceEOF, Splicer
-from proxy.net.transport import Transport
-from proxy.session.closing import SessionClosed
-from proxy.session.correlation import CorrelationTable, InFlight
-from proxy.session.lanes import RECV, Lane
+from proxy.session.core import NO_FETCH_END, UPSTREAM_CLOSED
+from proxy.session.correlation import InFlight
+from proxy.session.lanes import RECV
 from proxy.session.response_filters import ResponseFilters
+from proxy.session.wiring import Wiring
 
 # Responses from this size on are forwarded as they arrive; smaller ones are assembled first,
 # which costs little and lets every filter see them whole.
@@ -49,16 +47,16 @@ class _Stream:
 class ResponseStreamer:
     """Streams the large responses of one session from its upstream to its client."""
 
-    def __init__(self, client: Transport, upstream: Transport, lane: Lane,
-                 calls: CorrelationTable, filters: ResponseFilters, streamed: Counter) -> None:
+    def __init__(self, wiring: Wiring, filters: ResponseFilters) -> None:
+        client, upstream = wiring.client, wiring.upstream
         self._client = client
         self._upstream = upstream
         self._client_sock = client.sock
         self._upstream_sock = upstream.sock
-        self._lane = lane
-        self._calls = calls
+        self._lane = wiring.responses
+        self._calls = wiring.calls
         self._filters = filters
-        self._streamed = streamed
+        self._streamed = wiring.metrics.responses_streamed
         # False once splice(2) turned out to be missing, or when either side is TLS.
         self._splice = client.spliceable and upstream.spliceable
         self.splicer: Splicer | None = None  # made on the first splice: two fds per session
@@ -117,7 +115,7 @@ class ResponseStreamer:
                 try:
                     await self.splicer.forward(self._upstream_sock, self._client_sock, n)
                 except SpliceEOF:
-                    raise SessionClosed("upstream closed the connection", "warning") from None
+                    raise UPSTREAM_CLOSED.error() from None
                 if finder is not None:
                     finder.skipped(n)
                 stream.left -= n
@@ -126,7 +124,7 @@ class ResponseStreamer:
                 continue
             data, _ = await self._upstream.receive(RECV)
             if not data:
-                raise SessionClosed("upstream closed the connection", "warning")
+                raise UPSTREAM_CLOSED.error()
             lane.read.inc(len(data))
             used = await self._more(stream, data)
             if used < len(data):
@@ -164,7 +162,7 @@ class ResponseStreamer:
     async def _tail(self, stream: _Stream, finder: FetchTailFinder) -> None:
         """`finder` is `stream.finder`, which the caller found set."""
         if not finder.done:
-            raise SessionClosed("upstream sent a Fetch response with no end", "warning")
+            raise NO_FETCH_END.error()
         await self._send_tail(stream.entry, stream.filters, stream.exchange, bytes(stream.tail))
 
     async def _send_tail(self, entry: InFlight, filters: tuple[Filter, ...], exchange: Exchange,
