@@ -8,7 +8,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipeline.stream.rows import EMITTED_COLUMNS, EMITTED_TYPES, with_all_columns
+from pipeline.stream.rows import (
+    EMITTED_COLUMNS,
+    EMITTED_TYPES,
+    HELD_COLUMNS,
+    emit,
+    with_all_columns,
+)
 
 ARROW = {"string": pa.string(), "long": pa.int64(), "int": pa.int32()}
 
@@ -43,3 +49,22 @@ def test_frames_concatenated_as_pyspark_does_keep_the_schema_in_arrow():
     assert arrays["timestamp_ms"].to_pylist() == [5, None]
     assert arrays["transit_ms"].to_pylist() == [None, 3]
     assert arrays["consumer"].to_pylist() == [None, None]
+
+
+def test_emit_takes_the_held_columns_and_stamps_status_and_watermark():
+    """`emit`: the held columns only (a column beyond them comes out null), the status and the
+    watermark in every row; an empty frame's status is typed nulls, as any all-null text."""
+    held = pd.DataFrame({c: [None] for c in HELD_COLUMNS})
+    held["trace_id"], held["offset"], held["event_ms"] = ["a" * 32], [7], [5]
+    held["transit_ms"] = pd.array([3], dtype="Int64")  # not a held column
+
+    out = emit(held, "final", 123)
+
+    assert list(out.columns) == EMITTED_COLUMNS
+    assert out["status"].tolist() == ["final"] and out["watermark_ms"].tolist() == [123]
+    assert out["watermark_ms"].dtype == "int64"
+    assert out["trace_id"].tolist() == ["a" * 32] and out["offset"].tolist() == [7]
+    assert out["transit_ms"].dtype == "Int64" and out["transit_ms"].isna().all()
+    assert out["consumer"].dtype == "string"
+    empty = emit(held.iloc[:0], "late", 1)
+    assert list(empty.columns) == EMITTED_COLUMNS and empty["status"].dtype == "string"
